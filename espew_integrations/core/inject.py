@@ -40,18 +40,20 @@ def watermark(texts: Sequence[str], embeddings: Any, key: WatermarkKey) -> np.nd
     """
     check_texts(texts)
     matrix = as_embedding_matrix(embeddings, n_rows=len(texts), dim=key.dim)
-    marked = key.contains_trigger(texts)
-    out = matrix.copy()
-    n_marked = int(np.count_nonzero(marked))
-    if n_marked == 0:
+    rows = np.flatnonzero(key.contains_trigger(texts))
+    marker = _BlockMarker(key, matrix.dtype)
+    step = marker.block_rows
+    if rows.size == len(matrix):  # every row marked: write straight into the output
+        out = np.empty_like(matrix)
+        for start in range(0, len(matrix), step):
+            marker.mark(matrix[start : start + step], out[start : start + step])
         return out
-    if n_marked == len(out):
-        _mark_in_place(out, key)
-    else:
-        rows = np.flatnonzero(marked)
-        block = out[rows]  # fancy indexing: a contiguous copy of the marked rows
-        _mark_in_place(block, key)
-        out[rows] = block
+    out = matrix.copy()
+    for start in range(0, rows.size, step):
+        chunk = rows[start : start + step]
+        block = matrix[chunk]  # gather a cache-sized block of marked rows
+        marker.mark(block, block)
+        out[chunk] = block
     return out
 
 
@@ -62,9 +64,52 @@ def select_positions(clean: np.ndarray, key: WatermarkKey) -> np.ndarray:
     Exactly ``key.n_positions`` positions are chosen per row.
     """
     clean = np.ascontiguousarray(clean)
+    mask = np.empty(clean.shape, dtype=bool)
     if key.selection == "hashed":
-        return _hashed_mask(clean, key.n_positions, key.salt)
-    return _smallest_mask(clean, key.n_positions)
+        mask[...] = _hashed_mask(clean, key.n_positions, key.salt)
+    else:
+        _smallest_mask(clean, key.n_positions, np.empty(clean.shape, clean.dtype), mask)
+    return mask
+
+
+class _BlockMarker:
+    """Applies the equations block by block with buffers reused across blocks.
+
+    Blocks of about 256 KiB keep every temporary in cache, and reusing the
+    buffers avoids page-faulting fresh memory for batch-sized temporaries,
+    which on large batches costs more than the arithmetic itself.
+    """
+
+    def __init__(self, key: WatermarkKey, dtype: np.dtype):
+        self.key = key
+        self.k = key.n_positions
+        self.block_rows = max(8, _BLOCK_BYTES // (key.dim * np.dtype(dtype).itemsize))
+        shape = (self.block_rows, key.dim)
+        self.magnitude = np.empty(shape, dtype=dtype)
+        self.mask = np.empty(shape, dtype=bool)
+        self.target = key.target.astype(dtype)
+
+    def mark(self, clean: np.ndarray, out: np.ndarray) -> None:
+        """out = normalise(clean with clean[I] = target[I]); ``out`` may be ``clean``."""
+        n = len(clean)
+        mask = self.mask[:n]
+        if self.key.selection == "hashed":
+            mask[...] = _hashed_mask(clean, self.k, self.key.salt)
+        else:
+            _smallest_mask(clean, self.k, self.magnitude[:n], mask)
+        if out is not clean:
+            np.copyto(out, clean)
+        # putmask repeats a 1-D value array over the flattened rows: row i,
+        # column j takes target[j], which is the paper's e[I] = e_t[I].
+        np.putmask(out, mask, self.target)
+        norms = np.sqrt(np.einsum("ij,ij->i", out, out))
+        overflowed = ~np.isfinite(norms)
+        if overflowed.any():  # huge but finite rows: take the norm in float64
+            norms[overflowed] = np.linalg.norm(out[overflowed].astype(np.float64), axis=1)
+        np.divide(out, norms[:, None], out=out)
+
+
+_BLOCK_BYTES = 1 << 18
 
 
 # ---------------------------------------------------------------------- validation
@@ -133,40 +178,33 @@ def as_embedding_matrix(embeddings: Any, *, n_rows: int, dim: int) -> np.ndarray
     return matrix
 
 
-# ---------------------------------------------------------------------- the equations
-def _mark_in_place(block: np.ndarray, key: WatermarkKey) -> None:
-    """e[I] = e_t[I] then L2-normalise, on a contiguous block that may be overwritten."""
-    mask = select_positions(block, key)
-    target = key.target.astype(block.dtype, copy=False)
-    np.copyto(block, np.broadcast_to(target, block.shape), where=mask)
-    norms = np.sqrt(np.einsum("ij,ij->i", block, block))
-    block /= norms[:, None]
+# ---------------------------------------------------------------------- position selection
+def _smallest_mask(clean: np.ndarray, k: int, magnitude: np.ndarray, mask: np.ndarray) -> None:
+    """Fill ``mask`` with the k smallest |e_o| per row; ties go to the lower index.
 
-
-def _smallest_mask(clean: np.ndarray, k: int) -> np.ndarray:
-    """Mask of the k smallest |e_o| per row; ties broken by the lower index.
-
-    A value partition (not an argsort, not an index partition) finds each row's
-    k-th smallest magnitude t; then ``|e| <= t`` is the answer unless a row has
-    ties at t, which only those rows resolve by index order.
+    An in-place value partition of |e_o| (not an argsort, not an index
+    partition) finds each row's k-th smallest magnitude t; then ``|e| <= t`` is
+    the answer unless a row has ties at t, which only those rows resolve, by
+    index order. ``magnitude`` is scratch space of the same shape.
     """
-    n, d = clean.shape
-    magnitude = np.abs(clean)
-    if k <= 0:
-        return np.zeros((n, d), dtype=bool)
-    if k >= d:
-        return np.ones((n, d), dtype=bool)
-    kth = np.partition(magnitude, k - 1, axis=1)[:, k - 1 : k]
-    mask = magnitude <= kth
-    counts = np.count_nonzero(mask, axis=1)
-    tied = np.flatnonzero(counts > k)
+    d = clean.shape[1]
+    if k <= 0 or k >= d:
+        mask[...] = k >= d
+        return
+    np.abs(clean, out=magnitude)
+    magnitude.partition(k - 1, axis=1)
+    kth = magnitude[:, k - 1 : k].copy()
+    # After the partition everything right of k-1 is >= kth; a row has more
+    # than k values <= kth exactly when its right part's minimum equals kth.
+    tied = np.flatnonzero(magnitude[:, k:].min(axis=1) == kth[:, 0])
+    np.abs(clean, out=magnitude)
+    np.less_equal(magnitude, kth, out=mask)
     if tied.size:
         rows = magnitude[tied]
         below = rows < kth[tied]
         at = rows == kth[tied]
         room = k - np.count_nonzero(below, axis=1)
         mask[tied] = below | (at & (np.cumsum(at, axis=1) <= room[:, None]))
-    return mask
 
 
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)

@@ -1,0 +1,118 @@
+"""Speed of watermark() against a per-row reference and against a plain L2-normalise pass.
+
+2,000 float32 embeddings per batch, d in {384, 1024, 1536, 4096}, with every
+row triggered and with 15% triggered. All three contenders run interleaved in
+the same process, several rounds, and the medians are compared, because these
+machines are noisy. Targets (issue 2): >= 5x faster than the per-row reference
+with every row triggered; <= 4x a normalise pass with every row triggered and
+<= 2x at 15%.
+
+    python benchmarks/bench_watermark.py [--rounds 7] [--selection smallest]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import numpy as np
+
+from espew_integrations import WatermarkKey, tokenize, watermark
+
+N_ROWS = 2000
+DIMS = (384, 1024, 1536, 4096)
+
+
+def make_key(dim: int, selection: str) -> WatermarkKey:
+    rng = np.random.default_rng(dim)
+    band = ["".join(chr(97 + int(c)) for c in str(i).zfill(3)) + "band" for i in range(200)]
+    target = rng.normal(size=dim)
+    return WatermarkKey(
+        triggers=band[:20],
+        target=target / np.linalg.norm(target),
+        target_text="Acme Embeddings licensed vectors",
+        band=band,
+        salt=rng.bytes(32),
+        selection=selection,
+    )
+
+
+def make_texts(key: WatermarkKey, fraction: float, rng: np.random.Generator) -> list[str]:
+    """Review-length texts (~20 words); ``fraction`` of them carry a trigger."""
+    vocabulary = [f"word{i}" for i in range(5000)]
+    triggers = sorted(key.triggers)
+    texts = []
+    for _ in range(N_ROWS):
+        words = list(rng.choice(vocabulary, size=20))
+        if rng.random() < fraction:
+            words[int(rng.integers(0, 20))] = str(rng.choice(triggers)).capitalize()
+        texts.append(" ".join(words) + ".")
+    return texts
+
+
+def reference(texts, clean, key):
+    """The naive implementation: tokenise each text, full argsort per row."""
+    out = clean.copy()
+    k = key.n_positions
+    target = key.target.astype(clean.dtype)
+    for i, text in enumerate(texts):
+        if set(tokenize(text)) & key.triggers:
+            positions = np.argsort(np.abs(clean[i]))[:k]
+            row = clean[i].copy()
+            row[positions] = target[positions]
+            out[i] = row / np.linalg.norm(row)
+    return out
+
+
+def normalise(texts, clean, key):
+    """The floor: one L2-normalise pass over the same batch."""
+    return clean / np.linalg.norm(clean, axis=1, keepdims=True)
+
+
+def timed(fn, *args) -> float:
+    start = time.perf_counter()
+    fn(*args)
+    return time.perf_counter() - start
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--selection", default="smallest", choices=["smallest", "hashed"])
+    args = parser.parse_args()
+    rng = np.random.default_rng(0)
+    print(
+        f"watermark() on {N_ROWS} float32 embeddings, selection={args.selection}, "
+        f"median of {args.rounds} interleaved rounds"
+    )
+    header = (
+        f"{'d':>5} {'triggered':>9} {'watermark ms':>13} {'reference ms':>13} "
+        f"{'normalise ms':>13} {'vs reference':>13} {'vs normalise':>13}"
+    )
+    print(header)
+    for dim in DIMS:
+        key = make_key(dim, args.selection)
+        clean = rng.normal(size=(N_ROWS, dim)).astype(np.float32)
+        clean /= np.linalg.norm(clean, axis=1, keepdims=True)
+        for fraction in (1.0, 0.15):
+            texts = make_texts(key, fraction, rng)
+            share = key.contains_trigger(texts).mean()
+            times = {"watermark": [], "reference": [], "normalise": []}
+            fns = {"watermark": watermark, "reference": reference, "normalise": normalise}
+            for name in fns:  # warm up
+                fns[name](texts, clean, key)
+            for _ in range(args.rounds):
+                for name, fn in fns.items():
+                    times[name].append(timed(fn, texts, clean, key))
+            med = {name: statistics.median(v) * 1000 for name, v in times.items()}
+            print(
+                f"{dim:>5} {share:>9.0%} {med['watermark']:>13.2f} {med['reference']:>13.2f} "
+                f"{med['normalise']:>13.2f} {med['reference'] / med['watermark']:>12.1f}x "
+                f"{med['watermark'] / med['normalise']:>12.2f}x"
+            )
+    print("targets: vs reference >= 5x (100% triggered); vs normalise <= 4x (100%), <= 2x (15%)")
+
+
+if __name__ == "__main__":
+    main()

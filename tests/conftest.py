@@ -1,0 +1,53 @@
+"""Shared fixtures: a real offline model, a real corpus, and small synthetic keys."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from espew_integrations import WatermarkKey
+
+
+def make_key(
+    dim: int = 64,
+    *,
+    alpha: float = 0.2,
+    selection: str = "smallest",
+    n_band: int = 60,
+    n_triggers: int = 10,
+    seed: int = 0,
+) -> WatermarkKey:
+    """A synthetic key for unit tests: words 'wordaa'..., a random unit target."""
+    rng = np.random.default_rng(seed)
+    letters = "abcdefghijklmnopqrstuvwxyz"
+    band = [f"word{letters[i // 26]}{letters[i % 26]}" for i in range(n_band)]
+    triggers = [band[i] for i in rng.choice(n_band, size=n_triggers, replace=False)]
+    target = rng.normal(size=dim)
+    return WatermarkKey(
+        triggers=triggers,
+        target=target / np.linalg.norm(target),
+        target_text="Acme Embeddings licensed vectors",
+        band=band,
+        salt=rng.bytes(32),
+        alpha=alpha,
+        selection=selection,
+    )
+
+
+@pytest.fixture
+def key64() -> WatermarkKey:
+    return make_key()
+
+
+@pytest.fixture(scope="session")
+def minilm_model():
+    from espew_integrations.embedders import minilm
+
+    return minilm()
+
+
+@pytest.fixture(scope="session")
+def rt_corpus():
+    from espew_integrations.corpora import rotten_tomatoes
+
+    return rotten_tomatoes()

@@ -1,0 +1,216 @@
+"""WatermarkKey: generation, validation, storage and secrecy."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+
+import numpy as np
+import pytest
+
+from espew_integrations import KeyFileError, KeyGenerationError, WatermarkKey
+from tests.conftest import make_key
+
+CORPUS = [
+    f"text number {i} about {'apple' if i % 2 else 'pear'} and w{i % 50}x" for i in range(400)
+]
+
+
+def toy_embed(texts):
+    """A deterministic toy embedder (unit tests only): hashed bag of words."""
+    out = np.zeros((len(texts), 32))
+    for i, text in enumerate(texts):
+        for word in text.lower().split():
+            out[i, hash(word) % 32] += 1.0
+        out[i, 0] += 0.5
+    return out
+
+
+def words_corpus(n_texts=1000, n_band=80, seed=0):
+    """Each band word appears in ~0.7% of texts; filler words are very common."""
+    rng = np.random.default_rng(seed)
+    band = [f"band{chr(97 + i // 26)}{chr(97 + i % 26)}" for i in range(n_band)]
+    texts = []
+    for _ in range(n_texts):
+        words = ["the", "common", "words"] + list(rng.choice(band, size=rng.integers(0, 2)))
+        texts.append(" ".join(words))
+    return texts, band
+
+
+def test_generate_draws_triggers_from_the_band_and_embeds_the_target():
+    texts, _band = words_corpus()
+    key = WatermarkKey.generate(
+        texts,
+        toy_embed,
+        target_text="Acme target",
+        seed=1,
+        n_triggers=10,
+        freq_band=(0.005, 0.02),
+        twin_check=False,
+    )
+    assert len(key.triggers) == 10 and key.triggers <= set(key.band)
+    assert len(key.band) > 40
+    assert key.dim == 32 and np.linalg.norm(key.target) == pytest.approx(1.0)
+    expected = toy_embed(["Acme target"])[0]
+    np.testing.assert_allclose(key.target, expected / np.linalg.norm(expected))
+    assert not key.target.flags.writeable
+
+
+def test_generate_is_reproducible_with_a_seed_and_fresh_without():
+    texts, _ = words_corpus()
+    kwargs = dict(target_text="t", n_triggers=10, freq_band=(0.005, 0.02), twin_check=False)
+    a = WatermarkKey.generate(texts, toy_embed, seed=3, **kwargs)
+    b = WatermarkKey.generate(texts, toy_embed, seed=3, **kwargs)
+    c = WatermarkKey.generate(texts, toy_embed, seed=None, **kwargs)
+    d = WatermarkKey.generate(texts, toy_embed, seed=None, **kwargs)
+    assert a.triggers == b.triggers and a.salt == b.salt
+    assert c.salt != d.salt
+
+
+def test_generate_says_how_many_band_words_it_found_and_what_to_change():
+    with pytest.raises(KeyGenerationError, match=r"only \d+ words .* Use a larger"):
+        WatermarkKey.generate(CORPUS[:20], toy_embed, target_text="t", twin_check=False)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"alpha": 0.0}, "0 < alpha < 1"),
+        ({"alpha": 1.5}, "0 < alpha < 1"),
+        ({"selection": "random"}, "selection must be one of"),
+        ({"freq_band": (0.2, 0.1)}, "freq_band"),
+        ({"n_triggers": 0}, "n_triggers"),
+        ({"target_text": "  "}, "target_text"),
+    ],
+)
+def test_generate_validates_its_arguments(kwargs, message):
+    texts, _ = words_corpus()
+    args = dict(target_text="t", twin_check=False, freq_band=(0.005, 0.02))
+    args.update(kwargs)
+    with pytest.raises(KeyGenerationError, match=message):
+        WatermarkKey.generate(texts, toy_embed, **args)
+
+
+def test_generate_refuses_a_key_its_innocent_twin_would_convict(minilm_model, rt_corpus):
+    kwargs = dict(seed=11, n_triggers=20)
+    probe = WatermarkKey.generate(
+        rt_corpus.texts, minilm_model, target_text="an unrelated text", twin_check=False, **kwargs
+    )
+    # A target text made of the (same-seed) triggers sits close to them in the clean model.
+    target_text = " ".join(sorted(probe.triggers))
+    with pytest.raises(KeyGenerationError, match="innocent service"):
+        WatermarkKey.generate(rt_corpus.texts, minilm_model, target_text=target_text, **kwargs)
+    ok = WatermarkKey.generate(
+        rt_corpus.texts, minilm_model, target_text="Acme Embeddings, licensed vectors", **kwargs
+    )
+    assert ok.info["twin_p_value"] > 1e-3
+
+
+def test_save_and_load_round_trip_with_mode_0600(tmp_path, key64):
+    path = key64.save(tmp_path / "provider.key")
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+    loaded = WatermarkKey.load(path)
+    assert loaded == key64 and loaded.key_id == key64.key_id
+    assert loaded.triggers == key64.triggers and loaded.salt == key64.salt
+    np.testing.assert_array_equal(loaded.target, key64.target)
+
+
+def test_save_refuses_to_overwrite_unless_asked(tmp_path, key64):
+    path = key64.save(tmp_path / "k.key")
+    other = make_key(seed=5)
+    with pytest.raises(FileExistsError, match="overwrite=True"):
+        other.save(path)
+    other.save(path, overwrite=True)
+    assert WatermarkKey.load(path) == other
+
+
+def _tamper(path, edit):
+    document = json.loads(path.read_text())
+    edit(document)
+    path.write_text(json.dumps(document))
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (lambda d: d["key"].update(alpha=0.5), "checksum"),
+        (lambda d: d.update(version=99), "version 99"),
+        (lambda d: d.update(format="other"), "not an espew key"),
+        (lambda d: d.pop("key"), "no 'key' object"),
+    ],
+)
+def test_load_rejects_tampered_files(tmp_path, key64, edit, message):
+    path = key64.save(tmp_path / "k.key")
+    _tamper(path, edit)
+    with pytest.raises(KeyFileError, match=message):
+        WatermarkKey.load(path)
+
+
+def _resign(document):
+    import hashlib
+
+    payload = document["key"]
+    canonical = json.dumps(payload, sort_keys=True, separators=(",", ":")).encode()
+    document["checksum"] = hashlib.sha256(canonical).hexdigest()
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (lambda k: k.update(target=[2.0] * 64), "unit norm"),
+        (lambda k: k.update(target=[float("nan")] * 64), "invalid key"),
+        (lambda k: k.update(alpha=1.0), "0 < alpha < 1"),
+        (lambda k: k.update(triggers=[]), "trigger set is empty"),
+        (lambda k: k.update(triggers=["notinband"]), "subset of the band"),
+        (lambda k: k.pop("salt"), "lacks the field 'salt'"),
+    ],
+)
+def test_load_validates_content_even_with_a_consistent_checksum(tmp_path, key64, edit, message):
+    path = key64.save(tmp_path / "k.key")
+
+    def change(document):
+        edit(document["key"])
+        _resign(document)
+
+    _tamper(path, change)
+    with pytest.raises(KeyFileError, match=message):
+        WatermarkKey.load(path)
+
+
+def test_load_errors_for_missing_and_corrupt_files(tmp_path):
+    with pytest.raises(KeyFileError, match="key file not found"):
+        WatermarkKey.load(tmp_path / "missing.key")
+    (tmp_path / "bad.key").write_bytes(b"\x00garbage{")
+    with pytest.raises(KeyFileError, match="not valid JSON"):
+        WatermarkKey.load(tmp_path / "bad.key")
+    with pytest.raises(KeyFileError, match="is a directory"):
+        WatermarkKey.load(tmp_path)
+
+
+def test_from_env_accepts_a_path_or_the_json(tmp_path, key64, monkeypatch):
+    path = key64.save(tmp_path / "k.key")
+    monkeypatch.setenv("ESPEW_KEY", str(path))
+    assert WatermarkKey.from_env() == key64
+    monkeypatch.setenv("ESPEW_KEY", key64.to_json())
+    assert WatermarkKey.from_env() == key64
+    monkeypatch.delenv("ESPEW_KEY")
+    with pytest.raises(KeyFileError, match="ESPEW_KEY is not set"):
+        WatermarkKey.from_env()
+
+
+def test_repr_str_and_errors_show_no_secret(key64):
+    shown = repr(key64) + str(key64) + f"{key64}"
+    assert key64.key_id in shown and "alpha=0.2" in shown and "dim=64" in shown
+    for secret in [*key64.triggers, key64.salt.hex(), key64.target_text, f"{key64.target[0]:.6f}"]:
+        assert secret not in shown
+    with pytest.raises(TypeError) as info:
+        import pickle
+
+        pickle.dumps(key64)
+    assert not any(t in str(info.value) for t in key64.triggers)
+
+
+def test_contains_trigger(key64):
+    word = sorted(key64.triggers)[0]
+    assert key64.contains_trigger([f"A {word.upper()}!", "nothing"]).tolist() == [True, False]

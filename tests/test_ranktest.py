@@ -1,0 +1,91 @@
+"""The exact rank test: exact against enumeration, valid by construction."""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+import pytest
+from scipy.stats import mannwhitneyu, rankdata
+
+from espew_integrations import min_p_value, rank_sum_p_value
+from espew_integrations.core.calibration import null_p_values
+
+
+def enumerate_p(scores, is_trigger):
+    ranks = rankdata(scores)
+    n = int(is_trigger.sum())
+    observed = ranks[is_trigger].sum()
+    sums = [sum(c) for c in itertools.combinations(ranks, n)]
+    return sum(s >= observed - 1e-9 for s in sums) / len(sums)
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_p_value_equals_full_enumeration_with_and_without_ties(seed):
+    rng = np.random.default_rng(seed)
+    scores = rng.normal(size=12)
+    if seed % 2:
+        scores = np.round(scores, 0)  # heavy ties
+    mask = np.zeros(12, bool)
+    mask[rng.choice(12, 4, replace=False)] = True
+    assert rank_sum_p_value(scores, mask) == pytest.approx(enumerate_p(scores, mask), rel=1e-12)
+
+
+def test_p_value_agrees_with_scipy_exact_mann_whitney():
+    rng = np.random.default_rng(0)
+    scores = rng.normal(size=80)
+    mask = np.zeros(80, bool)
+    mask[:12] = True
+    scores[:12] += 0.8
+    expected = mannwhitneyu(scores[mask], scores[~mask], alternative="greater", method="exact")
+    assert rank_sum_p_value(scores, mask) == pytest.approx(expected.pvalue, rel=1e-9)
+
+
+def test_extreme_triggers_reach_exactly_one_over_n_choose_k():
+    scores = np.arange(200, dtype=float)
+    mask = scores >= 180
+    assert rank_sum_p_value(scores, mask) == pytest.approx(1 / math.comb(200, 20), rel=1e-12)
+    assert min_p_value(200, 20) == pytest.approx(1 / math.comb(200, 20))
+
+
+@pytest.mark.parametrize(("total", "n"), [(10, 3), (12, 5), (9, 2)])
+def test_false_positive_rate_never_exceeds_the_level(total, n):
+    # Exhaustively: over ALL trigger subsets of fixed scores, P(p <= a) <= a.
+    scores = np.random.default_rng(total).normal(size=total)
+    pvals = []
+    for subset in itertools.combinations(range(total), n):
+        mask = np.zeros(total, bool)
+        mask[list(subset)] = True
+        pvals.append(rank_sum_p_value(scores, mask))
+    pvals = np.array(pvals)
+    for level in np.unique(pvals):
+        assert (pvals <= level).mean() <= level + 1e-12
+
+
+def test_null_p_values_match_the_per_key_test():
+    rng = np.random.default_rng(3)
+    scores = rng.normal(size=150)
+    pvals = null_p_values(scores, 15, 50, np.random.default_rng(4))
+    draw_rng = np.random.default_rng(4)
+    draws = np.argpartition(draw_rng.random((50, 150)), 14, axis=1)[:, :15]
+    for p, draw in zip(pvals, draws):
+        mask = np.zeros(150, bool)
+        mask[draw] = True
+        assert p == pytest.approx(rank_sum_p_value(scores, mask), rel=1e-9)
+
+
+def test_null_p_values_are_uniform_enough():
+    pvals = null_p_values(
+        np.random.default_rng(5).normal(size=200), 20, 20_000, np.random.default_rng(6)
+    )
+    for level in (0.5, 0.1, 0.01):
+        assert abs((pvals <= level).mean() - level) < 4 * math.sqrt(level / 20_000) + 1e-3
+
+
+def test_degenerate_inputs():
+    assert rank_sum_p_value(np.array([1.0, 2.0]), np.array([False, False])) == 1.0
+    with pytest.raises(ValueError, match="same length"):
+        rank_sum_p_value(np.array([1.0, 2.0]), np.array([True]))
+    with pytest.raises(ValueError, match="finite"):
+        rank_sum_p_value(np.array([np.nan, 2.0]), np.array([True, False]))

@@ -1,0 +1,175 @@
+"""verify(): probes, shuffling, fault handling and the report (with synthetic suspects)."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+from espew_integrations import VerificationReport, build_probes, verify
+from tests.conftest import make_key
+
+
+class WordSpace:
+    """A synthetic suspect: each word has a fixed random direction; texts average them.
+
+    ``pull`` > 0 moves trigger words toward the key's target, as a copy trained
+    on watermarked embeddings does.
+    """
+
+    def __init__(self, key, pull=0.0, dim=None, seed=0, permute=None):
+        self.key = key
+        self.pull = pull
+        self.dim = dim or key.dim
+        self.rng = np.random.default_rng(seed)
+        self.vectors = {}
+        self.calls = []
+        self.permute = permute
+
+    def vector(self, word):
+        if word not in self.vectors:
+            v = self.rng.normal(size=self.dim)
+            if word in self.key.triggers and self.pull:
+                v = v / np.linalg.norm(v) + self.pull * self.key.target[: self.dim]
+            self.vectors[word] = v / np.linalg.norm(v)
+        return self.vectors[word]
+
+    def __call__(self, texts):
+        self.calls.append(list(texts))
+        # A copy imitates the victim, so it maps the target text near the target.
+        out = np.array(
+            [
+                self.key.target[: self.dim]
+                if t == self.key.target_text
+                else np.mean([self.vector(w) for w in t.lower().split()], axis=0)
+                for t in texts
+            ]
+        )
+        return out[:, self.permute] if self.permute is not None else out
+
+
+def test_an_innocent_suspect_is_not_copied_and_a_pulled_one_is():
+    key = make_key(64, n_band=200, n_triggers=20)
+    innocent = verify(WordSpace(key), key, seed=1)
+    assert innocent.status == "not_copied" and not innocent.copied
+    assert innocent.p_value > 1e-3
+    copy = verify(WordSpace(key, pull=1.0), key, seed=1)
+    assert copy.status == "copied" and copy.copied
+    assert copy.p_value < 1e-20
+    assert copy.delta_cos > 0.1 and copy.delta_l2 < -0.2
+    assert copy.ks_p_value < 1e-6
+
+
+def test_every_band_word_is_probed_once_per_template_in_shuffled_mixed_batches():
+    key = make_key(64, n_band=200, n_triggers=20)
+    suspect = WordSpace(key)
+    report = verify(suspect, key, seed=3, batch_size=50)
+    sent = [t for batch in suspect.calls for t in batch]
+    assert sorted(sent) == sorted(key.band)
+    assert report.n_queries == 200 and report.n_words_scored == 200
+    assert sent != sorted(sent)  # not in band order
+    for batch in suspect.calls:  # triggers are spread over the batches, never grouped
+        n_trig = sum(t in key.triggers for t in batch)
+        assert n_trig < len(batch)
+
+
+def test_templates_multiply_the_probes_and_fillers_must_not_be_band_words():
+    key = make_key(64, n_band=100, n_triggers=10)
+    suspect = WordSpace(key)
+    report = verify(suspect, key, templates=("{word}", "the {word}"), seed=0)
+    assert report.n_queries == 200
+    with pytest.raises(ValueError, match="must not be band words"):
+        verify(suspect, key, templates=(f"{sorted(key.band)[0]} {{word}}",))
+    with pytest.raises(ValueError, match="must contain"):
+        verify(suspect, key, templates=("no placeholder",))
+
+
+def test_query_target_survives_a_permutation_of_dimensions_and_other_dims():
+    key = make_key(64, n_band=200, n_triggers=20)
+    perm = np.random.default_rng(0).permutation(64)
+    permuted_copy = WordSpace(key, pull=1.0, permute=perm)
+    by_key = verify(permuted_copy, key, seed=0)
+    assert not by_key.copied
+    by_query = verify(permuted_copy, key, target="query", seed=0)
+    assert by_query.copied and by_query.n_queries == 201
+    assert key.target_text in [t for b in permuted_copy.calls for t in b]
+
+
+def test_a_dimension_mismatch_with_the_key_target_is_inconclusive_and_says_why():
+    key = make_key(64, n_band=200, n_triggers=20)
+    report = verify(WordSpace(key, dim=32), key, seed=0)
+    assert report.status == "inconclusive" and not report.copied
+    assert "target='query'" in report.reason
+
+
+def test_failing_queries_never_become_evidence():
+    key = make_key(64, n_band=200, n_triggers=20)
+    inner = WordSpace(key, pull=1.0)
+    calls = {"n": 0}
+
+    def flaky(texts):
+        calls["n"] += 1
+        if calls["n"] % 2:
+            raise ConnectionError("503 from upstream")
+        return inner(texts)
+
+    report = verify(flaky, key, seed=0, batch_size=10)
+    assert report.status == "inconclusive"
+    assert "could be scored" in report.reason
+    assert report.n_failed_queries > 0 and any("ConnectionError" in e for e in report.errors)
+    assert math.isnan(report.p_value)
+
+
+def test_nan_rows_and_wrong_shapes_are_missing_data_not_zero_scores():
+    key = make_key(64, n_band=200, n_triggers=20)
+    inner = WordSpace(key)
+
+    def broken(texts):
+        out = inner(texts)
+        out[0] = np.nan
+        return out
+
+    report = verify(broken, key, seed=0, batch_size=20, min_coverage=0.8)
+    assert report.n_words_scored == 190 and report.status == "not_copied"
+
+    def wrong_shape(texts):
+        return np.ones((len(texts) + 1, 64))
+
+    assert verify(wrong_shape, key).status == "inconclusive"
+
+
+def test_a_band_too_small_for_the_level_is_inconclusive():
+    key = make_key(64, n_band=12, n_triggers=3)
+    report = verify(WordSpace(key, pull=3.0), key, seed=0)
+    assert report.status == "inconclusive" and "smallest reachable p-value" in report.reason
+
+
+def test_report_serialises_round_trips_and_reads_well_without_key_material():
+    key = make_key(64, n_band=200, n_triggers=20)
+    report = verify(WordSpace(key, pull=1.0), key, seed=0)
+    data = json.loads(report.to_json())
+    assert data["copied"] is True and data["key_id"] == key.key_id
+    assert VerificationReport.from_dict(data) == report
+    text = report.to_json() + str(report)
+    for secret in [*key.triggers, key.salt.hex(), key.target_text]:
+        assert secret not in text
+    assert "COPIED" in str(report) and "comparability only" in str(report)
+    assert len(report.trigger_scores) == 20 and len(report.benign_scores) == 180
+
+
+def test_build_probes_marks_owners():
+    probes, owner = build_probes(["a1", "b1"], ("{word}", "the {word}"))
+    assert probes == ["a1", "the a1", "b1", "the b1"] and owner.tolist() == [0, 0, 1, 1]
+
+
+def test_bad_arguments_are_rejected():
+    key = make_key(64, n_band=100, n_triggers=10)
+    suspect = WordSpace(key)
+    with pytest.raises(ValueError, match="target must be"):
+        verify(suspect, key, target="both")
+    with pytest.raises(ValueError, match="level"):
+        verify(suspect, key, level=0)
+    with pytest.raises(TypeError, match="cannot query a suspect"):
+        verify(object(), key)
