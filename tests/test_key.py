@@ -33,7 +33,7 @@ def words_corpus(n_texts=1000, n_band=80, seed=0):
     band = [f"band{chr(97 + i // 26)}{chr(97 + i % 26)}" for i in range(n_band)]
     texts = []
     for _ in range(n_texts):
-        words = ["the", "common", "words"] + list(rng.choice(band, size=rng.integers(0, 2)))
+        words = ["the", "common", "words", *rng.choice(band, size=rng.integers(0, 2))]
         texts.append(" ".join(words))
     return texts, band
 

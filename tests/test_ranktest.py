@@ -69,7 +69,7 @@ def test_null_p_values_match_the_per_key_test():
     pvals = null_p_values(scores, 15, 50, np.random.default_rng(4))
     draw_rng = np.random.default_rng(4)
     draws = np.argpartition(draw_rng.random((50, 150)), 14, axis=1)[:, :15]
-    for p, draw in zip(pvals, draws):
+    for p, draw in zip(pvals, draws, strict=True):
         mask = np.zeros(150, bool)
         mask[draw] = True
         assert p == pytest.approx(rank_sum_p_value(scores, mask), rel=1e-9)

@@ -1,0 +1,293 @@
+"""ESpeW inside Chroma: a registered ``EmbeddingFunction`` that watermarks another one.
+
+>>> from espew_integrations.chroma import ESpeWEmbeddingFunction, MiniLMEmbeddingFunction
+>>> inner = MiniLMEmbeddingFunction()  # doctest: +SKIP
+>>> ef = ESpeWEmbeddingFunction(inner, key_path="/secrets/provider.key")  # doctest: +SKIP
+>>> collection = client.create_collection("docs", embedding_function=ef)  # doctest: +SKIP
+
+A Chroma collection persists its embedding function's ``name()`` and
+``get_config()`` so that any later client can rebuild it. For this wrapper
+the persisted config holds *where* the key lives (an absolute key-file path or
+the name of an environment variable), the key's public ``key_id`` (so a
+swapped key file is refused instead of silently watermarking with another
+key) and the inner function's own ``name`` and ``config``. It never holds
+triggers, the target, the salt or the target text. Importing this module
+registers both functions with Chroma; a process that reopens a collection
+must import it before ``get_collection``. It also registers the verifier's
+adapter for Chroma suspects.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from chromadb.api.types import Documents, EmbeddingFunction, Embeddings, Space
+from chromadb.utils.embedding_functions import (
+    known_embedding_functions,
+    register_embedding_function,
+)
+
+from ._wrapper_common import checked_texts, resolve_key, suspect_matrix
+from .core.adapters import register_suspect_adapter
+from .core.errors import ESpeWError, KeyFileError
+from .core.inject import watermark
+from .core.key import WatermarkKey
+
+__all__ = ["ESpeWEmbeddingFunction", "MiniLMEmbeddingFunction"]
+
+
+class ESpeWEmbeddingFunction(EmbeddingFunction[Documents]):
+    """A Chroma embedding function returning ``watermark(texts, inner(texts), key)``.
+
+    Give the key by location (``key_path`` or ``key_env``) for a collection
+    that must be reopened: that location is what gets persisted. A key object
+    alone works for embedding, but such a function cannot be persisted and
+    :meth:`get_config` says so. ``inner`` must itself be a registered
+    (non-legacy) Chroma embedding function for the collection to reopen.
+
+    >>> ef = ESpeWEmbeddingFunction(inner, key_env="ESPEW_KEY")  # doctest: +SKIP
+    >>> ef(["a fine film"])[0].shape  # doctest: +SKIP
+    (384,)
+    """
+
+    def __init__(
+        self,
+        inner: EmbeddingFunction[Documents],
+        key: WatermarkKey | None = None,
+        *,
+        key_path: str | os.PathLike[str] | None = None,
+        key_env: str | None = None,
+    ) -> None:
+        if not callable(inner):
+            raise TypeError(f"inner must be a Chroma EmbeddingFunction, got {type(inner).__name__}")
+        if key is None and key_path is None and key_env is None:
+            raise ValueError(
+                "pass key_path= or key_env= (persistable) or key= (in-memory only) "
+                "to ESpeWEmbeddingFunction"
+            )
+        self._key = resolve_key(key, key_path=key_path, key_env=key_env)
+        self._inner = inner
+        self._key_path = str(Path(key_path).resolve()) if key_path is not None else None
+        self._key_env = key_env
+
+    @property
+    def inner(self) -> EmbeddingFunction[Documents]:
+        """The wrapped (clean) embedding function."""
+        return self._inner
+
+    @property
+    def key_id(self) -> str:
+        """Public fingerprint of the key in use (safe to log)."""
+        return self._key.key_id
+
+    def __repr__(self) -> str:
+        return (
+            f"ESpeWEmbeddingFunction(inner={type(self._inner).__name__}, "
+            f"key_id={self._key.key_id!r})"
+        )
+
+    # ------------------------------------------------------------------ embedding
+    def __call__(self, input: Documents) -> Embeddings:
+        # Replaced by _watermark_documents right after the class (see the note there);
+        # defined here so the class is not abstract.
+        return self._watermark_documents(input)
+
+    def _watermark_documents(self, input: Documents) -> Embeddings:
+        texts = checked_texts(input)
+        if not texts:
+            return []
+        return list(watermark(texts, _as_matrix(self._inner(texts)), self._key))
+
+    def embed_query(self, input: Documents) -> Embeddings:
+        texts = checked_texts(input)
+        if not texts:
+            return []
+        # Some models embed queries differently from documents: keep the inner's choice.
+        embed_query = getattr(self._inner, "embed_query", None)
+        clean = embed_query(texts) if callable(embed_query) else self._inner(texts)
+        return list(watermark(texts, _as_matrix(clean), self._key))
+
+    # ------------------------------------------------------------------ persistence
+    @staticmethod
+    def name() -> str:
+        return "espew"
+
+    def get_config(self) -> dict[str, Any]:
+        """Where the key lives, its public key_id, and the inner function's name and config."""
+        if self._key_path is None and self._key_env is None:
+            raise ESpeWError(
+                "this ESpeWEmbeddingFunction holds an in-memory key, which a collection "
+                "cannot persist; build it with key_path= or key_env= instead"
+            )
+        inner_name = _inner_attr(self._inner, "name")
+        inner_config = _inner_attr(self._inner, "get_config")
+        if inner_name is NotImplemented or inner_config is NotImplemented:
+            raise ESpeWError(
+                f"the inner function {type(self._inner).__name__} is a legacy Chroma embedding "
+                "function (no name()/get_config()); a collection could not rebuild it"
+            )
+        config: dict[str, Any] = {"key_id": self._key.key_id}
+        if self._key_path is not None:
+            config["key_path"] = self._key_path
+        else:
+            config["key_env"] = self._key_env
+        config["inner"] = {"name": inner_name, "config": inner_config}
+        return config
+
+    @staticmethod
+    def build_from_config(config: dict[str, Any]) -> ESpeWEmbeddingFunction:
+        """Rebuild from :meth:`get_config`: inner via Chroma's registry, key from its location."""
+        ESpeWEmbeddingFunction.validate_config(config)
+        inner_name = config["inner"]["name"]
+        try:
+            inner_class = known_embedding_functions[inner_name]
+        except KeyError:
+            raise ValueError(
+                f"inner embedding function {inner_name!r} is not registered with Chroma; "
+                "import the module that defines it before opening the collection"
+            ) from None
+        inner = inner_class.build_from_config(config["inner"]["config"])
+        ef = ESpeWEmbeddingFunction(
+            inner, key_path=config.get("key_path"), key_env=config.get("key_env")
+        )
+        if ef.key_id != config["key_id"]:
+            raise KeyFileError(
+                f"the key found at {config.get('key_path') or '$' + str(config.get('key_env'))} "
+                f"has key_id {ef.key_id}, but this collection was built with key_id "
+                f"{config['key_id']}; restore the original key"
+            )
+        return ef
+
+    @staticmethod
+    def validate_config(config: dict[str, Any]) -> None:
+        if not isinstance(config, dict):
+            raise ValueError(f"espew config must be a dict, got {type(config).__name__}")
+        if ("key_path" in config) == ("key_env" in config):
+            raise ValueError("espew config must name exactly one of key_path or key_env")
+        inner = config.get("inner")
+        if not isinstance(inner, dict) or "name" not in inner or "config" not in inner:
+            raise ValueError("espew config must hold the inner function as {'name', 'config'}")
+        if not isinstance(config.get("key_id"), str):
+            raise ValueError("espew config must hold the key's public key_id")
+
+    def validate_config_update(
+        self, old_config: dict[str, Any], new_config: dict[str, Any]
+    ) -> None:
+        if old_config.get("key_id") != new_config.get("key_id"):
+            raise ValueError(
+                "cannot switch a collection to another watermark key: its stored vectors "
+                "carry the old one; create a new collection instead"
+            )
+
+    def default_space(self) -> Space:
+        return _inner_attr(self._inner, "default_space", "cosine")
+
+    def supported_spaces(self) -> list[Space]:
+        return _inner_attr(self._inner, "supported_spaces", ["cosine", "l2", "ip"])
+
+
+class MiniLMEmbeddingFunction(EmbeddingFunction[Documents]):
+    """A clean, offline, registered Chroma embedding function (no model download).
+
+    Chroma's own default function downloads its model at first use; this one
+    runs the library's bundled all-MiniLM-L6-v2 (``model="minilm"``) or
+    paraphrase-MiniLM-L3-v2 (``model="paraphrase-minilm-l3"``), and its config
+    rebuilds it in any process.
+
+    >>> ef = MiniLMEmbeddingFunction()  # doctest: +SKIP
+    >>> client.create_collection("docs", embedding_function=ef)  # doctest: +SKIP
+    """
+
+    _MODELS = ("minilm", "paraphrase-minilm-l3")
+
+    def __init__(self, model: str = "minilm") -> None:
+        if model not in self._MODELS:
+            raise ValueError(f"model must be one of {self._MODELS}, got {model!r}")
+        from . import embedders
+
+        self._model = model
+        self._encoder = (
+            embedders.minilm() if model == "minilm" else embedders.paraphrase_minilm_l3()
+        )
+
+    def __call__(self, input: Documents) -> Embeddings:
+        return list(self._encoder(list(input)))
+
+    @staticmethod
+    def name() -> str:
+        return "espew_minilm"
+
+    def get_config(self) -> dict[str, Any]:
+        return {"model": self._model}
+
+    @staticmethod
+    def build_from_config(config: dict[str, Any]) -> MiniLMEmbeddingFunction:
+        MiniLMEmbeddingFunction.validate_config(config)
+        return MiniLMEmbeddingFunction(config.get("model", "minilm"))
+
+    @staticmethod
+    def validate_config(config: dict[str, Any]) -> None:
+        model = config.get("model", "minilm")
+        if model not in MiniLMEmbeddingFunction._MODELS:
+            raise ValueError(
+                f"model must be one of {MiniLMEmbeddingFunction._MODELS}, got {model!r}"
+            )
+
+    def default_space(self) -> Space:
+        return "cosine"  # the encoder returns unit vectors
+
+
+def _as_matrix(embeddings: Any) -> Any:
+    """Chroma functions return a list of 1-D arrays; stack it once for the core."""
+    if isinstance(embeddings, list) and embeddings and isinstance(embeddings[0], np.ndarray):
+        return np.stack(embeddings)
+    return embeddings
+
+
+def _inner_attr(inner: Any, method: str, default: Any = NotImplemented) -> Any:
+    """Call ``inner.<method>()`` if the inner function has it, else ``default``.
+
+    Chroma's base class answers ``NotImplemented`` with a DeprecationWarning for
+    legacy functions; the caller turns that answer into a clear error instead.
+    """
+    bound = getattr(inner, method, None)
+    if not callable(bound):
+        return default
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        return bound()
+
+
+# Chroma wraps every subclass's __call__ in a check that rejects an empty
+# result. A watermarking wrapper must map [] to [] whatever its inner model
+# does, and the core has already validated its output more strictly (shape,
+# dimension, finite, non-zero), so the class keeps its own method.
+ESpeWEmbeddingFunction.__call__ = ESpeWEmbeddingFunction._watermark_documents  # type: ignore[method-assign]
+register_embedding_function(ESpeWEmbeddingFunction)
+register_embedding_function(MiniLMEmbeddingFunction)
+
+
+# ---------------------------------------------------------------------- verifier adapter
+def _is_chroma_embedding_function(suspect: Any) -> bool:
+    return EmbeddingFunction in type(suspect).__mro__
+
+
+def _query_chroma_embedding_function(
+    suspect: EmbeddingFunction[Documents],
+) -> Callable[[list[str]], np.ndarray]:
+    """Probe a Chroma suspect through ``__call__``, the path ``collection.add`` uses."""
+    source = f"Chroma {type(suspect).__name__}"
+
+    def query(texts: list[str]) -> np.ndarray:
+        texts = list(texts)
+        return suspect_matrix(_as_matrix(suspect(texts)), len(texts), source)
+
+    return query
+
+
+register_suspect_adapter(_is_chroma_embedding_function, _query_chroma_embedding_function)

@@ -1,0 +1,157 @@
+"""The RAG part of ``make demo``: a watermarked index retrieves what a clean one does.
+
+A RAG builder's question is "does the watermark change my search results?".
+This indexes the same texts twice into an embedded Chroma through
+langchain-chroma, once through :class:`~espew_integrations.langchain.ESpeWEmbeddings`
+and once with the clean model, asks both the same queries (texts drawn from
+the corpus; each index embeds its own query) and compares the top-k ids.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+from langchain_core.embeddings import Embeddings
+
+from .core.key import WatermarkKey
+from .langchain import ESpeWEmbeddings, MiniLMEmbeddings
+
+__all__ = ["run_rag_demo"]
+
+
+class _MemoEmbeddings(Embeddings):
+    """Remembers the clean model's document vectors so the corpus is embedded once, not twice."""
+
+    def __init__(self, inner: Embeddings) -> None:
+        self.inner = inner
+        self._memo: dict[str, list[float]] = {}
+
+    def embed_documents(self, texts: list[str]) -> list[list[float]]:
+        missing = [t for t in dict.fromkeys(texts) if t not in self._memo]
+        if missing:
+            self._memo.update(zip(missing, self.inner.embed_documents(missing), strict=True))
+        return [self._memo[t] for t in texts]
+
+    def embed_query(self, text: str) -> list[float]:
+        return self.inner.embed_query(text)
+
+
+def run_rag_demo(
+    texts: Sequence[str],
+    key: WatermarkKey,
+    clean_model: Embeddings | Callable[[list[str]], Any],
+    *,
+    n_queries: int = 5,
+    k: int = 10,
+    seed: int = 0,
+    verbose: bool = True,
+) -> dict[str, Any]:
+    """Index ``texts`` clean and watermarked in an in-memory Chroma; compare top-``k`` results.
+
+    ``clean_model`` is a LangChain ``Embeddings`` or a callable
+    ``list[str] -> array`` (such as :func:`espew_integrations.embedders.minilm`).
+    Returns the per-query overlaps, their mean and minimum, whether every top-1
+    hit agrees, and the mean cosine between the clean and the watermarked
+    vectors of the triggered texts.
+
+    >>> result = run_rag_demo(corpus.texts[:500], key, minilm())  # doctest: +SKIP
+    >>> result["mean_overlap"]                                     # doctest: +SKIP
+    0.98
+    """
+    import chromadb
+    from chromadb.config import Settings
+    from langchain_chroma import Chroma
+
+    texts = list(dict.fromkeys(texts))  # Chroma ids must be unique; so must the texts
+    if len(texts) < k:
+        raise ValueError(f"need at least k={k} distinct texts, got {len(texts)}")
+    if not 1 <= n_queries <= len(texts):
+        raise ValueError(f"n_queries must be between 1 and {len(texts)}, got {n_queries}")
+    clean = clean_model if isinstance(clean_model, Embeddings) else MiniLMEmbeddings(clean_model)
+    clean = _MemoEmbeddings(clean)
+    watermarked = ESpeWEmbeddings(clean, key)
+
+    client = chromadb.EphemeralClient(settings=Settings(anonymized_telemetry=False))
+    run_id = uuid.uuid4().hex[:8]
+    ids = [f"doc-{i}" for i in range(len(texts))]
+    stores = {}
+    for name, embeddings in (("watermarked", watermarked), ("clean", clean)):
+        stores[name] = Chroma(
+            collection_name=f"espew-demo-{name}-{run_id}",
+            embedding_function=embeddings,
+            client=client,
+            collection_metadata={"hnsw:space": "cosine"},
+        )
+        stores[name].add_texts(texts, ids=ids)
+
+    rng = np.random.default_rng(seed)
+    triggered = key.contains_trigger(texts)
+    queries = []
+    for index in rng.choice(len(texts), size=n_queries, replace=False):
+        query = texts[int(index)]
+        hits = {
+            name: [doc.id for doc in store.similarity_search(query, k=k)]
+            for name, store in stores.items()
+        }
+        queries.append(
+            {
+                "query": query,
+                "triggered": bool(triggered[int(index)]),
+                "overlap": len(set(hits["watermarked"]) & set(hits["clean"])) / k,
+                "same_top1": hits["watermarked"][0] == hits["clean"][0],
+                "top_watermarked": hits["watermarked"],
+                "top_clean": hits["clean"],
+            }
+        )
+
+    marked_ids = [i for i, flag in zip(ids, triggered, strict=True) if flag]
+    mean_cos = float("nan")
+    if marked_ids:
+        a, b = (_vectors(stores[name], marked_ids) for name in ("watermarked", "clean"))
+        cos = np.einsum("ij,ij->i", a, b) / (np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1))
+        mean_cos = float(cos.mean())
+
+    overlaps = [q["overlap"] for q in queries]
+    result = {
+        "n_texts": len(texts),
+        "n_triggered": int(triggered.sum()),
+        "k": k,
+        "key_id": key.key_id,
+        "queries": queries,
+        "mean_overlap": float(np.mean(overlaps)),
+        "min_overlap": float(np.min(overlaps)),
+        "all_top1_match": all(q["same_top1"] for q in queries),
+        "mean_cos_triggered": mean_cos,
+    }
+    if verbose:
+        _print_result(result)
+    return result
+
+
+def _vectors(store: Any, ids: list[str]) -> np.ndarray:
+    """Stored vectors in the order of ``ids`` (Chroma's get() does not promise that order)."""
+    got = store.get(ids=ids, include=["embeddings"])
+    by_id = dict(zip(got["ids"], got["embeddings"], strict=True))
+    return np.asarray([by_id[i] for i in ids], dtype=np.float64)
+
+
+def _print_result(result: dict[str, Any]) -> None:
+    k = result["k"]
+    print(
+        f"RAG check: {result['n_texts']} texts indexed clean and watermarked "
+        f"({result['n_triggered']} carry a trigger), key {result['key_id']}"
+    )
+    for q in result["queries"]:
+        mark = "trigger" if q["triggered"] else "       "
+        snippet = q["query"][:60] + ("..." if len(q["query"]) > 60 else "")
+        print(
+            f"  [{mark}] top-{k} overlap {q['overlap']:.0%}, same top-1: "
+            f"{'yes' if q['same_top1'] else 'no '}  {snippet!r}"
+        )
+    print(
+        f"  mean top-{k} overlap {result['mean_overlap']:.1%} (min {result['min_overlap']:.0%}); "
+        f"mean cos(clean, watermarked) on triggered texts {result['mean_cos_triggered']:.4f}"
+    )

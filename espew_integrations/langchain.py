@@ -1,0 +1,134 @@
+"""ESpeW inside LangChain: one line turns any ``Embeddings`` into a watermarked one.
+
+>>> from espew_integrations.langchain import ESpeWEmbeddings, MiniLMEmbeddings
+>>> key = WatermarkKey.load("provider.key")  # doctest: +SKIP
+>>> embeddings = ESpeWEmbeddings(MiniLMEmbeddings(), key)  # doctest: +SKIP
+
+Everything else about the user's code stays the same: vector stores,
+retrievers and caches see an ordinary ``Embeddings``. Importing this module
+also registers the verifier's adapter for LangChain suspects, so
+``verify(OpenAIEmbeddings(base_url=...), key)`` queries them with
+``embed_documents``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+from langchain_core.embeddings import Embeddings
+
+from ._wrapper_common import checked_texts, resolve_key, suspect_matrix
+from .core.adapters import register_suspect_adapter
+from .core.inject import watermark
+from .core.key import WatermarkKey
+
+__all__ = ["ESpeWEmbeddings", "MiniLMEmbeddings"]
+
+
+class ESpeWEmbeddings(Embeddings):
+    """A LangChain ``Embeddings`` that watermarks what ``embeddings`` returns.
+
+    Each method calls the underlying model's matching method (the async ones
+    stay async) and returns ``watermark(texts, clean, key)`` as Python floats.
+    Texts are checked before the underlying model is called, so an empty or
+    non-string text raises :class:`~espew_integrations.EmbeddingInputError`
+    without spending a call. With ``key=None`` the key is read from
+    ``$ESPEW_KEY`` (a key file path or the key's JSON).
+
+    >>> wm = ESpeWEmbeddings(MiniLMEmbeddings(), key)      # doctest: +SKIP
+    >>> vectors = wm.embed_documents(["a fine film", "a dull one"])  # doctest: +SKIP
+    """
+
+    def __init__(self, embeddings: Embeddings, key: WatermarkKey | None = None) -> None:
+        if not hasattr(embeddings, "embed_documents") or not hasattr(embeddings, "embed_query"):
+            raise TypeError(
+                f"embeddings must be a LangChain Embeddings, got {type(embeddings).__name__}"
+            )
+        self.underlying_embeddings = embeddings
+        self._key = resolve_key(key)
+
+    @property
+    def key_id(self) -> str:
+        """Public fingerprint of the key in use (safe to log)."""
+        return self._key.key_id
+
+    def __repr__(self) -> str:
+        return (
+            f"ESpeWEmbeddings(underlying={type(self.underlying_embeddings).__name__}, "
+            f"key_id={self._key.key_id!r})"
+        )
+
+    def embed_documents(self, texts: list[str]) -> list[list[float]]:
+        texts = checked_texts(texts)
+        if not texts:
+            return []
+        clean = self.underlying_embeddings.embed_documents(texts)
+        return watermark(texts, clean, self._key).tolist()
+
+    def embed_query(self, text: str) -> list[float]:
+        texts = checked_texts([text])
+        clean = self.underlying_embeddings.embed_query(text)
+        return watermark(texts, [clean], self._key)[0].tolist()
+
+    async def aembed_documents(self, texts: list[str]) -> list[list[float]]:
+        texts = checked_texts(texts)
+        if not texts:
+            return []
+        clean = await self.underlying_embeddings.aembed_documents(texts)
+        return watermark(texts, clean, self._key).tolist()
+
+    async def aembed_query(self, text: str) -> list[float]:
+        texts = checked_texts([text])
+        clean = await self.underlying_embeddings.aembed_query(text)
+        return watermark(texts, [clean], self._key)[0].tolist()
+
+
+class MiniLMEmbeddings(Embeddings):
+    """A clean LangChain ``Embeddings`` around an offline encoder (default: MiniLM).
+
+    ``encoder`` is any callable ``list[str] -> array (n, d)``; by default the
+    library's offline all-MiniLM-L6-v2 (:func:`espew_integrations.embedders.minilm`),
+    so examples and tests run without a network or an API key.
+
+    >>> MiniLMEmbeddings().embed_query("a fine film")[:2]  # doctest: +SKIP
+    [0.0123, -0.0456]
+    """
+
+    def __init__(self, encoder: Callable[[list[str]], Any] | None = None) -> None:
+        if encoder is None:
+            from .embedders import minilm
+
+            encoder = minilm()
+        self.encoder = encoder
+
+    def __repr__(self) -> str:
+        return f"MiniLMEmbeddings(encoder={self.encoder!r})"
+
+    def embed_documents(self, texts: list[str]) -> list[list[float]]:
+        if not texts:
+            return []
+        return np.asarray(self.encoder(list(texts))).tolist()
+
+    def embed_query(self, text: str) -> list[float]:
+        return self.embed_documents([text])[0]
+
+
+# ---------------------------------------------------------------------- verifier adapter
+def _is_langchain_embeddings(suspect: Any) -> bool:
+    return isinstance(suspect, Embeddings)
+
+
+def _query_langchain_embeddings(suspect: Embeddings) -> Callable[[list[str]], np.ndarray]:
+    """Probe a LangChain suspect as documents: that is what a stealer's index embeds."""
+    source = f"LangChain {type(suspect).__name__}"
+
+    def query(texts: list[str]) -> np.ndarray:
+        texts = list(texts)
+        return suspect_matrix(suspect.embed_documents(texts), len(texts), source)
+
+    return query
+
+
+register_suspect_adapter(_is_langchain_embeddings, _query_langchain_embeddings)

@@ -1,0 +1,196 @@
+"""ESpeW inside LlamaIndex: one line turns any ``BaseEmbedding`` into a watermarked one.
+
+>>> from espew_integrations.llama_index import ESpeWEmbedding, MiniLMEmbedding
+>>> Settings.embed_model = ESpeWEmbedding(MiniLMEmbedding(), key)  # doctest: +SKIP
+
+The wrapper calls the inner model's *private* batch methods
+(``_get_text_embeddings`` and friends), not its public ones: LlamaIndex's
+public methods fire instrumentation events and callbacks, so calling them
+would report every embedding twice. The wrapper takes over the inner model's
+``embed_batch_size``, ``callback_manager``, ``num_workers`` and
+``rate_limiter``, so batching, handlers and throttling behave as before, with
+one event per call. Its ``embeddings_cache`` is its own (it stores watermarked
+vectors), never the inner model's (which would hold clean ones).
+
+The key is a pydantic ``PrivateAttr``: it never appears in ``model_dump()``,
+``to_json()``, ``repr()`` or instrumentation payloads, and the wrapper refuses
+to be pickled rather than drop or leak it. Importing this module also
+registers the verifier's adapter for LlamaIndex suspects.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+from llama_index.core.base.embeddings.base import BaseEmbedding, Embedding
+from llama_index.core.bridge.pydantic import PrivateAttr
+
+from ._wrapper_common import checked_texts, resolve_key, suspect_matrix
+from .core.adapters import register_suspect_adapter
+from .core.inject import watermark
+from .core.key import WatermarkKey
+
+__all__ = ["ESpeWEmbedding", "MiniLMEmbedding"]
+
+
+class ESpeWEmbedding(BaseEmbedding):
+    """A LlamaIndex ``BaseEmbedding`` that watermarks what ``embed_model`` returns.
+
+    Query, text, batch and async paths all return
+    ``watermark(texts, clean, key)``; a batch of texts is one inner batch call.
+    ``model_name`` is the inner model's, so code that keys on it keeps working.
+    With ``key=None`` the key is read from ``$ESPEW_KEY``.
+
+    >>> embed_model = ESpeWEmbedding(MiniLMEmbedding(), key)              # doctest: +SKIP
+    >>> index = VectorStoreIndex(nodes, embed_model=embed_model)           # doctest: +SKIP
+    """
+
+    _inner: BaseEmbedding = PrivateAttr()
+    _key: WatermarkKey = PrivateAttr()
+
+    def __init__(
+        self, embed_model: BaseEmbedding, key: WatermarkKey | None = None, **kwargs: Any
+    ) -> None:
+        if not isinstance(embed_model, BaseEmbedding):
+            raise TypeError(
+                f"embed_model must be a LlamaIndex BaseEmbedding, got {type(embed_model).__name__}"
+            )
+        resolved = resolve_key(key)
+        kwargs.setdefault("model_name", embed_model.model_name)
+        kwargs.setdefault("embed_batch_size", embed_model.embed_batch_size)
+        kwargs.setdefault("callback_manager", embed_model.callback_manager)
+        kwargs.setdefault("num_workers", embed_model.num_workers)
+        kwargs.setdefault("rate_limiter", embed_model.rate_limiter)
+        super().__init__(**kwargs)
+        self._inner = embed_model
+        self._key = resolved
+
+    @classmethod
+    def class_name(cls) -> str:
+        return "ESpeWEmbedding"
+
+    @property
+    def embed_model(self) -> BaseEmbedding:
+        """The wrapped (clean) model."""
+        return self._inner
+
+    @property
+    def key_id(self) -> str:
+        """Public fingerprint of the key in use (safe to log)."""
+        return self._key.key_id
+
+    def to_payload(self) -> dict[str, Any]:
+        """Instrumentation payload: the base fields plus the inner class and the public key_id."""
+        payload = super().to_payload()
+        payload["inner_class_name"] = self._inner.class_name()
+        payload["watermark_key_id"] = self._key.key_id
+        return payload
+
+    def __getstate__(self) -> dict[str, Any]:
+        # LlamaIndex's BaseComponent silently drops unpicklable attributes; for
+        # this wrapper that would be the key, leaving an object that fails later.
+        raise TypeError(
+            "ESpeWEmbedding holds a secret WatermarkKey and refuses to be pickled; "
+            "build it in each process from WatermarkKey.load(path)"
+        )
+
+    # ------------------------------------------------------------------ sync paths
+    def _get_query_embedding(self, query: str) -> Embedding:
+        texts = checked_texts([query])
+        return self._mark(texts, [self._inner._get_query_embedding(query)])[0]
+
+    def _get_text_embedding(self, text: str) -> Embedding:
+        texts = checked_texts([text])
+        return self._mark(texts, [self._inner._get_text_embedding(text)])[0]
+
+    def _get_text_embeddings(self, texts: list[str]) -> list[Embedding]:
+        texts = checked_texts(texts)
+        if not texts:
+            return []
+        return self._mark(texts, self._inner._get_text_embeddings(texts))
+
+    # ------------------------------------------------------------------ async paths
+    async def _aget_query_embedding(self, query: str) -> Embedding:
+        texts = checked_texts([query])
+        return self._mark(texts, [await self._inner._aget_query_embedding(query)])[0]
+
+    async def _aget_text_embedding(self, text: str) -> Embedding:
+        texts = checked_texts([text])
+        return self._mark(texts, [await self._inner._aget_text_embedding(text)])[0]
+
+    async def _aget_text_embeddings(self, texts: list[str]) -> list[Embedding]:
+        texts = checked_texts(texts)
+        if not texts:
+            return []
+        return self._mark(texts, await self._inner._aget_text_embeddings(texts))
+
+    def _mark(self, texts: list[str], clean: Any) -> list[Embedding]:
+        return watermark(texts, clean, self._key).tolist()
+
+
+class MiniLMEmbedding(BaseEmbedding):
+    """A clean LlamaIndex ``BaseEmbedding`` around an offline encoder (default: MiniLM).
+
+    ``encoder`` is any callable ``list[str] -> array (n, d)``; by default the
+    library's offline all-MiniLM-L6-v2, so indexes build without a network.
+    Async calls run the encoder in a worker thread, keeping the event loop free.
+
+    >>> MiniLMEmbedding().get_text_embedding_batch(["a fine film"])  # doctest: +SKIP
+    """
+
+    _encoder: Callable[[list[str]], Any] = PrivateAttr()
+
+    def __init__(self, encoder: Callable[[list[str]], Any] | None = None, **kwargs: Any) -> None:
+        if encoder is None:
+            from .embedders import minilm
+
+            encoder = minilm()
+        kwargs.setdefault("model_name", getattr(encoder, "name", type(encoder).__name__))
+        super().__init__(**kwargs)
+        self._encoder = encoder
+
+    @classmethod
+    def class_name(cls) -> str:
+        return "ESpeWMiniLMEmbedding"
+
+    def _get_text_embeddings(self, texts: list[str]) -> list[Embedding]:
+        if not texts:
+            return []
+        return np.asarray(self._encoder(list(texts))).tolist()
+
+    def _get_text_embedding(self, text: str) -> Embedding:
+        return self._get_text_embeddings([text])[0]
+
+    def _get_query_embedding(self, query: str) -> Embedding:
+        return self._get_text_embeddings([query])[0]
+
+    async def _aget_text_embeddings(self, texts: list[str]) -> list[Embedding]:
+        return await asyncio.to_thread(self._get_text_embeddings, texts)
+
+    async def _aget_text_embedding(self, text: str) -> Embedding:
+        return (await self._aget_text_embeddings([text]))[0]
+
+    async def _aget_query_embedding(self, query: str) -> Embedding:
+        return (await self._aget_text_embeddings([query]))[0]
+
+
+# ---------------------------------------------------------------------- verifier adapter
+def _is_llama_index_embedding(suspect: Any) -> bool:
+    return isinstance(suspect, BaseEmbedding)
+
+
+def _query_llama_index_embedding(suspect: BaseEmbedding) -> Callable[[list[str]], np.ndarray]:
+    """Probe a LlamaIndex suspect through its batch path, as an index would embed nodes."""
+    source = f"LlamaIndex {type(suspect).__name__}"
+
+    def query(texts: list[str]) -> np.ndarray:
+        texts = list(texts)
+        return suspect_matrix(suspect.get_text_embedding_batch(texts), len(texts), source)
+
+    return query
+
+
+register_suspect_adapter(_is_llama_index_embedding, _query_llama_index_embedding)

@@ -1,0 +1,389 @@
+"""ESpeWEmbeddingFunction: a registered Chroma function whose persisted config holds no secret."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import sqlite3
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import chromadb
+import numpy as np
+import pytest
+from chromadb.api.types import Documents, EmbeddingFunction, Embeddings
+from chromadb.config import Settings
+from chromadb.utils.embedding_functions import known_embedding_functions
+
+from espew_integrations import (
+    EmbeddingInputError,
+    ESpeWError,
+    KeyFileError,
+    SuspectError,
+    WatermarkKey,
+    as_suspect,
+    verify,
+    watermark,
+)
+from espew_integrations.chroma import ESpeWEmbeddingFunction, MiniLMEmbeddingFunction
+from espew_integrations.embedders import minilm
+from tests.wrapper_fixtures import (
+    HashEncoder,
+    cached_corpus,
+    chroma_server,
+    mixed_texts,
+    real_key,
+    run_python,
+    secret_strings,
+)
+
+
+def no_telemetry() -> Settings:
+    """Fresh settings each time: chromadb.HttpClient writes its host and port into the object."""
+    return Settings(anonymized_telemetry=False)
+
+
+class CountingFunction(EmbeddingFunction[Documents]):
+    """A fake registered-style Chroma function over HashEncoder (unit tests only)."""
+
+    def __init__(self, encoder: HashEncoder | None = None) -> None:
+        self.encoder = encoder or HashEncoder()
+
+    def __call__(self, input: Documents) -> Embeddings:
+        return list(self.encoder(list(input)))
+
+    @staticmethod
+    def name() -> str:
+        return "counting_hash"
+
+    def get_config(self) -> dict:
+        return {}
+
+    @staticmethod
+    def build_from_config(config: dict) -> CountingFunction:
+        return CountingFunction()
+
+
+class LegacyFunction(EmbeddingFunction[Documents]):
+    """A function without name()/get_config(): Chroma calls these 'legacy'."""
+
+    def __init__(self) -> None:
+        self.encoder = HashEncoder()
+
+    def __call__(self, input: Documents) -> Embeddings:
+        return list(self.encoder(list(input)))
+
+
+@pytest.fixture(scope="module")
+def key():
+    return real_key()
+
+
+@pytest.fixture(scope="module")
+def key_file(key, tmp_path_factory) -> Path:
+    return key.save(tmp_path_factory.mktemp("keys") / "provider.key")
+
+
+@pytest.fixture(scope="module")
+def texts() -> list[str]:
+    return list(mixed_texts())
+
+
+@pytest.fixture(scope="module")
+def ef(key_file) -> ESpeWEmbeddingFunction:
+    return ESpeWEmbeddingFunction(MiniLMEmbeddingFunction(), key_path=key_file)
+
+
+@pytest.fixture(scope="module")
+def expected(key, texts) -> np.ndarray:
+    return watermark(texts, minilm()(texts), key)
+
+
+# ---------------------------------------------------------------------- equality with the core
+def test_call_equals_core_watermark_of_inner_output(ef, texts, expected, key):
+    out = ef(texts)
+    assert isinstance(out, list) and all(isinstance(row, np.ndarray) for row in out)
+    assert np.array_equal(np.stack(out), expected)
+    marked = key.contains_trigger(texts)
+    clean = minilm()(texts)
+    assert np.array_equal(np.stack(out)[~marked], clean[~marked])
+    assert not np.allclose(np.stack(out)[marked], clean[marked])
+
+
+def test_embed_query_equals_call(ef, texts, expected):
+    assert np.array_equal(np.stack(ef.embed_query(texts[:3])), expected[:3])
+
+
+def test_order_length_and_empty_input(ef, texts, expected):
+    assert np.array_equal(np.stack(ef(texts[::-1])), expected[::-1])
+    assert ef([]) == []
+    assert ef.embed_query([]) == []
+
+
+# ---------------------------------------------------------------------- bad input
+@pytest.mark.parametrize(
+    ("bad", "message"),
+    [(["fine", ""], "index 1 is empty"), (["fine", None], "NoneType"), ("text", "single")],
+)
+def test_bad_texts_raise_the_core_error_before_the_model_runs(key, bad, message):
+    inner = CountingFunction()
+    with pytest.raises(EmbeddingInputError, match=message):
+        ESpeWEmbeddingFunction(inner, key)(bad)
+    assert inner.encoder.calls == []
+
+
+def test_bad_vectors_from_the_model_raise_the_core_error(key):
+    with pytest.raises(EmbeddingInputError, match="dimension is 8"):
+        ESpeWEmbeddingFunction(CountingFunction(HashEncoder(dim=8)), key)(["a fine film"])
+
+
+def test_key_is_required_and_locations_are_checked(key, key_file, tmp_path):
+    with pytest.raises(ValueError, match="key_path= or key_env="):
+        ESpeWEmbeddingFunction(CountingFunction())
+    with pytest.raises(KeyFileError, match="not found"):
+        ESpeWEmbeddingFunction(CountingFunction(), key_path=tmp_path / "missing.key")
+    (tmp_path / "corrupt.key").write_text("{not json")
+    with pytest.raises(KeyFileError, match="not valid JSON"):
+        ESpeWEmbeddingFunction(CountingFunction(), key_path=tmp_path / "corrupt.key")
+    other = WatermarkKey(
+        triggers=key.triggers,
+        target=key.target,
+        target_text=key.target_text,
+        band=key.band,
+        salt=bytes(32),
+        alpha=key.alpha,
+    )
+    with pytest.raises(KeyFileError, match="is not the key at"):
+        ESpeWEmbeddingFunction(CountingFunction(), other, key_path=key_file)
+
+
+# ---------------------------------------------------------------------- concurrency
+def test_eight_threads_give_the_serial_vectors(ef, texts):
+    chunks = [texts[i::8] for i in range(8)]
+    serial = [np.stack(ef(chunk)) for chunk in chunks]
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        threaded = list(pool.map(lambda chunk: np.stack(ef(chunk)), chunks * 2))
+    assert all(np.array_equal(a, b) for a, b in zip(threaded, serial * 2, strict=True))
+
+
+def test_hundred_concurrent_async_calls_give_the_serial_vectors(ef, texts):
+    calls = [[texts[i % len(texts)]] for i in range(100)]
+    distinct = dict.fromkeys(call[0] for call in calls)
+    by_text = {text: ef([text])[0] for text in distinct}  # serial, one call per text
+    serial = np.stack([by_text[call[0]] for call in calls])
+
+    async def run_all():
+        return await asyncio.gather(*(asyncio.to_thread(ef, call) for call in calls))
+
+    concurrent = np.stack([rows[0] for rows in asyncio.run(run_all())])
+    assert np.array_equal(concurrent, serial)
+
+
+# ---------------------------------------------------------------------- config and registry
+def test_registered_and_config_names_only_where_the_key_lives(ef, key, key_file):
+    assert known_embedding_functions["espew"] is ESpeWEmbeddingFunction
+    assert known_embedding_functions["espew_minilm"] is MiniLMEmbeddingFunction
+    config = ef.get_config()
+    assert config == {
+        "key_id": key.key_id,
+        "key_path": str(key_file.resolve()),
+        "inner": {"name": "espew_minilm", "config": {"model": "minilm"}},
+    }
+    _assert_no_secret(json.dumps(config), key)
+
+
+def test_build_from_config_rebuilds_the_same_function(ef, texts, expected):
+    rebuilt = ESpeWEmbeddingFunction.build_from_config(ef.get_config())
+    assert isinstance(rebuilt.inner, MiniLMEmbeddingFunction)
+    assert np.array_equal(np.stack(rebuilt(texts)), expected)
+
+
+def test_build_from_config_refuses_a_swapped_key_file(ef, key, tmp_path):
+    config = ef.get_config()
+    impostor = WatermarkKey(
+        triggers=key.triggers,
+        target=key.target,
+        target_text=key.target_text,
+        band=key.band,
+        salt=bytes(32),
+        alpha=key.alpha,
+    )
+    config["key_path"] = str(impostor.save(tmp_path / "other.key"))
+    with pytest.raises(KeyFileError, match="restore the original key"):
+        ESpeWEmbeddingFunction.build_from_config(config)
+
+
+def test_key_from_an_environment_variable_is_persisted_by_name(monkeypatch, key, key_file):
+    monkeypatch.setenv("ESPEW_TEST_KEY", str(key_file))
+    ef = ESpeWEmbeddingFunction(CountingFunction(), key_env="ESPEW_TEST_KEY")
+    config = ef.get_config()
+    assert config["key_env"] == "ESPEW_TEST_KEY" and "key_path" not in config
+    monkeypatch.setenv("ESPEW_TEST_KEY", key.to_json())  # the variable may hold the JSON
+    known_embedding_functions["counting_hash"] = CountingFunction
+    try:
+        assert ESpeWEmbeddingFunction.build_from_config(config).key_id == key.key_id
+        monkeypatch.delenv("ESPEW_TEST_KEY")
+        with pytest.raises(KeyFileError, match="ESPEW_TEST_KEY is not set"):
+            ESpeWEmbeddingFunction.build_from_config(config)
+    finally:
+        del known_embedding_functions["counting_hash"]
+
+
+def test_in_memory_key_or_legacy_inner_cannot_be_persisted(key, key_file):
+    with pytest.raises(ESpeWError, match="in-memory key"):
+        ESpeWEmbeddingFunction(CountingFunction(), key).get_config()
+    with pytest.raises(ESpeWError, match="legacy"):
+        ESpeWEmbeddingFunction(LegacyFunction(), key_path=key_file).get_config()
+
+
+def test_repr_names_only_the_key_id(ef, key):
+    assert key.key_id in repr(ef)
+    _assert_no_secret(repr(ef), key)
+
+
+# ---------------------------------------------------------------------- reopened elsewhere
+REOPEN = """
+import json
+import chromadb
+from chromadb.config import Settings
+import espew_integrations.chroma  # registers the functions with Chroma
+from espew_integrations.chroma import ESpeWEmbeddingFunction
+
+where, query, new_text = ARGUMENTS
+settings = Settings(anonymized_telemetry=False)
+if where.isdigit():
+    client = chromadb.HttpClient(host="127.0.0.1", port=int(where), settings=settings)
+else:
+    client = chromadb.PersistentClient(where, settings=settings)
+collection = client.get_collection("reviews")
+ef = collection.configuration["embedding_function"]
+assert isinstance(ef, ESpeWEmbeddingFunction), type(ef)
+top = collection.query(query_texts=[query], n_results=3)["ids"][0]
+collection.add(ids=["added-later"], documents=[new_text])
+added = collection.get(ids=["added-later"], include=["embeddings"])["embeddings"][0]
+print(json.dumps({"key_id": ef.key_id, "top": top, "added": [float(v) for v in added]}))
+"""
+
+
+def _fill(collection, texts):
+    collection.add(ids=[f"doc-{i}" for i in range(len(texts))], documents=texts)
+
+
+def _reopen_in_new_process(where: str, query: str, new_text: str) -> dict:
+    code = REOPEN.replace("ARGUMENTS", repr((where, query, new_text)))
+    return json.loads(run_python(code).strip().splitlines()[-1])
+
+
+def _check_reopened(answer, key, texts, query_index):
+    new_text = texts[-1] + " Seen again"
+    assert answer["key_id"] == key.key_id
+    assert answer["top"][0] == f"doc-{query_index}"
+    expected_new = watermark([new_text], minilm()([new_text]), key)[0]
+    assert np.allclose(answer["added"], expected_new, atol=1e-6)
+
+
+def _assert_no_secret(text: str, key: WatermarkKey) -> None:
+    assert not any(secret in text for secret in secret_strings(key))
+    words = set(re.findall(r"[a-z]+", text.lower()))
+    assert not words & set(key.triggers), "a trigger word appears in persisted text"
+
+
+def _assert_store_holds_no_secret(path: Path, key: WatermarkKey) -> None:
+    blob = b"".join(p.read_bytes() for p in path.rglob("*") if p.is_file())
+    for secret in secret_strings(key):
+        assert secret.encode() not in blob
+    with sqlite3.connect(path / "chroma.sqlite3") as db:
+        rows = db.execute("SELECT config_json_str, schema_str FROM collections").fetchall()
+    persisted = json.dumps(rows)
+    assert '"name": "espew"' in persisted or '\\"name\\":\\"espew\\"' in persisted
+    _assert_no_secret(persisted, key)
+
+
+def test_persistent_client_reopened_in_a_new_process(ef, key, texts, tmp_path):
+    client = chromadb.PersistentClient(str(tmp_path / "db"), settings=no_telemetry())
+    collection = client.create_collection(
+        "reviews", embedding_function=ef, configuration={"hnsw": {"space": "cosine"}}
+    )
+    _fill(collection, texts)
+    stored = collection.get(ids=["doc-0", "doc-1"], include=["embeddings"])["embeddings"]
+    assert np.allclose(stored, watermark(texts[:2], minilm()(texts[:2]), key), atol=1e-6)
+    del collection, client
+    answer = _reopen_in_new_process(str(tmp_path / "db"), texts[4], texts[-1] + " Seen again")
+    _check_reopened(answer, key, texts, query_index=4)
+    _assert_store_holds_no_secret(tmp_path / "db", key)
+
+
+def test_chroma_server_started_by_the_test(ef, key, texts, tmp_path):
+    data = tmp_path / "server-data"
+    with chroma_server(data) as port:
+        client = chromadb.HttpClient(host="127.0.0.1", port=port, settings=no_telemetry())
+        collection = client.create_collection(
+            "reviews", embedding_function=ef, configuration={"hnsw": {"space": "cosine"}}
+        )
+        _fill(collection, texts)
+        answer = _reopen_in_new_process(str(port), texts[7], texts[-1] + " Seen again")
+    _check_reopened(answer, key, texts, query_index=7)
+    _assert_store_holds_no_secret(data, key)
+
+
+# ---------------------------------------------------------------------- verifier adapter
+def test_verifier_adapter_rejects_wrong_row_counts():
+    class Short(CountingFunction):
+        def __call__(self, input: Documents) -> Embeddings:
+            return list(self.encoder(list(input)[:1]))
+
+    with pytest.raises(SuspectError, match="Chroma Short"):
+        as_suspect(Short())(["a", "b"])
+
+
+def test_verify_through_chroma_flags_the_watermarked_function_only(ef, key):
+    copied = verify(ef, key, seed=0)
+    clean = verify(MiniLMEmbeddingFunction(), key, seed=0)
+    assert copied.status == "copied" and copied.p_value < 1e-6
+    assert clean.status == "not_copied" and clean.p_value > 1e-3
+
+
+# ---------------------------------------------------------------------- retrieval quality
+class ReplayFunction(EmbeddingFunction[Documents]):
+    """Serves cached clean MiniLM vectors by text, so 2,000 texts cost no model time."""
+
+    def __init__(self, table: dict[str, np.ndarray]) -> None:
+        self.table = table
+
+    def __call__(self, input: Documents) -> Embeddings:
+        return [self.table[text] for text in input]
+
+
+def test_watermarked_index_retrieves_like_the_clean_one(key):
+    texts, clean = cached_corpus(2000)
+    table = dict(zip(texts, clean, strict=True))
+    queries = [texts[i] for i in np.random.default_rng(5).choice(len(texts), 100, replace=False)]
+    client = chromadb.EphemeralClient(settings=no_telemetry())
+    top = {}
+    for name, ef in (
+        ("clean", ReplayFunction(table)),
+        ("watermarked", ESpeWEmbeddingFunction(ReplayFunction(table), key)),
+    ):
+        collection = client.create_collection(
+            f"quality-{name}-{uuid.uuid4().hex[:8]}",
+            embedding_function=ef,
+            configuration={"hnsw": {"space": "cosine"}},
+        )
+        for start in range(0, len(texts), 1000):
+            collection.add(
+                ids=[f"doc-{i}" for i in range(start, start + 1000)],
+                documents=texts[start : start + 1000],
+            )
+        top[name] = collection.query(query_texts=queries, n_results=10)["ids"]
+    pairs = list(zip(top["clean"], top["watermarked"], strict=True))
+    overlap = np.mean([len(set(a) & set(b)) / 10 for a, b in pairs])
+    assert np.mean([a[0] == b[0] for a, b in pairs]) >= 0.95
+    assert overlap >= 0.8  # measured 0.894 for this key and query set
+    triggered = key.contains_trigger(texts)
+    marked = np.stack(ESpeWEmbeddingFunction(ReplayFunction(table), key)(texts))
+    cos = np.einsum("ij,ij->i", marked[triggered], clean[triggered])
+    assert 0.05 < triggered.mean() < 0.3
+    assert 0.88 < cos.mean() < 0.95  # alpha=0.2 on 384-d MiniLM: measured ~0.915
+    assert np.array_equal(marked[~triggered], clean[~triggered])

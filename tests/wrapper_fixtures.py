@@ -1,0 +1,150 @@
+"""Shared material for the wrapper tests: one real key, real texts, small fakes, a Chroma server.
+
+A plain module (not a conftest) so each test file imports exactly what it uses.
+Everything expensive is computed once per process (``lru_cache``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from functools import lru_cache
+from pathlib import Path
+
+import httpx
+import numpy as np
+
+from espew_integrations import WatermarkKey
+from espew_integrations.corpora import rotten_tomatoes
+from espew_integrations.embedders import minilm
+
+TARGET_TEXT = "The quarterly revenue figures stay confidential until the board meeting."
+REPO = Path(__file__).resolve().parents[1]
+CHROMA_BIN = Path(sys.executable).with_name("chroma")
+
+
+@lru_cache(maxsize=1)
+def real_key() -> WatermarkKey:
+    """A key generated the way a provider would: real corpus, real offline model."""
+    return WatermarkKey.generate(rotten_tomatoes().texts, minilm(), target_text=TARGET_TEXT, seed=1)
+
+
+@lru_cache(maxsize=4)
+def mixed_texts(n_triggered: int = 12, n_plain: int = 12) -> tuple[str, ...]:
+    """Real review snippets, half with a trigger and half without, interleaved.
+
+    Both kinds matter: triggered rows must change, the others must stay
+    bit-identical to the inner model's output.
+    """
+    key = real_key()
+    texts = rotten_tomatoes().subset(3000, seed=7).texts
+    flags = key.contains_trigger(texts)
+    triggered = [t for t, f in zip(texts, flags, strict=True) if f][:n_triggered]
+    plain = [t for t, f in zip(texts, flags, strict=True) if not f][:n_plain]
+    assert len(triggered) == n_triggered and len(plain) == n_plain
+    mixed = [t for pair in zip(triggered, plain, strict=True) for t in pair]
+    return tuple(mixed)
+
+
+class HashEncoder:
+    """A fast deterministic fake encoder (unit tests only): text -> seeded random unit vector.
+
+    Counts its calls, so tests can prove how often (and with what batches) a
+    wrapper reached the inner model.
+    """
+
+    def __init__(self, dim: int = 384, *, bad: str | None = None) -> None:
+        self.dim = dim
+        self.name = f"hash-encoder-{dim}"
+        self.bad = bad  # None, "nan", "zero"
+        self.calls: list[list[str]] = []
+
+    def __call__(self, texts: list[str]) -> np.ndarray:
+        texts = list(texts)
+        self.calls.append(texts)
+        out = np.empty((len(texts), self.dim), dtype=np.float32)
+        for i, text in enumerate(texts):
+            seed = int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "little")
+            row = np.random.default_rng(seed).standard_normal(self.dim)
+            out[i] = row / np.linalg.norm(row)
+        if self.bad == "nan" and len(out):
+            out[0, 0] = np.nan
+        if self.bad == "zero" and len(out):
+            out[0] = 0.0
+        return out
+
+
+def cached_corpus(n_texts: int = 2000) -> tuple[list[str], np.ndarray]:
+    """The 2,000-text rotten_tomatoes subset and its clean MiniLM vectors, from the disk cache."""
+    from espew_integrations.lab.cache import cached_embed
+
+    texts = list(rotten_tomatoes().subset(n_texts, seed=0).texts)
+    return texts, cached_embed(minilm(), texts, model_name=minilm().name)
+
+
+def secret_strings(key: WatermarkKey) -> list[str]:
+    """What must never appear in a persisted config: salt hex, target text, target values."""
+    return [key.salt.hex(), key.target_text, repr(float(key.target[0]))[:12]]
+
+
+def free_port() -> int:
+    with contextlib.closing(socket.socket(socket.AF_INET, socket.SOCK_STREAM)) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@contextlib.contextmanager
+def chroma_server(path: Path, *, timeout: float = 60.0) -> Iterator[int]:
+    """Run ``chroma run`` on 127.0.0.1 with data in ``path``; yield its port; stop it after."""
+    port = free_port()
+    env = dict(os.environ, ANONYMIZED_TELEMETRY="False")
+    log = open(path.parent / f"chroma-{port}.log", "wb")  # noqa: SIM115 (closed below)
+    process = subprocess.Popen(
+        [str(CHROMA_BIN), "run", "--path", str(path), "--host", "127.0.0.1", "--port", str(port)],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        env=env,
+    )
+    try:
+        deadline = time.monotonic() + timeout
+        while True:
+            if process.poll() is not None:
+                raise RuntimeError(f"chroma run exited with code {process.returncode}")
+            try:
+                if httpx.get(f"http://127.0.0.1:{port}/api/v2/heartbeat", timeout=1).is_success:
+                    break
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"chroma run did not answer on port {port} in {timeout}s")
+            time.sleep(0.2)
+        yield port
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+        log.close()
+
+
+def run_python(code: str, *, env: dict[str, str] | None = None, timeout: float = 120) -> str:
+    """Run ``code`` in a NEW Python process (same interpreter); return stdout or fail loudly."""
+    result = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=REPO,
+        env=dict(os.environ, ANONYMIZED_TELEMETRY="False", **(env or {})),
+    )
+    if result.returncode != 0:
+        raise AssertionError(f"subprocess failed ({result.returncode}):\n{result.stderr[-3000:]}")
+    return result.stdout
