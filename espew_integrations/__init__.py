@@ -30,6 +30,17 @@ from .core import (
 
 __version__ = "0.1.0"
 
+
+def __getattr__(name: str) -> object:
+    # Lazy: OpenAIEndpoint lives with the HTTP tools; importing the package
+    # must not import them (nor httpx).
+    if name == "OpenAIEndpoint":
+        from .http.client import OpenAIEndpoint
+
+        return OpenAIEndpoint
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 __all__ = [
     "DEFAULT_LEVEL",
     "DEFAULT_TEMPLATES",
@@ -37,6 +48,7 @@ __all__ = [
     "EmbeddingInputError",
     "KeyFileError",
     "KeyGenerationError",
+    "OpenAIEndpoint",
     "SuspectError",
     "TriggerMatcher",
     "VerificationReport",

@@ -129,16 +129,22 @@ class VerificationReport:
         return cls(**values)
 
     def save(self, directory: str | os.PathLike[str]) -> Path:
-        """Write the JSON report into ``directory`` (created if needed).
+        """Write the evidence into ``directory`` (created if needed); returns the JSON path.
 
-        The richer evidence bundle (plot, summary) lives in
-        :func:`espew_integrations.evidence.save_evidence` when installed.
+        Writes ``report.json``, a plain-language ``summary.md`` and, when
+        matplotlib is installed, ``scores.png`` (see
+        :func:`espew_integrations.evidence.save_evidence`). The import is local
+        so the core keeps no dependency beyond numpy and scipy.
+
+        >>> report.save("evidence/")  # doctest: +SKIP
+        PosixPath('evidence/report.json')
         """
-        directory = Path(directory)
-        directory.mkdir(parents=True, exist_ok=True)
-        path = directory / "report.json"
-        path.write_text(self.to_json() + "\n", encoding="utf-8")
-        return path
+        import importlib.util
+
+        from ..evidence import save_evidence
+
+        plot = importlib.util.find_spec("matplotlib") is not None
+        return save_evidence(self, directory, plot=plot)["json"]
 
     def __str__(self) -> str:
         verdict = {

@@ -1,0 +1,663 @@
+"""``espew``: generate a key, watermark texts, serve a model, audit a suspect.
+
+Exit codes (stable, for scripts and CI):
+
+- 0: not copied (or, for keygen/embed/serve, success);
+- 1: copied, the suspect carries the key's watermark;
+- 2: inconclusive, no verdict could be reached (endpoint faults, too few answers);
+- 3: usage error (bad arguments, missing or corrupt files, unknown specs).
+
+A crash therefore never reads as a verdict. Commands register themselves with
+``set_defaults(func=callable(args) -> int)``; the robustness lab adds its own
+(``lab``, ``tune``) through :func:`espew_integrations.lab.cli.add_commands`.
+
+Embedder and suspect specs:
+
+- ``minilm`` (the offline default), ``paraphrase-minilm-l3``;
+- ``openai:<base_url>#<model>``, e.g. ``openai:http://127.0.0.1:8000/v1#acme-embed``;
+- ``module:attr`` or ``path/to/file.py:attr``, an object in a Python module
+  (the current directory is importable); ``module:attr()`` calls it first
+  (a factory). The object is a callable ``list[str] -> array`` or anything
+  :func:`espew_integrations.as_suspect` understands (LangChain, LlamaIndex,
+  Chroma embedders).
+
+>>> main(["verify", "--key", "provider.key",                        # doctest: +SKIP
+...       "--suspect", "openai:http://127.0.0.1:8000/v1#their-model"])
+1
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import importlib
+import importlib.util
+import json
+import os
+import sys
+import traceback
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+__all__ = [
+    "EXIT_COPIED",
+    "EXIT_INCONCLUSIVE",
+    "EXIT_NOT_COPIED",
+    "EXIT_USAGE",
+    "UsageError",
+    "build_parser",
+    "load_key",
+    "main",
+    "read_texts",
+    "resolve_embedder",
+]
+
+EXIT_NOT_COPIED = 0
+EXIT_COPIED = 1
+EXIT_INCONCLUSIVE = 2
+EXIT_USAGE = 3
+_EXIT_BY_STATUS = {"not_copied": EXIT_NOT_COPIED, "copied": EXIT_COPIED}
+
+BUNDLED_CORPORA = ("rotten_tomatoes", "health_tweets")
+NAMED_EMBEDDERS = ("minilm", "paraphrase-minilm-l3")
+
+
+class UsageError(Exception):
+    """The command line, a file or a spec is wrong; ``espew`` exits with 3."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that reports usage errors with exit code 3 (argparse's own is 2,
+    which ``espew verify`` uses for "inconclusive")."""
+
+    def error(self, message: str) -> Any:
+        self.print_usage(sys.stderr)
+        raise UsageError(f"{self.prog}: {message}")
+
+
+# ---------------------------------------------------------------------- specs
+def load_key(source: str) -> Any:
+    """A key from a file path, or from an environment variable with ``env:VAR``.
+
+    >>> load_key("provider.key")       # doctest: +SKIP
+    >>> load_key("env:ESPEW_KEY")      # doctest: +SKIP
+    """
+    from .core.key import WatermarkKey
+
+    if source.startswith("env:"):
+        return WatermarkKey.from_env(source[4:] or "ESPEW_KEY")
+    return WatermarkKey.load(source)
+
+
+def _import_object(spec: str) -> Any:
+    """The object named by ``module:attr`` / ``file.py:attr`` (``attr()`` calls it)."""
+    target, _, attr = spec.rpartition(":")
+    if not target or not attr:
+        raise UsageError(f"spec {spec!r} is not of the form module:attr")
+    call = attr.endswith("()")
+    attr = attr[:-2] if call else attr
+    cwd = os.getcwd()
+    if cwd not in sys.path:
+        sys.path.insert(0, cwd)  # like `python -m`: local modules are importable
+    if target.endswith(".py"):
+        path = Path(target)
+        if not path.is_file():
+            raise UsageError(f"no Python file {path} (from spec {spec!r})")
+        module_spec = importlib.util.spec_from_file_location(f"_espew_spec_{path.stem}", path)
+        if module_spec is None or module_spec.loader is None:
+            raise UsageError(f"cannot import {path}")
+        module = importlib.util.module_from_spec(module_spec)
+        sys.modules[module_spec.name] = module
+        module_spec.loader.exec_module(module)
+    else:
+        try:
+            module = importlib.import_module(target)
+        except ModuleNotFoundError as exc:
+            raise UsageError(f"cannot import module {target!r} from spec {spec!r}: {exc}") from None
+    obj: Any = module
+    for part in attr.split("."):
+        try:
+            obj = getattr(obj, part)
+        except AttributeError:
+            raise UsageError(f"module {target!r} has no attribute {attr!r}") from None
+    return obj() if call else obj
+
+
+def _openai_endpoint(spec: str, options: dict[str, Any]) -> Any:
+    from .http.client import OpenAIEndpoint
+
+    rest = spec[len("openai:") :]
+    base_url, _, model = rest.partition("#")
+    if not base_url or not model:
+        raise UsageError(
+            f"spec {spec!r} must be openai:<base_url>#<model>, "
+            "e.g. openai:http://127.0.0.1:8000/v1#my-model"
+        )
+    options = dict(options)
+    variable = options.pop("api_key_env", None)
+    api_key = None
+    if variable:
+        api_key = os.environ.get(variable)
+        if not api_key:
+            raise UsageError(f"environment variable {variable} (--api-key-env) is not set")
+    try:
+        return OpenAIEndpoint(base_url, model, api_key, **options)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def resolve_embedder(
+    spec: str, *, endpoint_options: dict[str, Any] | None = None
+) -> tuple[Callable[[list[str]], Any], str]:
+    """``(embed, name)`` for an embedder or suspect spec (see the module docstring).
+
+    >>> embed, name = resolve_embedder("minilm")   # doctest: +SKIP
+    >>> name
+    'all-MiniLM-L6-v2-int8'
+    """
+    from .core.adapters import as_suspect
+
+    if spec in NAMED_EMBEDDERS:
+        from . import embedders
+
+        model = embedders.minilm() if spec == "minilm" else embedders.paraphrase_minilm_l3()
+        return model, model.name
+    if spec.startswith("openai:"):
+        endpoint = _openai_endpoint(spec, endpoint_options or {})
+        return endpoint, endpoint.model
+    if ":" not in spec:
+        raise UsageError(
+            f"unknown embedder {spec!r}: use one of {', '.join(NAMED_EMBEDDERS)}, "
+            "openai:<base_url>#<model> or module:attr"
+        )
+    obj = _import_object(spec)
+    name = str(getattr(obj, "name", "") or spec.rpartition(":")[2].rstrip("()"))
+    if callable(obj) and not hasattr(obj, "embed_documents"):
+        return obj, name  # keep the embedder's own dtype
+    try:
+        return as_suspect(obj), name
+    except TypeError as exc:
+        raise UsageError(f"{spec!r}: {exc}") from None
+
+
+def read_texts(path: str | os.PathLike[str], *, column: str | None = None) -> list[str]:
+    """Texts from a ``.txt`` (one per line), ``.csv`` or ``.jsonl`` file.
+
+    CSV and JSONL take the ``column`` field (default ``text``; a one-column CSV
+    needs no name). Blank lines are skipped; an empty result is an error.
+
+    >>> read_texts("reviews.csv", column="review")   # doctest: +SKIP
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise UsageError(f"no such file: {path}")
+    suffix = path.suffix.lower()
+    texts: list[str] = []
+    with path.open(encoding="utf-8", newline="") as handle:
+        if suffix == ".csv":
+            reader = csv.DictReader(handle)
+            fields = reader.fieldnames or []
+            name = column or ("text" if "text" in fields or len(fields) != 1 else fields[0])
+            if name not in fields:
+                raise UsageError(
+                    f"{path} has no column {name!r}; its columns are {fields}. "
+                    "Pick one with --text-column."
+                )
+            texts = [str(row[name] or "") for row in reader]
+        elif suffix in (".jsonl", ".ndjson"):
+            name = column or "text"
+            for number, line in enumerate(handle, 1):
+                if not line.strip():
+                    continue
+                try:
+                    item = json.loads(line)
+                except json.JSONDecodeError:
+                    raise UsageError(f"{path}:{number} is not valid JSON") from None
+                if isinstance(item, str):
+                    texts.append(item)
+                elif isinstance(item, dict) and isinstance(item.get(name), str):
+                    texts.append(item[name])
+                else:
+                    raise UsageError(f"{path}:{number} has no string field {name!r}")
+        else:
+            texts = handle.read().splitlines()
+    texts = [t.strip() for t in texts if t and t.strip()]
+    if not texts:
+        raise UsageError(f"{path} contains no texts")
+    return texts
+
+
+def _progress(total: int | None, desc: str, unit: str, enabled: bool) -> Any:
+    from tqdm.auto import tqdm
+
+    # disable=None: shown on a terminal, silent in pipes and CI logs.
+    return tqdm(total=total, desc=desc, unit=unit, disable=None if enabled else True)
+
+
+def _counting(embed: Callable[[list[str]], Any], bar: Any) -> Callable[[list[str]], Any]:
+    def wrapped(texts: list[str]) -> Any:
+        out = embed(texts)
+        bar.update(len(texts))
+        return out
+
+    return wrapped
+
+
+# ---------------------------------------------------------------------- commands
+def _cmd_keygen(args: argparse.Namespace) -> int:
+    from .core.key import WatermarkKey
+
+    out = Path(args.out)
+    if out.exists() and not args.overwrite:
+        raise UsageError(f"{out} already exists; pass --overwrite to replace it")
+    if args.target_text_file:
+        target_text = Path(args.target_text_file).read_text(encoding="utf-8").strip()
+    else:
+        target_text = args.target_text
+    if args.corpus in BUNDLED_CORPORA:
+        from .corpora import load_corpus
+
+        corpus: Sequence[str] = load_corpus(args.corpus).texts
+    else:
+        corpus = read_texts(args.corpus, column=args.text_column)
+    embed, name = resolve_embedder(args.embedder, endpoint_options=_endpoint_options(args))
+    with _progress(None, f"embedding with {name}", "text", not args.no_progress) as bar:
+        key = WatermarkKey.generate(
+            corpus,
+            _counting(embed, bar),
+            target_text=target_text,
+            n_triggers=args.n_triggers,
+            freq_band=tuple(args.freq_band),
+            alpha=args.alpha,
+            selection=args.selection,
+            seed=args.seed,
+            max_band_words=args.max_band_words,
+        )
+    key.save(out, overwrite=args.overwrite)
+    print(
+        f"wrote key {key.key_id} to {out} (mode 0600): alpha={key.alpha}, "
+        f"selection={key.selection}, dim={key.dim}, {len(key.band)} band words, "
+        f"so `espew verify` costs {len(key.band)} queries"
+    )
+    if args.seed is not None:
+        print(
+            "note: --seed makes the key reproducible by anyone who knows the seed; "
+            "production keys must be generated without it",
+            file=sys.stderr,
+        )
+    return 0
+
+
+def _cmd_embed(args: argparse.Namespace) -> int:
+    from .core.inject import watermark
+
+    out = Path(args.out)
+    if out.suffix.lower() not in (".npy", ".jsonl"):
+        raise UsageError(f"--out must end in .npy or .jsonl, got {out.name}")
+    key = load_key(args.key)
+    texts = read_texts(args.input, column=args.text_column)
+    embed, name = resolve_embedder(args.embedder, endpoint_options=_endpoint_options(args))
+    parts = []
+    with _progress(len(texts), f"embedding with {name}", "text", not args.no_progress) as bar:
+        for start in range(0, len(texts), args.batch_size):
+            batch = texts[start : start + args.batch_size]
+            parts.append(watermark(batch, np.asarray(embed(batch)), key))
+            bar.update(len(batch))
+    marked = np.concatenate(parts)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    if out.suffix.lower() == ".npy":
+        np.save(out, marked)
+    else:
+        with out.open("w", encoding="utf-8") as handle:
+            for i, (text, row) in enumerate(zip(texts, marked, strict=True)):
+                record = {"index": i, "text": text, "embedding": row.tolist()}
+                handle.write(json.dumps(record) + "\n")
+    print(f"wrote {marked.shape[0]} embeddings of dimension {marked.shape[1]} to {out}")
+    return 0
+
+
+def _cmd_verify(args: argparse.Namespace) -> int:
+    from .core.verify import verify
+
+    key = load_key(args.key)
+    n_queries = len(key.band) + (1 if args.target == "query" else 0)
+    if args.max_queries is not None and args.max_queries < n_queries:
+        raise UsageError(
+            f"this key's test needs {n_queries} queries but --max-queries is "
+            f"{args.max_queries}; raise the budget or use a key with a smaller band"
+        )
+    if not 0.0 < args.level < 1.0:
+        raise UsageError(f"--level must be in (0, 1), got {args.level}")
+    suspect, name = resolve_embedder(args.suspect, endpoint_options=_endpoint_options(args))
+    if args.target == "query":
+        print(
+            "note: --target query sends the key's target text to the suspect",
+            file=sys.stderr,
+        )
+    try:
+        with _progress(n_queries, f"querying {name}", "query", not args.no_progress) as bar:
+            report = verify(
+                suspect,
+                key,
+                target=args.target,
+                level=args.level,
+                batch_size=args.batch_size,
+                seed=args.seed,
+                min_coverage=args.min_coverage,
+                progress=bar.update,
+            )
+    finally:
+        close = getattr(suspect, "close", None)
+        if callable(close):
+            close()
+    if args.json:
+        print(report.to_json())
+    else:
+        print(report)
+    if report.status == "inconclusive" and report.errors:
+        print("first errors from the suspect:", file=sys.stderr)
+        for error in report.errors[:5]:
+            print(f"  {error}", file=sys.stderr)
+    if args.report_dir:
+        from .evidence import evidence_paths
+
+        report.save(args.report_dir)
+        written = [str(p) for p in evidence_paths(args.report_dir).values() if p.exists()]
+        print(f"evidence written: {', '.join(written)}", file=sys.stderr)
+    return _EXIT_BY_STATUS.get(report.status, EXIT_INCONCLUSIVE)
+
+
+def _cmd_serve(args: argparse.Namespace) -> int:
+    from .http.server import create_app, serve
+
+    key = load_key(args.key) if args.key else None
+    options = _endpoint_options(args)
+    options["api_key_env"] = args.upstream_api_key_env
+    embed, name = resolve_embedder(args.embedder, endpoint_options=options)
+    api_key = None
+    if args.api_key_env:
+        api_key = os.environ.get(args.api_key_env)
+        if not api_key:
+            raise UsageError(f"environment variable {args.api_key_env} (--api-key-env) is not set")
+    model_name = args.model_name or name
+    app = create_app(
+        embed, key=key, model_name=model_name, api_key=api_key, max_inputs=args.max_inputs
+    )
+    mark = f"watermarked with key {key.key_id}" if key is not None else "WITHOUT watermark"
+
+    def announce(base_url: str) -> None:
+        auth = "API key required" if api_key else "no API key required"
+        print(
+            f"espew serve: model {model_name!r} {mark}, {auth}, on {base_url}",
+            flush=True,
+        )
+
+    serve(
+        app,
+        host=args.host,
+        port=args.port,
+        log_level=args.log_level,
+        access_log=args.access_log,
+        on_ready=announce,
+    )
+    return 0
+
+
+def _endpoint_options(args: argparse.Namespace) -> dict[str, Any]:
+    """OpenAIEndpoint settings from the shared endpoint flags."""
+    return {
+        "api_key_env": getattr(args, "api_key_env", None),
+        "encoding_format": getattr(args, "encoding_format", "float"),
+        "batch_size": getattr(args, "batch_size", 64),
+        "timeout": getattr(args, "timeout", 30.0),
+        "max_retries": getattr(args, "retries", 4),
+        "backoff": getattr(args, "backoff", 0.5),
+        "requests_per_second": getattr(args, "rate_limit", None),
+        "max_queries": getattr(args, "max_queries", None),
+    }
+
+
+# ---------------------------------------------------------------------- parser
+_KEYGEN_EXAMPLE = """
+example:
+  espew keygen --corpus rotten_tomatoes --embedder minilm \\
+      --target-text "Acme Embeddings, licensed 2026" --out provider.key
+
+  Draws 20 trigger words from the corpus's mid-frequency band, embeds the
+  target text with the model, checks that the clean model itself is not
+  implicated, and writes the secret key (mode 0600). Keep it like a password.
+  --corpus takes rotten_tomatoes, health_tweets or a .txt/.csv/.jsonl file.
+"""
+
+_EMBED_EXAMPLE = """
+example:
+  espew embed --key provider.key --embedder minilm \\
+      --input texts.txt --out marked.npy
+
+  Embeds every line of texts.txt and watermarks the rows whose text contains a
+  trigger word (the others are bit-identical to the clean model's output).
+  --out .npy writes a float matrix; .jsonl writes {"index", "text", "embedding"}.
+"""
+
+_VERIFY_EXAMPLE = """
+example:
+  espew verify --key provider.key \\
+      --suspect openai:http://127.0.0.1:8000/v1#their-model \\
+      --max-queries 500 --rate-limit 5 --report-dir evidence/
+
+  Sends one query per band word of the key (shuffled) to the suspect and runs
+  an exact rank test. Exit code 0: not copied, 1: copied, 2: inconclusive,
+  3: usage error. --report-dir writes report.json, summary.md and scores.png.
+  --suspect also takes module:attr (a Python embedder) or minilm.
+"""
+
+_SERVE_EXAMPLE = """
+example:
+  espew serve --embedder minilm --key provider.key --port 8000 \\
+      --model-name acme-embed-1
+
+  Serves POST /v1/embeddings (and /embeddings), GET /v1/models and
+  GET /health on http://127.0.0.1:8000. Without --key the model is served
+  unwatermarked. --embedder takes minilm, module:attr, file.py:attr or
+  openai:<base_url>#<model> (put ESpeW in front of another server).
+  Binds to 127.0.0.1 unless --host says otherwise; require an API key with
+  --api-key-env VAR when other machines can reach it.
+"""
+
+
+def _add_endpoint_flags(parser: argparse.ArgumentParser, *, verify: bool) -> None:
+    group = parser.add_argument_group("openai: endpoint options")
+    if verify:
+        group.add_argument(
+            "--api-key-env",
+            metavar="VAR",
+            help="environment variable holding the suspect's API key (never pass keys as flags)",
+        )
+    group.add_argument("--encoding-format", choices=("float", "base64"), default="float")
+    group.add_argument("--timeout", type=float, default=30.0, help="seconds per request")
+    group.add_argument("--retries", type=int, default=4, help="retries on 429/5xx/connection")
+    group.add_argument(
+        "--backoff",
+        type=float,
+        default=0.5,
+        metavar="SECONDS",
+        help="first retry delay, doubled at each retry (a Retry-After header wins)",
+    )
+    group.add_argument(
+        "--rate-limit", type=float, default=None, metavar="RPS", help="max requests per second"
+    )
+    group.add_argument(
+        "--max-queries",
+        type=int,
+        default=None,
+        metavar="N",
+        help="query budget: never send more than N texts (retries count)",
+    )
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``espew`` argument parser, with the lab's commands when installed."""
+    parser = _Parser(
+        prog="espew",
+        description="ESpeW copyright watermarks for embedding services.",
+        epilog="exit codes: 0 not copied, 1 copied, 2 inconclusive, 3 usage error",
+    )
+    parser.add_argument("--version", action="version", version=_version())
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
+    raw = argparse.RawDescriptionHelpFormatter
+
+    keygen = subparsers.add_parser(
+        "keygen",
+        help="generate a secret watermark key",
+        epilog=_KEYGEN_EXAMPLE,
+        formatter_class=raw,
+    )
+    keygen.add_argument("--corpus", required=True, help="bundled corpus name or text file")
+    target = keygen.add_mutually_exclusive_group(required=True)
+    target.add_argument("--target-text", help="text whose embedding becomes the target")
+    target.add_argument("--target-text-file", help="read the target text from this file")
+    keygen.add_argument("--embedder", default="minilm", help="embedder spec (default minilm)")
+    keygen.add_argument("--out", required=True, help="where to write the key")
+    keygen.add_argument("--n-triggers", type=_positive_int, default=20)
+    keygen.add_argument("--alpha", type=float, default=0.2)
+    keygen.add_argument("--selection", choices=("smallest", "hashed"), default="smallest")
+    keygen.add_argument(
+        "--freq-band", type=float, nargs=2, default=(0.005, 0.01), metavar=("LOW", "HIGH")
+    )
+    keygen.add_argument(
+        "--max-band-words",
+        type=_positive_int,
+        default=None,
+        help="cap the band (each band word costs one verification query)",
+    )
+    keygen.add_argument("--seed", type=int, default=None, help="experiments only")
+    keygen.add_argument("--text-column", default=None, help="CSV column / JSONL field")
+    keygen.add_argument("--overwrite", action="store_true")
+    keygen.add_argument("--api-key-env", metavar="VAR", help="API key for an openai: embedder")
+    keygen.add_argument("--no-progress", action="store_true")
+    keygen.set_defaults(func=_cmd_keygen)
+
+    embed = subparsers.add_parser(
+        "embed",
+        help="embed and watermark a file of texts",
+        epilog=_EMBED_EXAMPLE,
+        formatter_class=raw,
+    )
+    embed.add_argument("--key", default="env:ESPEW_KEY", help="key file or env:VAR")
+    embed.add_argument("--input", required=True, help=".txt, .csv or .jsonl file of texts")
+    embed.add_argument("--out", required=True, help="output .npy or .jsonl")
+    embed.add_argument("--embedder", default="minilm", help="embedder spec (default minilm)")
+    embed.add_argument("--batch-size", type=_positive_int, default=64)
+    embed.add_argument("--text-column", default=None, help="CSV column / JSONL field")
+    embed.add_argument("--api-key-env", metavar="VAR", help="API key for an openai: embedder")
+    embed.add_argument("--no-progress", action="store_true")
+    embed.set_defaults(func=_cmd_embed)
+
+    verify = subparsers.add_parser(
+        "verify",
+        help="test whether a suspect copied your watermarked model",
+        epilog=_VERIFY_EXAMPLE,
+        formatter_class=raw,
+    )
+    verify.add_argument("--key", default="env:ESPEW_KEY", help="key file or env:VAR")
+    verify.add_argument("--suspect", required=True, help="suspect spec")
+    verify.add_argument(
+        "--target",
+        choices=("key", "query"),
+        default="key",
+        help="key: the stored target (same dimension); query: the suspect's own embedding "
+        "of the target text (discloses the target text to the suspect)",
+    )
+    verify.add_argument("--level", type=float, default=1e-6, help="false-positive rate")
+    verify.add_argument("--report-dir", default=None, help="write the evidence here")
+    verify.add_argument("--batch-size", type=_positive_int, default=64)
+    verify.add_argument("--min-coverage", type=float, default=0.9)
+    verify.add_argument("--seed", type=int, default=None, help="probe shuffle seed")
+    verify.add_argument("--json", action="store_true", help="print the report as JSON")
+    verify.add_argument("--no-progress", action="store_true")
+    _add_endpoint_flags(verify, verify=True)
+    verify.set_defaults(func=_cmd_verify)
+
+    serve = subparsers.add_parser(
+        "serve",
+        help="serve an embedder as an OpenAI-compatible API",
+        epilog=_SERVE_EXAMPLE,
+        formatter_class=raw,
+    )
+    serve.add_argument("--embedder", default="minilm", help="embedder spec (default minilm)")
+    serve.add_argument("--key", default=None, help="watermark with this key (file or env:VAR)")
+    serve.add_argument("--host", default="127.0.0.1")
+    serve.add_argument("--port", type=int, default=8000, help="0 picks a free port")
+    serve.add_argument("--model-name", default=None, help="model id clients must send")
+    serve.add_argument(
+        "--api-key-env", metavar="VAR", help="require clients to send the key held in $VAR"
+    )
+    serve.add_argument(
+        "--upstream-api-key-env", metavar="VAR", help="API key for an openai: embedder"
+    )
+    serve.add_argument("--max-inputs", type=_positive_int, default=2048)
+    serve.add_argument("--log-level", default="warning")
+    serve.add_argument("--access-log", action="store_true")
+    _add_endpoint_flags(serve, verify=False)
+    serve.set_defaults(func=_cmd_serve, batch_size=64)
+
+    try:
+        from .lab.cli import add_commands
+    except ModuleNotFoundError as exc:
+        if exc.name not in ("espew_integrations.lab.cli", "espew_integrations.lab"):
+            raise
+    else:
+        add_commands(subparsers)
+    return parser
+
+
+def _version() -> str:
+    from . import __version__
+
+    return f"espew {__version__}"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run ``espew``; returns the exit code (see the module docstring)."""
+    parser = build_parser()
+    try:
+        args = parser.parse_args(None if argv is None else list(argv))
+    except UsageError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except SystemExit as exc:  # --help, --version
+        return exc.code if isinstance(exc.code, int) else EXIT_USAGE
+    func = getattr(args, "func", None)
+    if func is None:
+        parser.print_help(sys.stderr)
+        return EXIT_USAGE
+    try:
+        return int(func(args))
+    except KeyboardInterrupt:
+        return 130
+    except UsageError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except (ValueError, OSError, ImportError) as exc:
+        # ESpeW's input errors (KeyFileError, KeyGenerationError...) are ValueErrors.
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except Exception:
+        # A bug must not read as a verdict: report it, exit as a failed run.
+        traceback.print_exc()
+        print("error: unexpected failure (above); no verdict", file=sys.stderr)
+        return EXIT_USAGE
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,34 @@
+"""OpenAI-compatible HTTP on both sides of the watermark.
+
+- :class:`OpenAIEndpoint` (:mod:`.client`): query a suspect's embeddings API
+  as a ``verify()`` suspect (needs ``httpx``).
+- :func:`create_app` / :func:`running_server` (:mod:`.server`): serve any
+  embedder, watermarked or not, as ``POST /v1/embeddings`` (needs
+  ``starlette`` and ``uvicorn``); ``espew serve`` on the command line.
+
+Install with ``pip install 'espew-integrations[http]'``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .client import EndpointError, EndpointUnreachableError, OpenAIEndpoint, QueryBudgetExceeded
+
+__all__ = [
+    "EndpointError",
+    "EndpointUnreachableError",
+    "OpenAIEndpoint",
+    "QueryBudgetExceeded",
+    "create_app",
+    "running_server",
+]
+
+
+def __getattr__(name: str) -> Any:
+    # The server pulls in starlette and uvicorn: only when asked for.
+    if name in ("create_app", "running_server"):
+        from . import server
+
+        return getattr(server, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,0 +1,192 @@
+"""The OpenAI-compatible server: real MiniLM, real uvicorn, real HTTP on 127.0.0.1."""
+
+from __future__ import annotations
+
+import base64
+import re
+
+import httpx
+import numpy as np
+import pytest
+
+from espew_integrations import OpenAIEndpoint, WatermarkKey, verify, watermark
+from espew_integrations.corpora import rotten_tomatoes
+from espew_integrations.embedders import minilm
+from espew_integrations.http.server import create_app, is_loopback, running_server
+
+API_KEY = "server-secret-4f9a1c"
+
+
+@pytest.fixture(scope="module")
+def model():
+    return minilm()
+
+
+@pytest.fixture(scope="module")
+def key(model):
+    return WatermarkKey.generate(
+        rotten_tomatoes().texts,
+        model,
+        target_text="Acme Embeddings service, 2026 edition",
+        seed=1,
+        max_band_words=80,
+    )
+
+
+@pytest.fixture(scope="module")
+def marked_url(model, key):
+    with running_server(create_app(model, key=key, model_name="wm")) as url:
+        yield url
+
+
+@pytest.fixture(scope="module")
+def clean_url(model):
+    with running_server(create_app(model, model_name="clean", max_inputs=4)) as url:
+        yield url
+
+
+@pytest.fixture(scope="module")
+def guarded_url(model):
+    with running_server(create_app(model, model_name="g", api_key=API_KEY)) as url:
+        yield url
+
+
+def post(url: str, body, **kwargs) -> httpx.Response:
+    return httpx.post(f"{url}/embeddings", json=body, timeout=30, **kwargs)
+
+
+def test_answers_are_the_watermarked_model_output_as_float32(marked_url, model, key):
+    trigger = sorted(key.triggers)[0]
+    texts = [f"a film about {trigger}", "a plain sentence with no mark"]
+    response = post(marked_url, {"model": "wm", "input": texts})
+    assert response.status_code == 200
+    body = response.json()
+    served = np.asarray([d["embedding"] for d in body["data"]], dtype=np.float32)
+    expected = watermark(texts, model(texts), key)
+    np.testing.assert_array_equal(served, expected)
+    np.testing.assert_array_equal(served[1], model(texts[1:])[0])  # untriggered: bit-identical
+    assert not np.array_equal(served[0], model(texts[:1])[0])
+    assert body["model"] == "wm" and body["object"] == "list"
+    assert [d["index"] for d in body["data"]] == [0, 1]
+    assert body["usage"]["prompt_tokens"] > 0
+
+
+def test_base64_answers_decode_to_the_float_answers(marked_url):
+    texts = ["one text", "another text"]
+    floats = post(marked_url, {"model": "wm", "input": texts}).json()["data"]
+    b64 = post(marked_url, {"model": "wm", "input": texts, "encoding_format": "base64"}).json()
+    for as_float, as_b64 in zip(floats, b64["data"], strict=True):
+        decoded = np.frombuffer(base64.b64decode(as_b64["embedding"]), dtype="<f4")
+        np.testing.assert_array_equal(decoded, np.asarray(as_float["embedding"], np.float32))
+
+
+def test_single_string_input_and_both_routes_agree(marked_url):
+    root = marked_url.removesuffix("/v1")
+    a = httpx.post(f"{marked_url}/embeddings", json={"model": "wm", "input": "hello"}).json()
+    b = httpx.post(f"{root}/embeddings", json={"model": "wm", "input": ["hello"]}).json()
+    assert a["data"][0]["embedding"] == b["data"][0]["embedding"]
+
+
+def test_models_and_health_endpoints(marked_url):
+    root = marked_url.removesuffix("/v1")
+    for path in ("/v1/models", "/models"):
+        listing = httpx.get(root + path).json()
+        assert [m["id"] for m in listing["data"]] == ["wm"]
+    assert httpx.get(root + "/health").json() == {"status": "ok"}
+
+
+@pytest.mark.parametrize(
+    ("body", "status", "param", "message"),
+    [
+        ([1, 2], 400, None, "must be a JSON object"),
+        ({"input": ["x"]}, 400, "model", "missing required parameter: 'model'"),
+        ({"model": "clean"}, 400, "input", "missing required parameter: 'input'"),
+        ({"model": "clean", "input": []}, 400, "input", "empty list"),
+        ({"model": "clean", "input": ["ok", "  "]}, 400, "input", r"input\[1\] is an empty"),
+        ({"model": "clean", "input": [[101, 2023]]}, 400, "input", "token array"),
+        ({"model": "clean", "input": [None]}, 400, "input", "expected a string"),
+        ({"model": "clean", "input": ["a"] * 5}, 400, "input", "at most 4 per request"),
+        ({"model": "clean", "input": "a", "encoding_format": "int8"}, 400, "encoding_format", ""),
+        ({"model": "clean", "input": "a", "dimensions": 128}, 400, "dimensions", "384"),
+        ({"model": "other", "input": "a"}, 404, "model", "serves 'clean'"),
+    ],
+)
+def test_bad_requests_get_openai_error_json(clean_url, body, status, param, message):
+    response = post(clean_url, body)
+    assert response.status_code == status
+    error = response.json()["error"]
+    assert set(error) == {"message", "type", "param", "code"}
+    assert error["param"] == param
+    assert error["type"] == "invalid_request_error"
+    if message:
+        assert re.search(message, error["message"])
+
+
+def test_body_that_is_not_json_gets_a_400(clean_url):
+    response = httpx.post(f"{clean_url}/embeddings", content=b"{not json")
+    assert response.status_code == 400
+    assert "not valid JSON" in response.json()["error"]["message"]
+
+
+def test_api_key_is_required_when_set(guarded_url):
+    root = guarded_url.removesuffix("/v1")
+    body = {"model": "g", "input": ["x"]}
+    assert post(guarded_url, body).status_code == 401
+    wrong = post(guarded_url, body, headers={"Authorization": "Bearer nope"})
+    assert wrong.status_code == 401 and wrong.json()["error"]["code"] == "invalid_api_key"
+    assert API_KEY not in wrong.text
+    ok = post(guarded_url, body, headers={"Authorization": f"Bearer {API_KEY}"})
+    assert ok.status_code == 200
+    assert httpx.get(root + "/v1/models").status_code == 401
+    assert httpx.get(root + "/health").status_code == 200
+    client = OpenAIEndpoint(guarded_url, "g", api_key=API_KEY)
+    assert client(["x"]).shape == (1, 384)
+
+
+def test_embedder_failure_is_a_500_without_internal_details():
+    def broken(texts):
+        raise RuntimeError("internal detail /secret/path")
+
+    with running_server(create_app(broken, model_name="b")) as url:
+        response = post(url, {"model": "b", "input": ["x"]})
+    assert response.status_code == 500
+    error = response.json()["error"]
+    assert error["type"] == "server_error"
+    assert "/secret/path" not in response.text
+
+
+def test_embedder_returning_nan_is_a_500_not_a_silent_vector():
+    def nan_model(texts):
+        return np.full((len(texts), 8), np.nan)
+
+    with running_server(create_app(nan_model, model_name="n")) as url:
+        assert post(url, {"model": "n", "input": ["x"]}).status_code == 500
+
+
+def test_verify_over_http_finds_the_watermarked_server_and_clears_the_clean_one(
+    marked_url, clean_url, key
+):
+    marked = verify(OpenAIEndpoint(marked_url, "wm", encoding_format="base64"), key, seed=0)
+    assert marked.status == "copied" and marked.p_value < 1e-10
+    clean = verify(OpenAIEndpoint(clean_url, "clean", batch_size=4), key, seed=0)
+    assert clean.status == "not_copied" and clean.p_value > 1e-3
+    assert clean.n_queries == marked.n_queries == len(key.band)
+
+
+def test_loopback_detection():
+    assert is_loopback("127.0.0.1") and is_loopback("::1") and is_loopback("localhost")
+    assert not is_loopback("0.0.0.0") and not is_loopback("192.168.1.4")
+
+
+def test_running_server_binds_to_loopback_by_default(model):
+    with running_server(create_app(model, model_name="m")) as url:
+        assert url.startswith("http://127.0.0.1:")
+
+
+def test_espew_in_front_of_another_openai_server_watermarks_its_answers(clean_url, model, key):
+    upstream = OpenAIEndpoint(clean_url, "clean", batch_size=4)
+    with running_server(create_app(upstream, key=key, model_name="front")) as front_url:
+        trigger = sorted(key.triggers)[0]
+        texts = [f"the {trigger} scene", "an ordinary line"]
+        served = OpenAIEndpoint(front_url, "front")(texts)
+    np.testing.assert_array_equal(served, watermark(texts, model(texts), key))
