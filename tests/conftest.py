@@ -51,3 +51,19 @@ def rt_corpus():
     from espew_integrations.corpora import rotten_tomatoes
 
     return rotten_tomatoes()
+
+
+#: The real-model subset most tests share (one embedding pass, then the disk cache).
+RT_SUBSET_SIZE = 3000
+
+
+@pytest.fixture(scope="session")
+def rt_subset(rt_corpus):
+    return rt_corpus.subset(RT_SUBSET_SIZE, seed=0)
+
+
+@pytest.fixture(scope="session")
+def rt_subset_embeddings(rt_subset, minilm_model):
+    from espew_integrations.lab.cache import cached_embed
+
+    return cached_embed(minilm_model, rt_subset.texts, model_name=minilm_model.name)
