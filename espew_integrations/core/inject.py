@@ -68,7 +68,8 @@ def select_positions(clean: np.ndarray, key: WatermarkKey) -> np.ndarray:
     if key.selection == "hashed":
         mask[...] = _hashed_mask(clean, key.n_positions, key.salt)
     else:
-        _smallest_mask(clean, key.n_positions, np.empty(clean.shape, clean.dtype), mask)
+        scratch = np.empty(clean.shape, dtype=_MAGNITUDE_BITS[clean.dtype])
+        _smallest_mask(clean, key.n_positions, scratch, mask)
     return mask
 
 
@@ -85,7 +86,7 @@ class _BlockMarker:
         self.k = key.n_positions
         self.block_rows = max(8, _BLOCK_BYTES // (key.dim * np.dtype(dtype).itemsize))
         shape = (self.block_rows, key.dim)
-        self.magnitude = np.empty(shape, dtype=dtype)
+        self.magnitude = np.empty(shape, dtype=_MAGNITUDE_BITS[np.dtype(dtype)])
         self.mask = np.empty(shape, dtype=bool)
         self.target = key.target.astype(dtype)
 
@@ -179,25 +180,44 @@ def as_embedding_matrix(embeddings: Any, *, n_rows: int, dim: int) -> np.ndarray
 
 
 # ---------------------------------------------------------------------- position selection
+#: |x| compared through the float's bit pattern: for non-negative finite
+#: IEEE floats the order of the bits read as signed integers is the order of the
+#: values, and integer partitions run about twice as fast as float ones.
+_MAGNITUDE_BITS = {
+    np.dtype(np.float32): np.dtype(np.int32),
+    np.dtype(np.float64): np.dtype(np.int64),
+}
+_SIGN_CLEAR = {
+    np.dtype(np.int32): np.int32(0x7FFFFFFF),
+    np.dtype(np.int64): np.int64(0x7FFFFFFFFFFFFFFF),
+}
+
+
+def _magnitude_bits(clean: np.ndarray, out: np.ndarray) -> np.ndarray:
+    """|clean| as order-preserving integers (the float bits with the sign cleared)."""
+    return np.bitwise_and(clean.view(out.dtype), _SIGN_CLEAR[out.dtype], out=out)
+
+
 def _smallest_mask(clean: np.ndarray, k: int, magnitude: np.ndarray, mask: np.ndarray) -> None:
     """Fill ``mask`` with the k smallest |e_o| per row; ties go to the lower index.
 
-    An in-place value partition of |e_o| (not an argsort, not an index
-    partition) finds each row's k-th smallest magnitude t; then ``|e| <= t`` is
-    the answer unless a row has ties at t, which only those rows resolve, by
-    index order. ``magnitude`` is scratch space of the same shape.
+    An in-place partition of |e_o| (as integer bits; not an argsort, not an
+    index partition) finds each row's k-th smallest magnitude t; then
+    ``|e| <= t`` is the answer unless a row has ties at t, which only those
+    rows resolve, by index order. ``magnitude`` is integer scratch space of the
+    same shape (int32 for float32 rows, int64 for float64 rows).
     """
     d = clean.shape[1]
     if k <= 0 or k >= d:
         mask[...] = k >= d
         return
-    np.abs(clean, out=magnitude)
+    _magnitude_bits(clean, magnitude)
     magnitude.partition(k - 1, axis=1)
     kth = magnitude[:, k - 1 : k].copy()
     # After the partition everything right of k-1 is >= kth; a row has more
     # than k values <= kth exactly when its right part's minimum equals kth.
     tied = np.flatnonzero(magnitude[:, k:].min(axis=1) == kth[:, 0])
-    np.abs(clean, out=magnitude)
+    _magnitude_bits(clean, magnitude)
     np.less_equal(magnitude, kth, out=mask)
     if tied.size:
         rows = magnitude[tied]
