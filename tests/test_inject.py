@@ -34,7 +34,7 @@ def reference_watermark(texts, clean, key):
         else:
             digest = hmac.digest(key.salt, clean[i].astype("<f8").tobytes(), hashlib.sha256)
             seed = int.from_bytes(digest[:8], "little")
-            ranks = [_splitmix64(seed ^ _splitmix64(j)) for j in range(d)]
+            ranks = [_splitmix64(seed ^ _splitmix64(j)) >> 32 for j in range(d)]
             positions = np.argsort(ranks, kind="stable")[:k]
         e[positions] = key.target[positions]
         out[i] = (e / np.linalg.norm(e)).astype(clean.dtype)
