@@ -99,9 +99,11 @@ def test_query_target_survives_a_permutation_of_dimensions_and_other_dims():
 
 def test_a_dimension_mismatch_with_the_key_target_is_inconclusive_and_says_why():
     key = make_key(64, n_band=200, n_triggers=20)
-    report = verify(WordSpace(key, dim=32), key, seed=0)
+    suspect = WordSpace(key, dim=32)
+    report = verify(suspect, key, seed=0, batch_size=50)
     assert report.status == "inconclusive" and not report.copied
     assert "target='query'" in report.reason
+    assert len(suspect.calls) == 1 and report.n_queries == 50  # the budget is spared
 
 
 def test_failing_queries_never_become_evidence():

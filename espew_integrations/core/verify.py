@@ -237,10 +237,13 @@ def _query(
     texts: list[str],
     batch_size: int,
     progress: Callable[[int], None] | None,
+    expected_dim: int | None = None,
 ) -> tuple[np.ndarray, list[str], int | None]:
     """Embed ``texts`` in batches; failed or malformed batches become NaN rows.
 
     Returns ``(embeddings, errors, dim)``; ``dim`` is None if no batch succeeded.
+    If the first answer's dimension differs from ``expected_dim`` it stops
+    there: no verdict is possible, so the rest of the query budget is spared.
     """
     errors: list[str] = []
     batches: list[tuple[int, np.ndarray | None]] = []
@@ -254,6 +257,9 @@ def _query(
                 raise SuspectError(f"returned shape {out.shape} for a batch of {len(batch)} texts")
             if dim is None:
                 dim = out.shape[1]
+                if expected_dim is not None and dim != expected_dim:
+                    batches.append((len(batch), out))
+                    break
             if out.shape[1] != dim:
                 raise SuspectError(f"returned dimension {out.shape[1]}, expected {dim}")
             bad = ~np.isfinite(out).all(axis=1) | ~out.any(axis=1)
@@ -330,15 +336,12 @@ def verify(
     shuffled = [texts[i] for i in order]
 
     expected_dim = key.dim if target == "key" else None
-    answers, errors, dim = _query(suspect_fn, shuffled, batch_size, progress)
-    embeddings = np.empty_like(answers)
-    embeddings[order] = answers  # back to the original probe order
-
+    answers, errors, dim = _query(suspect_fn, shuffled, batch_size, progress, expected_dim)
     common = dict(
         key_id=key.key_id,
         target_mode=target,
-        n_queries=len(texts),
-        n_failed_queries=int((~np.isfinite(embeddings).all(axis=1)).sum()),
+        n_queries=len(answers),
+        n_failed_queries=int((~np.isfinite(answers).all(axis=1)).sum()),
         n_words=len(words),
         level=level,
         decision_rule=DECISION_RULE,
@@ -372,8 +375,10 @@ def verify(
     if expected_dim is not None and dim != expected_dim:
         return inconclusive(
             f"the suspect returns {dim}-dimensional embeddings but the key's target has "
-            f"{expected_dim}; verify with target='query'"
+            f"{expected_dim}; verify with target='query' (querying stopped after the first batch)"
         )
+    embeddings = np.empty_like(answers)
+    embeddings[order] = answers  # back to the original probe order
     if target == "query":
         target_vector = embeddings[-1]
         embeddings = embeddings[:-1]
