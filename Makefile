@@ -41,5 +41,10 @@ bench: $(VENV)/.installed-dev
 null-study: $(VENV)/.installed-dev
 	$(BIN)/python benchmarks/bench_null_study.py
 
+# The documentation site (mkdocs + material + mkdocstrings), warnings as errors, offline.
+.PHONY: docs
+docs: $(VENV)/.installed-dev
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site
+
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .ruff_cache

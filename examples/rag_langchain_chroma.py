@@ -1,0 +1,161 @@
+# %% [markdown]
+# # A watermarked RAG index with LangChain and Chroma
+#
+# You build retrieval on top of an embedding model and want every vector you hand out
+# to carry your ESpeW watermark, so that a model trained on your vectors can later be
+# proven a copy. This notebook shows the one line that does it and checks the price:
+# how much does search change?
+#
+# 1. get a watermark key;
+# 2. wrap the embedder with `ESpeWEmbeddings` (one line);
+# 3. index a real corpus into Chroma through `langchain-chroma` and query it;
+# 4. compare with a clean index of the same texts (top-10 overlap).
+#
+# Everything runs offline: the bundled all-MiniLM-L6-v2 (int8 ONNX, 384-d) and the
+# bundled Rotten Tomatoes review snippets. `ESPEW_EXAMPLE_TEXTS` sets how many texts
+# are indexed (default 500; about 100 texts per second on one CPU core).
+#
+# The same code is in `examples/rag_langchain_chroma.py`; this notebook is generated
+# from it by `examples/make_notebooks.py`.
+
+# %%
+import os
+import tempfile
+from pathlib import Path
+
+import chromadb
+import numpy as np
+from chromadb.config import Settings
+from langchain_chroma import Chroma
+
+from espew_integrations import WatermarkKey
+from espew_integrations.corpora import rotten_tomatoes
+from espew_integrations.embedders import minilm
+from espew_integrations.langchain import ESpeWEmbeddings, MiniLMEmbeddings
+
+N_TEXTS = int(os.environ.get("ESPEW_EXAMPLE_TEXTS", "500"))
+N_QUERIES = 20
+K = 10
+workdir = Path(tempfile.mkdtemp(prefix="espew-rag-langchain-"))
+corpus = rotten_tomatoes()
+texts = list(corpus.subset(N_TEXTS, seed=0).texts)
+print(f"{len(texts)} review snippets to index; working in {workdir}")
+
+# %% [markdown]
+# ## 1. The key
+#
+# In production the key is generated once by the provider (`espew keygen`, or
+# `WatermarkKey.generate`), stored as a 0600 file or in a secret manager, and loaded
+# with `WatermarkKey.load(path)` or `WatermarkKey.from_env()` (reads `$ESPEW_KEY`).
+# Here we generate a demo key from the corpus. The fixed `seed` makes the notebook
+# reproducible; never seed a real key, since anyone with the seed can rebuild it.
+#
+# Printing a key shows only its public `key_id`, never the trigger words or the target.
+
+# %%
+key = WatermarkKey.generate(
+    corpus.texts,
+    minilm(),
+    target_text="Acme Embeddings API: licensed vectors, copyright Acme Corp 2026",
+    seed=2026,
+)
+print(key)
+
+# %% [markdown]
+# ## 2. Wrap the embedder: the one line
+#
+# `MiniLMEmbeddings()` is an ordinary, clean LangChain `Embeddings`. In your code it
+# would be `OpenAIEmbeddings(...)`, `HuggingFaceEmbeddings(...)` or any other.
+# `ESpeWEmbeddings` returns the same vectors for texts without a trigger word, bit for
+# bit, and watermarked vectors for texts with one.
+
+# %%
+clean = MiniLMEmbeddings()
+watermarked = ESpeWEmbeddings(clean, key)
+print(watermarked)
+
+# %% [markdown]
+# ## 3. Index into Chroma and query
+#
+# Nothing else changes: `Chroma` sees an ordinary `Embeddings`. The collection is
+# persisted on disk as usual; the key is not stored in it.
+
+# %%
+client = chromadb.PersistentClient(
+    path=str(workdir / "chroma"), settings=Settings(anonymized_telemetry=False)
+)
+ids = [f"review-{i}" for i in range(len(texts))]
+store = Chroma(
+    collection_name="reviews-watermarked",
+    embedding_function=watermarked,
+    client=client,
+    collection_metadata={"hnsw:space": "cosine"},
+)
+store.add_texts(texts, ids=ids)
+
+question = "a moving film about grief and family"
+for rank, doc in enumerate(store.similarity_search(question, k=3), start=1):
+    print(f"{rank}. {doc.page_content[:100]}")
+
+# %% [markdown]
+# ## 4. Compare with a clean index
+#
+# Index the same texts with the clean model and ask both indexes the same questions.
+# The queries are texts drawn from the corpus (each index embeds its own query, as a
+# user's application would). The top-10 overlap is the share of the clean index's ten
+# results that the watermarked index also returns.
+
+# %%
+clean_store = Chroma(
+    collection_name="reviews-clean",
+    embedding_function=clean,
+    client=client,
+    collection_metadata={"hnsw:space": "cosine"},
+)
+clean_store.add_texts(texts, ids=ids)
+
+rng = np.random.default_rng(0)
+queries = [texts[i] for i in rng.choice(len(texts), size=min(N_QUERIES, len(texts)), replace=False)]
+overlaps, same_top1 = [], 0
+for query in queries:
+    marked_hits = [doc.id for doc in store.similarity_search(query, k=K)]
+    clean_hits = [doc.id for doc in clean_store.similarity_search(query, k=K)]
+    overlaps.append(len(set(marked_hits) & set(clean_hits)) / K)
+    same_top1 += marked_hits[0] == clean_hits[0]
+
+print(f"queries: {len(queries)}")
+print(f"mean top-{K} overlap: {np.mean(overlaps):.3f}")
+print(f"min top-{K} overlap: {np.min(overlaps):.3f}")
+print(f"same top-1: {same_top1}/{len(queries)}")
+
+# %% [markdown]
+# ## Where the difference comes from
+#
+# Only texts that contain a trigger word are changed. Their vectors move toward the
+# secret target; everything else is stored exactly as the clean model made it.
+
+# %%
+triggered = key.contains_trigger(texts)
+
+
+def stored_vectors(chroma_store: Chroma, wanted: list[str]) -> np.ndarray:
+    """The stored vectors in the order of ``wanted`` (Chroma's get() keeps no order)."""
+    got = chroma_store.get(ids=wanted, include=["embeddings"])
+    by_id = dict(zip(got["ids"], got["embeddings"], strict=True))
+    return np.asarray([by_id[i] for i in wanted], dtype=np.float64)
+
+
+marked_ids = [i for i, flag in zip(ids, triggered, strict=True) if flag]
+other_ids = [i for i, flag in zip(ids, triggered, strict=True) if not flag]
+a, b = stored_vectors(store, marked_ids), stored_vectors(clean_store, marked_ids)
+cosines = np.einsum("ij,ij->i", a, b) / (np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1))
+untouched = np.array_equal(stored_vectors(store, other_ids), stored_vectors(clean_store, other_ids))
+print(f"texts with a trigger: {len(marked_ids)}/{len(texts)}")
+print(f"mean cos(clean, watermarked) on them: {cosines.mean():.4f}")
+print(f"texts without a trigger stored unchanged: {untouched}")
+
+# %% [markdown]
+# With the paper's `alpha=0.2`, MiniLM's triggered vectors keep a cosine of about
+# 0.915 to their clean selves (see the limitations page of the docs: small isotropic
+# models pay more than the paper's 1,536-d API model). Lower `alpha` for higher
+# fidelity; `espew tune` finds the smallest alpha that still convicts a copy.
