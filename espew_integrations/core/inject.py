@@ -91,25 +91,38 @@ class _BlockMarker:
         self.scratch = np.empty_like(self.magnitude)
         self.mask = np.empty(shape, dtype=bool)
         self.target = key.target.astype(dtype)
+        self.target_bits = self.target.view(self.magnitude.dtype)
 
     def mark(self, clean: np.ndarray, out: np.ndarray) -> None:
         """out = normalise(clean with clean[I] = target[I]); ``out`` may be ``clean``."""
         n = len(clean)
-        mask = self.mask[:n]
-        if self.key.selection == "hashed":
-            mask[...] = _hashed_mask(clean, self.k, self.key.salt)
+        if self.key.selection == "smallest" and 0 < self.k < self.key.dim:
+            keys = _magnitude_bits(clean, self.magnitude[:n])
+            kth, tied = _kth_lowest(keys, self.k, self.scratch[:n])
+            if tied.size == 0:  # the usual case: |e| <= kth is exactly the k positions
+                _blend_bits(clean, out, keys, kth, self.scratch[:n], self.target_bits)
+            else:
+                mask = _mask_from_kth(keys, kth, tied, self.k, self.mask[:n])
+                self._put_target(clean, out, mask)
         else:
-            _smallest_mask(clean, self.k, self.magnitude[:n], self.scratch[:n], mask)
-        if out is not clean:
-            np.copyto(out, clean)
-        # putmask repeats a 1-D value array over the flattened rows: row i,
-        # column j takes target[j], which is the paper's e[I] = e_t[I].
-        np.putmask(out, mask, self.target)
+            mask = self.mask[:n]
+            if self.key.selection == "hashed":
+                mask[...] = _hashed_mask(clean, self.k, self.key.salt)
+            else:
+                mask[...] = self.k >= self.key.dim
+            self._put_target(clean, out, mask)
         norms = np.sqrt(np.einsum("ij,ij->i", out, out))
         overflowed = ~np.isfinite(norms)
         if overflowed.any():  # huge but finite rows: take the norm in float64
             norms[overflowed] = np.linalg.norm(out[overflowed].astype(np.float64), axis=1)
         np.divide(out, norms[:, None], out=out)
+
+    def _put_target(self, clean: np.ndarray, out: np.ndarray, mask: np.ndarray) -> None:
+        if out is not clean:
+            np.copyto(out, clean)
+        # putmask repeats a 1-D value array over the flattened rows: row i,
+        # column j takes target[j], which is the paper's e[I] = e_t[I].
+        np.putmask(out, mask, self.target)
 
 
 _BLOCK_BYTES = 1 << 18
@@ -212,23 +225,34 @@ def _smallest_mask(
 
 
 def _k_lowest_mask(keys: np.ndarray, k: int, scratch: np.ndarray, mask: np.ndarray) -> None:
-    """Fill ``mask`` with each row's k lowest ``keys``; ties go to the lower index.
-
-    A value partition of a copy of the keys in ``scratch`` (not an argsort, not
-    an index partition) finds each row's k-th lowest key t; then ``key <= t``
-    is the answer unless a row has ties at t, which only those rows resolve,
-    by index order.
-    """
+    """Fill ``mask`` with each row's k lowest ``keys``; ties go to the lower index."""
     d = keys.shape[1]
     if k <= 0 or k >= d:
         mask[...] = k >= d
         return
+    kth, tied = _kth_lowest(keys, k, scratch)
+    _mask_from_kth(keys, kth, tied, k, mask)
+
+
+def _kth_lowest(keys: np.ndarray, k: int, scratch: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Each row's k-th lowest key (shape (n, 1)) and the rows with ties at it.
+
+    A value partition of a copy of the keys in ``scratch`` (not an argsort, not
+    an index partition). Then ``key <= kth`` selects exactly k positions except
+    in the tied rows, which :func:`_mask_from_kth` resolves by index order.
+    """
     np.copyto(scratch, keys)
     scratch.partition(k - 1, axis=1)
     kth = scratch[:, k - 1 : k].copy()
     # After the partition everything right of k-1 is >= kth; a row has more
     # than k keys <= kth exactly when its right part's minimum equals kth.
     tied = np.flatnonzero(scratch[:, k:].min(axis=1) == kth[:, 0])
+    return kth, tied
+
+
+def _mask_from_kth(
+    keys: np.ndarray, kth: np.ndarray, tied: np.ndarray, k: int, mask: np.ndarray
+) -> np.ndarray:
     np.less_equal(keys, kth, out=mask)
     if tied.size:
         rows = keys[tied]
@@ -236,6 +260,33 @@ def _k_lowest_mask(keys: np.ndarray, k: int, scratch: np.ndarray, mask: np.ndarr
         at = rows == kth[tied]
         room = k - np.count_nonzero(below, axis=1)
         mask[tied] = below | (at & (np.cumsum(at, axis=1) <= room[:, None]))
+    return mask
+
+
+def _blend_bits(
+    clean: np.ndarray,
+    out: np.ndarray,
+    keys: np.ndarray,
+    kth: np.ndarray,
+    scratch: np.ndarray,
+    target_bits: np.ndarray,
+) -> None:
+    """out = where(key <= kth, target, clean), exactly, with integer bit operations.
+
+    ``key - kth - 1`` is negative exactly where ``key <= kth`` (all keys are
+    non-negative), so an arithmetic right shift by (bits - 1) turns it into an
+    all-ones / all-zeros word mask M, and ``x ^ ((x ^ t) & M)`` picks t's bits
+    under M and x's elsewhere. Five SIMD passes over cached data instead of a
+    compare plus a masked copy (``putmask`` runs several times slower); the
+    floats are copied bit for bit. ``keys`` is overwritten; ``out`` may be
+    ``clean``.
+    """
+    select = np.subtract(keys, kth + 1, out=keys)
+    np.right_shift(select, keys.dtype.itemsize * 8 - 1, out=select)
+    clean_bits = clean.view(keys.dtype)
+    np.bitwise_xor(clean_bits, target_bits, out=scratch)
+    np.bitwise_and(scratch, select, out=scratch)
+    np.bitwise_xor(clean_bits, scratch, out=out.view(keys.dtype))
 
 
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
