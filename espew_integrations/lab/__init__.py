@@ -1,0 +1,38 @@
+"""The robustness lab: does the watermark survive on YOUR model and data, and what does it cost?
+
+Public API (heavy dependencies load lazily inside the functions):
+
+- :func:`run_lab` (``espew lab --config <yaml>``): the grid of stealers x
+  watermarks x attacks with the paper's metrics, resumable and seeded;
+- :func:`tune` (``espew tune``): alpha and target text for a quality budget;
+- :func:`load_config`, :func:`load_data`, :func:`build_watermark`,
+  :func:`apply_attack`, the stealers and the embedding cache for custom studies.
+
+>>> from espew_integrations.lab import run_lab
+>>> results = run_lab("smoke", output="lab-results/smoke")  # doctest: +SKIP
+"""
+
+from .attacks import apply_attack, cse, parse_attack
+from .cache import cache_dir, cached_embed
+from .data import load_data
+from .runner import load_config, run_lab
+from .stealers import FrozenMLPStealer, RidgeStealer, make_stealer
+from .tune import tune
+from .watermarks import METHODS, build_watermark
+
+__all__ = [
+    "METHODS",
+    "FrozenMLPStealer",
+    "RidgeStealer",
+    "apply_attack",
+    "build_watermark",
+    "cache_dir",
+    "cached_embed",
+    "cse",
+    "load_config",
+    "load_data",
+    "make_stealer",
+    "parse_attack",
+    "run_lab",
+    "tune",
+]

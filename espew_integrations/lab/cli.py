@@ -1,0 +1,174 @@
+"""``espew lab`` and ``espew tune``: the robustness lab and the quality-budget tuner.
+
+The main CLI (:mod:`espew_integrations.cli`) calls :func:`add_commands` to
+mount both subcommands; ``python -m espew_integrations.lab`` runs them alone.
+Heavy imports (scikit-learn, matplotlib, the models) happen inside the
+commands, so ``espew --help`` stays fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+__all__ = ["add_commands", "main"]
+
+
+def add_commands(subparsers: Any) -> None:
+    """Add the ``lab`` and ``tune`` subcommands to an argparse subparsers object.
+
+    >>> parser = argparse.ArgumentParser(prog="espew")
+    >>> add_commands(parser.add_subparsers(dest="command"))
+    >>> parser.parse_args(["lab", "--config", "smoke"]).config
+    'smoke'
+    """
+    lab = subparsers.add_parser(
+        "lab",
+        help="measure watermark robustness and cost on a model and corpus",
+        description="Run the robustness lab grid (stealers x watermarks x attacks) from a "
+        "YAML config; writes results.json, table.md and plots. Resumable: rerun the same "
+        "command to continue an interrupted run.",
+    )
+    lab.add_argument(
+        "--config",
+        required=True,
+        help="YAML config path, or a packaged config: default, smoke or neural",
+    )
+    lab.add_argument("--out", default=None, help="output directory (default: the config's)")
+    lab.add_argument(
+        "--fresh",
+        action="store_true",
+        help="discard finished cells in the output directory and start over",
+    )
+    lab.add_argument("--quiet", action="store_true", help="no progress bars")
+    lab.set_defaults(func=_run_lab)
+
+    tune = subparsers.add_parser(
+        "tune",
+        help="pick alpha and a target text that meet a quality budget and still detect",
+        description="For a model and corpus, judge candidate target texts by expected "
+        "distortion, then find the smallest alpha whose copy (ridge stealer, after CSE) is "
+        "still detected at --level while cos(clean, watermarked) on marked rows stays >= "
+        "--min-cos. Prints and writes the frontier. Exit code 0: a point meets both; 1: none "
+        "does; 3: bad arguments or data.",
+    )
+    tune.add_argument(
+        "--corpus", default="rotten_tomatoes", help="bundled corpus name or a .txt/.csv/.jsonl file"
+    )
+    tune.add_argument("--limit", type=int, default=None, help="use a seeded subset of N texts")
+    tune.add_argument(
+        "--model",
+        default="minilm",
+        help="victim model: minilm, paraphrase_minilm_l3 or module:factory",
+    )
+    tune.add_argument(
+        "--standard", default="paraphrase_minilm_l3", help="the CSE attacker's standard model"
+    )
+    tune.add_argument(
+        "--target",
+        action="append",
+        default=None,
+        dest="targets",
+        help="a candidate target text (repeatable; default: built-in candidates)",
+    )
+    tune.add_argument(
+        "--alphas",
+        default="0.01,0.02,0.03,0.05,0.08,0.1,0.15,0.2",
+        help="comma-separated alphas to scan",
+    )
+    tune.add_argument(
+        "--min-cos",
+        type=float,
+        default=0.995,
+        help="quality budget: mean cos(clean, watermarked) on marked rows",
+    )
+    tune.add_argument(
+        "--level", type=float, default=1e-10, help="detection goal: p-value after the attack"
+    )
+    tune.add_argument("--attack", default="cse:50", help="attack the copy must survive")
+    tune.add_argument("--n-triggers", type=int, default=20)
+    tune.add_argument(
+        "--freq-band",
+        default="0.005,0.01",
+        help="document-fraction band of trigger words, 'low,high'",
+    )
+    tune.add_argument(
+        "--max-band-words",
+        type=int,
+        default=300,
+        help="band size cap = verification queries (single-word probes)",
+    )
+    tune.add_argument(
+        "--top-targets",
+        type=int,
+        default=2,
+        help="how many of the best-judged targets to test end to end",
+    )
+    tune.add_argument("--seed", type=int, default=0)
+    tune.add_argument("--out", default=None, help="write tune.json (and frontier.md) here")
+    tune.set_defaults(func=_run_tune)
+
+
+def _run_lab(args: argparse.Namespace) -> int:
+    from .runner import run_lab
+
+    try:
+        results = run_lab(args.config, output=args.out, progress=not args.quiet, fresh=args.fresh)
+    except (FileNotFoundError, ValueError) as exc:
+        print(f"espew lab: {exc}", file=sys.stderr)
+        return 3
+    wrong = [c["cell"] for c in results["cells"] if c["copied"] != (c["watermark"] != "none")]
+    out = args.out or results["config"]["output"]
+    print(f"{len(results['cells'])} cells in {results['total_seconds']:.0f} s; results in {out}")
+    print(f"cells whose verdict is wrong for their watermark: {len(wrong)}")
+    return 0
+
+
+def _run_tune(args: argparse.Namespace) -> int:
+    from ..core.errors import ESpeWError
+    from .tune import tune
+
+    try:
+        alphas = [float(a) for a in args.alphas.split(",") if a.strip()]
+        low, high = (float(v) for v in args.freq_band.split(","))
+    except ValueError:
+        print(
+            "espew tune: --alphas and --freq-band must be comma-separated numbers", file=sys.stderr
+        )
+        return 3
+    try:
+        result = tune(
+            corpus=args.corpus,
+            limit=args.limit,
+            model=args.model,
+            standard=args.standard,
+            targets=args.targets,
+            alphas=alphas,
+            min_cos=args.min_cos,
+            level=args.level,
+            attack=args.attack,
+            n_triggers=args.n_triggers,
+            freq_band=(low, high),
+            max_band_words=args.max_band_words,
+            top_targets=args.top_targets,
+            seed=args.seed,
+            out=args.out,
+        )
+    except (FileNotFoundError, ValueError, ESpeWError) as exc:
+        print(f"espew tune: {exc}", file=sys.stderr)
+        return 3
+    print(result.markdown())
+    return 0 if result.choice is not None else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m espew_integrations.lab {lab,tune} ...``."""
+    parser = argparse.ArgumentParser(prog="python -m espew_integrations.lab")
+    add_commands(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(argv)
+    return int(args.func(args))
+
+
+if __name__ == "__main__":  # pragma: no cover
+    raise SystemExit(main())

@@ -1,0 +1,131 @@
+"""The numbers in every lab cell: harmlessness (quality) and detection.
+
+- :func:`downstream_accuracy`: a two-layer MLP classifier on the labels, the
+  paper's ACC ("Details of Metrics"), on a fixed seeded train/test split;
+- :func:`mean_cosine`: mean cos(clean, watermarked), all rows or marked rows;
+- :func:`retrieval_overlap`: how many of each query's top-10 neighbours
+  survive when the corpus is embedded by the watermarked (or attacked) service;
+- :func:`copy_fidelity`: how close a stolen copy is to the victim on held-out texts;
+- detection itself (p-value, delta cos, delta l2, COPY verdict) comes from the
+  core :func:`espew_integrations.verify`, via :mod:`.watermarks`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+__all__ = [
+    "copy_fidelity",
+    "downstream_accuracy",
+    "mean_cosine",
+    "retrieval_overlap",
+    "row_cosines",
+    "split_indices",
+]
+
+
+def _unit(x: np.ndarray) -> np.ndarray:
+    x = np.asarray(x, dtype=np.float64)
+    norms = np.linalg.norm(x, axis=1, keepdims=True)
+    return x / np.where(norms == 0, 1.0, norms)
+
+
+def row_cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """cos(a_i, b_i) for every row.
+
+    >>> row_cosines(np.eye(2), np.array([[1.0, 1.0], [0.0, 2.0]])).round(4).tolist()
+    [0.7071, 1.0]
+    """
+    return np.einsum("ij,ij->i", _unit(a), _unit(b))
+
+
+def mean_cosine(clean: np.ndarray, changed: np.ndarray, rows: np.ndarray | None = None) -> float:
+    """Mean cos(clean, changed) over ``rows`` (a boolean mask; all rows if None); NaN if empty."""
+    cosines = row_cosines(clean, changed)
+    if rows is not None:
+        cosines = cosines[np.asarray(rows, dtype=bool)]
+    return float(cosines.mean()) if cosines.size else float("nan")
+
+
+def split_indices(n: int, *, n_train: int, n_test: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """A seeded disjoint train/test split of ``range(n)`` (sizes capped by n)."""
+    order = np.random.default_rng(seed).permutation(n)
+    n_test = min(n_test, n // 3)
+    n_train = min(n_train, n - n_test)
+    return np.sort(order[:n_train]), np.sort(order[n_train : n_train + n_test])
+
+
+def downstream_accuracy(
+    embeddings: np.ndarray,
+    labels: np.ndarray,
+    *,
+    train: np.ndarray,
+    test: np.ndarray,
+    seed: int = 0,
+    hidden: int = 128,
+    max_iter: int = 40,
+) -> float:
+    """Test accuracy of an MLP classifier (Linear-ReLU-Linear) trained on ``embeddings``.
+
+    >>> downstream_accuracy(x, y, train=tr, test=te)  # doctest: +SKIP
+    0.771
+    """
+    import warnings
+
+    from sklearn.exceptions import ConvergenceWarning
+    from sklearn.neural_network import MLPClassifier
+
+    labels = np.asarray(labels)
+    if np.unique(labels[train]).size < 2:
+        return float("nan")  # unlabelled corpus: nothing to classify
+    model = MLPClassifier(
+        hidden_layer_sizes=(hidden,),
+        max_iter=max_iter,
+        batch_size=256,
+        early_stopping=True,
+        n_iter_no_change=5,
+        random_state=seed,
+    )
+    # float32: the same classifier at half the memory traffic (sklearn keeps the dtype).
+    features = np.asarray(embeddings, dtype=np.float32)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        model.fit(features[train], labels[train])
+    return float(model.score(features[test], labels[test]))
+
+
+def retrieval_overlap(
+    clean: np.ndarray, changed: np.ndarray, *, n_queries: int = 300, k: int = 10, seed: int = 0
+) -> float:
+    """Mean |top-k(clean) & top-k(changed)| / k over ``n_queries`` corpus rows used as queries.
+
+    The query and the corpus are both embedded by the same service (clean or
+    changed), as a retrieval user of that service would; the query itself is
+    excluded from its neighbours.
+
+    >>> x = np.random.default_rng(0).normal(size=(50, 8))
+    >>> retrieval_overlap(x, x, n_queries=10)
+    1.0
+    """
+    clean_u, changed_u = _unit(clean), _unit(changed)
+    n = clean_u.shape[0]
+    k = min(k, n - 1)
+    queries = np.random.default_rng(seed).choice(n, size=min(n_queries, n), replace=False)
+
+    def top(matrix: np.ndarray) -> np.ndarray:
+        sims = matrix[queries] @ matrix.T
+        sims[np.arange(queries.size), queries] = -np.inf
+        return np.argpartition(-sims, k - 1, axis=1)[:, :k]
+
+    a, b = top(clean_u), top(changed_u)
+    hits = (a[:, :, None] == b[:, None, :]).any(axis=2).sum(axis=1)
+    return float(hits.mean() / k)
+
+
+def copy_fidelity(
+    copy: Callable[[list[str]], np.ndarray], texts: Sequence[str], clean: np.ndarray
+) -> float:
+    """Mean cos(copy(text), victim's clean embedding) on held-out ``texts``."""
+    return mean_cosine(clean, np.asarray(copy(list(texts))))

@@ -1,0 +1,288 @@
+"""The lab's outputs: results JSON, a Markdown table shaped like the paper's Table 1, plots.
+
+Plots (matplotlib, Agg backend, PNG):
+
+- ``cos_distributions.png``: cos(clean, watermarked) on marked rows per
+  method, and cos(embedding, target) of marked vs unmarked rows for ESpeW
+  (the paper's "Distribution of Cosine Similarities with Target Embedding": on MiniLM at
+  alpha = 0.2 the two overlap far less than in the paper);
+- ``alpha_ablation.png``: p-value and cos(clean, watermarked) against alpha,
+  without attack and after CSE (the paper's ablation figure);
+- ``pca.png``: 2-D PCA of the service's embeddings for each alpha, marked rows
+  highlighted (the paper's Fig. 6, "Embedding Visualization").
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+__all__ = ["METHOD_LABELS", "markdown_table", "write_report"]
+
+METHOD_LABELS = {
+    "none": "Original",
+    "espew_smallest": "ESpeW (smallest)",
+    "espew_hashed": "ESpeW (hashed)",
+    "embmarker": "EmbMarker",
+    "warden": "WARDEN",
+}
+
+
+def _attack_label(attack: str, info: Mapping[str, Any] | None = None) -> str:
+    name, _, value = attack.partition(":")
+    if name == "none":
+        return "No attack"
+    if name == "cse":
+        used = (info or {}).get("k_used")
+        suffix = f" (K={used} used)" if used is not None and str(used) != value else ""
+        return f"CSE K={value}{suffix}"
+    return {
+        "dropout": f"dropout {value}",
+        "quant4": "4-bit quantisation",
+        "permutation": "permutation",
+        "saa": f"SAA N_T={value or 10}",
+    }.get(name, attack)
+
+
+def _p(p: float) -> str:
+    if p is None or not math.isfinite(p):
+        return "n/a"
+    return f"{p:.1e}" if p < 1e-3 else f"{p:.3f}"
+
+
+def _pct(value: float | None) -> str:
+    return "n/a" if value is None or not math.isfinite(value) else f"{100 * value:.2f}"
+
+
+def markdown_table(results: Mapping[str, Any]) -> str:
+    """The Table-1-shaped Markdown table (one block per attack, one row per method)."""
+    level = float(results["config"]["verify"]["level"])
+    summary = {w["watermark"]: w for w in results["watermarks"]}
+    lines = [
+        f"Corpus `{results['corpus']['name']}` ({results['corpus']['n_texts']} texts), victim "
+        f"`{results['victim']}`, CSE standard model `{results['standard']}`, key alpha "
+        f"{results['key']['alpha']}, {results['key']['n_triggers']} triggers in a band of "
+        f"{results['key']['band_words']} words. COPY verdict: core word-level rank test, "
+        f"copied iff p < {level:g}; a check mark means the verdict is right (copied for a "
+        "watermark, not copied for Original).",
+        "",
+        "| Attack | Stealer | Method | ACC (%) | p-value | Δcos (%) | Δl2 (%) | COPY? "
+        "| cos(clean, wm) marked | top-10 overlap | copy fidelity | queries |",
+        "|---|---|---|---:|---:|---:|---:|:---:|---:|---:|---:|---:|",
+    ]
+    base = results["config"]["watermarks"]
+    order = {w: i for i, w in enumerate(base)}
+    attacks = list(dict.fromkeys(c["attack"] for c in results["cells"]))
+    for attack in attacks:
+        rows = [c for c in results["cells"] if c["attack"] == attack and c["watermark"] in order]
+        rows.sort(key=lambda c: (c["stealer"], order[c["watermark"]]))
+        for c in rows:
+            expected = c["watermark"] != "none"
+            verdict = "✔" if c["copied"] else "✘"
+            right = "right" if c["copied"] == expected else "WRONG"
+            wm = summary.get(c["watermark"], {})
+            lines.append(
+                f"| {_attack_label(attack, c.get('attack_info'))} | {c['stealer']} | "
+                f"{METHOD_LABELS.get(c['watermark'], c['watermark'])} | {_pct(c.get('acc'))} | "
+                f"{_p(c['p_value'])} | {_pct(c['delta_cos'])} | {_pct(c['delta_l2'])} | "
+                f"{verdict} ({right}) | {wm.get('cos_clean_marked', float('nan')):.4f} | "
+                f"{c['top10_overlap_trained_on']:.3f} | {c['copy_fidelity']:.3f} | "
+                f"{c['n_queries']} |"
+            )
+    ablation = [c for c in results["cells"] if c["watermark"] not in order]
+    base_wm = results["config"]["ablation"].get("watermark", "espew_smallest")
+    ablation += [
+        c
+        for c in results["cells"]
+        if c["watermark"] == base_wm
+        and c["attack"] in results["config"]["ablation"].get("attacks", [])
+    ]
+    if results["config"]["ablation"].get("alphas"):
+        lines += [
+            "",
+            f"Alpha ablation ({METHOD_LABELS.get(base_wm, base_wm)}):",
+            "",
+            "| alpha | Attack | cos(clean, wm) marked | p-value | Δcos (%) | COPY? |",
+            "|---:|---|---:|---:|---:|:---:|",
+        ]
+        for c in sorted(ablation, key=lambda c: (c["attack"], c["alpha"] or 0)):
+            wm = summary.get(c["watermark"], {})
+            lines.append(
+                f"| {c['alpha']:g} | {_attack_label(c['attack'], c.get('attack_info'))} | "
+                f"{wm.get('cos_clean_marked', float('nan')):.4f} | {_p(c['p_value'])} | "
+                f"{_pct(c['delta_cos'])} | {'✔' if c['copied'] else '✘'} |"
+            )
+    lines += [
+        "",
+        "Watermark quality on the whole corpus (no stealer):",
+        "",
+        "| Method | marked rows | cos(clean, wm) all | cos(clean, wm) marked | top-10 overlap |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for w in results["watermarks"]:
+        lines.append(
+            f"| {METHOD_LABELS.get(w['watermark'], w['watermark'])} | "
+            f"{100 * w['marked_fraction']:.1f}% | {w['cos_clean_all']:.4f} | "
+            f"{w['cos_clean_marked']:.4f} | {w['top10_overlap']:.3f} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def write_report(results: Mapping[str, Any], out: str | Path, *, ctx: Any = None) -> list[Path]:
+    """Write ``results.json``, ``table.md`` and (given the run's context) the plots."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    written = [out / "results.json", out / "table.md"]
+    written[0].write_text(json.dumps(results, indent=1, default=_plain) + "\n", encoding="utf-8")
+    written[1].write_text(markdown_table(results), encoding="utf-8")
+    if ctx is not None:
+        written += _plots(results, out, ctx)
+    return written
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    raise TypeError(f"not JSON serialisable: {type(value).__name__}")
+
+
+def _plots(results: Mapping[str, Any], out: Path, ctx: Any) -> list[Path]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from .runner import watermark_for
+
+    paths = []
+    texts = ctx.corpus.texts
+    methods = [w["watermark"] for w in results["watermarks"] if w["watermark"] != "none"]
+
+    # 1. cosine distributions
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    for name in methods:
+        made = watermark_for(ctx, name)
+        marked = made.marked(texts)
+        if not marked.any():
+            continue
+        a = ctx.clean[marked]
+        b = ctx.answers[name][marked]
+        cos = np.einsum("ij,ij->i", a, b) / np.linalg.norm(a, axis=1) / np.linalg.norm(b, axis=1)
+        axes[0].hist(cos, bins=60, histtype="step", label=METHOD_LABELS.get(name, name))
+    axes[0].set(
+        xlabel="cos(clean, watermarked), marked rows",
+        ylabel="rows",
+        title="Quality: how far marking moves an embedding",
+    )
+    axes[0].legend(fontsize=8)
+    espew = next((m for m in methods if m.startswith("espew")), None)
+    if espew is not None:
+        made = watermark_for(ctx, espew)
+        marked = made.marked(texts)
+        answers = ctx.answers[espew]
+        target = made.key.target
+        to_target = answers @ target / np.linalg.norm(answers, axis=1)
+        axes[1].hist(to_target[~marked], bins=60, density=True, alpha=0.6, label="unmarked rows")
+        axes[1].hist(to_target[marked], bins=60, density=True, alpha=0.6, label="marked rows")
+        axes[1].set(
+            xlabel="cos(service embedding, target)",
+            ylabel="density",
+            title=f"{METHOD_LABELS.get(espew, espew)}: similarity to the secret target",
+        )
+        axes[1].legend(fontsize=8)
+    fig.tight_layout()
+    paths.append(out / "cos_distributions.png")
+    fig.savefig(paths[-1], dpi=110)
+    plt.close(fig)
+
+    # 2. alpha ablation
+    ablation = results["config"]["ablation"]
+    alphas = sorted({float(a) for a in ablation.get("alphas") or []})
+    if alphas:
+        base = ablation["watermark"]
+        base_alpha = float(results["config"]["key"]["alpha"])
+        fig, ax = plt.subplots(figsize=(6.5, 4))
+        ax2 = ax.twinx()
+        for attack in ablation["attacks"]:
+            xs, ps = [], []
+            for alpha in alphas:
+                wm = base if alpha == base_alpha else f"{base}-a{alpha:g}"
+                cell = next(
+                    (c for c in results["cells"] if c["watermark"] == wm and c["attack"] == attack),
+                    None,
+                )
+                if cell is not None and math.isfinite(cell["p_value"]):
+                    xs.append(alpha)
+                    ps.append(max(cell["p_value"], 1e-300))
+            ax.plot(xs, ps, marker="o", label=f"p-value, {_attack_label(attack)}")
+        summary = {w["watermark"]: w for w in results["watermarks"]}
+        cos = [
+            summary.get(base if a == base_alpha else f"{base}-a{a:g}", {}).get(
+                "cos_clean_marked", float("nan")
+            )
+            for a in alphas
+        ]
+        ax2.plot(
+            alphas,
+            cos,
+            color="black",
+            linestyle="--",
+            marker="s",
+            label="cos(clean, wm), marked rows",
+        )
+        ax.set_yscale("log")
+        ax.axhline(float(results["config"]["verify"]["level"]), color="red", linewidth=0.8)
+        ax.set(xlabel="alpha (watermark proportion)", ylabel="p-value (log)")
+        ax2.set_ylabel("cos(clean, watermarked)")
+        handles = ax.get_legend_handles_labels()
+        more = ax2.get_legend_handles_labels()
+        ax.legend(handles[0] + more[0], handles[1] + more[1], fontsize=8, loc="center right")
+        ax.set_title("Alpha ablation: detection vs quality")
+        fig.tight_layout()
+        paths.append(out / "alpha_ablation.png")
+        fig.savefig(paths[-1], dpi=110)
+        plt.close(fig)
+
+    # 3. PCA as in Fig. 6
+    variants = _pca_variants(results)
+    if variants:
+        rng = np.random.default_rng(int(results["config"]["seed"]))
+        rows = rng.choice(len(texts), size=min(3000, len(texts)), replace=False)
+        fig, axes = plt.subplots(1, len(variants), figsize=(3.6 * len(variants), 3.6))
+        axes = np.atleast_1d(axes)
+        for ax, (name, alpha) in zip(axes, variants, strict=False):
+            made = watermark_for(ctx, name)
+            marked = made.marked([texts[i] for i in rows])
+            points = ctx.answers[name][rows]
+            centred = points - points.mean(axis=0)
+            _, _, vt = np.linalg.svd(centred, full_matrices=False)
+            xy = centred @ vt[:2].T
+            ax.scatter(*xy[~marked].T, s=3, alpha=0.4, label="benign")
+            ax.scatter(*xy[marked].T, s=3, alpha=0.6, color="red", label="watermarked")
+            ax.set_title(f"alpha = {alpha:g}")
+            ax.set_xticks([])
+            ax.set_yticks([])
+        axes[0].legend(fontsize=8, markerscale=3)
+        fig.suptitle("PCA of the service's embeddings (ESpeW smallest)")
+        fig.tight_layout()
+        paths.append(out / "pca.png")
+        fig.savefig(paths[-1], dpi=110)
+        plt.close(fig)
+    return paths
+
+
+def _pca_variants(results: Mapping[str, Any]) -> Sequence[tuple[str, float]]:
+    ablation = results["config"]["ablation"]
+    base = ablation.get("watermark", "espew_smallest")
+    base_alpha = float(results["config"]["key"]["alpha"])
+    alphas = sorted({float(a) for a in ablation.get("alphas") or []} | {base_alpha})
+    if base not in results["config"]["watermarks"] and not ablation.get("alphas"):
+        return []
+    return [(base if a == base_alpha else f"{base}-a{a:g}", a) for a in alphas]

@@ -1,0 +1,119 @@
+"""espew tune: judging target texts by expected distortion, and the measured frontier."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from espew_integrations import WatermarkKey, watermark
+from espew_integrations.lab.tune import _mark_all, fingerprint, judge_targets, tune
+
+TARGETS = [
+    "The weather report for tomorrow morning.",
+    "zq7 vortex lattice amber 4411",
+    "A funny and moving film.",
+]
+
+
+@pytest.fixture(scope="module")
+def result(tmp_path_factory):
+    out = tmp_path_factory.mktemp("tune")
+    return out, tune(
+        corpus="rotten_tomatoes",
+        limit=1000,
+        targets=TARGETS,
+        alphas=[0.05, 0.2],
+        min_cos=0.97,
+        level=1e-3,
+        attack="none",
+        n_triggers=8,
+        freq_band=(0.01, 0.03),
+        max_band_words=40,
+        top_targets=1,
+        seed=0,
+        out=out,
+        progress=False,
+    )
+
+
+def test_marking_every_row_matches_the_core_watermark():
+    rng = np.random.default_rng(0)
+    clean = rng.normal(size=(5, 12))
+    clean /= np.linalg.norm(clean, axis=1, keepdims=True)
+    target = rng.normal(size=12)
+    key = WatermarkKey(
+        triggers=["aa"],
+        target=target / np.linalg.norm(target),
+        target_text="t",
+        band=["aa", "bb", "cc"],
+        salt=bytes(32),
+        alpha=0.25,
+    )
+    np.testing.assert_allclose(_mark_all(clean, key), watermark(["aa"] * 5, clean, key))
+
+
+def test_candidates_are_judged_by_expected_distortion(result):
+    _, res = result
+    assert len(res.candidates) == 3
+    for candidate in res.candidates:
+        cosines = [p["cos_marked"] for p in candidate["per_alpha"]]
+        assert cosines[0] > cosines[1]  # more alpha, more distortion
+        assert all(0.8 < c < 1.0 for c in cosines)
+        assert candidate["twin_p_value"] > 1e-3  # the clean model does not convict itself
+        if candidate["max_alpha_in_budget"] is not None:
+            assert candidate["cos_at_max_alpha"] >= 0.97
+
+
+def test_candidates_are_judged_by_how_well_a_copy_reproduces_them(result):
+    _, res = result
+    fidelity = {c["index"]: c["copy_fidelity"] for c in res.candidates}
+    # The copy never saw "zq7 vortex ..." words; a review-like sentence it reproduces.
+    assert fidelity[2] > fidelity[1] + 0.2
+    assert all(-1.0 <= f <= 1.0 for f in fidelity.values())
+
+
+def test_frontier_is_measured_and_the_choice_meets_budget_and_goal(result):
+    _, res = result
+    assert [p.alpha for p in res.frontier] == [0.05, 0.2]
+    assert res.frontier[0].cos_marked > res.frontier[1].cos_marked
+    assert res.choice is not None
+    assert res.choice.cos_marked >= 0.97 and res.choice.p_value < 1e-3
+    better = [p for p in res.frontier if p.cos_marked > res.choice.cos_marked]
+    assert all(p.p_value >= 1e-3 for p in better)  # nothing of higher quality also detects
+
+
+def test_outputs_name_targets_only_by_fingerprint(result):
+    out, res = result
+    text = (out / "tune.json").read_text() + (out / "frontier.md").read_text() + res.markdown()
+    for target in TARGETS:
+        assert target not in text
+    assert fingerprint(TARGETS[0]) in text
+
+
+def test_an_impossible_budget_gives_no_choice(result):
+    _, _res = result
+    key = WatermarkKey(
+        triggers=["aa"],
+        target=np.eye(4)[0],
+        target_text="t",
+        band=["aa", "bb", "cc"],
+        salt=bytes(32),
+        alpha=0.5,
+    )
+    clean = np.full((3, 4), 0.5)
+    judged = judge_targets(
+        ["x"],
+        victim=lambda texts: np.tile(np.eye(4)[1], (len(texts), 1)),
+        clean_marked=clean,
+        base_key=key,
+        alphas=[0.5],
+        min_cos=0.9999,
+    )
+    assert judged[0]["max_alpha_in_budget"] is None
+
+
+def test_bad_arguments_are_refused():
+    with pytest.raises(ValueError, match="alphas"):
+        tune(alphas=[1.5], progress=False)
+    with pytest.raises(ValueError, match="min_cos"):
+        tune(min_cos=0.0, progress=False)
