@@ -21,7 +21,7 @@ import time
 import numpy as np
 from scipy.stats import ks_2samp
 
-from espew_integrations import WatermarkKey, build_probes
+from espew_integrations import WatermarkKey, build_probes, min_p_value
 from espew_integrations.core.calibration import NullStudy, false_positive_summary, null_p_values
 from espew_integrations.core.verify import score_words
 from espew_integrations.corpora import health_tweets, load_corpus
@@ -90,8 +90,10 @@ def main() -> None:
         "clean extraction copy (ridge)": copy,
         "paraphrase-MiniLM-L3 (independent)": other,
     }
-    print(f"band: {len(band)} words of {corpus.name} in {key.freq_band}; 20 triggers per key; "
-          f"{N_TARGETS} target texts; smallest reachable p = {key_min_p(len(band)):.1e}")  # fmt: skip
+    print(
+        f"band: {len(band)} words of {corpus.name} in {key.freq_band}; 20 triggers per key; "
+        f"{N_TARGETS} target texts; smallest reachable p = {min_p_value(len(band), 20):.1e}"
+    )
     total = 0
     for name, suspect in suspects.items():
         study = word_level_study(suspect, band, targets, args.trials, rng)
@@ -111,12 +113,6 @@ def main() -> None:
         print(f"   p < {level:.0e}: {int((ks < level).sum())}/300 = {(ks < level).mean():.1%}")
     print(f"   smallest KS p-value: {ks.min():.1e}")
     print(f"\n{total} word-level null trials in {time.perf_counter() - started:.0f} s")
-
-
-def key_min_p(n_words: int) -> float:
-    from espew_integrations import min_p_value
-
-    return min_p_value(n_words, 20)
 
 
 if __name__ == "__main__":

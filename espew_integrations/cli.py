@@ -272,6 +272,7 @@ def _cmd_keygen(args: argparse.Namespace) -> int:
             n_triggers=args.n_triggers,
             freq_band=tuple(args.freq_band),
             alpha=args.alpha,
+            strength=args.strength,
             selection=args.selection,
             seed=args.seed,
             max_band_words=args.max_band_words,
@@ -279,6 +280,7 @@ def _cmd_keygen(args: argparse.Namespace) -> int:
     key.save(out, overwrite=args.overwrite)
     print(
         f"wrote key {key.key_id} to {out} (mode 0600): alpha={key.alpha}, "
+        f"strength={key.strength}, "
         f"selection={key.selection}, dim={key.dim}, {len(key.band)} band words, "
         f"so `espew verify` costs {len(key.band)} queries"
     )
@@ -530,6 +532,13 @@ def build_parser() -> argparse.ArgumentParser:
     keygen.add_argument("--out", required=True, help="where to write the key")
     keygen.add_argument("--n-triggers", type=_positive_int, default=20)
     keygen.add_argument("--alpha", type=float, default=0.2)
+    keygen.add_argument(
+        "--strength",
+        type=float,
+        default=1.0,
+        help="how far marked coordinates move toward the target (1 = the paper; "
+        "`espew tune` finds one that meets a quality budget)",
+    )
     keygen.add_argument("--selection", choices=("smallest", "hashed"), default="smallest")
     keygen.add_argument(
         "--freq-band", type=float, nargs=2, default=(0.005, 0.01), metavar=("LOW", "HIGH")

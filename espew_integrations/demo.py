@@ -39,6 +39,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="ESpeW end to end on the offline defaults.")
     parser.add_argument("--texts", type=int, default=4000, help="texts the service answers")
     parser.add_argument("--alpha", type=float, default=0.2, help="watermark proportion")
+    parser.add_argument(
+        "--strength", type=float, default=1.0, help="write strength (1 = the paper's equations)"
+    )
     parser.add_argument("--seed", type=int, default=2026, help="seed (demo keys only!)")
     parser.add_argument("--out", default=None, help="folder for the key and the evidence")
     parser.add_argument("--skip-rag", action="store_true", help="skip the Chroma RAG part")
@@ -51,7 +54,12 @@ def main(argv: list[str] | None = None) -> int:
     corpus = rotten_tomatoes()
     model = minilm()
     key = WatermarkKey.generate(
-        corpus.texts, model, target_text=TARGET_TEXT, alpha=args.alpha, seed=args.seed
+        corpus.texts,
+        model,
+        target_text=TARGET_TEXT,
+        alpha=args.alpha,
+        strength=args.strength,
+        seed=args.seed,
     )
     key_path = key.save(out / "provider.key", overwrite=True)
     print(f"{key}  ({len(key.triggers)} secret triggers among {len(key.band)} band words)")

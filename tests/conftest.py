@@ -16,6 +16,7 @@ def make_key(
     n_band: int = 60,
     n_triggers: int = 10,
     seed: int = 0,
+    strength: float = 1.0,
 ) -> WatermarkKey:
     """A synthetic key for unit tests: words 'wordaa'..., a random unit target."""
     rng = np.random.default_rng(seed)
@@ -31,6 +32,7 @@ def make_key(
         salt=rng.bytes(32),
         alpha=alpha,
         selection=selection,
+        strength=strength,
     )
 
 

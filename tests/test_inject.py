@@ -36,7 +36,7 @@ def reference_watermark(texts, clean, key):
             seed = int.from_bytes(digest[:8], "little")
             ranks = [_splitmix64(seed ^ _splitmix64(j)) >> 32 for j in range(d)]
             positions = np.argsort(ranks, kind="stable")[:k]
-        e[positions] = key.target[positions]
+        e[positions] += key.strength * (key.target[positions] - e[positions])
         out[i] = (e / np.linalg.norm(e)).astype(clean.dtype)
     return out
 
@@ -68,9 +68,12 @@ def texts_for(key, n, rng, p_trigger=0.5):
     alpha=st.sampled_from([0.05, 0.1, 0.2, 0.25, 0.29, 0.5, 0.9]),
     dtype=st.sampled_from([np.float32, np.float64]),
     quantise=st.booleans(),
+    strength=st.sampled_from([1.0, 0.5, 0.236]),
 )
-def test_smallest_selection_matches_the_per_row_reference(data, dim, alpha, dtype, quantise):
-    key = make_key(dim, alpha=alpha)
+def test_smallest_selection_matches_the_per_row_reference(
+    data, dim, alpha, dtype, quantise, strength
+):
+    key = make_key(dim, alpha=alpha, strength=strength)
     n = data.draw(st.integers(1, 12))
     clean = data.draw(
         hnp.arrays(dtype, (n, dim), elements=st.floats(-1, 1, width=32, allow_subnormal=False))
@@ -95,8 +98,9 @@ def test_smallest_selection_matches_the_per_row_reference(data, dim, alpha, dtyp
         assert (mask[i] == expected).all()
 
 
-def test_hashed_selection_matches_reference_and_takes_exactly_k_positions():
-    key = make_key(384, selection="hashed", alpha=0.2)
+@pytest.mark.parametrize("strength", [1.0, 0.3])
+def test_hashed_selection_matches_reference_and_takes_exactly_k_positions(strength):
+    key = make_key(384, selection="hashed", alpha=0.2, strength=strength)
     rng = np.random.default_rng(1)
     clean = rng.normal(size=(50, 384)).astype(np.float32)
     texts = texts_for(key, 50, rng)
@@ -261,3 +265,25 @@ def test_overflowing_but_finite_rows_are_not_called_nan(key64):
 def test_key_refuses_pickling_so_secrets_cannot_leak_through_it(key64):
     with pytest.raises(TypeError, match="refuses to be pickled"):
         pickle.dumps(key64)
+
+
+def test_strength_moves_marked_coordinates_part_of_the_way_to_the_target():
+    full = make_key(100, alpha=0.3)
+    half = make_key(100, alpha=0.3, strength=0.5)
+    clean = np.random.default_rng(8).normal(size=(3, 100))
+    texts = [f"about {sorted(full.triggers)[0]}"] * 3
+    mask = select_positions(clean, full)
+    unnormalised = clean + 0.5 * mask * (full.target - clean)
+    expected = unnormalised / np.linalg.norm(unnormalised, axis=1, keepdims=True)
+    np.testing.assert_allclose(watermark(texts, clean, half), expected)
+    cos_half = np.einsum(
+        "ij,ij->i",
+        watermark(texts, clean, half),
+        clean / np.linalg.norm(clean, axis=1, keepdims=True),
+    )
+    cos_full = np.einsum(
+        "ij,ij->i",
+        watermark(texts, clean, full),
+        clean / np.linalg.norm(clean, axis=1, keepdims=True),
+    )
+    assert (cos_half > cos_full).all()

@@ -81,6 +81,8 @@ def test_generate_says_how_many_band_words_it_found_and_what_to_change():
         ({"selection": "random"}, "selection must be one of"),
         ({"freq_band": (0.2, 0.1)}, "freq_band"),
         ({"n_triggers": 0}, "n_triggers"),
+        ({"strength": 0.0}, "0 < strength <= 1"),
+        ({"strength": 1.5}, "0 < strength <= 1"),
         ({"target_text": "  "}, "target_text"),
     ],
 )
@@ -161,6 +163,7 @@ def _resign(document):
         (lambda k: k.update(target=[2.0] * 64), "unit norm"),
         (lambda k: k.update(target=[float("nan")] * 64), "invalid key"),
         (lambda k: k.update(alpha=1.0), "0 < alpha < 1"),
+        (lambda k: k.update(strength=-0.5), "0 < strength <= 1"),
         (lambda k: k.update(triggers=[]), "trigger set is empty"),
         (lambda k: k.update(triggers=["notinband"]), "subset of the band"),
         (lambda k: k.pop("salt"), "lacks the field 'salt'"),
@@ -214,3 +217,19 @@ def test_repr_str_and_errors_show_no_secret(key64):
 def test_contains_trigger(key64):
     word = sorted(key64.triggers)[0]
     assert key64.contains_trigger([f"A {word.upper()}!", "nothing"]).tolist() == [True, False]
+
+
+def test_strength_round_trips_and_shows_in_repr_only_when_not_the_paper_default(tmp_path):
+    weak = make_key(strength=0.25)
+    assert "strength=0.25" in repr(weak) and "strength" not in repr(make_key())
+    loaded = WatermarkKey.load(weak.save(tmp_path / "weak.key"))
+    assert loaded.strength == 0.25 and loaded == weak
+    common = dict(
+        triggers=weak.triggers,
+        target=weak.target,
+        target_text=weak.target_text,
+        band=weak.band,
+        salt=weak.salt,
+        created="2026-01-01T00:00:00+00:00",
+    )
+    assert WatermarkKey(**common, strength=0.25).key_id != WatermarkKey(**common).key_id

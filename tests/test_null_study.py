@@ -63,7 +63,9 @@ def target_vectors(minilm_model):
     return vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
 
 
-def test_no_false_positive_against_a_clean_extraction_copy(reference_key, clean_copy, target_vectors):
+def test_no_false_positive_against_a_clean_extraction_copy(
+    reference_key, clean_copy, target_vectors
+):
     study = null_study(clean_copy, reference_key.band, target_vectors, np.random.default_rng(1))
     assert study.n_trials >= 200
     assert study.false_positives(DEFAULT_LEVEL) == 0
@@ -72,23 +74,28 @@ def test_no_false_positive_against_a_clean_extraction_copy(reference_key, clean_
     assert study.false_positives(0.05) <= 0.05 * study.n_trials + 4 * np.sqrt(study.n_trials)
 
 
-def test_no_false_positive_against_the_clean_model_itself(reference_key, minilm_model, target_vectors):
+def test_no_false_positive_against_the_clean_model_itself(
+    reference_key, minilm_model, target_vectors
+):
     study = null_study(minilm_model, reference_key.band, target_vectors, np.random.default_rng(2))
     assert study.n_trials >= 200
     assert study.false_positives(DEFAULT_LEVEL) == 0
 
 
 @pytest.mark.parametrize("seed", [11, 12, 13])
-def test_full_keygen_and_verify_against_the_clean_copy_is_not_copied(rt_corpus, minilm_model,
-                                                                       clean_copy, seed):
-    key = WatermarkKey.generate(rt_corpus.texts, minilm_model, target_text=TARGET_TEXTS[seed % 10],
-                                seed=seed)
+def test_full_keygen_and_verify_against_the_clean_copy_is_not_copied(
+    rt_corpus, minilm_model, clean_copy, seed
+):
+    key = WatermarkKey.generate(
+        rt_corpus.texts, minilm_model, target_text=TARGET_TEXTS[seed % 10], seed=seed
+    )
     report = verify(clean_copy, key, seed=seed)
     assert report.status == "not_copied", str(report)
 
 
-def test_a_copy_trained_on_watermarked_embeddings_is_detected(reference_key, rt_subset,
-                                                              rt_subset_embeddings):
+def test_a_copy_trained_on_watermarked_embeddings_is_detected(
+    reference_key, rt_subset, rt_subset_embeddings
+):
     marked = watermark(rt_subset.texts, rt_subset_embeddings, reference_key)
     assert reference_key.contains_trigger(rt_subset.texts).mean() > 0.05
     stolen = RidgeStealer(seed=0).fit(rt_subset.texts, marked)

@@ -3,7 +3,8 @@
 For a text with at least one trigger, with d the dimension and k = floor(alpha*d):
 
     I   = the k positions chosen for this row ("smallest" |e_o|, or "hashed")
-    e'  = e_o with e'[I] = e_t[I]
+    e'  = e_o with e'[I] = e_t[I]        (key.strength = 1, the paper)
+          or e'[I] = e_o[I] + s (e_t[I] - e_o[I])   (key.strength = s < 1)
     e_p = e' / ||e'||
 
 Rows whose text has no trigger are returned bit-identical. Everything runs on
@@ -91,6 +92,7 @@ class _BlockMarker:
         self.scratch = np.empty_like(self.magnitude)
         self.mask = np.empty(shape, dtype=bool)
         self.target = key.target.astype(dtype)
+        self.strength = key.strength
         self.target_bits = self.target.view(self.magnitude.dtype)
 
     def mark(self, clean: np.ndarray, out: np.ndarray) -> None:
@@ -99,7 +101,8 @@ class _BlockMarker:
         if self.key.selection == "smallest" and 0 < self.k < self.key.dim:
             keys = _magnitude_bits(clean, self.magnitude[:n])
             kth, tied = _kth_lowest(keys, self.k, self.scratch[:n])
-            if tied.size == 0:  # the usual case: |e| <= kth is exactly the k positions
+            if tied.size == 0 and self.strength == 1.0:
+                # the usual case: |e| <= kth is exactly the k positions
                 _blend_bits(clean, out, keys, kth, self.scratch[:n], self.target_bits)
             else:
                 mask = _mask_from_kth(keys, kth, tied, self.k, self.mask[:n])
@@ -118,11 +121,20 @@ class _BlockMarker:
         np.divide(out, norms[:, None], out=out)
 
     def _put_target(self, clean: np.ndarray, out: np.ndarray, mask: np.ndarray) -> None:
+        """out = clean, with the masked coordinates moved ``strength`` of the way to the target."""
+        if self.strength == 1.0:
+            if out is not clean:
+                np.copyto(out, clean)
+            # putmask repeats a 1-D value array over the flattened rows: row i,
+            # column j takes target[j], which is the paper's e[I] = e_t[I].
+            np.putmask(out, mask, self.target)
+            return
+        moved = np.subtract(self.target, clean)
+        moved *= self.strength
+        moved += clean
         if out is not clean:
             np.copyto(out, clean)
-        # putmask repeats a 1-D value array over the flattened rows: row i,
-        # column j takes target[j], which is the paper's e[I] = e_t[I].
-        np.putmask(out, mask, self.target)
+        np.copyto(out, moved, where=mask)
 
 
 _BLOCK_BYTES = 1 << 18

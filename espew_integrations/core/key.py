@@ -58,6 +58,7 @@ class WatermarkKey:
         "_matcher",
         "_salt",
         "_selection",
+        "_strength",
         "_target",
         "_target_text",
         "_triggers",
@@ -74,17 +75,20 @@ class WatermarkKey:
         alpha: float = 0.2,
         selection: Selection = "smallest",
         freq_band: tuple[float, float] = (0.005, 0.01),
+        strength: float = 1.0,
         created: str | None = None,
         info: dict[str, Any] | None = None,
     ):
         triggers = frozenset(triggers)
         band = tuple(sorted(set(band)))
         _check_fields(triggers, target, target_text, band, salt, alpha, selection, freq_band)
+        _check_strength(strength)
         target_arr = np.array(target, dtype=np.float64).reshape(-1)
         target_arr.setflags(write=False)
         self._triggers = triggers
         self._target = target_arr
         self._alpha = float(alpha)
+        self._strength = float(strength)
         self._selection = selection
         self._target_text = target_text
         self._band = band
@@ -112,6 +116,19 @@ class WatermarkKey:
     def alpha(self) -> float:
         """Watermark proportion: the fraction of coordinates overwritten."""
         return self._alpha
+
+    @property
+    def strength(self) -> float:
+        """How far each chosen coordinate moves toward the target (1 = the paper).
+
+        e[I] <- e[I] + strength * (target[I] - e[I]). The paper replaces the
+        coordinates (strength 1). On isotropic models a weaker write over more
+        coordinates buys more evidence per unit of quality lost: with MiniLM,
+        alpha 0.2 at strength 0.236 keeps cos 0.995 on marked rows and is still
+        detected at p = 7e-18 after CSE (K=50), where the paper's alpha 0.02 at
+        the same cosine gives p = 2e-3 (benchmarks/bench_quality_budget.py).
+        """
+        return self._strength
 
     @property
     def selection(self) -> Selection:
@@ -173,8 +190,9 @@ class WatermarkKey:
         return self._matcher.contains(texts)
 
     def __repr__(self) -> str:
+        strength = "" if self._strength == 1.0 else f", strength={self._strength!r}"
         return (
-            f"WatermarkKey(key_id={self._key_id!r}, alpha={self._alpha!r}, "
+            f"WatermarkKey(key_id={self._key_id!r}, alpha={self._alpha!r}{strength}, "
             f"selection={self._selection!r}, dim={self.dim})"
         )
 
@@ -203,12 +221,40 @@ class WatermarkKey:
             "where it is needed."
         )
 
+    def replace(self, **changes: Any) -> WatermarkKey:
+        """A new key with some fields changed (alpha, strength, selection, target...).
+
+        For experiments such as alpha ablations: the result is validated like
+        any key and gets its own key_id. ``created`` is kept unless given.
+
+        >>> weaker = key.replace(alpha=0.2, strength=0.25)  # doctest: +SKIP
+        """
+        fields: dict[str, Any] = dict(
+            triggers=self._triggers,
+            target=self._target,
+            target_text=self._target_text,
+            band=self._band,
+            salt=self._salt,
+            alpha=self._alpha,
+            selection=self._selection,
+            strength=self._strength,
+            freq_band=self._freq_band,
+            created=self._created,
+            info=self._info,
+        )
+        unknown = set(changes) - set(fields)
+        if unknown:
+            raise TypeError(f"WatermarkKey has no field(s) {sorted(unknown)}")
+        fields.update(changes)
+        return WatermarkKey(**fields)
+
     # ------------------------------------------------------------------ storage
     def _secret_payload(self) -> dict[str, Any]:
         return {
             "triggers": sorted(self._triggers),
             "target": [float(x) for x in self._target],
             "alpha": self._alpha,
+            "strength": self._strength,
             "selection": self._selection,
             "target_text": self._target_text,
             "band": list(self._band),
@@ -293,6 +339,7 @@ class WatermarkKey:
                 band=payload["band"],
                 salt=bytes.fromhex(payload["salt"]),
                 alpha=payload["alpha"],
+                strength=payload["strength"],
                 selection=payload["selection"],
                 freq_band=tuple(payload["freq_band"]),
                 created=payload["created"],
@@ -356,6 +403,7 @@ class WatermarkKey:
         freq_band: tuple[float, float] = (0.005, 0.01),
         alpha: float = 0.2,
         selection: Selection = "smallest",
+        strength: float = 1.0,
         seed: int | None = None,
         max_band_words: int | None = None,
         twin_level: float = 1e-3,
@@ -368,7 +416,10 @@ class WatermarkKey:
         triggers (the uniform draw is what makes verification calibrated). The
         target is ``embed([target_text])``. ``max_band_words`` caps the band
         (a uniform sub-band containing the triggers) to bound verification's
-        query cost, which is one query per band word.
+        query cost, which is one query per band word. ``strength`` < 1 moves
+        the chosen coordinates only part of the way to the target (see
+        :attr:`strength`): on isotropic models such as MiniLM, alpha 0.2 with
+        strength ~0.24 keeps cos 0.995 on marked rows with strong detection.
 
         Unless ``twin_check=False``, the key is then verified against ``embed``
         itself, an innocent twin that never saw the watermark; a key the twin
@@ -387,6 +438,7 @@ class WatermarkKey:
         if not isinstance(n_triggers, int) or n_triggers < 1:
             raise KeyGenerationError(f"n_triggers must be a positive integer, got {n_triggers!r}")
         _check_alpha(alpha)
+        _check_strength(strength)
         _check_selection(selection)
         _check_freq_band(freq_band)
         counts, n_texts = document_frequencies(corpus)
@@ -424,6 +476,7 @@ class WatermarkKey:
             salt=salt,
             alpha=alpha,
             selection=selection,
+            strength=strength,
             freq_band=freq_band,
             info=info,
         )
@@ -444,18 +497,7 @@ class WatermarkKey:
                 "draw again with another seed."
             )
         info["twin_p_value"] = float(twin.p_value)
-        return cls(
-            triggers=triggers,
-            target=target,
-            target_text=target_text,
-            band=band,
-            salt=salt,
-            alpha=alpha,
-            selection=selection,
-            freq_band=freq_band,
-            created=key.created,
-            info=info,
-        )
+        return key.replace(info=info)
 
 
 # ---------------------------------------------------------------------- helpers
@@ -493,6 +535,14 @@ def _embed_target(embed: EmbedFn, target_text: str) -> np.ndarray:
 def _check_alpha(alpha: object) -> None:
     if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not 0.0 < alpha < 1.0:
         raise KeyGenerationError(f"alpha must be a number with 0 < alpha < 1, got {alpha!r}")
+
+
+def _check_strength(strength: object) -> None:
+    ok = not isinstance(strength, bool) and isinstance(strength, (int, float))
+    if not ok or not 0.0 < strength <= 1.0:
+        raise KeyGenerationError(
+            f"strength must be a number with 0 < strength <= 1, got {strength!r}"
+        )
 
 
 def _check_selection(selection: object) -> None:

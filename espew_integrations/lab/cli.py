@@ -105,6 +105,12 @@ def add_commands(subparsers: Any) -> None:
         default=2,
         help="how many of the best-judged targets to test end to end",
     )
+    tune.add_argument(
+        "--paper-strength-only",
+        action="store_true",
+        help="measure only the paper's full write (strength 1), not the strength that fits "
+        "the budget",
+    )
     tune.add_argument("--seed", type=int, default=0)
     tune.add_argument("--out", default=None, help="write tune.json (and frontier.md) here")
     tune.set_defaults(func=_run_tune)
@@ -152,6 +158,7 @@ def _run_tune(args: argparse.Namespace) -> int:
             freq_band=(low, high),
             max_band_words=args.max_band_words,
             top_targets=args.top_targets,
+            fit_strength=not args.paper_strength_only,
             seed=args.seed,
             out=args.out,
         )

@@ -220,6 +220,7 @@ def build_context(config: dict[str, Any], *, progress: bool = True) -> LabContex
         n_triggers=int(key_cfg["n_triggers"]),
         freq_band=tuple(key_cfg["freq_band"]),
         alpha=float(key_cfg["alpha"]),
+        strength=float(key_cfg.get("strength", 1.0)),
         selection="smallest",
         seed=seed,
         max_band_words=key_cfg.get("max_band_words"),
@@ -252,14 +253,29 @@ def _all_attacks(config: Mapping[str, Any]) -> list[str]:
     return attacks
 
 
+def _parse_variant(name: str) -> tuple[str, dict[str, float]]:
+    """Split ``espew_smallest-a0.2-s0.24`` into the method and its key changes."""
+    base, *suffixes = name.split("-")
+    fields = {"a": "alpha", "s": "strength"}
+    variant: dict[str, float] = {}
+    for suffix in suffixes:
+        if suffix[:1] not in fields:
+            raise ValueError(f"unknown watermark variant {suffix!r} in {name!r} (use -a, -s)")
+        variant[fields[suffix[0]]] = float(suffix[1:])
+    return base, variant
+
+
 def watermark_for(ctx: LabContext, name: str):
-    """The watermark called ``name`` (``espew_smallest-a0.05`` is an alpha variant)."""
+    """The watermark called ``name``.
+
+    ``espew_smallest-a0.05`` is an alpha variant and ``espew_smallest-a0.2-s0.24``
+    an alpha and strength variant of the configured key.
+    """
     if name in ctx.watermarks:
         return ctx.watermarks[name]
-    from ..core.key import WatermarkKey
     from .watermarks import ESpeW, build_watermark
 
-    base, _, alpha = name.partition("-a")
+    base, variant = _parse_variant(name)
     made = build_watermark(
         base,
         texts=ctx.corpus.texts,
@@ -268,20 +284,8 @@ def watermark_for(ctx: LabContext, name: str):
         seed=int(ctx.config["seed"]),
         n_triggers=int(ctx.config["key"]["n_triggers"]),
     )
-    if alpha:
-        k = made.key
-        made = ESpeW(
-            WatermarkKey(
-                triggers=k.triggers,
-                target=k.target,
-                target_text=k.target_text,
-                band=k.band,
-                salt=k.salt,
-                alpha=float(alpha),
-                selection=k.selection,
-                freq_band=k.freq_band,
-            )
-        )
+    if variant:
+        made = ESpeW(made.key.replace(**variant))
         made.name = name
     ctx.watermarks[name] = made
     ctx.answers[name] = np.asarray(made.apply(ctx.corpus.texts, ctx.clean), dtype=np.float64)

@@ -57,7 +57,7 @@ def fingerprint(text: str) -> str:
 
 @dataclasses.dataclass(frozen=True)
 class TunePoint:
-    """One (target, alpha) measured end to end."""
+    """One (target, alpha, strength) measured end to end."""
 
     target: int
     alpha: float
@@ -66,6 +66,7 @@ class TunePoint:
     copied: bool
     delta_cos: float
     n_queries: int
+    strength: float = 1.0
 
     @property
     def within_budget(self) -> bool:
@@ -121,13 +122,13 @@ class TuneResult:
             "",
             "Frontier (measured end to end: watermark, attack, ridge copy, core verify):",
             "",
-            "| target # | alpha | cos(clean, wm) marked | in budget | p after attack | "
+            "| target # | alpha | strength | cos(clean, wm) marked | in budget | p after attack | "
             "Δcos (%) | meets goal |",
-            "|---:|---:|---:|:---:|---:|---:|:---:|",
+            "|---:|---:|---:|---:|:---:|---:|---:|:---:|",
         ]
         for p in self.frontier:
             lines.append(
-                f"| {p.target} | {p.alpha:g} | {p.cos_marked:.4f} | "
+                f"| {p.target} | {p.alpha:g} | {p.strength:.3g} | {p.cos_marked:.4f} | "
                 f"{'yes' if p.cos_marked >= self.min_cos else 'no'} | {p.p_value:.2g} | "
                 f"{100 * p.delta_cos:.2f} | {'yes' if p.p_value < self.level else 'no'} |"
             )
@@ -137,7 +138,8 @@ class TuneResult:
         else:
             c = self.choice
             lines.append(
-                f"Choice: target #{c.target}, alpha = {c.alpha:g} (cos {c.cos_marked:.4f}, "
+                f"Choice: target #{c.target}, alpha = {c.alpha:g}, strength = {c.strength:.3g} "
+                f"(cos {c.cos_marked:.4f}, "
                 f"p = {c.p_value:.2g})."
             )
         return "\n".join(lines) + "\n"
@@ -148,25 +150,67 @@ def _mark_all(clean: np.ndarray, key: Any) -> np.ndarray:
     from ..core.inject import select_positions
 
     mask = select_positions(clean, key)
-    out = np.where(mask, key.target[None, :], clean)
+    out = clean + key.strength * mask * (key.target[None, :] - clean)
     return out / np.linalg.norm(out, axis=1, keepdims=True)
 
 
-def _with(key: Any, **changes: Any) -> Any:
-    from ..core.key import WatermarkKey
+def strength_for_budget(clean_marked: np.ndarray, key: Any, min_cos: float) -> float:
+    """The largest strength whose mean cos(clean, watermarked) on marked rows is >= min_cos.
 
-    fields = dict(
-        triggers=key.triggers,
-        target=key.target,
-        target_text=key.target_text,
-        band=key.band,
-        salt=key.salt,
-        alpha=key.alpha,
-        selection=key.selection,
-        freq_band=key.freq_band,
+    Bisection on the cosine (it falls as the strength grows); 1.0 if the
+    paper's full write already fits the budget.
+    """
+
+    def mean_cos(strength: float) -> float:
+        marked = _mark_all(clean_marked, key.replace(strength=strength))
+        unit = clean_marked / np.linalg.norm(clean_marked, axis=1, keepdims=True)
+        return float(np.mean(np.einsum("ij,ij->i", unit, marked)))
+
+    if mean_cos(1.0) >= min_cos:
+        return 1.0
+    low, high = 0.0, 1.0
+    for _ in range(30):
+        middle = (low + high) / 2
+        low, high = (middle, high) if mean_cos(middle) >= min_cos else (low, middle)
+    return max(low, 1e-6)
+
+
+def _measure_point(
+    key: Any,
+    target: int,
+    *,
+    texts: list[str],
+    clean: np.ndarray,
+    marked_rows: np.ndarray,
+    attack: str,
+    std: np.ndarray | None,
+    level: float,
+    seed: int,
+) -> TunePoint:
+    """Watermark, attack, train a ridge copy, verify: one point of the frontier."""
+    from .attacks import apply_attack, cse_suspicious
+    from .stealers import RidgeStealer
+    from .watermarks import ESpeW
+
+    made = ESpeW(key)
+    answers = np.asarray(made.apply(texts, clean), dtype=np.float64)
+    suspicious = None
+    if std is not None:
+        suspicious, _ = cse_suspicious(answers, std, seed=seed)
+    attacked = apply_attack(attack, texts, answers, standard=std, seed=seed, suspicious=suspicious)
+    copy = RidgeStealer(seed=seed).fit(texts, attacked.embeddings)
+    verdict = made.verify(copy, target_mode=attacked.target_mode, level=level, seed=seed)
+    cos = float(np.mean(np.einsum("ij,ij->i", clean[marked_rows], answers[marked_rows])))
+    return TunePoint(
+        target=target,
+        alpha=float(key.alpha),
+        strength=float(key.strength),
+        cos_marked=cos,
+        p_value=verdict.p_value,
+        copied=verdict.copied,
+        delta_cos=verdict.delta_cos,
+        n_queries=verdict.n_queries,
     )
-    fields.update(changes)
-    return WatermarkKey(**fields)
 
 
 def judge_targets(
@@ -196,13 +240,13 @@ def judge_targets(
     copied = None if clean_copy is None else np.asarray(clean_copy(list(targets)))
     for index, (text, vector) in enumerate(zip(targets, vectors, strict=False)):
         target = vector / np.linalg.norm(vector)
-        key = _with(base_key, target=target, target_text=text)
+        key = base_key.replace(target=target, target_text=text)
         twin = verify(victim, key, seed=seed, level=0.5)
         scores = np.array(twin.trigger_scores + twin.benign_scores)
         spread = float(scores.std()) if scores.size > 1 else float("nan")
         per_alpha = []
         for alpha in sorted(alphas):
-            k = _with(key, alpha=float(alpha))
+            k = key.replace(alpha=float(alpha))
             marked = _mark_all(clean_marked, k)
             cos = float(np.mean(np.einsum("ij,ij->i", clean_marked, marked)))
             pull = float(np.mean(marked @ target - clean_marked @ target))
@@ -253,22 +297,28 @@ def tune(
     freq_band: tuple[float, float] = (0.005, 0.01),
     max_band_words: int | None = 300,
     top_targets: int = 2,
+    fit_strength: bool = True,
     seed: int = 0,
     out: str | Path | None = None,
     progress: bool = True,
 ) -> TuneResult:
-    """Pick alpha and a target text for a model and corpus; report the frontier.
+    """Pick alpha (and strength) and a target text for a model and corpus; report the frontier.
+
+    Every alpha is measured with the paper's full write (strength 1) and, when
+    ``fit_strength`` and the full write exceeds the quality budget, also with
+    the largest strength that fits the budget (:func:`strength_for_budget`):
+    a weaker write over more coordinates is how isotropic models such as
+    MiniLM meet cos >= 0.995 and still convict a copy after CSE.
 
     >>> result = tune(corpus="rotten_tomatoes", min_cos=0.995, level=1e-10)  # doctest: +SKIP
     >>> print(result.markdown())                                            # doctest: +SKIP
     """
     from ..core.key import WatermarkKey
-    from .attacks import apply_attack, cse_suspicious, parse_attack
+    from .attacks import parse_attack
     from .cache import cached_embed
     from .data import load_data
     from .runner import model_name, resolve_model
     from .stealers import RidgeStealer
-    from .watermarks import ESpeW
 
     if not 0.0 < min_cos <= 1.0:
         raise ValueError(f"min_cos must be in (0, 1], got {min_cos}")
@@ -322,31 +372,28 @@ def tune(
     frontier = []
     for t, alpha in iterator:
         vector = vectors[chosen_targets.index(t)]
-        key = _with(
-            base, target=vector / np.linalg.norm(vector), target_text=targets[t], alpha=float(alpha)
+        key = base.replace(
+            target=vector / np.linalg.norm(vector), target_text=targets[t], alpha=float(alpha)
         )
-        made = ESpeW(key)
-        answers = np.asarray(made.apply(texts, clean), dtype=np.float64)
-        suspicious = None
-        if std is not None:
-            suspicious, _ = cse_suspicious(answers, std, seed=seed)
-        attacked = apply_attack(
-            attack, texts, answers, standard=std, seed=seed, suspicious=suspicious
-        )
-        copy = RidgeStealer(seed=seed).fit(texts, attacked.embeddings)
-        verdict = made.verify(copy, target_mode=attacked.target_mode, level=level, seed=seed)
-        cos = float(np.mean(np.einsum("ij,ij->i", clean[marked_rows], answers[marked_rows])))
-        frontier.append(
-            TunePoint(
-                target=t,
-                alpha=float(alpha),
-                cos_marked=cos,
-                p_value=verdict.p_value,
-                copied=verdict.copied,
-                delta_cos=verdict.delta_cos,
-                n_queries=verdict.n_queries,
+        strengths = [1.0]
+        if fit_strength:
+            fitted = strength_for_budget(clean[marked_rows], key, min_cos)
+            if fitted < 1.0:
+                strengths.append(fitted)
+        for strength in strengths:
+            frontier.append(
+                _measure_point(
+                    key.replace(strength=strength),
+                    t,
+                    texts=texts,
+                    clean=clean,
+                    marked_rows=marked_rows,
+                    attack=attack,
+                    std=std,
+                    level=level,
+                    seed=seed,
+                )
             )
-        )
     meets = [p for p in frontier if p.cos_marked >= min_cos and p.p_value < level]
     choice = max(meets, key=lambda p: (p.cos_marked, -p.p_value)) if meets else None
     result = TuneResult(

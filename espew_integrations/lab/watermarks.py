@@ -365,18 +365,7 @@ def build_watermark(
         selection = method.removeprefix("espew_")
         if selection == espew_key.selection:
             return ESpeW(espew_key)
-        return ESpeW(
-            WatermarkKey(
-                triggers=espew_key.triggers,
-                target=espew_key.target,
-                target_text=espew_key.target_text,
-                band=espew_key.band,
-                salt=espew_key.salt,
-                alpha=espew_key.alpha,
-                selection=selection,  # type: ignore[arg-type]
-                freq_band=espew_key.freq_band,
-            )
-        )
+        return ESpeW(espew_key.replace(selection=selection))
     rng = np.random.default_rng([seed, METHODS.index(method)])
     band = list(espew_key.band)
     n_triggers = min(n_triggers, len(band) // 2)
