@@ -51,23 +51,20 @@ class Corpus:
         )
 
 
-def _dedupe(rows: list[tuple[str, str]]) -> list[tuple[str, str]]:
+def build_corpus(name: str, rows: list[tuple[str, str]]) -> Corpus:
+    """A :class:`Corpus` from ``(text, label)`` rows: whitespace normalised, empty and
+    duplicate texts dropped (first occurrence kept), labels numbered in sorted order."""
     seen: set[str] = set()
-    out = []
+    kept = []
     for text, label in rows:
         text = " ".join(text.split())
         if text and text not in seen:
             seen.add(text)
-            out.append((text, label))
-    return out
-
-
-def _build(name: str, rows: list[tuple[str, str]]) -> Corpus:
-    rows = _dedupe(rows)
-    names = tuple(sorted({label for _, label in rows}))
+            kept.append((text, label))
+    names = tuple(sorted({label for _, label in kept}))
     index = {label: i for i, label in enumerate(names)}
-    labels = np.fromiter((index[label] for _, label in rows), dtype=np.int64, count=len(rows))
-    return Corpus(name, tuple(t for t, _ in rows), labels, names)
+    labels = np.fromiter((index[label] for _, label in kept), dtype=np.int64, count=len(kept))
+    return Corpus(name, tuple(t for t, _ in kept), labels, names)
 
 
 @lru_cache(maxsize=1)
@@ -85,7 +82,7 @@ def rotten_tomatoes() -> Corpus:
             for r in csv.DictReader(handle)
             if r["category"] in ("fresh", "rotten")
         ]
-    return _build("rotten_tomatoes", rows)
+    return build_corpus("rotten_tomatoes", rows)
 
 
 @lru_cache(maxsize=1)
@@ -102,7 +99,7 @@ def health_tweets() -> Corpus:
             for r in reader:
                 source = r.get("source_id") or ""
                 rows.append((r.get("text") or "", source.split("-")[0].split("_")[0]))
-    return _build("health_tweets", rows)
+    return build_corpus("health_tweets", rows)
 
 
 _LOADERS = {"rotten_tomatoes": rotten_tomatoes, "health_tweets": health_tweets}

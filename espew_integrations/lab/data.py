@@ -16,9 +16,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
-from ..corpora import Corpus, load_corpus
+from ..corpora import Corpus, build_corpus, load_corpus
 
 __all__ = ["Corpus", "load_data", "load_file", "load_hf"]
 
@@ -88,7 +86,7 @@ def load_file(
     if suffix == ".txt":
         texts = [line.strip() for line in path.read_text(encoding="utf-8").splitlines()]
         rows = [(t, "") for t in texts if t]
-        return _corpus(path.stem, rows)
+        return build_corpus(path.stem, rows)
     if suffix == ".csv":
         with path.open(encoding="utf-8", newline="") as handle:
             records = list(csv.DictReader(handle))
@@ -113,7 +111,7 @@ def load_file(
         (str(r.get(text_field) or ""), "" if label_field is None else str(r.get(label_field, "")))
         for r in records
     ]
-    return _corpus(path.stem, rows)
+    return build_corpus(path.stem, rows)
 
 
 def load_hf(
@@ -140,18 +138,4 @@ def load_hf(
     label_field = label_field or default_label
     labels = table[label_field] if label_field in table.column_names else [""] * len(table)
     rows = [(str(t), str(label)) for t, label in zip(table[text_field], labels, strict=False)]
-    return _corpus(name, rows)
-
-
-def _corpus(name: str, rows: list[tuple[str, str]]) -> Corpus:
-    seen: set[str] = set()
-    kept = []
-    for text, label in rows:
-        text = " ".join(text.split())
-        if text and text not in seen:
-            seen.add(text)
-            kept.append((text, label))
-    names = tuple(sorted({label for _, label in kept}))
-    index = {label: i for i, label in enumerate(names)}
-    labels = np.fromiter((index[label] for _, label in kept), dtype=np.int64, count=len(kept))
-    return Corpus(name, tuple(t for t, _ in kept), labels, names)
+    return build_corpus(name, rows)

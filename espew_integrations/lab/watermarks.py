@@ -108,7 +108,6 @@ class LabWatermark(abc.ABC):
     def marked(self, texts: Sequence[str]) -> np.ndarray:
         """Boolean mask of the texts this watermark changes."""
 
-    @abc.abstractmethod
     def verify(
         self,
         suspect: Callable[[list[str]], np.ndarray],
@@ -118,7 +117,11 @@ class LabWatermark(abc.ABC):
         templates: Sequence[str] = DEFAULT_TEMPLATES,
         seed: int = 0,
     ) -> Verdict:
-        """Is ``suspect`` a copy of this watermarked service?"""
+        """Is ``suspect`` a copy of this watermarked service? (the core test with ``self.key``)"""
+        report = verify(
+            suspect, self.key, target=target_mode, level=level, templates=templates, seed=seed
+        )
+        return _verdict(report)
 
 
 class ESpeW(LabWatermark):
@@ -133,20 +136,6 @@ class ESpeW(LabWatermark):
 
     def marked(self, texts: Sequence[str]) -> np.ndarray:
         return self.key.contains_trigger(list(texts))
-
-    def verify(
-        self,
-        suspect,
-        *,
-        target_mode="key",
-        level=DEFAULT_LEVEL,
-        templates=DEFAULT_TEMPLATES,
-        seed=0,
-    ) -> Verdict:
-        report = verify(
-            suspect, self.key, target=target_mode, level=level, templates=templates, seed=seed
-        )
-        return _verdict(report)
 
 
 class NoWatermark(ESpeW):
@@ -223,20 +212,6 @@ class EmbMarker(LabWatermark):
 
     def marked(self, texts: Sequence[str]) -> np.ndarray:
         return self._matcher.contains(list(texts))
-
-    def verify(
-        self,
-        suspect,
-        *,
-        target_mode="key",
-        level=DEFAULT_LEVEL,
-        templates=DEFAULT_TEMPLATES,
-        seed=0,
-    ) -> Verdict:
-        report = verify(
-            suspect, self.key, target=target_mode, level=level, templates=templates, seed=seed
-        )
-        return _verdict(report)
 
 
 def gram_schmidt(vectors: np.ndarray) -> np.ndarray:
