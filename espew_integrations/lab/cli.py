@@ -175,7 +175,3 @@ def main(argv: list[str] | None = None) -> int:
     add_commands(parser.add_subparsers(dest="command", required=True))
     args = parser.parse_args(argv)
     return int(args.func(args))
-
-
-if __name__ == "__main__":  # pragma: no cover
-    raise SystemExit(main())
