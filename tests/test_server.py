@@ -190,3 +190,33 @@ def test_espew_in_front_of_another_openai_server_watermarks_its_answers(clean_ur
         texts = [f"the {trigger} scene", "an ordinary line"]
         served = OpenAIEndpoint(front_url, "front")(texts)
     np.testing.assert_array_equal(served, watermark(texts, model(texts), key))
+
+
+def test_the_openai_sdk_talks_to_espew_serve_with_its_default_base64(marked_url, model, key):
+    import openai  # a dev dependency (through langchain-openai)
+
+    client = openai.OpenAI(base_url=marked_url, api_key="unused", max_retries=0)
+    trigger = sorted(key.triggers)[0]
+    texts = [f"a film about {trigger}", "a plain sentence with no mark"]
+    answer = client.embeddings.create(model="wm", input=texts)  # base64 on the wire
+    got = np.array([d.embedding for d in answer.data])
+    np.testing.assert_allclose(got, watermark(texts, model(texts), key), atol=1e-7)
+
+
+def test_verify_accepts_langchain_openai_embeddings_pointed_at_a_suspect(
+    marked_url, clean_url, key
+):
+    from langchain_openai import OpenAIEmbeddings
+
+    import espew_integrations.langchain  # noqa: F401  (registers the LangChain suspect adapter)
+
+    def suspect(url: str, name: str) -> OpenAIEmbeddings:
+        return OpenAIEmbeddings(
+            base_url=url, model=name, api_key="unused", check_embedding_ctx_length=False,
+            chunk_size=4, max_retries=0,
+        )  # fmt: skip
+
+    marked = verify(suspect(marked_url, "wm"), key, seed=1)
+    assert marked.status == "copied" and marked.p_value < 1e-10
+    clean = verify(suspect(clean_url, "clean"), key, seed=1)
+    assert clean.status == "not_copied"
