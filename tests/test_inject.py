@@ -32,7 +32,7 @@ def reference_watermark(texts, clean, key):
         if key.selection == "smallest":
             positions = np.argsort(np.abs(clean[i]), kind="stable")[:k]
         else:
-            digest = hmac.digest(key.salt, clean[i].astype("<f8").tobytes(), hashlib.sha256)
+            digest = hmac.digest(key.salt, clean[i].astype("<f4").tobytes(), hashlib.sha256)
             seed = int.from_bytes(digest[:8], "little")
             ranks = [_splitmix64(seed ^ _splitmix64(j)) >> 32 for j in range(d)]
             positions = np.argsort(ranks, kind="stable")[:k]

@@ -322,8 +322,8 @@ def _column_hashes(d: int) -> np.ndarray:
 
 
 def _row_seeds(clean: np.ndarray, salt: bytes) -> np.ndarray:
-    """One 64-bit seed per row: HMAC-SHA256(salt, row as little-endian float64)."""
-    canonical = np.ascontiguousarray(clean, dtype="<f8")
+    """One 64-bit seed per row: HMAC-SHA256(salt, row as little-endian float32)."""
+    canonical = np.ascontiguousarray(clean, dtype="<f4")
     # One HMAC per row is inherent to a per-embedding keyed hash (hashlib has no
     # batch API); each call hashes the row in C.
     return np.fromiter(
@@ -337,13 +337,14 @@ def _row_seeds(clean: np.ndarray, salt: bytes) -> np.ndarray:
 
 
 def _hashed_mask(clean: np.ndarray, k: int, salt: bytes) -> np.ndarray:
-    """Positions drawn from HMAC-SHA256(salt, clean row as little-endian float64).
+    """Positions drawn from HMAC-SHA256(salt, clean row as little-endian float32).
 
     The paper's "Random Selection" seeds a PRNG with SHA-256 of the embedding so
     that repeated queries get the same positions; keying the hash with the
     secret salt also makes the positions unpredictable to anyone without the
-    key. Hashing float64 bytes makes the choice independent of whether the
-    caller passed float32 or float64. Each row's 64-bit seed then gives every
+    key. Hashing the row rounded to float32 (the precision embedding services
+    serve) makes the choice independent of whether the caller passed float32
+    or float64, at half the hashing cost of float64 bytes. Each row's 64-bit seed then gives every
     coordinate a pseudo-random rank (the top 32 bits of SplitMix64), and the k
     lowest ranks win.
     """
