@@ -147,14 +147,7 @@ def test_key_is_required_and_locations_are_checked(key, key_file, tmp_path):
     (tmp_path / "corrupt.key").write_text("{not json")
     with pytest.raises(KeyFileError, match="not valid JSON"):
         ESpeWEmbeddingFunction(CountingFunction(), key_path=tmp_path / "corrupt.key")
-    other = WatermarkKey(
-        triggers=key.triggers,
-        target=key.target,
-        target_text=key.target_text,
-        band=key.band,
-        salt=bytes(32),
-        alpha=key.alpha,
-    )
+    other = key.replace(salt=bytes(32))
     with pytest.raises(KeyFileError, match="is not the key at"):
         ESpeWEmbeddingFunction(CountingFunction(), other, key_path=key_file)
 
@@ -202,14 +195,7 @@ def test_build_from_config_rebuilds_the_same_function(ef, texts, expected):
 
 def test_build_from_config_refuses_a_swapped_key_file(ef, key, tmp_path):
     config = ef.get_config()
-    impostor = WatermarkKey(
-        triggers=key.triggers,
-        target=key.target,
-        target_text=key.target_text,
-        band=key.band,
-        salt=bytes(32),
-        alpha=key.alpha,
-    )
+    impostor = key.replace(salt=bytes(32))
     config["key_path"] = str(impostor.save(tmp_path / "other.key"))
     with pytest.raises(KeyFileError, match="restore the original key"):
         ESpeWEmbeddingFunction.build_from_config(config)

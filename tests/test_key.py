@@ -224,12 +224,13 @@ def test_strength_round_trips_and_shows_in_repr_only_when_not_the_paper_default(
     assert "strength=0.25" in repr(weak) and "strength" not in repr(make_key())
     loaded = WatermarkKey.load(weak.save(tmp_path / "weak.key"))
     assert loaded.strength == 0.25 and loaded == weak
-    common = dict(
-        triggers=weak.triggers,
-        target=weak.target,
-        target_text=weak.target_text,
-        band=weak.band,
-        salt=weak.salt,
-        created="2026-01-01T00:00:00+00:00",
-    )
-    assert WatermarkKey(**common, strength=0.25).key_id != WatermarkKey(**common).key_id
+    assert weak.replace(strength=1.0).key_id != weak.key_id  # same created time, other strength
+
+
+def test_replace_changes_fields_and_rejects_unknown_ones(key64):
+    assert key64.replace(alpha=0.1).alpha == 0.1
+    assert key64.replace(alpha=0.1).triggers == key64.triggers
+    with pytest.raises(TypeError, match="no field"):
+        key64.replace(colour="red")
+    with pytest.raises(KeyGenerationError, match="0 < alpha < 1"):
+        key64.replace(alpha=2.0)
