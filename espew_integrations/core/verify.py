@@ -220,10 +220,17 @@ def score_words(
 
     ``embeddings`` rows whose probe failed are NaN rows and are left out.
     """
+    return _mean_per_word(_probe_cosines(embeddings, target), owner, n_words)
+
+
+def _probe_cosines(embeddings: np.ndarray, target: np.ndarray) -> np.ndarray:
+    """Cosine of each probe embedding to ``target`` (NaN for failed probes)."""
     embeddings = np.asarray(embeddings, dtype=np.float64)
     unit_target = target / np.linalg.norm(target)
-    norms = np.linalg.norm(embeddings, axis=1)
-    cosines = embeddings @ unit_target / norms
+    return embeddings @ unit_target / np.linalg.norm(embeddings, axis=1)
+
+
+def _mean_per_word(cosines: np.ndarray, owner: np.ndarray, n_words: int) -> np.ndarray:
     valid = np.isfinite(cosines)
     sums = np.bincount(owner[valid], weights=cosines[valid], minlength=n_words)
     counts = np.bincount(owner[valid], minlength=n_words)
@@ -387,7 +394,8 @@ def verify(
     else:
         target_vector = key.target
 
-    scores = score_words(embeddings, owner, target_vector, len(words))
+    cosines = _probe_cosines(embeddings, target_vector)
+    scores = _mean_per_word(cosines, owner, len(words))
     is_trigger = np.fromiter((w in key.triggers for w in words), dtype=bool, count=len(words))
     scored = np.isfinite(scores)
     n_scored = int(scored.sum())
@@ -408,7 +416,7 @@ def verify(
         )
     smallest = min_p_value(n_scored, n_triggers_scored)
     p_value = rank_sum_p_value(scores[scored], is_trigger[scored])
-    paper = _paper_metrics(embeddings, owner, is_trigger, target_vector)
+    paper = _paper_metrics(cosines, owner, is_trigger)
     if smallest >= level:
         return inconclusive(
             f"with {n_scored} scored words the smallest reachable p-value is {smallest:.2g}, "
@@ -429,24 +437,21 @@ def verify(
 
 
 def _paper_metrics(
-    embeddings: np.ndarray, owner: np.ndarray, is_trigger: np.ndarray, target: np.ndarray
+    cosines: np.ndarray, owner: np.ndarray, is_trigger: np.ndarray
 ) -> dict[str, float]:
     """KS p-value, delta cos and delta l2 (paper, "Watermark Verification").
 
     Computed on our probes: trigger-word probes play D_b, other band-word probes
-    D_n. l2 is the squared distance of unit vectors, which is what makes the
-    paper's tables read delta_l2 = -2 delta_cos.
+    D_n. l2 is the squared distance of unit vectors, ||u - t||^2 = 2 - 2 cos,
+    which is what makes the paper's tables read delta_l2 = -2 delta_cos.
     """
-    unit = embeddings / np.linalg.norm(embeddings, axis=1, keepdims=True)
-    unit_target = target / np.linalg.norm(target)
-    cosines = unit @ unit_target
-    squared_l2 = np.sum((unit - unit_target) ** 2, axis=1)
     valid = np.isfinite(cosines)
     backdoor = valid & is_trigger[owner]
     benign = valid & ~is_trigger[owner]
     if not backdoor.any() or not benign.any():
         return {"ks_p_value": math.nan, "delta_cos": math.nan, "delta_l2": math.nan}
     ks = ks_2samp(cosines[backdoor], cosines[benign], alternative="two-sided")
+    squared_l2 = 2.0 - 2.0 * cosines
     return {
         "ks_p_value": float(ks.pvalue),
         "delta_cos": float(cosines[backdoor].mean() - cosines[benign].mean()),
