@@ -293,3 +293,267 @@ def small_key():
     return WatermarkKey(
         triggers=band[:10], target=target, target_text="target", band=band, salt=bytes(32)
     )
+
+
+# ---------------------------------------------------------------------- hostile endpoint
+class Hostile:
+    """A server that answers whatever the test scripts, built from the request."""
+
+    def __init__(self) -> None:
+        self.respond = lambda n, auth: (200, {"data": []})
+
+    def app(self) -> Starlette:
+        from starlette.responses import Response
+
+        async def embeddings(request: Request) -> Response:
+            body = await request.json()
+            auth = request.headers.get("authorization", "")
+            status, answer = self.respond(len(body["input"]), auth)
+            if isinstance(answer, (bytes, str)):
+                return Response(answer, status_code=status, media_type="application/json")
+            return JSONResponse(answer, status_code=status)
+
+        return Starlette(routes=[Route("/v1/embeddings", embeddings, methods=["POST"])])
+
+
+@pytest.fixture(scope="module")
+def hostile_server():
+    hostile = Hostile()
+    with running_server(hostile.app()) as base_url:
+        yield hostile, base_url
+
+
+@pytest.fixture
+def hostile(hostile_server):
+    hostile, base_url = hostile_server
+    hostile.respond = lambda n, auth: (200, {"data": []})
+    return hostile, base_url
+
+
+def rows(n: int, dim: int = 4) -> list[dict]:
+    return [{"object": "embedding", "index": i, "embedding": [0.5] * dim} for i in range(n)]
+
+
+def with_item(n: int, position: int, **fields) -> dict:
+    data = rows(n)
+    data[position] = {**data[position], **fields}
+    return {"object": "list", "data": data}
+
+
+def without_index(n: int, position: int) -> dict:
+    data = rows(n)
+    del data[position]["index"]
+    return {"object": "list", "data": data}
+
+
+def leak_free(exc: BaseException, *secrets: str) -> None:
+    """Nothing reachable from the exception shows a secret: message, repr, chain, args."""
+    shown = "".join(traceback.format_exception(exc)) + repr(exc) + repr(exc.args)
+    assert exc.__context__ is None and exc.__cause__ is None
+    for secret in secrets:
+        assert secret not in shown
+        assert base64.b64encode(secret.encode()).decode() not in shown
+
+
+def caught(url: str, n: int = 3, **options) -> SuspectError:
+    client = OpenAIEndpoint(url, "m", api_key=SECRET, max_retries=0, **options)
+    with pytest.raises(SuspectError) as info:
+        client([f"text {i}" for i in range(n)])
+    return info.value
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        pytest.param(lambda n, auth: with_item(n, 1, embedding=auth), id="embedding-string"),
+        pytest.param(lambda n, auth: with_item(n, 1, embedding=[0.1, auth]), id="embedding-item"),
+        pytest.param(lambda n, auth: with_item(n, 0, index=auth), id="index"),
+        pytest.param(lambda n, auth: with_item(n, 2, embedding={auth: 1}), id="embedding-dict"),
+        pytest.param(
+            lambda n, auth: with_item(n, 0, embedding=base64.b64encode(auth.encode()).decode()),
+            id="embedding-base64-of-key",
+        ),
+        pytest.param(lambda n, auth: {"data": auth}, id="data"),
+        pytest.param(lambda n, auth: f"not json {auth}", id="body"),
+        pytest.param(lambda n, auth: [auth], id="body-list"),
+        pytest.param(lambda n, auth: {"data": [auth] * n}, id="items"),
+    ],
+)
+def test_api_key_echoed_anywhere_in_an_answer_never_reaches_the_error(hostile, answer):
+    server, url = hostile
+    server.respond = lambda n, auth: (200, answer(n, auth))
+    exc = caught(url)
+    assert isinstance(exc, EndpointError)
+    leak_free(exc, SECRET)
+
+
+@pytest.mark.parametrize("status", [400, 401, 404, 500])
+def test_api_key_echoed_in_an_error_body_or_a_retry_log_is_redacted(hostile, status, caplog):
+    server, url = hostile
+    server.respond = lambda n, auth: (
+        status,
+        {"error": {"message": f"bad key \x1b[31m{auth}\x1b[0m \u202eeton"}},
+    )
+    client = OpenAIEndpoint(url, "m", api_key=SECRET, max_retries=1, backoff=0.0)
+    with (
+        caplog.at_level("WARNING", logger="espew_integrations.http"),
+        pytest.raises(EndpointError) as info,
+    ):
+        client(["a"])
+    leak_free(info.value, SECRET)
+    message = str(info.value)
+    assert f"HTTP {status}" in message and "[REDACTED]" in message
+    assert "\x1b" not in message and "\u202e" not in message
+    assert SECRET not in caplog.text and "\x1b" not in caplog.text
+
+
+def test_a_key_in_a_custom_auth_header_is_redacted_too(hostile):
+    server, url = hostile
+    token = "azure-key-9f8e7d6c5b4a"
+
+    def respond(n, auth):
+        return 400, {"error": {"message": f"wrong api-key {token}"}}
+
+    server.respond = respond
+    client = OpenAIEndpoint(url, "m", headers={"api-key": token}, max_retries=0)
+    with pytest.raises(EndpointError) as info:
+        client(["a"])
+    leak_free(info.value, token)
+
+
+@pytest.mark.parametrize(
+    ("answer", "problem"),
+    [
+        pytest.param(lambda n: with_item(n, 0, index=-1), "index -1", id="negative"),
+        pytest.param(lambda n: with_item(n, 0, index=1.0), "index 1.0", id="float"),
+        pytest.param(lambda n: with_item(n, 0, index=0.0), "index 0.0", id="float-zero"),
+        pytest.param(lambda n: with_item(n, 1, index=True), "index True", id="bool"),
+        pytest.param(lambda n: with_item(n, 0, index="0"), "index '0'", id="string"),
+        pytest.param(lambda n: with_item(n, 0, index=1), "duplicate index 1", id="duplicate"),
+        pytest.param(lambda n: with_item(n, 2, index=3), "index 3 out of range", id="range"),
+        pytest.param(lambda n: without_index(n, 1), "no index", id="missing"),
+        pytest.param(lambda n: with_item(n, 1, embedding=[[0.5] * 4]), "nested", id="nested"),
+        pytest.param(lambda n: with_item(n, 1, embedding=[0.5] * 5), "mixed lengths", id="ragged"),
+        pytest.param(lambda n: with_item(n, 1, embedding=[]), "empty", id="empty"),
+        pytest.param(
+            lambda n: with_item(n, 1, embedding=[0.5, "0.5", 0.5, 0.5]), "not a number", id="str"
+        ),
+        pytest.param(
+            lambda n: with_item(n, 1, embedding=[0.5, True, 0.5, 0.5]), "not a number", id="bool"
+        ),
+        pytest.param(
+            lambda n: with_item(n, 1, embedding=[0.5, None, 0.5, 0.5]), "not a number", id="null"
+        ),
+        pytest.param(
+            lambda n: with_item(n, 1, embedding=[10**400, 0.5, 0.5, 0.5]), "too large", id="huge"
+        ),
+        pytest.param(lambda n: with_item(n, 1, embedding="!!notb64"), "base64", id="b64"),
+        pytest.param(lambda n: with_item(n, 1, embedding="AAA="), "float32", id="b64-odd"),
+        pytest.param(lambda n: with_item(n, 1, embedding=None), "embedding", id="none"),
+        pytest.param(lambda n: {"data": ["x"] * n}, "not an object", id="item"),
+        pytest.param(lambda n: {"object": "list"}, "'data'", id="no-data"),
+        pytest.param(lambda n: "[" * 100_000 + "]" * 100_000, "JSON", id="deep-json"),
+        pytest.param(lambda n: b"\xff\xfe{", "JSON", id="bad-utf8"),
+    ],
+)
+def test_every_malformed_answer_is_a_suspect_error_that_names_the_problem(hostile, answer, problem):
+    server, url = hostile
+    server.respond = lambda n, auth: (200, answer(n))
+    exc = caught(url)
+    assert isinstance(exc, EndpointError)
+    assert problem in str(exc)
+    leak_free(exc, SECRET)
+
+
+def test_a_negative_index_no_longer_swaps_rows_silently(hostile):
+    server, url = hostile
+
+    def respond(n, auth):
+        data = [{"index": i, "embedding": [float(i), 1.0]} for i in range(n)]
+        data[0]["index"] = -1  # Python's rows[-1]: would overwrite the last row
+        data[-1]["index"] = 0
+        return 200, {"data": data}
+
+    server.respond = respond
+    with pytest.raises(EndpointError, match="index -1"):
+        OpenAIEndpoint(url, "m", max_retries=0)(["a", "b", "c"])
+
+
+def test_a_shuffled_answer_with_valid_indices_is_put_back_in_order(hostile):
+    server, url = hostile
+
+    def respond(n, auth):
+        data = [{"index": i, "embedding": [float(i), 1.0]} for i in range(n)]
+        return 200, {"data": data[::-1]}
+
+    server.respond = respond
+    out = OpenAIEndpoint(url, "m")(["a", "b", "c"])
+    np.testing.assert_array_equal(out[:, 0], [0.0, 1.0, 2.0])
+
+
+def test_server_error_text_is_made_printable(hostile):
+    server, url = hostile
+    server.respond = lambda n, auth: (400, "\x1b]0;owned\x07\x1b[2Jline1\nline2\u202e" + "x" * 999)
+    with pytest.raises(EndpointError) as info:
+        OpenAIEndpoint(url, "m", max_retries=0)(["a"])
+    message = str(info.value)
+    assert "line1 line2" in message and "owned" not in message
+    assert all(ch.isprintable() for ch in message) and len(message) < 500
+
+
+def test_evidence_from_a_key_echoing_endpoint_holds_no_key(hostile, small_key, tmp_path):
+    from espew_integrations.evidence import save_evidence
+
+    server, url = hostile
+    server.respond = lambda n, auth: (200, with_item(n, 0, embedding=f"\x1b[1m{auth}"))
+    report = verify(OpenAIEndpoint(url, "m", api_key=SECRET, max_retries=0), small_key, seed=0)
+    assert report.status == "inconclusive"
+    assert report.errors and SECRET not in " ".join(report.errors) + str(report)
+    save_evidence(report, tmp_path / "evidence")
+    for path in (tmp_path / "evidence").iterdir():
+        content = path.read_bytes()
+        assert SECRET.encode() not in content, path.name
+        if path.suffix in (".json", ".md"):
+            assert b"\x1b" not in content, path.name
+
+
+def test_a_body_over_max_response_bytes_is_abandoned_not_read_whole(hostile):
+    server, url = hostile
+    server.respond = lambda n, auth: (200, {"data": rows(n, dim=2000)})
+    client = OpenAIEndpoint(url, "m", max_retries=2, max_response_bytes=10_000)
+    with pytest.raises(EndpointError, match=r"larger than 10,000 bytes \(max_response_bytes\)"):
+        client(["a", "b"])
+    assert client.requests_sent == 1  # not retried: it would come again
+    assert OpenAIEndpoint(url, "m")(["a", "b"]).shape == (2, 2000)
+
+
+def test_a_trickled_body_is_dropped_at_total_timeout():
+    import asyncio
+
+    from starlette.responses import StreamingResponse
+
+    async def trickle():
+        yield b'{"data": ['
+        for _ in range(100):
+            await asyncio.sleep(0.1)  # each read well within timeout
+            yield b" "
+
+    async def embeddings(request: Request) -> StreamingResponse:
+        await request.body()
+        return StreamingResponse(trickle(), media_type="application/json")
+
+    app = Starlette(routes=[Route("/v1/embeddings", embeddings, methods=["POST"])])
+    with running_server(app) as url:
+        client = OpenAIEndpoint(url, "m", timeout=1.0, total_timeout=0.6, max_retries=0)
+        start = time.monotonic()
+        with pytest.raises(EndpointUnreachableError, match=r"not complete after 0.6 s"):
+            client(["a"])
+        assert time.monotonic() - start < 3
+
+
+def test_custom_credential_headers_never_show_in_the_client(hostile):
+    token = "azure-key-9f8e7d6c5b4a"
+    client = OpenAIEndpoint("http://x", "m", headers={"api-key": token, "X-Trace": "t1"})
+    assert token not in repr(client) + repr(vars(client))
+    with pytest.raises(TypeError, match="pickled"):
+        pickle.dumps(client)

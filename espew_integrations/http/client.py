@@ -10,12 +10,28 @@ and stops before a query budget is exceeded. Every fault is raised as a
 The API key is kept in a wrapper whose ``repr`` is ``'***'``; it is sent only
 in the ``Authorization`` header and never appears in a repr, a log line or an
 exception message.
+
+The server is untrusted, possibly hostile. It may echo the API key anywhere in
+its answer (an error message, an ``embedding``, an ``index``), send terminal
+escape sequences, swap rows with odd indices or stream an endless body. So:
+
+- every message built from an answer goes through
+  :func:`~espew_integrations.core.untrusted.printable` with the API key (and
+  credential-like custom headers) redacted, and is raised outside any
+  ``except`` block, so no exception chain carries the raw answer;
+- an answer is accepted only if it is exactly what the OpenAI API sends: one
+  object per input, each with an ``int`` index in range and used once, and a
+  flat, non-empty list of numbers (or base64 float32) of one common length;
+- a body larger than ``max_response_bytes``, or one that takes longer than
+  ``total_timeout`` to arrive, is abandoned.
 """
 
 from __future__ import annotations
 
 import base64
+import binascii
 import email.utils
+import json
 import logging
 import random
 import threading
@@ -26,6 +42,7 @@ from typing import Any, Literal
 import numpy as np
 
 from ..core.errors import SuspectError
+from ..core.untrusted import printable
 
 __all__ = [
     "EndpointError",
@@ -40,6 +57,9 @@ EncodingFormat = Literal["float", "base64"]
 # Worth retrying (the openai SDK retries the same): timeouts, conflicts, rate
 # limits and every server error.
 _RETRY_STATUSES = frozenset({408, 409, 425, 429})
+# Custom headers whose values are credentials (Azure's api-key, X-API-Key, cookies...).
+_CREDENTIAL_HEADER_PARTS = ("auth", "key", "token", "secret", "cookie", "session", "password")
+_DEFAULT_MAX_RESPONSE_BYTES = 256 * 2**20
 
 
 class EndpointError(SuspectError):
@@ -55,14 +75,14 @@ class QueryBudgetExceeded(SuspectError):
 
 
 class _Secret:
-    """Holds a credential; its repr and str never show it."""
+    """Holds a credential (or headers holding some); its repr and str never show it."""
 
     __slots__ = ("_value",)
 
-    def __init__(self, value: str):
+    def __init__(self, value: Any):
         self._value = value
 
-    def reveal(self) -> str:
+    def reveal(self) -> Any:
         return self._value
 
     def __repr__(self) -> str:
@@ -81,6 +101,12 @@ class OpenAIEndpoint:
     send (retried texts count again, since the endpoint sees them again). A
     batch that would exceed it raises :class:`QueryBudgetExceeded` *before*
     anything is sent. ``requests_per_second`` paces requests client-side.
+
+    ``timeout`` bounds each network wait (connect, each read); ``total_timeout``
+    (default four times ``timeout``) bounds a whole request, body included, so
+    a server that trickles its answer cannot stall an audit.
+    ``max_response_bytes`` (default 256 MiB) bounds the decoded body. Both
+    limits end the request with a :class:`SuspectError` subclass.
 
     >>> suspect = OpenAIEndpoint("http://127.0.0.1:8000/v1", "their-model",   # doctest: +SKIP
     ...                          max_queries=500, requests_per_second=2)
@@ -104,6 +130,8 @@ class OpenAIEndpoint:
         dimensions: int | None = None,
         headers: dict[str, str] | None = None,
         seed: int | None = None,
+        total_timeout: float | None = None,
+        max_response_bytes: int = _DEFAULT_MAX_RESPONSE_BYTES,
     ):
         if not isinstance(base_url, str) or not base_url.startswith(("http://", "https://")):
             raise ValueError(f"base_url must start with http:// or https://, got {base_url!r}")
@@ -123,6 +151,10 @@ class OpenAIEndpoint:
             raise ValueError(f"requests_per_second must be > 0, got {requests_per_second!r}")
         if max_queries is not None and max_queries < 0:
             raise ValueError(f"max_queries must be >= 0, got {max_queries!r}")
+        if total_timeout is not None and total_timeout <= 0:
+            raise ValueError(f"total_timeout must be > 0 seconds, got {total_timeout!r}")
+        if max_response_bytes < 1:
+            raise ValueError(f"max_response_bytes must be >= 1, got {max_response_bytes!r}")
         self.base_url = base_url.rstrip("/")
         self.model = model
         self.encoding_format: EncodingFormat = encoding_format
@@ -134,8 +166,19 @@ class OpenAIEndpoint:
         self.requests_per_second = requests_per_second
         self.max_queries = max_queries
         self.dimensions = dimensions
+        self.total_timeout = float(total_timeout) if total_timeout else 4.0 * self.timeout
+        self.max_response_bytes = int(max_response_bytes)
         self._api_key = _Secret(api_key) if api_key else None
-        self._extra_headers = dict(headers or {})
+        self._extra_headers = _Secret(dict(headers or {}))
+        credentials = [api_key] if api_key else []
+        credentials += [
+            value
+            for name, value in self._extra_headers.reveal().items()
+            if isinstance(value, str)
+            and value
+            and any(part in name.lower() for part in _CREDENTIAL_HEADER_PARTS)
+        ]
+        self._credentials = _Secret(tuple(credentials))
         self._rng = random.Random(seed)
         self._lock = threading.Lock()
         self._next_slot = 0.0  # monotonic time before which no request may start
@@ -225,7 +268,7 @@ class OpenAIEndpoint:
     def _open(self) -> Any:
         import httpx
 
-        headers = {"Content-Type": "application/json", **self._extra_headers}
+        headers = {"Content-Type": "application/json", **self._extra_headers.reveal()}
         if self._api_key is not None:
             headers["Authorization"] = f"Bearer {self._api_key.reveal()}"
         return httpx.Client(
@@ -275,26 +318,34 @@ class OpenAIEndpoint:
         for attempt in range(self.max_retries + 1):
             self._reserve(len(batch))
             retry_after: float | None = None
+            answer: tuple[int, bytes, str, str | None] | None = None
+            too_large = False
             try:
-                response = self._http().post(self.url, json=payload)
+                answer = self._post(payload)
             except httpx.TimeoutException:
                 last_problem = f"timed out after {self.timeout:g} s"
-                connection_failed = True
+            except _TooSlow:
+                last_problem = f"answer not complete after {self.total_timeout:g} s (timed out)"
+            except _TooLarge:
+                too_large = True
             except httpx.TransportError as exc:
-                last_problem = f"connection failed ({type(exc).__name__}: {_first_line(exc)})"
-                connection_failed = True
-            else:
-                connection_failed = False
+                last_problem = f"connection failed ({type(exc).__name__}: {self._clean(exc)})"
+            if too_large:  # not retried: the server would only send it again
+                raise EndpointError(
+                    f"{self.url} sent an answer larger than {self.max_response_bytes:,} bytes "
+                    "(max_response_bytes)"
+                )
+            connection_failed = answer is None
+            if answer is not None:
                 self._ever_connected = True
-                if response.status_code == 200:
-                    return self._parse(response, len(batch))
-                message = self._redact(_error_message(response))
-                if not _retryable(response.status_code):
-                    raise EndpointError(
-                        f"{self.url} answered HTTP {response.status_code}: {message}"
-                    ) from None
-                last_problem = f"HTTP {response.status_code}: {message}"
-                retry_after = _retry_after(response.headers.get("retry-after"))
+                status, body, reason, retry_header = answer
+                if status == 200:
+                    return self._parse(body, len(batch))
+                message = self._clean(_error_message(body, reason))
+                if not _retryable(status):
+                    raise EndpointError(f"{self.url} answered HTTP {status}: {message}")
+                last_problem = f"HTTP {status}: {message}"
+                retry_after = _retry_after(retry_header)
             if attempt == self.max_retries:
                 break
             delay = self._delay(attempt, retry_after)
@@ -318,55 +369,138 @@ class OpenAIEndpoint:
             raise EndpointUnreachableError(message)
         raise EndpointError(f"{self.url} kept failing after {attempts} attempt(s): {last_problem}")
 
-    def _redact(self, text: str) -> str:
-        """Hide the API key should a server echo it back in an error message."""
-        if self._api_key is not None and self._api_key.reveal() in text:
-            return text.replace(self._api_key.reveal(), "***")
-        return text
-
-    def _parse(self, response: Any, n_expected: int) -> np.ndarray:
-        try:
-            body = response.json()
-            items = body["data"]
-            if not isinstance(items, list):
-                raise TypeError("'data' is not a list")
-        except Exception as exc:
-            raise EndpointError(
-                f"{self.url} returned a body that is not an OpenAI embeddings answer "
-                f"({type(exc).__name__}: {exc})"
-            ) from None
-        if len(items) != n_expected:
-            raise EndpointError(
-                f"{self.url} returned {len(items)} embeddings for {n_expected} inputs"
+    def _post(self, payload: dict[str, Any]) -> tuple[int, bytes, str, str | None]:
+        """Send one request; ``(status, body, reason, Retry-After)``, the body within limits."""
+        deadline = time.monotonic() + self.total_timeout
+        with self._http().stream("POST", self.url, json=payload) as response:
+            declared = response.headers.get("content-length")
+            if declared and declared.isdigit() and int(declared) > self.max_response_bytes:
+                raise _TooLarge
+            chunks: list[bytes] = []
+            size = 0
+            for chunk in response.iter_bytes():  # decoded: a compressed bomb counts in full
+                size += len(chunk)
+                if size > self.max_response_bytes:
+                    raise _TooLarge
+                if time.monotonic() > deadline:
+                    raise _TooSlow
+                chunks.append(chunk)
+            return (
+                response.status_code,
+                b"".join(chunks),
+                response.reason_phrase,
+                response.headers.get("retry-after"),
             )
-        rows: list[np.ndarray | None] = [None] * n_expected
-        for position, item in enumerate(items):
-            try:
-                index = int(item.get("index", position))
-                rows[index] = _decode(item["embedding"])
-            except (IndexError, KeyError, TypeError, ValueError) as exc:
-                raise EndpointError(
-                    f"{self.url} returned a malformed embedding at position {position} "
-                    f"({type(exc).__name__}: {exc})"
-                ) from None
-        if any(row is None for row in rows):
-            raise EndpointError(f"{self.url} returned duplicate or missing indices")
-        dims = {row.shape[0] for row in rows}  # type: ignore[union-attr]
-        if len(dims) != 1:
-            raise EndpointError(f"{self.url} returned embeddings of mixed lengths {sorted(dims)}")
-        return np.stack(rows).astype(np.float64, copy=False)  # type: ignore[arg-type]
+
+    def _clean(self, text: object) -> str:
+        """Suspect-supplied text made printable, with every credential of ours redacted."""
+        return printable(text, secrets=self._credentials.reveal())
+
+    def _parse(self, body: bytes, n_expected: int) -> np.ndarray:
+        """The ``(n_expected, d)`` float64 rows of an OpenAI embeddings answer, in input order.
+
+        Every defect becomes an :class:`EndpointError` whose message is cleaned
+        and raised here, outside any ``except`` block: the exception carries no
+        chained exception that could hold the raw answer (and an echoed key).
+        """
+        problem: str
+        try:
+            return _rows(body, n_expected)
+        except _Malformed as exc:
+            problem = str(exc)
+        except Exception as exc:  # a hostile body must never escape as anything else
+            problem = f"the body is not an OpenAI embeddings answer ({type(exc).__name__}: {exc})"
+        raise EndpointError(self._clean(f"{self.url} returned {problem}"))
 
 
-def _decode(embedding: Any) -> np.ndarray:
-    """A float list, or base64 of little-endian float32 (what OpenAI sends)."""
+class _TooLarge(Exception):
+    """The body exceeded max_response_bytes."""
+
+
+class _TooSlow(Exception):
+    """The body did not arrive within total_timeout."""
+
+
+class _Malformed(Exception):
+    """An answer that is not an OpenAI embeddings answer; the message says why."""
+
+
+def _show(value: Any) -> str:
+    """A scalar as it was sent (redaction comes later), a container by its type only.
+
+    Nothing is cut here: a cut could leave a piece of an echoed key that redaction,
+    which looks for the whole key, would miss. The caller's printable() cuts.
+    """
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return repr(value)
+    return f"a {type(value).__name__}"
+
+
+def _rows(body: bytes, n_expected: int) -> np.ndarray:
+    try:
+        answer = json.loads(body)
+    except (ValueError, RecursionError) as exc:
+        raise _Malformed(f"a body that is not valid JSON ({type(exc).__name__})") from None
+    if not isinstance(answer, dict):
+        raise _Malformed(f"a JSON {_show(answer)} where an object with 'data' was expected")
+    items = answer.get("data")
+    if not isinstance(items, list):
+        raise _Malformed(f"no 'data' list (found {_show(items)})")
+    if len(items) != n_expected:
+        raise _Malformed(f"{len(items)} embeddings for {n_expected} inputs")
+    rows: list[np.ndarray | None] = [None] * n_expected
+    for position, item in enumerate(items):
+        where = f"item {position} of 'data'"
+        if not isinstance(item, dict):
+            raise _Malformed(f"{where}: not an object ({_show(item)})")
+        if "index" not in item:
+            raise _Malformed(f"{where}: no index")
+        index = item["index"]
+        if type(index) is not int:  # bool, float (1.0 too), str...: refused, never coerced
+            raise _Malformed(f"{where}: index {_show(index)} is not an integer")
+        if not 0 <= index < n_expected:
+            raise _Malformed(
+                f"{where}: index {index} out of range for {n_expected} inputs"
+                if index >= 0
+                else f"{where}: index {index} is negative"
+            )
+        if rows[index] is not None:
+            raise _Malformed(f"{where}: duplicate index {index}")
+        if "embedding" not in item:
+            raise _Malformed(f"{where}: no embedding")
+        rows[index] = _decode(item["embedding"], where)
+    dims = {row.shape[0] for row in rows}  # type: ignore[union-attr]
+    if len(dims) != 1:
+        raise _Malformed(f"embeddings of mixed lengths {sorted(dims)}")
+    return np.stack(rows)  # type: ignore[arg-type]
+
+
+def _decode(embedding: Any, where: str) -> np.ndarray:
+    """A flat list of numbers, or base64 of little-endian float32 (what OpenAI sends)."""
     if isinstance(embedding, str):
-        raw = base64.b64decode(embedding, validate=True)
-        if len(raw) % 4:
-            raise ValueError(f"base64 embedding of {len(raw)} bytes is not float32 data")
+        try:
+            raw = base64.b64decode(embedding, validate=True)
+        except (binascii.Error, ValueError):
+            raise _Malformed(f"{where}: embedding is a string but not base64") from None
+        if not raw or len(raw) % 4:
+            raise _Malformed(f"{where}: base64 embedding of {len(raw)} bytes is not float32 data")
         return np.frombuffer(raw, dtype="<f4").astype(np.float64)
-    if not isinstance(embedding, list) or not embedding:
-        raise TypeError("embedding is neither a non-empty float list nor a base64 string")
-    return np.asarray(embedding, dtype=np.float64)
+    if not isinstance(embedding, list):
+        raise _Malformed(
+            f"{where}: embedding is {_show(embedding)}, neither a list of numbers nor base64"
+        )
+    if not embedding:
+        raise _Malformed(f"{where}: embedding is empty")
+    for i, value in enumerate(embedding):
+        if type(value) not in (float, int):  # bool and numeric strings are refused too
+            kind = "a nested list" if isinstance(value, list) else _show(value)
+            if isinstance(value, str):
+                kind = "a string"  # its content is not worth showing
+            raise _Malformed(f"{where}: embedding value {i} is {kind}, not a number")
+    try:
+        return np.asarray(embedding, dtype=np.float64)
+    except OverflowError:
+        raise _Malformed(f"{where}: embedding holds an integer too large for a float") from None
 
 
 def _retryable(status: int) -> bool:
@@ -388,18 +522,13 @@ def _retry_after(value: str | None) -> float | None:
     return when.timestamp() - time.time()
 
 
-def _error_message(response: Any) -> str:
-    """The OpenAI error message if present, else the start of the body."""
+def _error_message(body: bytes, reason: str) -> str:
+    """The OpenAI error message if present, else the start of the body (both uncleaned)."""
     try:
-        body = response.json()
-        message = body["error"]["message"]
+        message = json.loads(body)["error"]["message"]
         if isinstance(message, str):
-            return message[:300]
+            return message
     except Exception:
         pass
-    return (response.text or response.reason_phrase or "no body")[:300]
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return text[0][:200] if text else "no detail"
+    text = body[:8192].decode("utf-8", errors="replace")
+    return text or reason or "no body"
