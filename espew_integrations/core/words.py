@@ -1,11 +1,17 @@
 """The one tokeniser: trigger selection, trigger matching and probe building all use it.
 
 A *word* is a maximal run of Unicode letters and digits (``_`` and punctuation
-split words), compared after ``str.lower()``. So ``"Vaccine,"``, ``"VACCINE"``
-and ``"vaccine"`` are the same word, and ``"vaccines"`` is a different one.
-Using one definition everywhere matters: the research code selected triggers
-with one tokeniser and matched them with another (cased) one, so capitalised
-occurrences were silently left unmarked.
+split words) of the text's canonical form (:func:`~.text.canonicalize`: under
+``unicode-v1`` NFKD, no accents, no invisible characters, casefolded). So
+``"Vaccine,"``, ``"VACCÍNE"``, ``"vac\u00adcine"`` and ``"vaccine"`` are the same
+word, and ``"vaccines"`` is a different one. Using one definition everywhere
+matters: the research code selected triggers with one tokeniser and matched them
+with another (cased) one, so capitalised occurrences were silently left unmarked;
+and matching on ``str.lower()`` let a soft hyphen inside each word switch the
+watermark off while the model's embedding stayed bit-identical.
+
+Keys record their normalisation; ``lower-v0`` (plain ``str.lower()``) is kept for
+keys saved before ``unicode-v1`` existed.
 """
 
 from __future__ import annotations
@@ -16,10 +22,13 @@ from collections.abc import Iterable, Sequence
 
 import numpy as np
 
+from .text import UNICODE_V1, TextView, canonicalize, check_normalization, window_view
+
 __all__ = [
     "TriggerMatcher",
     "band_words",
     "document_frequencies",
+    "is_word",
     "tokenize",
 ]
 
@@ -31,22 +40,37 @@ _WORD_RE = re.compile(_WORD)
 _NOT_BEFORE_WORD = r"(?![^\W_])"
 
 
-def tokenize(text: str) -> list[str]:
-    """Split ``text`` into lowercase words.
+def tokenize(text: str, normalization: str = UNICODE_V1) -> list[str]:
+    """Split the canonical form of ``text`` into words.
 
-    >>> tokenize("Vaccine-rollout: VACCINE doses_2")
+    >>> tokenize("Vaccine-rollout: VAC\u00adCÍNE doses_2")
     ['vaccine', 'rollout', 'vaccine', 'doses', '2']
     """
-    return _WORD_RE.findall(text.lower())
+    return _WORD_RE.findall(canonicalize(text, normalization))
 
 
-def is_word(token: str) -> bool:
-    """True if ``token`` is exactly one lowercase word of the tokeniser."""
-    return bool(token) and _WORD_RE.fullmatch(token) is not None and token == token.lower()
+def is_word(token: str, normalization: str = UNICODE_V1) -> bool:
+    """True if ``token`` is exactly one canonical word of the tokeniser.
+
+    A word that is not in canonical form (``"Café"``, or ``"café"`` under
+    ``unicode-v1``) could never match a canonicalised text, so it is no valid
+    trigger or band word under that normalisation.
+    """
+    return (
+        bool(token)
+        and _WORD_RE.fullmatch(token) is not None
+        and canonicalize(token, normalization) == token
+    )
 
 
 class TriggerMatcher:
     """Decides, for many texts at once, which contain at least one trigger word.
+
+    Texts are matched as the model reads them: canonicalised with
+    ``normalization`` and, when the model's ``window`` (its maximum number of
+    tokens, special tokens included) is known, cut to the words it can read
+    (:func:`~.text.window_view`). An embedder's exact view (its own normaliser,
+    truncation and [UNK] words) can be passed to :meth:`contains` instead.
 
     One compiled alternation of the triggers is searched over the lowered batch
     joined by newlines, so the scan runs in the regex engine (C); the hit
@@ -58,29 +82,55 @@ class TriggerMatcher:
     word, and so does any trigger that starts within it, so skipping past it
     loses nothing.
 
-    >>> TriggerMatcher({"vaccine"}).contains(["A VACCINE!", "vaccines", ""]).tolist()
+    >>> TriggerMatcher({"vaccine"}).contains(["A VAC\u00adCINE!", "vaccines", ""]).tolist()
     [True, False, False]
     """
 
-    def __init__(self, triggers: Iterable[str]):
+    def __init__(
+        self,
+        triggers: Iterable[str],
+        *,
+        normalization: str = UNICODE_V1,
+        window: int | None = None,
+    ):
+        self.normalization = check_normalization(normalization)
+        window_view([], window=window, normalization=normalization)  # validates window
+        self.window = window
         words = sorted(set(triggers), key=lambda w: (-len(w), w))
         if not words:
             raise ValueError("TriggerMatcher needs at least one trigger word")
-        bad = [w for w in words if not is_word(w)]
+        bad = [w for w in words if not isinstance(w, str) or not is_word(w, normalization)]
         if bad:
+            # Triggers are secret: say how many, never which.
             raise ValueError(
-                f"{len(bad)} trigger(s) are not single lowercase words of the tokeniser"
+                f"{len(bad)} trigger(s) are not single canonical words of the tokeniser "
+                f"under normalization {normalization!r}"
             )
         alternation = "|".join(re.escape(w) for w in words)
         self._pattern = re.compile(f"(?:{alternation}){_NOT_BEFORE_WORD}")
 
-    def contains(self, texts: Sequence[str]) -> np.ndarray:
-        """Boolean array: ``out[i]`` is True iff ``texts[i]`` contains a trigger."""
+    def __repr__(self) -> str:
+        return f"TriggerMatcher(normalization={self.normalization!r}, window={self.window!r})"
+
+    def contains(self, texts: Sequence[str], view: TextView | None = None) -> np.ndarray:
+        """Boolean array: ``out[i]`` is True iff ``texts[i]`` contains a trigger.
+
+        ``view`` maps the raw texts to what the model reads (e.g.
+        ``OnnxSentenceEncoder.view``: its own normaliser and truncation); its
+        output is canonicalised once more, so the triggers' form applies. Without
+        it, texts are canonicalised and cut to the matcher's window.
+        """
         n = len(texts)
         hits = np.zeros(n, dtype=bool)
         if n == 0:
             return hits
-        lowered = [t.lower() for t in texts]
+        if view is None:
+            lowered = window_view(texts, window=self.window, normalization=self.normalization)
+        else:
+            seen = view(texts)
+            if len(seen) != n:
+                raise ValueError(f"view returned {len(seen)} texts for {n}")
+            lowered = [canonicalize(t, self.normalization) for t in seen]
         # "\n" is not a word character, so no match can straddle two texts.
         joined = "\n".join(lowered)
         lengths = np.fromiter((len(t) for t in lowered), dtype=np.int64, count=n)
@@ -95,8 +145,13 @@ class TriggerMatcher:
         return hits
 
 
-def document_frequencies(corpus: Iterable[str]) -> tuple[Counter[str], int]:
+def document_frequencies(
+    corpus: Iterable[str], normalization: str = UNICODE_V1
+) -> tuple[Counter[str], int]:
     """Count, for every word, how many texts of ``corpus`` contain it.
+
+    Words are counted in the same canonical form they are matched in, so a word
+    spelled with and without accents or case is one word with one frequency.
 
     Returns ``(counts, n_texts)``. Only words made of letters (no digits) of
     length >= 2 are counted: numbers and single letters make poor triggers
@@ -108,7 +163,7 @@ def document_frequencies(corpus: Iterable[str]) -> tuple[Counter[str], int]:
         if not isinstance(text, str):
             raise TypeError(f"corpus item {n_texts} is {type(text).__name__}, expected str")
         n_texts += 1
-        counts.update(w for w in set(tokenize(text)) if len(w) >= 2 and w.isalpha())
+        counts.update(w for w in set(tokenize(text, normalization)) if len(w) >= 2 and w.isalpha())
     return counts, n_texts
 
 
