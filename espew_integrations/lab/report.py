@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["METHOD_LABELS", "markdown_table", "write_report"]
+__all__ = ["METHOD_LABELS", "markdown_table", "threat_table", "write_report"]
 
 METHOD_LABELS = {
     "none": "Original",
@@ -130,7 +130,69 @@ def markdown_table(results: Mapping[str, Any]) -> str:
             f"{100 * w['marked_fraction']:.1f}% | {w['cos_clean_all']:.4f} | "
             f"{w['cos_clean_marked']:.4f} | {w['top10_overlap']:.3f} |"
         )
+    if results.get("threats"):
+        lines += ["", *threat_table(results["threats"]["rows"], level)]
     return "\n".join(lines) + "\n"
+
+
+def _ms(row: Mapping[str, Any], name: str, fmt: str = ".3f") -> str:
+    """``mean ± sd`` of an aggregated field, or n/a."""
+    value = row.get(name)
+    if not value or not math.isfinite(value["mean"]):
+        return "n/a"
+    return f"{value['mean']:{fmt}} ± {value['sd']:{fmt}}"
+
+
+def _threat_label(spec: str) -> str:
+    name, *args = spec.split(":")
+    if name == "router":
+        return f"audit router (honest: {args[0]})"
+    if name == "paraphrase":
+        return f"paraphrase, {args[0]} {float(args[1]):.0%}, K-averaged"
+    if name == "chunks":
+        return f"chunks of {args[0]} reviews"
+    return spec
+
+
+def threat_table(rows: Sequence[Mapping[str, Any]], level: float) -> list[str]:
+    """The wider-threat-model rows (mean ± sd over seeds; p-values as log10)."""
+    n = max((int(r["n_seeds"]) for r in rows), default=0)
+    lines = [f"Wider threat model ({n} seeds per row, mean ± sd; each seed draws its own key):"]
+    copies = [r for r in rows if not r["threat"].startswith("chunks")]
+    if copies:
+        lines += [
+            "",
+            f"| Threat | log10 p | COPY? (p < {level:g}) | log10 p, copy verified directly "
+            "| audit queries routed | ordinary texts routed | copy fidelity "
+            "| cos(clean, trained on) | triggers kept in paraphrases |",
+            "|---|---:|:---:|---:|---:|---:|---:|---:|---:|",
+        ]
+        for r in copies:
+            lines.append(
+                f"| {_threat_label(r['threat'])} | {_ms(r, 'log10_p_value', '.1f')} | "
+                f"{r.get('copied', 0)}/{r['n_seeds']} | "
+                f"{_ms(r, 'log10_p_value_direct', '.1f')} | {_ms(r, 'catch_rate')} | "
+                f"{_ms(r, 'false_positive_rate')} | {_ms(r, 'copy_fidelity')} | "
+                f"{_ms(r, 'cos_clean_trained_on', '.4f')} | {_ms(r, 'trigger_kept_rate')} |"
+            )
+    chunks = sorted(
+        (r for r in rows if r["threat"].startswith("chunks")),
+        key=lambda r: int(r["threat"].split(":")[1]),
+    )
+    if chunks:
+        lines += [
+            "",
+            "| Served texts | chunks | marked | marked if reviews were independent "
+            "| cos(clean, wm) marked | recall@10 of the watermarked index |",
+            "|---|---:|---:|---:|---:|---:|",
+        ]
+        for r in chunks:
+            lines.append(
+                f"| {_threat_label(r['threat'])} | {_ms(r, 'n_chunks', '.0f')} | "
+                f"{_ms(r, 'marked_rate')} | {_ms(r, 'marked_rate_if_independent')} | "
+                f"{_ms(r, 'cos_clean_marked', '.4f')} | {_ms(r, 'recall_at_10')} |"
+            )
+    return lines
 
 
 def write_report(results: Mapping[str, Any], out: str | Path, *, ctx: Any = None) -> list[Path]:

@@ -20,14 +20,14 @@ import os
 import platform
 import time
 import zlib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-__all__ = ["DEFAULTS", "LabContext", "cell_id", "load_config", "run_lab"]
+__all__ = ["DEFAULTS", "LabContext", "cell_id", "draw_key", "load_config", "run_lab"]
 
 DEFAULTS: dict[str, Any] = {
     "name": "lab",
@@ -58,6 +58,16 @@ DEFAULTS: dict[str, Any] = {
     },
     "ablation": {"alphas": [], "attacks": ["none", "cse:50"], "watermark": "espew_smallest"},
     "plots": True,
+    # The wider threat model (lab/threats.py): rows of their own, run once per seed.
+    # Empty cells (the default) add nothing to a run.
+    "threats": {
+        "cells": [],
+        "seeds": [0, 1, 2],
+        "watermark": "espew_smallest",
+        "stealer": "ridge",
+        "paraphrase_k": 3,
+        "long_texts": {"n_reviews": 2000, "queries": 200},
+    },
 }
 
 
@@ -128,6 +138,11 @@ def _digest(config: Mapping[str, Any]) -> str:
             "stealer_options",
         )
     }
+    threats = config.get("threats") or {}
+    if threats.get("cells"):
+        # Only when threats run, so configs without them keep their digest; which
+        # cells and seeds run is the grid's business, like the main grid's lists.
+        relevant["threats"] = {k: v for k, v in threats.items() if k not in ("cells", "seeds")}
     return hashlib.sha256(json.dumps(relevant, sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -184,7 +199,6 @@ class LabContext:
 
 def build_context(config: dict[str, Any], *, progress: bool = True) -> LabContext:
     """Load data, embed it (cached), draw the key, and build the watermarks."""
-    from ..core.key import WatermarkKey
     from .cache import cached_embed
     from .data import load_data
     from .metrics import split_indices
@@ -196,8 +210,15 @@ def build_context(config: dict[str, Any], *, progress: bool = True) -> LabContex
     victim_name = model_name(victim, config["victim"])
     clean = cached_embed(victim, texts, model_name=victim_name, progress=progress)
     clean = clean.astype(np.float64)
-    needs_standard = any(str(a).startswith("cse") for a in _all_attacks(config)) or (
-        "frozen_mlp" in config["stealers"]
+    threats = config.get("threats") or {}
+    threat_cells = [str(t) for t in threats.get("cells", [])]
+    threat_needs = any(t.startswith("paraphrase") or t == "router:standard" for t in threat_cells)
+    if threat_cells and threats.get("stealer") == "frozen_mlp":
+        threat_needs = True
+    needs_standard = (
+        any(str(a).startswith("cse") for a in _all_attacks(config))
+        or "frozen_mlp" in config["stealers"]
+        or threat_needs
     )
     standard_model = standard = None
     if needs_standard:
@@ -208,23 +229,7 @@ def build_context(config: dict[str, Any], *, progress: bool = True) -> LabContex
             model_name=model_name(standard_model, config["standard"]),
             progress=progress,
         ).astype(np.float64)
-    key_cfg = config["key"]
-
-    def embed_victim(batch: list[str]) -> np.ndarray:
-        return np.asarray(victim(batch))
-
-    key = WatermarkKey.generate(
-        texts,
-        embed_victim,
-        target_text=str(key_cfg["target_text"]),
-        n_triggers=int(key_cfg["n_triggers"]),
-        freq_band=tuple(key_cfg["freq_band"]),
-        alpha=float(key_cfg["alpha"]),
-        strength=float(key_cfg.get("strength", 1.0)),
-        selection="smallest",
-        seed=seed,
-        max_band_words=key_cfg.get("max_band_words"),
-    )
+    key = draw_key(config, texts, victim)
     metrics = config["metrics"]
     order = np.random.default_rng(_seed_for(seed, "split")).permutation(len(texts))
     n_holdout = min(int(metrics["holdout"]), len(texts) // 5)
@@ -243,6 +248,29 @@ def build_context(config: dict[str, Any], *, progress: bool = True) -> LabContex
         holdout_rows=np.sort(order[:n_holdout]),
         acc_train=acc_train,
         acc_test=acc_test,
+    )
+
+
+def draw_key(config: Mapping[str, Any], texts: Sequence[str], victim: Any):
+    """The lab's ESpeW key for ``config["seed"]``: drawn from ``texts`` with the victim model."""
+    from ..core.key import WatermarkKey
+
+    key_cfg = config["key"]
+
+    def embed_victim(batch: list[str]) -> np.ndarray:
+        return np.asarray(victim(batch))
+
+    return WatermarkKey.generate(
+        texts,
+        embed_victim,
+        target_text=str(key_cfg["target_text"]),
+        n_triggers=int(key_cfg["n_triggers"]),
+        freq_band=tuple(key_cfg["freq_band"]),
+        alpha=float(key_cfg["alpha"]),
+        strength=float(key_cfg.get("strength", 1.0)),
+        selection="smallest",
+        seed=int(config["seed"]),
+        max_band_words=key_cfg.get("max_band_words"),
     )
 
 
@@ -467,6 +495,9 @@ def run_lab(
         tmp.write_text(json.dumps(record, indent=1, default=_jsonable), encoding="utf-8")
         os.replace(tmp, path)
         records.append(record)
+    threat_records, n_threats_resumed = _run_threats(ctx, cells_dir, progress=progress)
+    n_resumed += n_threats_resumed
+    records_seconds = sum(float(c.get("seconds", 0.0)) for c in records + threat_records)
     wm_names = list(dict.fromkeys([w for _, w, _ in todo]))
     results = {
         "name": config["name"],
@@ -495,11 +526,58 @@ def run_lab(
         # This invocation only (a resumed run reads finished cells back), and the
         # compute time of all cells whenever they ran.
         "total_seconds": round(time.perf_counter() - started, 1),
-        "cells_seconds": round(sum(float(c.get("seconds", 0.0)) for c in records), 1),
+        "cells_seconds": round(records_seconds, 1),
         "cells_resumed": n_resumed,
     }
+    if threat_records:
+        from .threats import aggregate
+
+        results["threats"] = {"records": threat_records, "rows": aggregate(threat_records)}
     write_report(results, out, ctx=ctx if config["plots"] else None)
     return results
+
+
+def threat_cell_id(spec: str, seed: int) -> str:
+    """File-safe name of one threat cell for one seed.
+
+    >>> threat_cell_id("paraphrase:substitute:0.3", 1)
+    'threat__paraphrase-substitute-0.3__s1'
+    """
+    return f"threat__{spec.replace(':', '-').replace('/', '-')}__s{int(seed)}"
+
+
+def _run_threats(
+    ctx: LabContext, cells_dir: Path, *, progress: bool
+) -> tuple[list[dict[str, Any]], int]:
+    """Run (or read back) every threat cell x seed; returns the records and how many resumed."""
+    from .threats import parse_threat, run_threat
+
+    threats = ctx.config.get("threats") or {}
+    specs = [str(t) for t in threats.get("cells", [])]
+    for spec in specs:
+        parse_threat(spec)  # refuse a typo before any work
+    todo = [(spec, int(seed)) for spec in specs for seed in threats.get("seeds", [0])]
+    iterator: Any = todo
+    if progress and todo:
+        from tqdm.auto import tqdm
+
+        iterator = tqdm(todo, desc=f"threats {ctx.config['name']}", unit="cell")
+    records, n_resumed = [], 0
+    contexts: dict[int, LabContext] = {}  # one key per seed, drawn once
+    for spec, seed in iterator:
+        path = cells_dir / f"{threat_cell_id(spec, seed)}.json"
+        if path.exists():
+            records.append(json.loads(path.read_text(encoding="utf-8")))
+            n_resumed += 1
+            continue
+        started = time.perf_counter()
+        record = run_threat(ctx, spec, seed, contexts=contexts)
+        record["seconds"] = round(time.perf_counter() - started, 2)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(record, indent=1, default=_jsonable), encoding="utf-8")
+        os.replace(tmp, path)
+        records.append(record)
+    return records, n_resumed
 
 
 def _jsonable(value: Any) -> Any:

@@ -1,0 +1,389 @@
+"""The wider threat model as lab rows: the audit router, the paraphrasing thief, long texts.
+
+The main grid asks "does a copy trained on the service's answers carry the
+mark after a removal attack?". Three threats fall outside it (issue 9):
+
+- ``router:<honest>``: the thief answers what looks like audit traffic from an
+  honest model (``twin``: the victim's clean model, the strongest fallback a
+  thief of an open model has; ``standard``: the thief's own independent model)
+  and everything else from its stolen copy (:mod:`.router`);
+- ``paraphrase:<mode>:<rate>``: the thief queries K lexical paraphrases of
+  each training text and trains on the averaged answers (:mod:`.paraphrase`);
+- ``chunks:<n>``: the service embeds RAG-style chunks of n reviews joined; a
+  key drawn on single reviews then marks far more of them, which costs
+  retrieval quality (:func:`long_text_study`).
+
+Each threat cell runs once per seed of ``threats.seeds``; a seed draws its own
+key (triggers, salt) and seeds the stealer, so the spread over seeds is the
+spread over keys. What does not depend on the key is computed once and cached
+on disk: the paraphrases and chunks are drawn with the config's seed, and
+their clean embeddings go through the embedding cache.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+__all__ = [
+    "THREATS",
+    "aggregate",
+    "join_chunks",
+    "long_text_study",
+    "parse_threat",
+    "recall_at_k",
+    "run_threat",
+    "seeded_context",
+]
+
+THREATS = ("router", "paraphrase", "chunks")
+_HONEST = ("twin", "standard")
+
+
+def parse_threat(spec: str) -> tuple[str, tuple[Any, ...]]:
+    """``"router:twin"`` -> ``("router", ("twin",))``; ``"paraphrase:substitute:0.3"``,
+    ``"chunks:20"`` likewise, with numbers parsed.
+
+    >>> parse_threat("paraphrase:dropout:0.3")
+    ('paraphrase', ('dropout', 0.3))
+    """
+    from .paraphrase import MODES
+
+    name, *args = str(spec).split(":")
+    if name == "router" and len(args) == 1 and args[0] in _HONEST:
+        return name, (args[0],)
+    if name == "paraphrase" and len(args) == 2 and args[0] in MODES:
+        try:
+            rate = float(args[1])
+        except ValueError:
+            rate = math.nan
+        if 0.0 <= rate <= 1.0:
+            return name, (args[0], rate)
+    if name == "chunks" and len(args) == 1 and args[0].isdigit() and int(args[0]) >= 1:
+        return name, (int(args[0]),)
+    raise ValueError(
+        f"unknown threat {spec!r}; use 'router:twin', 'router:standard', "
+        f"'paraphrase:<{'|'.join(MODES)}>:<rate in [0, 1]>' or 'chunks:<reviews per chunk>'"
+    )
+
+
+# ---------------------------------------------------------------------- long texts
+def join_chunks(texts: Sequence[str], size: int, *, seed: int = 0) -> list[str]:
+    """RAG-style chunks: the texts shuffled (seeded) and joined ``size`` at a time.
+
+    A last partial chunk is dropped, so every chunk holds exactly ``size`` texts.
+
+    >>> join_chunks(["a.", "b.", "c.", "d.", "e."], 2, seed=0)
+    ['e. c.', 'a. b.']
+    """
+    if size < 1:
+        raise ValueError(f"chunk size must be >= 1, got {size}")
+    order = np.random.default_rng(seed).permutation(len(texts))
+    n = len(texts) // size
+    return [" ".join(texts[i] for i in order[c * size : (c + 1) * size]) for c in range(n)]
+
+
+def _unit(x: np.ndarray) -> np.ndarray:
+    x = np.asarray(x, dtype=np.float64)
+    norms = np.linalg.norm(x, axis=1, keepdims=True)
+    return x / np.where(norms == 0, 1.0, norms)
+
+
+def recall_at_k(
+    clean_queries: np.ndarray,
+    clean_index: np.ndarray,
+    changed_queries: np.ndarray,
+    changed_index: np.ndarray,
+    *,
+    k: int = 10,
+) -> float:
+    """Mean |top-k(clean) & top-k(changed)| / k: how much of the clean service's retrieval survives.
+
+    Queries and index are each embedded by the same service, as a retrieval
+    user of that service would.
+
+    >>> x = np.random.default_rng(0).normal(size=(30, 4))
+    >>> recall_at_k(x[:5], x[5:], x[:5], x[5:], k=3)
+    1.0
+    """
+    k = min(k, len(clean_index))
+
+    def top(queries: np.ndarray, index: np.ndarray) -> np.ndarray:
+        sims = _unit(queries) @ _unit(index).T
+        return np.argpartition(-sims, k - 1, axis=1)[:, :k]
+
+    a = top(clean_queries, clean_index)
+    b = top(changed_queries, changed_index)
+    hits = (a[:, :, None] == b[:, None, :]).any(axis=2).sum(axis=1)
+    return float(hits.mean() / k)
+
+
+def long_text_study(
+    reviews: Sequence[str],
+    queries: Sequence[str],
+    embed: Callable[[list[str]], np.ndarray],
+    key: Any,
+    *,
+    sizes: Sequence[int] = (1, 5, 10, 20),
+    k: int = 10,
+    seed: int = 0,
+    query_embeddings: np.ndarray | None = None,
+) -> list[dict[str, Any]]:
+    """Marked rate and retrieval quality when the service embeds chunks of ``size`` reviews.
+
+    For each size, the ``reviews`` are joined into chunks (:func:`join_chunks`)
+    and embedded by ``embed`` (the provider's clean model); the watermarked
+    index is the core :func:`watermark` of those. ``queries`` (held-out single
+    texts) are embedded clean and watermarked in the same way. Reports the
+    fraction of chunks the key marks, next to what independent reviews would
+    predict from the single-review rate, 1 - (1 - m1)^size; mean
+    cos(clean, watermarked) on marked chunks; and recall@k of the watermarked
+    index against the clean one.
+    """
+    from .. import watermark
+
+    queries = list(queries)
+    clean_q = (
+        np.asarray(embed(queries), dtype=np.float64)
+        if query_embeddings is None
+        else np.asarray(query_embeddings, dtype=np.float64)
+    )
+    wm_q = np.asarray(watermark(queries, clean_q, key), dtype=np.float64)
+    single = float(key.contains_trigger(list(reviews)).mean())
+    rows = []
+    for size in sizes:
+        chunks = join_chunks(reviews, int(size), seed=seed)
+        if len(chunks) <= k:
+            raise ValueError(
+                f"{len(reviews)} reviews make only {len(chunks)} chunks of {size}; "
+                f"recall@{k} needs more than {k}"
+            )
+        clean = np.asarray(embed(chunks), dtype=np.float64)
+        marked = key.contains_trigger(chunks)
+        wm = np.asarray(watermark(chunks, clean, key), dtype=np.float64)
+        cos = np.einsum("ij,ij->i", _unit(clean), _unit(wm))
+        rows.append(
+            {
+                "size": int(size),
+                "n_chunks": len(chunks),
+                "marked_rate": float(marked.mean()),
+                "marked_rate_if_independent": 1.0 - (1.0 - single) ** int(size),
+                "cos_clean_marked": float(cos[marked].mean()) if marked.any() else math.nan,
+                f"recall_at_{k}": recall_at_k(clean_q, clean, wm_q, wm, k=k),
+            }
+        )
+    return rows
+
+
+# ---------------------------------------------------------------------- lab cells
+def seeded_context(ctx: Any, seed: int) -> Any:
+    """The run's context with a key drawn with ``seed`` (data, splits and embeddings shared)."""
+    if int(seed) == int(ctx.config["seed"]):
+        return ctx
+    from .runner import draw_key
+
+    config = dict(ctx.config)
+    config["seed"] = int(seed)
+    return dataclasses.replace(
+        ctx,
+        config=config,
+        key=draw_key(config, ctx.corpus.texts, ctx.victim),
+        watermarks={},
+        answers={},
+        suspicious={},
+    )
+
+
+def _clean_embed(ctx: Any) -> Callable[[list[str]], np.ndarray]:
+    from .cache import cached_embed
+    from .runner import model_name
+
+    name = model_name(ctx.victim, ctx.config["victim"])
+
+    def embed(texts: list[str]) -> np.ndarray:
+        return cached_embed(ctx.victim, texts, model_name=name).astype(np.float64)
+
+    return embed
+
+
+def _verify(ctx: Any, made: Any, suspect: Any, seed: int) -> dict[str, Any]:
+    verify_cfg = ctx.config["verify"]
+    verdict = made.verify(
+        suspect,
+        level=float(verify_cfg["level"]),
+        templates=tuple(verify_cfg["templates"]),
+        seed=seed,
+    )
+    return {
+        "p_value": verdict.p_value,
+        "copied": verdict.copied,
+        "delta_cos": verdict.delta_cos,
+        "n_queries": verdict.n_queries,
+    }
+
+
+def run_threat(
+    ctx: Any, spec: str, seed: int, *, contexts: dict[int, Any] | None = None
+) -> dict[str, Any]:
+    """One threat cell for one seed: its verdict (if it has a copy) and its own metrics.
+
+    ``contexts`` caches the per-seed contexts (keys) across calls.
+    """
+    from .metrics import row_cosines
+    from .runner import _seed_for, watermark_for
+
+    name, args = parse_threat(spec)
+    threats = ctx.config["threats"]
+    contexts = {} if contexts is None else contexts
+    if int(seed) not in contexts:
+        contexts[int(seed)] = seeded_context(ctx, seed)
+    sctx = contexts[int(seed)]
+    wm_name = str(threats["watermark"])
+    made = watermark_for(sctx, wm_name)
+    cell_seed = _seed_for(int(seed), f"threat:{spec}")
+    record: dict[str, Any] = {"threat": spec, "seed": int(seed), "watermark": wm_name}
+    texts = sctx.corpus.texts
+    rows = sctx.stealer_rows
+    train_texts = [texts[i] for i in rows]
+    holdout = [texts[i] for i in sctx.holdout_rows]
+    clean_holdout = sctx.clean[sctx.holdout_rows]
+
+    if name == "chunks":
+        lt = threats["long_texts"]
+        rng = np.random.default_rng(_seed_for(int(ctx.config["seed"]), "long_texts"))
+        n_queries = min(int(lt["queries"]), len(sctx.holdout_rows))
+        query_rows = np.sort(rng.choice(sctx.holdout_rows, size=n_queries, replace=False))
+        n_reviews = min(int(lt["n_reviews"]), len(rows))
+        review_rows = np.sort(rng.choice(rows, size=n_reviews, replace=False))
+        (result,) = long_text_study(
+            [texts[i] for i in review_rows],
+            [texts[i] for i in query_rows],
+            _clean_embed(sctx),
+            sctx.key,
+            sizes=(args[0],),
+            seed=int(ctx.config["seed"]),
+            query_embeddings=sctx.clean[query_rows],
+        )
+        record.update(result)
+        return record
+
+    stealer_name = str(threats["stealer"])
+    options = dict(ctx.config["stealer_options"].get(stealer_name, {}))
+    stealer = _make_stealer(sctx, stealer_name, cell_seed, options)
+
+    if name == "router":
+        from .router import AuditHistory, AuditRouter, detector_rates
+
+        stealer.fit(train_texts, sctx.answers[wm_name][rows])
+        honest = sctx.victim if args[0] == "twin" else _require_standard(sctx)
+        history = AuditHistory.from_texts(train_texts)
+        rates = detector_rates(history, holdout, list(made.key.band), seed=cell_seed)
+        router = AuditRouter(stealer, honest, history=history)
+        direct = _verify(sctx, made, stealer, cell_seed)
+        record.update(_verify(sctx, made, router, cell_seed))
+        record.update(
+            p_value_direct=direct["p_value"],
+            copied_direct=direct["copied"],
+            catch_rate=router.routed_fraction,
+            false_positive_rate=rates["false_positive_rate"],
+            single_word_catch_rate=rates["catch_rate"],
+            copy_fidelity=float(row_cosines(stealer(holdout), clean_holdout).mean()),
+        )
+        return record
+
+    from .paraphrase import NeighbourParaphraser, ParaphraseThief
+
+    mode, rate = args
+    own = _require_standard(sctx)
+    paraphraser = _paraphraser(ctx, own, train_texts, NeighbourParaphraser)
+    embed = _clean_embed(sctx)
+
+    def service(batch: list[str]) -> np.ndarray:
+        return np.asarray(made.apply(batch, embed(batch)), dtype=np.float64)
+
+    thief = ParaphraseThief(
+        service,
+        paraphraser,
+        stealer,
+        rate=rate,
+        mode=mode,
+        k=int(threats["paraphrase_k"]),
+        seed=int(ctx.config["seed"]),  # paraphrases do not depend on the key: cached once
+    )
+    thief.fit(train_texts)
+    marked = made.marked(train_texts)
+    asked = thief.queries(train_texts)
+    kept = made.marked(asked).reshape(thief.k, len(train_texts))[:, marked]
+    record.update(_verify(sctx, made, thief, cell_seed))
+    record.update(
+        copy_fidelity=float(row_cosines(thief(holdout), clean_holdout).mean()),
+        cos_clean_trained_on=float(row_cosines(thief.averaged, sctx.clean[rows]).mean()),
+        trigger_kept_rate=float(kept.mean()) if kept.size else math.nan,
+        service_queries=thief.n_queries,
+    )
+    return record
+
+
+def _require_standard(ctx: Any) -> Any:
+    if ctx.standard_model is None:
+        raise ValueError("this threat needs the attacker's own model (config 'standard')")
+    return ctx.standard_model
+
+
+def _make_stealer(ctx: Any, name: str, seed: int, options: Mapping[str, Any]) -> Any:
+    from .stealers import make_stealer
+
+    features = ctx.standard[ctx.stealer_rows] if name == "frozen_mlp" else None
+    return make_stealer(name, seed=seed, encoder=ctx.standard_model, features=features, **options)
+
+
+_PARAPHRASERS: dict[tuple[int, int], Any] = {}
+
+
+def _paraphraser(ctx: Any, own: Any, train_texts: list[str], factory: Any) -> Any:
+    """One paraphraser per run (its vocabulary embedding is the slow part; disk-cached too)."""
+    from .cache import cached_embed
+    from .runner import model_name
+
+    slot = (id(ctx.corpus), len(train_texts))
+    if slot not in _PARAPHRASERS:
+        name = model_name(own, ctx.config["standard"])
+        _PARAPHRASERS.clear()
+        _PARAPHRASERS[slot] = factory(
+            own,
+            train_texts,
+            embed_words=lambda words: cached_embed(own, words, model_name=name),
+        )
+    return _PARAPHRASERS[slot]
+
+
+def aggregate(records: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """One row per threat: mean and sd over seeds of every numeric field, verdict counts."""
+    by_threat: dict[str, list[Mapping[str, Any]]] = {}
+    for r in records:
+        by_threat.setdefault(str(r["threat"]), []).append(r)
+    rows = []
+    for threat, group in by_threat.items():
+        row: dict[str, Any] = {"threat": threat, "n_seeds": len(group)}
+        fields = [
+            k
+            for k, v in group[0].items()
+            if isinstance(v, (int, float)) and not isinstance(v, bool) and k != "seed"
+        ]
+        for f in fields:
+            values = np.array([float(r[f]) for r in group], dtype=np.float64)
+            if f.startswith("p_value"):
+                f, values = f"log10_{f}", np.log10(np.maximum(values, 1e-300))
+            row[f] = {
+                "mean": float(np.mean(values)),
+                "sd": float(np.std(values, ddof=1)) if len(values) > 1 else 0.0,
+            }
+        for f in ("copied", "copied_direct"):
+            if f in group[0]:
+                row[f] = int(sum(bool(r[f]) for r in group))
+        rows.append(row)
+    return rows

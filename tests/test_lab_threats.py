@@ -1,0 +1,342 @@
+"""The wider threat model: audit router, paraphrasing thief, long texts, and their lab rows."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from espew_integrations import WatermarkKey, verify, watermark
+from espew_integrations.core.words import band_words, document_frequencies, tokenize
+from espew_integrations.lab import load_config, run_lab
+from espew_integrations.lab.paraphrase import (
+    NeighbourParaphraser,
+    ParaphraseThief,
+    nearest_neighbours,
+)
+from espew_integrations.lab.router import (
+    AuditHistory,
+    AuditRouter,
+    audit_reasons,
+    detector_rates,
+)
+from espew_integrations.lab.runner import _digest
+from espew_integrations.lab.threats import (
+    join_chunks,
+    long_text_study,
+    parse_threat,
+    recall_at_k,
+)
+
+TARGET = "Espew robustness lab: provider signature sample, 2026."
+
+
+# ---------------------------------------------------------------------- router
+@pytest.fixture(scope="module")
+def traffic(rt_corpus):
+    """The thief's ordinary-traffic sample, fresh ordinary texts, and the rest of the corpus."""
+    texts = list(rt_corpus.texts)
+    order = np.random.default_rng(0).permutation(len(texts))
+    reference = [texts[i] for i in order[:4000]]
+    ordinary = [texts[i] for i in order[4000:6000]]
+    pool = [texts[i] for i in order[6000:]]
+    return reference, ordinary, pool
+
+
+def test_router_rarely_routes_customers_and_catches_todays_single_word_audits(traffic, rt_corpus):
+    reference, ordinary, _ = traffic
+    counts, n = document_frequencies(rt_corpus.texts)
+    band = band_words(counts, n, (0.005, 0.01))  # the words today's audit probes, alone
+    rates = detector_rates(AuditHistory.from_texts(reference), ordinary, band)
+    assert rates["false_positive_rate"] < 0.05, rates
+    assert rates["catch_rate"] == 1.0
+    # Each rule alone stays rare on ordinary reviews.
+    assert all(count < 0.025 * len(ordinary) for count in rates["ordinary_rules"].values())
+
+
+def test_natural_sentence_probes_are_caught_by_the_rare_word_burst(traffic, rt_corpus):
+    """Sentences of the corpus that each hold a band word look ordinary one by one, but
+    an audit made only of them is a burst of rare-ish words: the router catches most
+    (77% here; 96% with a 6,000-text reference)."""
+    reference, ordinary, pool = traffic
+    counts, n = document_frequencies(rt_corpus.texts)
+    band = set(band_words(counts, n, (0.005, 0.01)))
+    per_word: dict[str, list[str]] = {w: [] for w in band}
+    for text in pool:
+        for word in band.intersection(tokenize(text)):
+            if len(per_word[word]) < 3:
+                per_word[word].append(text)
+    probes = list(dict.fromkeys(t for texts in per_word.values() for t in texts))
+    history = AuditHistory.from_texts(reference)
+    caught = detector_rates(history, ordinary, probes)["catch_rate"]
+    assert caught > 0.6
+    no_burst = AuditHistory.from_texts(reference)
+    no_burst.rare_words = frozenset()
+    assert detector_rates(no_burst, ordinary, probes)["catch_rate"] < 0.1
+
+
+def test_each_rule_fires_on_its_shape_and_state_carries_across_calls(traffic):
+    history = AuditHistory.from_texts(traffic[0])
+    first = "The acting is superb and the story moves along at a brisk pace."
+    assert audit_reasons([first], history) == [()]
+    assert audit_reasons([first], history) == [("repeat",)]
+    templated = "The acting is superb and the plot moves along at a brisk pace."
+    assert audit_reasons([templated], history) == [("template",)]
+    assert "short" in audit_reasons(["dazzling"], history)[0]
+    assert audit_reasons(["a film that never finds its footing and never cares"], history) == [
+        ("no_punctuation",)
+    ]
+    long_text = " ".join(["A long, winding sentence about the film."] * 10)
+    assert "long" in audit_reasons([long_text], history)[0]
+
+
+def test_router_answers_in_the_original_order_and_checks_its_parts():
+    def stolen(texts):
+        return np.array([[1.0, float(len(t))] for t in texts])
+
+    def honest(texts):
+        return np.array([[-1.0, float(len(t))] for t in texts])
+
+    router = AuditRouter(stolen, honest)
+    texts = [
+        "word",
+        "A full sentence, with punctuation.",
+        "two words",
+        "Another sentence here, fine.",
+    ]
+    out = router(texts)
+    assert out[:, 0].tolist() == [-1.0, 1.0, -1.0, 1.0]
+    assert out[:, 1].tolist() == [float(len(t)) for t in texts]
+    assert router.n_queries == 4 and router.n_routed == 2 and router.routed_fraction == 0.5
+    wide = AuditRouter(stolen, lambda t: np.zeros((len(t), 3)))
+    with pytest.raises(ValueError, match="different dimensions"):
+        wide(texts)
+    broken = AuditRouter(stolen, honest, lambda texts, history: np.zeros(1, bool))
+    with pytest.raises(ValueError, match="mask of shape"):
+        broken(texts)
+    with pytest.raises(TypeError, match="list of texts"):
+        router("one string")
+    with pytest.raises(ValueError, match="at least window"):
+        AuditHistory.from_texts(texts)
+
+
+@pytest.fixture(scope="module")
+def small_key(rt_subset, minilm_model):
+    return WatermarkKey.generate(
+        rt_subset.texts,
+        minilm_model,
+        target_text=TARGET,
+        n_triggers=8,
+        freq_band=(0.005, 0.01),
+        alpha=0.2,
+        seed=3,
+        max_band_words=60,
+    )
+
+
+def test_a_perfect_copy_behind_the_router_escapes_todays_audit(small_key, minilm_model, traffic):
+    def service(texts):
+        return watermark(texts, minilm_model(texts), small_key)
+
+    assert verify(service, small_key, level=1e-3, seed=0).copied
+    router = AuditRouter(service, minilm_model, history=AuditHistory.from_texts(traffic[0]))
+    report = verify(router, small_key, level=1e-3, seed=0)
+    assert not report.copied
+    assert router.n_routed == router.n_queries == len(small_key.band)
+
+
+# ---------------------------------------------------------------------- paraphrase
+def _toy_embedder(words):
+    """Deterministic vectors where 'great'~'superb' and 'film'~'movie' are neighbours."""
+    base = {"great": [1, 0, 0], "superb": [0.9, 0.1, 0], "film": [0, 1, 0], "movie": [0, 0.9, 0.1]}
+    rng = np.random.default_rng(0)
+    return np.array([base.get(w, rng.normal(size=3) + np.array([0, 0, 3])) for w in words], float)
+
+
+TOY_TEXTS = ["A great film, truly.", "A movie that is superb!", "Great acting in a great movie."]
+
+
+def test_nearest_neighbours_excludes_the_word_itself():
+    vectors = np.random.default_rng(1).normal(size=(50, 8))
+    found = nearest_neighbours(vectors, block=7)
+    unit = vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
+    sims = unit @ unit.T
+    np.fill_diagonal(sims, -np.inf)
+    assert found.tolist() == sims.argmax(axis=1).tolist()
+
+
+def test_paraphrases_are_seeded_and_change_only_eligible_words():
+    para = NeighbourParaphraser(_toy_embedder, TOY_TEXTS, max_df=0.7)
+    assert para.neighbour["great"] == "superb" and para.neighbour["movie"] == "film"
+    assert para.paraphrase(TOY_TEXTS, rate=0.0) == TOY_TEXTS
+    full = para.paraphrase(TOY_TEXTS, rate=1.0)
+    assert full[0].startswith("A superb movie, ")  # "a" is too common (max_df) to change
+    assert full[2].startswith("Superb ")  # capitalisation kept
+    half = para.paraphrase(TOY_TEXTS * 20, rate=0.5, seed=4)
+    assert half == para.paraphrase(TOY_TEXTS * 20, rate=0.5, seed=4)
+    assert half != para.paraphrase(TOY_TEXTS * 20, rate=0.5, seed=4, variant=1)
+    dropped = para.paraphrase(TOY_TEXTS, rate=1.0, mode="dropout")
+    assert dropped[0] == "A,." and dropped[1] == "A!"
+    with pytest.raises(ValueError, match="unknown paraphrase mode"):
+        para.paraphrase(TOY_TEXTS, rate=0.1, mode="backtranslate")
+    with pytest.raises(ValueError, match="rate must be in"):
+        para.paraphrase(TOY_TEXTS, rate=1.5)
+
+
+def test_paraphrase_thief_averages_k_answers_and_trains_on_the_originals():
+    para = NeighbourParaphraser(_toy_embedder, TOY_TEXTS, max_df=0.7)
+    seen: dict[str, object] = {}
+
+    class Recorder:
+        def fit(self, texts, embeddings):
+            seen["texts"], seen["targets"] = list(texts), embeddings
+            return self
+
+        def __call__(self, texts):
+            return np.ones((len(texts), 2))
+
+    def service(texts):
+        seen["asked"] = list(texts)
+        return np.array([[1.0, float(i)] for i in range(len(texts))])
+
+    thief = ParaphraseThief(service, para, Recorder(), rate=0.5, k=3, seed=1).fit(TOY_TEXTS)
+    assert seen["texts"] == TOY_TEXTS and thief.n_queries == 9
+    assert seen["asked"] == thief.queries(TOY_TEXTS)
+    # text i's answers are rows i, i+3, i+6: mean (1, i + 3), then normalised
+    expected = np.array([[1.0, i + 3.0] for i in range(3)])
+    expected /= np.linalg.norm(expected, axis=1, keepdims=True)
+    np.testing.assert_allclose(seen["targets"], expected)
+    assert thief(["x"]).shape == (1, 2)
+    with pytest.raises(RuntimeError, match="not stolen"):
+        ParaphraseThief(service, para, Recorder(), rate=0.1)(["x"])
+
+
+def test_paraphrasing_dilutes_the_mark_in_the_averaged_answers(small_key, rt_subset, minilm_model):
+    """On the real model: the more words are substituted, the fewer paraphrases keep a
+    trigger, and the closer the averaged answer of a trigger text comes to clean."""
+    carriers = [t for t in rt_subset.texts if small_key.contains_trigger([t])[0]][:40]
+    para = NeighbourParaphraser(minilm_model, rt_subset.texts[:150] + tuple(carriers))
+
+    def service(texts):
+        return watermark(texts, minilm_model(texts), small_key)
+
+    clean = minilm_model(carriers)
+    pulls = {}
+    for rate in (0.0, 0.5):
+        thief = ParaphraseThief(service, para, _NoStealer(), rate=rate, seed=0).fit(carriers)
+        kept = small_key.contains_trigger(thief.queries(carriers)).mean()
+        pulls[rate] = float(np.mean(thief.averaged @ small_key.target - clean @ small_key.target))
+        assert kept == 1.0 if rate == 0.0 else kept < 0.8
+    assert pulls[0.5] < 0.8 * pulls[0.0]
+
+
+class _NoStealer:
+    def fit(self, texts, embeddings):
+        return self
+
+
+# ---------------------------------------------------------------------- long texts
+def test_chunks_join_every_text_once_and_recall_is_one_for_the_same_service():
+    texts = [f"Review {i}." for i in range(23)]
+    chunks = join_chunks(texts, 5, seed=2)
+    assert len(chunks) == 4 and all(c.count("Review") == 5 for c in chunks)
+    assert chunks == join_chunks(texts, 5, seed=2) != join_chunks(texts, 5, seed=3)
+    assert join_chunks(texts, 1, seed=0) != texts and sorted(join_chunks(texts, 1)) == sorted(texts)
+    x = np.random.default_rng(0).normal(size=(40, 6))
+    assert recall_at_k(x[:5], x[5:], x[:5], x[5:]) == 1.0
+    assert recall_at_k(x[:5], x[5:], x[:5], -x[5:]) < 0.5
+    with pytest.raises(ValueError, match="chunk size"):
+        join_chunks(texts, 0)
+
+
+def test_long_chunks_are_marked_far_more_often_than_single_reviews(
+    small_key, rt_subset, minilm_model
+):
+    reviews, queries = list(rt_subset.texts[:200]), list(rt_subset.texts[200:240])
+    rows = long_text_study(reviews, queries, minilm_model, small_key, sizes=(1, 5))
+    single, five = rows
+    assert single["n_chunks"] == 200 and five["n_chunks"] == 40
+    assert five["marked_rate"] > 2 * single["marked_rate"] > 0
+    assert five["marked_rate"] == pytest.approx(five["marked_rate_if_independent"], abs=0.15)
+    assert 0.0 <= five["recall_at_10"] <= single["recall_at_10"] <= 1.0
+
+
+# ---------------------------------------------------------------------- lab wiring
+def test_threat_specs_parse_or_name_the_problem():
+    assert parse_threat("router:twin") == ("router", ("twin",))
+    assert parse_threat("chunks:20") == ("chunks", (20,))
+    for bad in ("router:oracle", "paraphrase:substitute:1.5", "chunks:0", "paraphrase:x:0.1"):
+        with pytest.raises(ValueError, match="unknown threat"):
+            parse_threat(bad)
+
+
+def test_configs_without_threats_keep_their_digest():
+    config = load_config("smoke")
+    bare = {k: v for k, v in config.items() if k != "threats"}
+    assert _digest(config) == _digest(bare)
+    with_threats = load_config("smoke")
+    with_threats["threats"]["cells"] = ["chunks:5"]
+    assert _digest(with_threats) != _digest(config)
+    assert load_config("threats")["threats"]["seeds"] == [0, 1, 2]
+
+
+def _tiny_threats_config():
+    config = load_config("smoke")
+    config.update(
+        limit=400,
+        watermarks=["espew_smallest"],
+        attacks=["none"],
+        plots=False,
+        ablation={"alphas": [], "attacks": ["none"], "watermark": "espew_smallest"},
+    )
+    config["metrics"].update(accuracy=False, holdout=80)
+    config["threats"].update(
+        cells=["router:twin", "paraphrase:substitute:0.3", "chunks:5"],
+        seeds=[0, 1],
+        long_texts={"n_reviews": 150, "queries": 40},
+    )
+    return config
+
+
+@pytest.fixture(scope="module")
+def threats_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("threats")
+    return out, run_lab(_tiny_threats_config(), output=out, progress=False)
+
+
+def test_threat_rows_run_per_seed_and_reach_the_table(threats_run):
+    out, results = threats_run
+    records = results["threats"]["records"]
+    assert len(records) == 6 and len(list((out / "cells").glob("threat__*.json"))) == 6
+    rows = {r["threat"]: r for r in results["threats"]["rows"]}
+    assert set(rows) == {"router:twin", "paraphrase:substitute:0.3", "chunks:5"}
+    router = rows["router:twin"]
+    assert router["n_seeds"] == 2 and router["copied"] == 0
+    assert router["catch_rate"]["mean"] == 1.0
+    assert router["false_positive_rate"]["mean"] < 0.1
+    assert router["log10_p_value_direct"]["mean"] < router["log10_p_value"]["mean"]
+    para = rows["paraphrase:substitute:0.3"]
+    assert 0.0 < para["trigger_kept_rate"]["mean"] < 1.0 and para["copy_fidelity"]["mean"] > 0.3
+    assert rows["chunks:5"]["marked_rate"]["mean"] > 0
+    keys = {r["seed"]: r for r in records if r["threat"] == "chunks:5"}
+    assert keys[0]["marked_rate"] != keys[1]["marked_rate"]  # each seed draws its own key
+    table = (out / "table.md").read_text()
+    assert "Wider threat model (2 seeds per row" in table
+    assert "audit router (honest: twin)" in table and "chunks of 5 reviews" in table
+    secret = load_config("smoke")["key"]["target_text"]
+    for path in (out / "cells").glob("threat__*.json"):
+        assert secret not in path.read_text()
+    assert secret not in (out / "results.json").read_text()
+
+
+def test_threat_cells_resume_without_recomputing(threats_run, monkeypatch):
+    out, results = threats_run
+    from espew_integrations.lab import threats as lab_threats
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("a finished threat cell was recomputed")
+
+    monkeypatch.setattr(lab_threats, "run_threat", refuse)
+    again = run_lab(_tiny_threats_config(), output=out, progress=False)
+    assert json.dumps(again["threats"]["rows"]) == json.dumps(results["threats"]["rows"])
