@@ -89,3 +89,95 @@ def test_degenerate_inputs():
         rank_sum_p_value(np.array([1.0, 2.0]), np.array([True]))
     with pytest.raises(ValueError, match="finite"):
         rank_sum_p_value(np.array([np.nan, 2.0]), np.array([True, False]))
+
+
+# ---------------------------------------------------------------------- tied scores (issue 10)
+def full_table_p(scores, is_trigger):
+    """The previous implementation: the whole subset-sum table over doubled mid-ranks."""
+    doubled = np.rint(2 * rankdata(scores)).astype(np.int64)
+    n = int(is_trigger.sum())
+    values = sorted(int(v) for v in doubled)
+    top = sum(values[-n:])
+    table = np.zeros((n + 1, top + 1))
+    table[0, 0] = 1.0
+    for seen, v in enumerate(values, start=1):
+        j_max = min(seen, n)
+        table[1 : j_max + 1, v:] += table[0:j_max, : top + 1 - v]
+    observed = int(doubled[is_trigger].sum())
+    return float(table[n, observed:].sum()) / float(table[n].sum())
+
+
+def tied_case(rng, total, n, shift, tied_share=0.3):
+    scores = rng.normal(size=total)
+    tied = rng.choice(total, int(tied_share * total), replace=False)
+    scores[tied] = np.round(scores[tied], 1)
+    mask = np.zeros(total, bool)
+    mask[rng.choice(total, n, replace=False)] = True
+    scores[mask] += shift
+    return scores, mask
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_tied_p_value_equals_enumeration_over_tie_groups(seed):
+    rng = np.random.default_rng(100 + seed)
+    scores = rng.integers(0, 5, size=14).astype(float)  # a few large groups
+    mask = np.zeros(14, bool)
+    mask[rng.choice(14, 5, replace=False)] = True
+    assert rank_sum_p_value(scores, mask) == pytest.approx(enumerate_p(scores, mask), rel=1e-12)
+
+
+@pytest.mark.parametrize(("total", "n"), [(60, 6), (200, 20), (500, 20)])
+@pytest.mark.parametrize("shift", [2.5, 0.8, 0.0, -0.5])
+@pytest.mark.parametrize("route", ["chosen", "exact", "spectral"])
+def test_tied_p_value_equals_the_full_table(total, n, shift, route, monkeypatch):
+    from espew_integrations.core import ranktest
+
+    if route == "exact":
+        monkeypatch.setattr(ranktest, "_EXACT_CELL_BUDGET", float("inf"))
+    elif route == "spectral":
+        monkeypatch.setattr(ranktest, "_EXACT_CELL_BUDGET", -1)
+        monkeypatch.setattr(ranktest, "_SPECTRAL_FLOOR", 0.0)
+    ranktest._spectral_tails.cache_clear()
+    scores, mask = tied_case(np.random.default_rng(total + n), total, n, shift)
+    expected = full_table_p(scores, mask)
+    got = rank_sum_p_value(scores, mask)
+    if route == "spectral":  # absolute error of the transforms, ~1e-15
+        assert got == pytest.approx(expected, rel=1e-9, abs=1e-13)
+    else:
+        assert got == pytest.approx(expected, rel=1e-12)
+
+
+def test_tied_tail_of_one_subset_is_exact():
+    # The 20 triggers hold the 20 distinct top scores; everything else is tied
+    # in groups: exactly one subset reaches the observed sum.
+    scores = np.repeat(np.arange(99, dtype=float), 20)[:1980]
+    scores = np.concatenate([scores, 1000.0 + np.arange(20)])
+    mask = scores >= 1000
+    assert rank_sum_p_value(scores, mask) == pytest.approx(1 / math.comb(2000, 20), rel=1e-12)
+
+
+@pytest.mark.parametrize("shift", [3.0, 1.0, 0.0])
+def test_tied_p_value_at_2000_words_is_fast(shift):
+    import time
+
+    from espew_integrations.core import ranktest
+
+    scores, mask = tied_case(np.random.default_rng(7), 2000, 20, shift)
+    ranktest._spectral_tails.cache_clear()
+    started = time.perf_counter()
+    p = rank_sum_p_value(scores, mask)
+    elapsed = time.perf_counter() - started
+    assert 0.0 <= p <= 1.0
+    # ~50 ms on a quiet core (benchmarks/bench_ranktest.py); the full table took ~15 s.
+    assert elapsed < 2.0, f"{elapsed:.2f} s"
+
+
+def test_tied_null_p_values_match_the_per_key_test():
+    rng = np.random.default_rng(8)
+    scores, _ = tied_case(rng, 300, 15, 0.0)
+    pvals = null_p_values(scores, 15, 40, np.random.default_rng(9))
+    draws = np.argpartition(np.random.default_rng(9).random((40, 300)), 14, axis=1)[:, :15]
+    for p, draw in zip(pvals, draws, strict=True):
+        mask = np.zeros(300, bool)
+        mask[draw] = True
+        assert p == pytest.approx(full_table_p(scores, mask), rel=1e-9, abs=1e-13)
