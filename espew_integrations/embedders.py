@@ -10,6 +10,10 @@ activations with one scale per tensor, so padding a text into a batch with
 others would change its embedding in the last bits. One text per run makes an
 embedding a function of its text alone, which the watermark's determinism
 builds on.
+
+:meth:`OnnxSentenceEncoder.view` gives the text as the model reads it (its own
+normaliser, word pieces and truncation at :attr:`OnnxSentenceEncoder.max_tokens`),
+so the trigger matcher can decide on exactly what reaches the network.
 """
 
 from __future__ import annotations
@@ -25,6 +29,10 @@ from pathlib import Path
 import numpy as np
 
 __all__ = ["OnnxSentenceEncoder", "minilm", "package_file", "paraphrase_minilm_l3"]
+
+UNKNOWN_WORD = "\ufffd"
+"""What :meth:`OnnxSentenceEncoder.view` writes for an [UNK] token: not a word
+character, so no trigger can match through a word the model could not read."""
 
 
 def package_file(distribution: str, relative: str, install_hint: str) -> Path:
@@ -67,6 +75,11 @@ class OnnxSentenceEncoder:
         self._tokenizer.enable_truncation(max_length=max_length)
         self._tokenizer.no_padding()
         self._lock = threading.Lock()  # tokenizers' truncation state is not re-entrant
+        # The window: the most tokens (special ones included) the model reads of a text.
+        self.max_tokens = max_length
+        added = self._tokenizer.get_added_tokens_decoder()
+        self._special_ids = frozenset(i for i, token in added.items() if token.special)
+        self._unk_id = self._tokenizer.token_to_id("[UNK]")
         self.name = name
         self.dim = 0
         self.dim = int(self._encode_one("dimension probe").shape[0])
@@ -97,6 +110,51 @@ class OnnxSentenceEncoder:
         return out
 
     embed = __call__
+
+    def view(self, texts: Sequence[str]) -> list[str]:
+        """The texts exactly as the model reads them, for trigger matching.
+
+        Each text is tokenized as :meth:`__call__` tokenizes it (same normaliser,
+        same truncation at :attr:`max_tokens`); word pieces are joined back into
+        words ("##" pieces continue the previous one), special tokens dropped,
+        each [UNK] written as :data:`UNKNOWN_WORD`, words separated by spaces. A
+        word beyond the window, or one the vocabulary cannot spell, is not in the
+        view; edits the normaliser undoes (invisible characters, accents, case)
+        are not either. The view is a function of the token ids alone, so two
+        texts the model cannot tell apart get the same view and the same mark.
+
+        >>> minilm().view(["Vac\u00adcíne TRIALS, Ⅻ"])        # doctest: +SKIP
+        ['vaccine trials , \ufffd']
+        """
+        if isinstance(texts, str):
+            raise TypeError("pass a list of texts, not a single string")
+        texts = list(texts)
+        for i, text in enumerate(texts):
+            if not isinstance(text, str):
+                raise TypeError(f"text at index {i} is {type(text).__name__}, expected str")
+        with self._lock:
+            encodings = self._tokenizer.encode_batch(texts)
+        return [self._words(encoding.ids, encoding.tokens) for encoding in encodings]
+
+    def _words(self, ids: list[int], tokens: list[str]) -> str:
+        words: list[str] = []
+        open_word = False  # may the next "##" piece extend words[-1]?
+        for token_id, token in zip(ids, tokens, strict=True):
+            if token_id == self._unk_id:
+                words.append(UNKNOWN_WORD)
+                open_word = False
+            elif token_id in self._special_ids:
+                open_word = False
+            elif token.startswith("##") and len(token) > 2:
+                if open_word:
+                    words[-1] += token[2:]
+                else:
+                    words.append(token[2:])
+                    open_word = True
+            else:
+                words.append(token)
+                open_word = True
+        return " ".join(words)
 
     def fingerprint(self) -> str:
         """Stable id of model + tokenizer, for on-disk embedding caches."""

@@ -28,6 +28,7 @@ characters.
 
 from __future__ import annotations
 
+import bisect
 import re
 import sys
 import unicodedata
@@ -166,9 +167,11 @@ class _Tables:
     compose into one ``str.translate`` table; only CJK padding and the final NFC
     need more. Code points whose image NFC maps back to themselves (Hangul
     syllables, canonical compositions) are left out of the table, since NFC
-    restores them anyway; surrogates, private-use and unassigned code points are
-    removed by one character class (``removed``) instead of 900,000 entries.
-    ``kept`` finds a character that survives (one the model does not delete).
+    restores them anyway. Surrogates, private-use and unassigned code points
+    outside the BMP (about 900,000) are not in the table: ``astral_removed``
+    holds their ranges, looked up only for the rare astral characters a text
+    has (a character class that large would be scanned range by range for
+    every character).
     """
 
     def __init__(self) -> None:
@@ -178,10 +181,11 @@ class _Tables:
         ruled = {cp for lo, hi in _DEFAULT_IGNORABLE for cp in range(lo, hi + 1)}
         ruled.update(_EXTRA_DROPPED)
         special = _STRIPPED_MARKS | {"Cf", "Cc"}
-        table: dict[int, str] = {}
-        emptied: list[int] = []
+        table: dict[int, str | None] = {}
         for cp, category in enumerate(categories):
             if is_removed[cp]:
+                if cp <= 0xFFFF:
+                    table[cp] = None
                 continue
             char = chr(cp)
             if (
@@ -192,18 +196,22 @@ class _Tables:
             ):
                 continue
             image = _fold(char)
-            if not image:
-                emptied.append(cp)
             if image != char and unicodedata.normalize("NFC", image) != char:
                 table[cp] = image
-        dropped = list(removed)
-        for cp in emptied:
-            _add(dropped, cp)
-        dropped.sort()
+        astral = [(max(lo, 0x10000), hi) for lo, hi in removed if hi > 0xFFFF]
         self.table = table
-        self.removed = re.compile(f"[{_character_class(removed)}]+")
-        self.kept = re.compile(f"[^{_character_class(dropped)}]")
+        self.astral_starts = [lo for lo, _ in astral]
+        self.astral_ends = [hi for _, hi in astral]
         self.cjk = re.compile(f"[{_character_class(list(_CJK))}]")
+
+    def drop_astral(self, match: re.Match[str]) -> str:
+        """``re.sub`` callback: the matched astral character, or "" if it is removed."""
+        cp = ord(match.group())
+        i = bisect.bisect_right(self.astral_starts, cp) - 1
+        return "" if i >= 0 and cp <= self.astral_ends[i] else match.group()
+
+
+_ASTRAL_RE = re.compile("[\U00010000-\U0010ffff]")
 
 
 _TABLES: _Tables | None = None
@@ -223,7 +231,9 @@ def _canonical_unicode(text: str) -> str:
             return lowered
         return lowered.translate(_ASCII_TABLE)
     tables = _tables()
-    folded = tables.removed.sub("", text).translate(tables.table)
+    if _ASTRAL_RE.search(text) is not None:
+        text = _ASTRAL_RE.sub(tables.drop_astral, text)
+    folded = text.translate(tables.table)
     return unicodedata.normalize("NFC", tables.cjk.sub(r" \g<0> ", folded))
 
 
@@ -312,10 +322,10 @@ def _truncate(text: str, chunks: int) -> str:
     # shortcut for the common short text.
     if len(text) <= chunks or len(text.split()) <= chunks:
         return text
-    kept = _tables().kept
     counted = 0
     for chunk in _CHUNK_RE.finditer(text):
-        if kept.search(chunk.group()) is not None:
+        # Non-empty canonical form <=> some character the model does not delete.
+        if canonicalize(chunk.group()):
             counted += 1
             if counted == chunks:
                 return text[: chunk.end()]
