@@ -6,7 +6,10 @@ Public API (heavy dependencies load lazily inside the functions):
   watermarks x attacks with the paper's metrics, resumable and seeded;
 - :func:`tune` (``espew tune``): alpha and target text for a quality budget;
 - :func:`load_config`, :func:`load_data`, :func:`build_watermark`,
-  :func:`apply_attack`, the stealers and the embedding cache for custom studies.
+  :func:`apply_attack`, the stealers and the embedding cache for custom studies;
+- the wider threat model (``threats:`` in a config, :mod:`.threats`): the
+  :class:`AuditRouter` thief, the :class:`ParaphraseThief` (WET) with its
+  :class:`NeighbourParaphraser`, and :func:`long_text_study` for RAG chunks.
 
 >>> from espew_integrations.lab import run_lab
 >>> results = run_lab("smoke", output="lab-results/smoke")  # doctest: +SKIP
@@ -15,14 +18,21 @@ Public API (heavy dependencies load lazily inside the functions):
 from .attacks import apply_attack, cse, parse_attack
 from .cache import cache_dir, cached_embed
 from .data import load_data
+from .paraphrase import NeighbourParaphraser, ParaphraseThief
+from .router import AuditHistory, AuditRouter, looks_like_audit
 from .runner import load_config, run_lab
 from .stealers import FrozenMLPStealer, RidgeStealer, make_stealer
+from .threats import long_text_study
 from .tune import tune
 from .watermarks import METHODS, build_watermark
 
 __all__ = [
     "METHODS",
+    "AuditHistory",
+    "AuditRouter",
     "FrozenMLPStealer",
+    "NeighbourParaphraser",
+    "ParaphraseThief",
     "RidgeStealer",
     "apply_attack",
     "build_watermark",
@@ -31,6 +41,8 @@ __all__ = [
     "cse",
     "load_config",
     "load_data",
+    "long_text_study",
+    "looks_like_audit",
     "make_stealer",
     "parse_attack",
     "run_lab",

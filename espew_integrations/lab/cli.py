@@ -33,7 +33,7 @@ def add_commands(subparsers: Any) -> None:
     lab.add_argument(
         "--config",
         required=True,
-        help="YAML config path, or a packaged config: default, smoke or neural",
+        help="YAML config path, or a packaged config: default, smoke, neural or threats",
     )
     lab.add_argument("--out", default=None, help="output directory (default: the config's)")
     lab.add_argument(

@@ -84,7 +84,8 @@ def _merge(base: dict[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:
 def load_config(source: str | os.PathLike[str] | Mapping[str, Any]) -> dict[str, Any]:
     """A full config: a YAML file (or a mapping, or a packaged config's name) over the defaults.
 
-    Packaged configs (``espew_integrations/lab/configs``): ``default``, ``smoke``, ``neural``.
+    Packaged configs (``espew_integrations/lab/configs``): ``default``, ``smoke``, ``neural``,
+    ``threats``.
 
     >>> load_config("smoke")["name"]
     'smoke'
