@@ -202,7 +202,10 @@ class _Tables:
         self.table = table
         self.astral_starts = [lo for lo, _ in astral]
         self.astral_ends = [hi for _, hi in astral]
-        self.cjk = re.compile(f"[{_character_class(list(_CJK))}]")
+        ideograph = f"[{_character_class(list(_CJK))}]"
+        self.cjk = re.compile(ideograph)
+        # Where a space is missing beside an ideograph (so padding is idempotent).
+        self.cjk_gap = re.compile(f"(?<=\\S)(?={ideograph})|(?<={ideograph})(?=\\S)")
 
     def drop_astral(self, match: re.Match[str]) -> str:
         """``re.sub`` callback: the matched astral character, or "" if it is removed."""
@@ -234,7 +237,9 @@ def _canonical_unicode(text: str) -> str:
     if _ASTRAL_RE.search(text) is not None:
         text = _ASTRAL_RE.sub(tables.drop_astral, text)
     folded = text.translate(tables.table)
-    return unicodedata.normalize("NFC", tables.cjk.sub(r" \g<0> ", folded))
+    if tables.cjk.search(folded) is not None:
+        folded = tables.cjk_gap.sub(" ", folded)
+    return unicodedata.normalize("NFC", folded)
 
 
 def canonicalize(text: str, normalization: str = UNICODE_V1) -> str:
