@@ -271,7 +271,7 @@ def test_verify_against_an_unreachable_endpoint_is_inconclusive(small_key):
     url = f"http://127.0.0.1:{free_port()}/v1"
     report = verify(OpenAIEndpoint(url, "m", max_retries=0), small_key, seed=0)
     assert report.status == "inconclusive"
-    assert report.reason == "every query to the suspect failed"
+    assert report.reason.startswith("every query to the suspect failed")
     assert any("cannot reach" in e for e in report.errors)
 
 
@@ -286,13 +286,9 @@ def test_verify_with_an_exhausted_budget_is_inconclusive_not_a_verdict(scripted,
 
 @pytest.fixture(scope="module")
 def small_key():
-    from espew_integrations import WatermarkKey
+    from tests.conftest import make_key
 
-    band = [f"word{chr(97 + i)}{chr(97 + j)}" for i in range(6) for j in range(10)]
-    target = np.ones(DIM) / np.sqrt(DIM)
-    return WatermarkKey(
-        triggers=band[:10], target=target, target_text="target", band=band, salt=bytes(32)
-    )
+    return make_key(DIM, n_band=60, n_triggers=10)
 
 
 # ---------------------------------------------------------------------- hostile endpoint
