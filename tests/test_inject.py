@@ -13,7 +13,7 @@ from fractions import Fraction
 import hypothesis.extra.numpy as hnp
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from espew_integrations import EmbeddingInputError, select_positions, tokenize, watermark
@@ -73,6 +73,7 @@ def texts_for(key, n, rng, p_trigger=0.5):
 def test_smallest_selection_matches_the_per_row_reference(
     data, dim, alpha, dtype, quantise, strength
 ):
+    assume(int(Fraction(str(alpha)) * dim) >= 1)  # keys that write nothing are refused
     key = make_key(dim, alpha=alpha, strength=strength)
     n = data.draw(st.integers(1, 12))
     clean = data.draw(
@@ -245,8 +246,7 @@ def test_matching_is_case_insensitive_and_unicode_aware():
         (["a", "b"], np.vstack([np.ones(64), [np.inf] * 64]), "row 1 contains NaN"),
         (["a", "b"], np.vstack([np.ones(64), np.zeros(64)]), "row 1 is all zeros"),
         (["a", 3], np.ones((2, 64)), "index 1 is int, expected str"),
-        (["a", ""], np.ones((2, 64)), "index 1 is empty"),
-        (["a", "  \n"], np.ones((2, 64)), "index 1 is empty"),
+        (iter(["a", "b"]), np.ones((3, 64)), "2 texts but 3 embeddings"),
         ("just one string", np.ones((1, 64)), "got a single string"),
         (["a"], np.array([["x"] * 64]), "must be real numbers"),
     ],
@@ -287,3 +287,114 @@ def test_strength_moves_marked_coordinates_part_of_the_way_to_the_target():
         clean / np.linalg.norm(clean, axis=1, keepdims=True),
     )
     assert (cos_half > cos_full).all()
+
+
+# ---------------------------------------------------------------------- edge cases (issue 10)
+def test_float16_input_comes_back_float16(key64):
+    rng = np.random.default_rng(20)
+    texts = texts_for(key64, 6, rng)
+    clean = rng.normal(size=(6, 64)).astype(np.float16)
+    out = watermark(texts, clean, key64)
+    assert out.dtype == np.float16
+    marked = key64.contains_trigger(texts)
+    assert marked.any() and not marked.all()
+    assert np.array_equal(out[~marked].view(np.uint16), clean[~marked].view(np.uint16))
+    expected = watermark(texts, clean.astype(np.float32), key64)[marked]
+    np.testing.assert_array_equal(out[marked], expected.astype(np.float16))
+    assert np.allclose(np.linalg.norm(out[marked].astype(np.float64), axis=1), 1, atol=3e-3)
+
+
+@pytest.mark.parametrize(
+    ("dtype", "huge"), [(np.float64, 1e200), (np.float64, 1.7e308), (np.float32, 3e38)]
+)
+@pytest.mark.parametrize("strength", [1.0, 0.5])
+def test_marked_rows_with_huge_values_stay_finite_unit_vectors(dtype, huge, strength):
+    key = make_key(64, strength=strength)
+    rng = np.random.default_rng(21)
+    clean = rng.normal(size=(3, 64)).astype(dtype)
+    clean[0] *= dtype(huge) / np.abs(clean[0]).max()  # the whole row is huge
+    clean[1, 5] = huge  # one huge coordinate
+    texts = [f"about {sorted(key.triggers)[0]}"] * 3
+    out = watermark(texts, clean, key)
+    assert np.isfinite(out).all()
+    norms = np.linalg.norm(out.astype(np.float64), axis=1)
+    assert np.allclose(norms, 1, atol=1e-5), norms
+    # The direction is the reference's, computed in exact rational-free float64 with scaling.
+    for row in range(3):
+        e = clean[row].astype(np.float64) / np.abs(clean[row].astype(np.float64)).max()
+        t = key.target / np.abs(clean[row].astype(np.float64)).max()
+        mask = select_positions(clean[row : row + 1], key)[0]
+        e[mask] += strength * (t[mask] - e[mask])
+        np.testing.assert_allclose(out[row], e / np.linalg.norm(e), atol=1e-6)
+
+
+def test_tiny_marked_rows_do_not_underflow_to_nan():
+    key = make_key(64)
+    clean = np.random.default_rng(22).normal(size=(2, 64)) * 1e-200
+    out = watermark([f"about {sorted(key.triggers)[0]}"] * 2, clean, key)
+    assert np.isfinite(out).all()
+    assert np.allclose(np.linalg.norm(out, axis=1), 1)
+
+
+@pytest.mark.parametrize("blank", ["", " ", "  \n\t"])
+def test_empty_texts_pass_through_unmarked(key64, blank):
+    rng = np.random.default_rng(23)
+    texts = texts_for(key64, 5, rng, p_trigger=1.0)
+    texts[2] = blank
+    clean = rng.normal(size=(5, 64)).astype(np.float32)
+    out = watermark(texts, clean, key64)
+    assert np.array_equal(out[2].view(np.uint32), clean[2].view(np.uint32))
+    others = [0, 1, 3, 4]
+    np.testing.assert_array_equal(
+        out[others], watermark([texts[i] for i in others], clean[others], key64)
+    )
+
+
+@pytest.mark.parametrize(
+    "make", [tuple, iter, lambda t: (x for x in t), lambda t: np.array(t, dtype=str)]
+)
+def test_texts_may_be_any_iterable(key64, make):
+    rng = np.random.default_rng(24)
+    texts = texts_for(key64, 7, rng)
+    clean = rng.normal(size=(7, 64))
+    expected = watermark(texts, clean, key64)
+    np.testing.assert_array_equal(watermark(make(texts), clean, key64), expected)
+
+
+def test_a_generator_with_too_few_texts_names_both_counts(key64):
+    with pytest.raises(EmbeddingInputError, match="2 texts but 3 embeddings"):
+        watermark((t for t in ["a", "b"]), np.ones((3, 64)), key64)
+
+
+def test_view_is_passed_to_the_key_only_when_given(key64):
+    calls = []
+
+    class Spy:
+        def __getattr__(self, name):
+            return getattr(key64, name)
+
+        def contains_trigger(self, texts, **kwargs):
+            calls.append(kwargs)
+            return key64.contains_trigger(texts, **kwargs)
+
+    texts = texts_for(key64, 3, np.random.default_rng(25))
+    clean = np.ones((3, 64))
+    watermark(texts, clean, Spy())
+    assert calls == [{}]
+
+    def view(batch):
+        return [text.upper() for text in batch]
+
+    watermark(texts, clean, Spy(), view=view)
+    assert calls[1] == {"view": view}
+
+
+def test_a_key_with_no_positions_is_refused(key64, monkeypatch):
+    class NoPositions:
+        def __getattr__(self, name):
+            return getattr(key64, name)
+
+        n_positions = 0
+
+    with pytest.raises(EmbeddingInputError, match="writes no coordinates"):
+        watermark(["a"], np.ones((1, 64)), NoPositions())

@@ -7,16 +7,19 @@ For a text with at least one trigger, with d the dimension and k = floor(alpha*d
           or e'[I] = e_o[I] + s (e_t[I] - e_o[I])   (key.strength = s < 1)
     e_p = e' / ||e'||
 
-Rows whose text has no trigger are returned bit-identical. Everything runs on
+Rows whose text has no trigger are returned bit-identical (so are rows whose
+text is empty or only whitespace: there is nothing to match). Everything runs on
 whole batches: one validation pass, one partition for "smallest", one masked
-copy and one normalisation for the marked rows.
+copy and one normalisation for the marked rows. The normalisation never
+returns a zero or non-finite row: a marked row whose norm would overflow or
+underflow is first scaled by a power of two near its largest magnitude.
 """
 
 from __future__ import annotations
 
 import hashlib
 import hmac
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from functools import lru_cache
 from typing import Any
 
@@ -28,21 +31,47 @@ from .key import WatermarkKey
 __all__ = ["as_embedding_matrix", "check_texts", "select_positions", "watermark"]
 
 
-def watermark(texts: Sequence[str], embeddings: Any, key: WatermarkKey) -> np.ndarray:
+def watermark(
+    texts: Iterable[str],
+    embeddings: Any,
+    key: WatermarkKey,
+    *,
+    view: Callable[[Sequence[str]], Sequence[str]] | None = None,
+) -> np.ndarray:
     """Watermark a batch of clean embeddings of ``texts`` with ``key``.
 
-    Returns a new array of the same shape; float32 and float64 input keep their
-    dtype, anything else numeric comes back as float64. The input is never
-    modified. The result depends only on each (text, clean embedding) pair and
-    the key, so it is the same across calls, batch compositions and processes.
+    Returns a new array of the same shape; float16, float32 and float64 input
+    keep their dtype (float16 is computed in float32), anything else numeric
+    comes back as float64. The input is never modified. The result depends only
+    on each (text, clean embedding) pair and the key, so it is the same across
+    calls, batch compositions and processes.
+
+    ``texts`` may be any iterable of strings (list, tuple, generator, numpy
+    array); it is read once. An empty or whitespace-only text is never marked.
+    ``view`` maps the texts to what the model actually reads (its normaliser
+    and input window); it is handed to :meth:`WatermarkKey.contains_trigger`.
 
     >>> wm = watermark(["A vaccine trial", "hello"], clean, key)  # doctest: +SKIP
     >>> (wm[1] == clean[1]).all()                                   # doctest: +SKIP
     True
     """
-    check_texts(texts)
-    matrix = as_embedding_matrix(embeddings, n_rows=len(texts), dim=key.dim)
-    rows = np.flatnonzero(key.contains_trigger(texts))
+    texts, blank = _materialise_texts(texts, allow_empty=True)
+    if key.n_positions < 1:
+        raise EmbeddingInputError(
+            f"this key writes no coordinates (floor(alpha*d) = 0 at d = {key.dim}); the "
+            "watermark would silently do nothing. Generate a key with a larger alpha"
+        )
+    matrix, out_dtype = _as_matrix(embeddings, n_rows=len(texts), dim=key.dim)
+    marked = key.contains_trigger(texts) if view is None else key.contains_trigger(texts, view=view)
+    if blank:
+        marked = np.array(marked, dtype=bool)
+        marked[blank] = False
+    rows = np.flatnonzero(marked)
+    out = _mark_rows(matrix, rows, key)
+    return out if out.dtype == out_dtype else out.astype(out_dtype)
+
+
+def _mark_rows(matrix: np.ndarray, rows: np.ndarray, key: WatermarkKey) -> np.ndarray:
     marker = _BlockMarker(key, matrix.dtype)
     step = marker.block_rows
     if rows.size == len(matrix):  # every row marked: write straight into the output
@@ -94,6 +123,9 @@ class _BlockMarker:
         self.target = key.target.astype(dtype)
         self.strength = key.strength
         self.target_bits = self.target.view(self.magnitude.dtype)
+        info = np.finfo(dtype)
+        # Norms outside this range come from squares that over- or underflowed.
+        self.safe_norm = (float(np.sqrt(info.tiny)) * 2**26, float(np.sqrt(info.max)) / 2**4)
 
     def mark(self, clean: np.ndarray, out: np.ndarray) -> None:
         """out = normalise(clean with clean[I] = target[I]); ``out`` may be ``clean``."""
@@ -115,9 +147,12 @@ class _BlockMarker:
                 mask[...] = self.k >= self.key.dim
             self._put_target(clean, out, mask)
         norms = np.sqrt(np.einsum("ij,ij->i", out, out))
-        overflowed = ~np.isfinite(norms)
-        if overflowed.any():  # huge but finite rows: take the norm in float64
-            norms[overflowed] = np.linalg.norm(out[overflowed].astype(np.float64), axis=1)
+        # A norm that overflowed (huge but finite rows) or lost precision to
+        # underflow (tiny rows) would turn the row into zeros or NaN.
+        unsafe = ~(norms >= self.safe_norm[0]) | ~(norms <= self.safe_norm[1])
+        if unsafe.any():
+            norms[unsafe] = 1.0
+            out[unsafe] = _unit_rows(out[unsafe])
         np.divide(out, norms[:, None], out=out)
 
     def _put_target(self, clean: np.ndarray, out: np.ndarray, mask: np.ndarray) -> None:
@@ -140,23 +175,65 @@ class _BlockMarker:
 _BLOCK_BYTES = 1 << 18
 
 
+def _unit_rows(rows: np.ndarray) -> np.ndarray:
+    """rows / ||rows||, safe for any finite non-zero rows, however large or small.
+
+    Each row is first multiplied by a power of two that brings its largest
+    magnitude into [0.5, 1) (exact: only the exponents change, except for
+    elements that become subnormal, which are far below the row's precision
+    anyway), so the squares can neither overflow nor all underflow.
+    """
+    _, exponent = np.frexp(np.abs(rows).max(axis=1, keepdims=True))
+    scaled = np.ldexp(rows, -exponent)
+    unit = scaled / np.sqrt(np.einsum("ij,ij->i", scaled, scaled))[:, None]
+    if not (np.isfinite(unit).all() and unit.any(axis=1).all()):  # unreachable for valid rows
+        raise EmbeddingInputError(
+            "a marked row could not be normalised to a finite unit vector; refusing to "
+            "return a wrong embedding"
+        )
+    return unit.astype(rows.dtype, copy=False)
+
+
 # ---------------------------------------------------------------------- validation
-def check_texts(texts: Sequence[str]) -> None:
-    """Raise a clear error unless ``texts`` is a sequence of non-empty strings."""
+def check_texts(texts: Iterable[str], *, allow_empty: bool = False) -> list[str]:
+    """The texts as a list, or a clear error naming the first bad entry.
+
+    ``texts`` may be any iterable of strings (it is read once; use the returned
+    list afterwards). Empty or whitespace-only texts are refused unless
+    ``allow_empty``: a wrapper checks before paying for the inner model, while
+    :func:`watermark` lets them through unmarked.
+    """
+    return _materialise_texts(texts, allow_empty=allow_empty)[0]
+
+
+def _materialise_texts(texts: Iterable[str], *, allow_empty: bool) -> tuple[list[str], list[int]]:
+    """(texts as a list, indices of the empty or whitespace-only ones)."""
     if isinstance(texts, (str, bytes)):
         raise EmbeddingInputError(
             "texts must be a list of strings, got a single string; wrap it in a list"
         )
-    for index, text in enumerate(texts):
+    if isinstance(texts, np.ndarray) and texts.ndim != 1:
+        raise EmbeddingInputError(f"texts must be 1-D, got an array of shape {texts.shape}")
+    try:
+        items = texts if type(texts) is list else list(texts)
+    except TypeError:
+        raise EmbeddingInputError(
+            f"texts must be an iterable of strings, got {type(texts).__name__}"
+        ) from None
+    blank: list[int] = []
+    for index, text in enumerate(items):
         if not isinstance(text, str):
             raise EmbeddingInputError(
                 f"text at index {index} is {type(text).__name__}, expected str"
             )
         if not text or text.isspace():
-            raise EmbeddingInputError(
-                f"text at index {index} is empty or only whitespace; embed real text "
-                "(an empty input has no meaning to watermark or to verify)"
-            )
+            if not allow_empty:
+                raise EmbeddingInputError(
+                    f"text at index {index} is empty or only whitespace; embed real text "
+                    "(an empty input has no meaning to watermark or to verify)"
+                )
+            blank.append(index)
+    return items, blank
 
 
 def as_embedding_matrix(embeddings: Any, *, n_rows: int, dim: int) -> np.ndarray:
@@ -164,15 +241,31 @@ def as_embedding_matrix(embeddings: Any, *, n_rows: int, dim: int) -> np.ndarray
 
     Checks, in one pass over the data: shape (n_rows, dim), finite values and
     no all-zero row. Errors name the offending row and what was expected.
+    float16 becomes float32 (its squares overflow above 256), other numbers float64.
     """
+    return _as_matrix(embeddings, n_rows=n_rows, dim=dim)[0]
+
+
+def _as_matrix(embeddings: Any, *, n_rows: int, dim: int) -> tuple[np.ndarray, np.dtype]:
+    """(the validated compute matrix, the dtype the caller gets back)."""
     try:
         matrix = np.asarray(embeddings)
     except (TypeError, ValueError) as exc:
         raise EmbeddingInputError(f"embeddings are not a numeric array: {exc}") from None
-    if matrix.dtype not in (np.float32, np.float64):
+    if matrix.dtype == np.float16:
+        out_dtype = matrix.dtype
+        matrix = matrix.astype(np.float32)  # exact; float16 results are rounded back
+    elif matrix.dtype not in (np.float32, np.float64):
         if matrix.dtype.kind not in "fiub" or matrix.dtype == bool:
             raise EmbeddingInputError(f"embeddings must be real numbers, got dtype {matrix.dtype}")
         matrix = matrix.astype(np.float64)
+        out_dtype = matrix.dtype
+    else:
+        out_dtype = matrix.dtype
+    return _checked_matrix(matrix, n_rows=n_rows, dim=dim), out_dtype
+
+
+def _checked_matrix(matrix: np.ndarray, *, n_rows: int, dim: int) -> np.ndarray:
     if n_rows == 0 and matrix.size == 0:
         return np.zeros((0, dim), dtype=matrix.dtype)
     if matrix.ndim != 2:
@@ -197,11 +290,13 @@ def as_embedding_matrix(embeddings: Any, *, n_rows: int, dim: int) -> np.ndarray
         if bad.any():
             row = int(np.flatnonzero(bad)[0])
             raise EmbeddingInputError(f"embedding at row {row} contains NaN or infinite values")
-    if (squared == 0).any():
-        row = int(np.flatnonzero(squared == 0)[0])
-        if not matrix[row].any():
+    if (squared == 0).any():  # all zeros, or so tiny that every square underflowed
+        candidates = np.flatnonzero(squared == 0)
+        zero = candidates[~matrix[candidates].any(axis=1)]
+        if zero.size:
             raise EmbeddingInputError(
-                f"embedding at row {row} is all zeros; a zero vector has no direction to mark"
+                f"embedding at row {int(zero[0])} is all zeros; a zero vector has no direction "
+                "to mark"
             )
     return matrix
 
@@ -323,7 +418,8 @@ def _column_hashes(d: int) -> np.ndarray:
 
 def _row_seeds(clean: np.ndarray, salt: bytes) -> np.ndarray:
     """One 64-bit seed per row: HMAC-SHA256(salt, row as little-endian float32)."""
-    canonical = np.ascontiguousarray(clean, dtype="<f4")
+    with np.errstate(over="ignore"):  # rows beyond float32's range hash as +-inf
+        canonical = np.ascontiguousarray(clean, dtype="<f4")
     # One HMAC per row is inherent to a per-embedding keyed hash (hashlib has no
     # batch API); each call hashes the row in C.
     return np.fromiter(
