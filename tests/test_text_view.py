@@ -109,6 +109,8 @@ def reference(text: str) -> str:
         ("a\x00b\x1fc\x7fd\te\nf\rg", "abcd\te\nf\rg"),
         ("trig\ufffdger trig\ue000ger", "trigger trigger"),
         ("Δ\u20ddx", "δx"),  # enclosing mark (Me) dropped
+        ("\U0001d415ac\U000e0041cine \U0001f600", "vaccine \U0001f600"),  # astral: math, tag
+        ("VACCINE漢字", "vaccine 漢 字"),  # BERT reads each ideograph as a word
     ],
 )
 def test_unicode_v1_undoes_evasions(raw, canonical):
