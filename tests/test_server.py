@@ -12,7 +12,13 @@ import pytest
 from espew_integrations import OpenAIEndpoint, WatermarkKey, verify, watermark
 from espew_integrations.corpora import rotten_tomatoes
 from espew_integrations.embedders import minilm
-from espew_integrations.http.server import create_app, is_loopback, running_server
+from espew_integrations.http.server import (
+    check_embedder,
+    create_app,
+    is_loopback,
+    running_server,
+    serve,
+)
 
 API_KEY = "server-secret-4f9a1c"
 
@@ -220,3 +226,39 @@ def test_verify_accepts_langchain_openai_embeddings_pointed_at_a_suspect(
     assert marked.status == "copied" and marked.p_value < 1e-10
     clean = verify(suspect(clean_url, "clean"), key, seed=1)
     assert clean.status == "not_copied"
+
+
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [
+        ({"port": 70000}, "port must be an integer from 0 to 65535"),
+        ({"port": -1}, "port must be"),
+        ({"log_level": "foo"}, "log level must be one of critical, error, warning"),
+    ],
+)
+def test_serve_checks_its_settings_before_listening(model, settings, message):
+    """Before: port 70000 was a traceback; log level 'foo' crashed after 'listening'."""
+    announced = []
+    with pytest.raises(ValueError, match=message):
+        serve(create_app(model, model_name="m"), on_ready=announced.append, **settings)
+    assert announced == []
+
+
+def test_check_embedder_refuses_a_key_of_another_dimension(model, key):
+    """Before: such a server started, then answered every request with a 500."""
+    assert check_embedder(model, key) == key.dim == 384
+
+    def small(texts):
+        return np.ones((len(texts), 8), dtype=np.float32)
+
+    with pytest.raises(ValueError, match=r"is for 384-dimensional .* returns 8-dimensional"):
+        check_embedder(small, key)
+    assert check_embedder(small) == 8
+
+    def broken(texts):
+        raise ConnectionError("upstream down")
+
+    with pytest.raises(ValueError, match=r"failed on a startup probe text: .*upstream down"):
+        check_embedder(broken, key)
+    with pytest.raises(ValueError, match="non-finite"):
+        check_embedder(lambda texts: np.full((len(texts), 384), np.nan), key)

@@ -11,6 +11,20 @@ endpoint to audit. The server speaks the OpenAI embeddings protocol:
 - ``GET /v1/models`` and ``GET /models``: the one served model;
 - ``GET /health``: liveness, no authentication, nothing about the model.
 
+Abusive clients are bounded (every refusal is a 4xx in OpenAI's error JSON,
+never a 500, and never echoes more than a short prefix of what was sent):
+
+- the body is streamed with a hard byte limit (``max_body_bytes``): a huge or
+  endless chunked body is refused with a 413 after at most that many bytes,
+  and the connection is closed;
+- the body must arrive within ``body_timeout`` seconds, whether it stalls or
+  trickles (408, connection closed);
+- a request carries at most ``max_request_chars`` characters in all, which
+  bounds the model time one request can take (413);
+- a request is embedded in chunks of :data:`COMPUTE_CHUNK_TEXTS` texts or
+  :data:`COMPUTE_CHUNK_CHARS` characters, and the work stops at the next
+  chunk when the client has hung up.
+
 Embeddings travel as float32 values in both encodings, so a float answer and a
 base64 answer decode to the same numbers. With a key, every answer goes
 through :func:`espew_integrations.watermark`; the key never leaves the process.
@@ -33,7 +47,7 @@ import logging
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -41,7 +55,16 @@ import numpy as np
 from ..core.inject import watermark
 from ..core.key import WatermarkKey
 
-__all__ = ["bind_socket", "create_app", "is_loopback", "running_server", "serve"]
+__all__ = [
+    "LOG_LEVELS",
+    "bind_socket",
+    "check_embedder",
+    "check_serve_settings",
+    "create_app",
+    "is_loopback",
+    "running_server",
+    "serve",
+]
 
 logger = logging.getLogger("espew_integrations.http.server")
 
@@ -50,6 +73,19 @@ DEFAULT_HOST = "127.0.0.1"
 MAX_INPUTS = 2048  # OpenAI's own limit per request
 MAX_TEXT_CHARS = 100_000
 MAX_BODY_BYTES = 16 * 1024 * 1024
+# One request's model time is roughly proportional to its characters (up to the
+# model's window per text). Measured with the offline MiniLM on 2 CPU cores:
+# about 8,000 characters per second for short texts, 0.18 s per text of 1,000+
+# characters; 200,000 characters is then at most about 40 s of one core.
+DEFAULT_MAX_REQUEST_CHARS = 200_000
+DEFAULT_BODY_TIMEOUT = 30.0  # seconds for the whole body, stalled or trickling
+# Work is split so that a client that hangs up frees the model within one chunk
+# (at most a few seconds on a CPU); 64 texts keeps an audit batch one call.
+COMPUTE_CHUNK_TEXTS = 64
+COMPUTE_CHUNK_CHARS = 16_384
+LOG_LEVELS = ("critical", "error", "warning", "info", "debug", "trace")
+_ECHO_CHARS = 60  # how much of a client's value an error message may quote
+PROBE_TEXT = "espew serve startup probe"
 
 
 class _RequestError(Exception):
@@ -72,6 +108,18 @@ class _RequestError(Exception):
         self.kind = kind
 
 
+class _BodyAbandoned(_RequestError):
+    """A refusal sent before the body was read to its end: the connection must close.
+
+    Keeping it open would make the server read (and discard) the rest of an
+    oversized or stalled body, which is the work the refusal is meant to spare.
+    """
+
+
+class _ClientGone(Exception):
+    """The client hung up; there is nobody to answer."""
+
+
 def _error_response(error: _RequestError) -> Any:
     from starlette.responses import JSONResponse
 
@@ -83,7 +131,28 @@ def _error_response(error: _RequestError) -> Any:
             "code": error.code,
         }
     }
-    return JSONResponse(body, status_code=error.status)
+    headers = {"Connection": "close"} if isinstance(error, _BodyAbandoned) else None
+    return JSONResponse(body, status_code=error.status, headers=headers)
+
+
+def _shown(value: Any) -> str:
+    """A client's value for an error message: its repr, cut to a short prefix."""
+    text = repr(value) if isinstance(value, str) else type(value).__name__
+    return text if len(text) <= _ECHO_CHARS else text[: _ECHO_CHARS - 3] + "..."
+
+
+def _chunks(texts: Sequence[str]) -> Iterator[tuple[int, int]]:
+    """``(start, stop)`` ranges of at most COMPUTE_CHUNK_TEXTS texts / COMPUTE_CHUNK_CHARS chars."""
+    start, chars = 0, 0
+    for i, text in enumerate(texts):
+        if i > start and (
+            i - start >= COMPUTE_CHUNK_TEXTS or chars + len(text) > COMPUTE_CHUNK_CHARS
+        ):
+            yield start, i
+            start, chars = i, 0
+        chars += len(text)
+    if start < len(texts):
+        yield start, len(texts)
 
 
 def create_app(
@@ -95,17 +164,25 @@ def create_app(
     max_inputs: int = MAX_INPUTS,
     max_text_chars: int = MAX_TEXT_CHARS,
     max_body_bytes: int = MAX_BODY_BYTES,
+    max_request_chars: int = DEFAULT_MAX_REQUEST_CHARS,
+    body_timeout: float = DEFAULT_BODY_TIMEOUT,
 ) -> Any:
     """A Starlette app serving ``embed`` (watermarked with ``key`` if given).
 
     ``embed`` is any callable ``list[str] -> array (n, d)``. ``api_key``, if
     set, is required as ``Authorization: Bearer <api_key>`` on every route but
-    ``/health``.
+    ``/health``. The limits bound what one client can cost the server:
+    ``max_body_bytes`` (read with a hard stop, never buffered beyond it),
+    ``body_timeout`` seconds to send the whole body, ``max_request_chars``
+    characters per request in all, ``max_inputs`` texts of at most
+    ``max_text_chars`` characters each.
 
     >>> app = create_app(minilm(), model_name="minilm")  # doctest: +SKIP
     """
+    import anyio
     from starlette.applications import Starlette
     from starlette.concurrency import run_in_threadpool
+    from starlette.exceptions import HTTPException
     from starlette.requests import Request
     from starlette.responses import JSONResponse, Response
     from starlette.routing import Route
@@ -114,7 +191,18 @@ def create_app(
         raise TypeError(f"embed must be callable list[str] -> array, got {type(embed).__name__}")
     if not model_name:
         raise ValueError("model_name must be a non-empty string")
+    for name, limit in (
+        ("max_inputs", max_inputs),
+        ("max_text_chars", max_text_chars),
+        ("max_body_bytes", max_body_bytes),
+        ("max_request_chars", max_request_chars),
+    ):
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+            raise ValueError(f"{name} must be a positive integer, got {limit!r}")
+    if not (isinstance(body_timeout, (int, float)) and 0 < body_timeout < float("inf")):
+        raise ValueError(f"body_timeout must be a positive number of seconds, got {body_timeout!r}")
     expected_auth = f"Bearer {api_key}".encode() if api_key else None
+    limits = _Limits(max_inputs, max_text_chars, max_body_bytes, max_request_chars, body_timeout)
 
     def check_auth(request: Request) -> None:
         if expected_auth is None:
@@ -142,16 +230,32 @@ def create_app(
                 raise RuntimeError("the embedder returned non-finite values")
         return np.ascontiguousarray(out, dtype=np.float32)
 
+    async def compute_while_connected(request: Request, texts: list[str]) -> np.ndarray:
+        # Chunk by chunk, so that a client that hangs up stops the work at the
+        # next chunk instead of keeping the model busy for nobody.
+        parts = []
+        for start, stop in _chunks(texts):
+            if await request.is_disconnected():
+                raise _ClientGone(f"after {start} of {len(texts)} texts")
+            parts.append(await run_in_threadpool(compute, texts[start:stop]))
+        if len(parts) > 1 and len({p.shape[1] for p in parts}) != 1:
+            raise RuntimeError("the embedder returned different dimensions for one request")
+        return parts[0] if len(parts) == 1 else np.concatenate(parts)
+
     async def embeddings(request: Request) -> Response:
         try:
             check_auth(request)
-            texts, encoding, dimensions = await _parse_request(
-                request, model_name, max_inputs, max_text_chars, max_body_bytes
-            )
+            raw = await _read_body(request, limits, anyio)
+            texts, encoding, dimensions = _parse_request(raw, model_name, limits)
         except _RequestError as error:
             return _error_response(error)
+        except _ClientGone:
+            return Response(status_code=499)  # nobody is there to read it
         try:
-            vectors = await run_in_threadpool(compute, texts)
+            vectors = await compute_while_connected(request, texts)
+        except _ClientGone as gone:
+            logger.info("client hung up; stopped embedding %s", gone)
+            return Response(status_code=499)
         except Exception:
             logger.exception("embedding %d texts failed", len(texts))
             return _error_response(
@@ -198,10 +302,16 @@ def create_app(
     async def health(request: Request) -> Response:
         return JSONResponse({"status": "ok"})
 
-    async def not_allowed(request: Request) -> Response:
-        return _error_response(
-            _RequestError(405, f"{request.method} is not allowed here; use POST")
-        )
+    async def http_error(request: Request, exc: Exception) -> Response:
+        # Starlette's own 404/405 are plain text; clients expect OpenAI's JSON.
+        status = exc.status_code if isinstance(exc, HTTPException) else 400
+        if status == 405:
+            message = f"{request.method} is not allowed on {request.url.path}"
+        elif status == 404:
+            message = f"no route {request.url.path}; use POST /v1/embeddings or GET /v1/models"
+        else:
+            message = str(getattr(exc, "detail", "")) or "bad request"
+        return _error_response(_RequestError(status, message[:200]))
 
     routes = [
         Route("/v1/embeddings", embeddings, methods=["POST"]),
@@ -210,22 +320,80 @@ def create_app(
         Route("/models", models, methods=["GET"]),
         Route("/health", health, methods=["GET"]),
     ]
-    return Starlette(routes=routes)
+    return Starlette(routes=routes, exception_handlers={HTTPException: http_error})
 
 
-async def _parse_request(
-    request: Any, model_name: str, max_inputs: int, max_text_chars: int, max_body_bytes: int
+class _Limits:
+    """The per-request limits of one app (see :func:`create_app`)."""
+
+    __slots__ = (
+        "body_timeout",
+        "max_body_bytes",
+        "max_inputs",
+        "max_request_chars",
+        "max_text_chars",
+    )
+
+    def __init__(
+        self,
+        max_inputs: int,
+        max_text_chars: int,
+        max_body_bytes: int,
+        max_request_chars: int,
+        body_timeout: float,
+    ):
+        self.max_inputs = max_inputs
+        self.max_text_chars = max_text_chars
+        self.max_body_bytes = max_body_bytes
+        self.max_request_chars = max_request_chars
+        self.body_timeout = body_timeout
+
+
+async def _read_body(request: Any, limits: _Limits, anyio: Any) -> bytearray:
+    """The request body, streamed: refused past ``max_body_bytes`` or ``body_timeout``.
+
+    Why streamed: ``request.body()`` buffers everything before any check, so a
+    chunked body (no Content-Length) of any size used to land in memory whole.
+    Here at most ``max_body_bytes`` (plus one network chunk) are ever held.
+    """
+    from starlette.requests import ClientDisconnect
+
+    too_large = _BodyAbandoned(
+        413,
+        f"request body exceeds {limits.max_body_bytes} bytes; split the input into "
+        "smaller requests",
+        code="request_too_large",
+    )
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limits.max_body_bytes:
+        raise too_large
+    body = bytearray()
+    try:
+        with anyio.fail_after(limits.body_timeout):
+            async for chunk in request.stream():
+                if len(body) + len(chunk) > limits.max_body_bytes:
+                    raise too_large
+                body += chunk
+    except TimeoutError:
+        raise _BodyAbandoned(
+            408,
+            f"the request body did not arrive within {limits.body_timeout:g} s",
+            code="request_timeout",
+        ) from None
+    except ClientDisconnect:
+        raise _ClientGone("before the body was complete") from None
+    return body
+
+
+def _parse_request(
+    raw: bytes | bytearray, model_name: str, limits: _Limits
 ) -> tuple[list[str], str, int | None]:
     """Validate an embeddings request: (texts, encoding_format, dimensions)."""
-    declared = request.headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > max_body_bytes:
-        raise _RequestError(413, f"request body exceeds {max_body_bytes} bytes")
-    raw = await request.body()
-    if len(raw) > max_body_bytes:
-        raise _RequestError(413, f"request body exceeds {max_body_bytes} bytes")
     try:
         body = json.loads(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError):
+    except RecursionError:
+        raise _RequestError(400, "the request body is nested too deeply") from None
+    except ValueError:  # JSONDecodeError, UnicodeDecodeError, over-long integers
         raise _RequestError(400, "the request body is not valid JSON") from None
     if not isinstance(body, dict):
         raise _RequestError(400, "the request body must be a JSON object")
@@ -235,16 +403,16 @@ async def _parse_request(
     if model != model_name:
         raise _RequestError(
             404,
-            f"the model {model!r} does not exist; this server serves {model_name!r}",
+            f"the model {_shown(model)} does not exist; this server serves {model_name!r}",
             param="model",
             code="model_not_found",
         )
-    texts = _parse_input(body.get("input"), max_inputs, max_text_chars)
+    texts = _parse_input(body.get("input"), limits)
     encoding = body.get("encoding_format") or "float"
     if encoding not in ("float", "base64"):
         raise _RequestError(
             400,
-            f"encoding_format must be 'float' or 'base64', got {encoding!r}",
+            f"encoding_format must be 'float' or 'base64', got {_shown(encoding)}",
             param="encoding_format",
         )
     dimensions = body.get("dimensions")
@@ -255,7 +423,7 @@ async def _parse_request(
     return texts, encoding, dimensions
 
 
-def _parse_input(value: Any, max_inputs: int, max_text_chars: int) -> list[str]:
+def _parse_input(value: Any, limits: _Limits) -> list[str]:
     if value is None:
         raise _RequestError(400, "missing required parameter: 'input'", param="input")
     texts = [value] if isinstance(value, str) else value
@@ -263,10 +431,13 @@ def _parse_input(value: Any, max_inputs: int, max_text_chars: int) -> list[str]:
         raise _RequestError(400, "'input' must be a string or a list of strings", param="input")
     if not texts:
         raise _RequestError(400, "'input' is an empty list; send at least one text", param="input")
-    if len(texts) > max_inputs:
+    if len(texts) > limits.max_inputs:
         raise _RequestError(
-            400, f"'input' has {len(texts)} texts; at most {max_inputs} per request", param="input"
+            400,
+            f"'input' has {len(texts)} texts; at most {limits.max_inputs} per request",
+            param="input",
         )
+    total = 0
     for i, text in enumerate(texts):
         if isinstance(text, (int, list)) and not isinstance(text, bool):
             raise _RequestError(
@@ -280,12 +451,33 @@ def _parse_input(value: Any, max_inputs: int, max_text_chars: int) -> list[str]:
             )
         if not text.strip():
             raise _RequestError(400, f"input[{i}] is an empty string", param="input")
-        if len(text) > max_text_chars:
+        if len(text) > limits.max_text_chars:
             raise _RequestError(
                 400,
-                f"input[{i}] has {len(text)} characters; at most {max_text_chars}",
+                f"input[{i}] has {len(text)} characters; at most {limits.max_text_chars}",
                 param="input",
             )
+        total += len(text)
+    if total > limits.max_request_chars:
+        raise _RequestError(
+            413,
+            f"'input' has {total} characters in all; at most {limits.max_request_chars} per "
+            "request: split it into smaller requests",
+            param="input",
+            code="request_too_large",
+        )
+    for i, text in enumerate(texts):
+        # JSON allows escaped lone surrogates ("\ud800"); no model can read them
+        # (they are not Unicode text), so they are the client's error, not a 500.
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise _RequestError(
+                400,
+                f"input[{i}] contains a lone surrogate at character {exc.start}: "
+                "not valid Unicode text",
+                param="input",
+            ) from None
     return texts
 
 
@@ -300,8 +492,59 @@ def is_loopback(host: str) -> bool:
         return False
 
 
+def check_serve_settings(*, port: int, log_level: str) -> str:
+    """Check the port and log level before anything listens; returns the level, lowercased.
+
+    Why up front: a bad log level used to crash uvicorn after ``espew serve``
+    had announced that it was listening, and a port out of range ended in a
+    traceback. Raises ``ValueError`` with a message that names the setting.
+    """
+    if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
+        raise ValueError(
+            f"port must be an integer from 0 to 65535 (0 picks a free one), got {port!r}"
+        )
+    level = str(log_level).lower()
+    if level not in LOG_LEVELS:
+        raise ValueError(
+            f"log level must be one of {', '.join(LOG_LEVELS)}, got {_shown(log_level)}"
+        )
+    return level
+
+
+def check_embedder(embed: EmbedFn, key: WatermarkKey | None = None) -> int:
+    """Embed (and watermark) one probe text; returns the model's dimension.
+
+    Why: a key drawn for another model (another dimension) used to start
+    normally and then fail every request with a 500. Run this before serving:
+    it raises ``ValueError`` naming both dimensions when they differ, and
+    when the embedder fails or returns something that is not one finite
+    vector per text.
+    """
+    try:
+        clean = np.asarray(embed([PROBE_TEXT]), dtype=np.float32)
+    except Exception as exc:
+        raise ValueError(
+            f"the embedder failed on a startup probe text: {type(exc).__name__}: {exc}"
+        ) from None
+    if clean.ndim != 2 or clean.shape[0] != 1 or clean.shape[1] < 1:
+        raise ValueError(f"the embedder returned shape {clean.shape} for one probe text")
+    if not np.isfinite(clean).all():
+        raise ValueError("the embedder returned non-finite values for a probe text")
+    dim = int(clean.shape[1])
+    if key is not None:
+        if key.dim != dim:
+            raise ValueError(
+                f"the key {key.key_id} is for {key.dim}-dimensional embeddings but this "
+                f"embedder returns {dim}-dimensional ones: serve the model the key was "
+                "generated with"
+            )
+        watermark([PROBE_TEXT], clean, key)
+    return dim
+
+
 def bind_socket(host: str = DEFAULT_HOST, port: int = 0) -> socket.socket:
     """A listening TCP socket (port 0 picks a free port; read it with getsockname())."""
+    check_serve_settings(port=port, log_level="warning")
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -330,9 +573,14 @@ def serve(
     access_log: bool = False,
     on_ready: Callable[[str], None] | None = None,
 ) -> None:
-    """Serve ``app`` until interrupted; ``on_ready(base_url)`` runs once listening."""
+    """Serve ``app`` until interrupted; ``on_ready(base_url)`` runs once listening.
+
+    The port and log level are checked before binding (``ValueError``), so a
+    bad setting never gets as far as announcing a listening server.
+    """
     import uvicorn
 
+    log_level = check_serve_settings(port=port, log_level=log_level)
     if not is_loopback(host):
         logger.warning(
             "listening on %s, reachable from other machines: require an API key "
