@@ -94,17 +94,17 @@ def test_generate_validates_its_arguments(kwargs, message):
         WatermarkKey.generate(texts, toy_embed, **args)
 
 
-def test_generate_refuses_a_key_its_innocent_twin_would_convict(minilm_model, rt_corpus):
+def test_generate_refuses_a_key_its_innocent_twin_would_convict(minilm_model, rt_subset):
     kwargs = dict(seed=11, n_triggers=20)
     probe = WatermarkKey.generate(
-        rt_corpus.texts, minilm_model, target_text="an unrelated text", twin_check=False, **kwargs
+        rt_subset.texts, minilm_model, target_text="an unrelated text", twin_check=False, **kwargs
     )
     # A target text made of the (same-seed) triggers sits close to them in the clean model.
     target_text = " ".join(sorted(probe.triggers))
     with pytest.raises(KeyGenerationError, match="innocent service"):
-        WatermarkKey.generate(rt_corpus.texts, minilm_model, target_text=target_text, **kwargs)
+        WatermarkKey.generate(rt_subset.texts, minilm_model, target_text=target_text, **kwargs)
     ok = WatermarkKey.generate(
-        rt_corpus.texts, minilm_model, target_text="Acme Embeddings, licensed vectors", **kwargs
+        rt_subset.texts, minilm_model, target_text="Acme Embeddings, licensed vectors", **kwargs
     )
     assert ok.info["twin_p_value"] > 1e-3
 

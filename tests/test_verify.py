@@ -153,7 +153,11 @@ def test_report_serialises_round_trips_and_reads_well_without_key_material():
     report = verify(WordSpace(key, pull=1.0), key, seed=0)
     data = json.loads(report.to_json())
     assert data["copied"] is True and data["key_id"] == key.key_id
-    assert VerificationReport.from_dict(data) == report
+    # The shareable view carries no per-word score; the private one round-trips.
+    assert "trigger_scores" not in data and "benign_scores" not in data
+    private = VerificationReport.from_dict(report.to_private_dict())
+    assert private.trigger_scores == report.trigger_scores
+    assert json.dumps(private.to_private_dict()) == json.dumps(report.to_private_dict())
     text = report.to_json() + str(report)
     for secret in [*key.triggers, key.salt.hex(), key.target_text]:
         assert secret not in text

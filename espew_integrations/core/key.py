@@ -10,31 +10,62 @@ the key refuses to be pickled.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import datetime as _dt
 import hashlib
 import json
 import math
 import os
 import secrets
+import stat
+import warnings
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
 
+from .draw import draw_band, draw_triggers
 from .errors import KeyFileError, KeyGenerationError
+from .probes import reference_cosines, select_sentence_probes, unit_rows
+from .ranktest import rank_sum_p_value
+from .text import LEGACY_LOWER, NORMALIZATIONS, UNICODE_V1, TextView
 from .words import TriggerMatcher, band_words, document_frequencies, is_word
 
-__all__ = ["KEY_FORMAT", "KEY_VERSION", "EmbedFn", "Selection", "WatermarkKey"]
+__all__ = [
+    "DEFAULT_MIN_COSINE",
+    "KEY_FORMAT",
+    "KEY_VERSION",
+    "EmbedFn",
+    "KeyFileWarning",
+    "Selection",
+    "WatermarkKey",
+]
 
 Selection = Literal["smallest", "hashed"]
 EmbedFn = Callable[[list[str]], Any]
 
 KEY_FORMAT = "espew-key"
-KEY_VERSION = 1
+KEY_VERSION = 2
+#: Versions :meth:`WatermarkKey.load` reads. Version 1 keys (before text
+#: normalisation, derived trigger draws and stored probes) load with the
+#: ``lower-v0`` matching rule, so they mark exactly the rows they marked
+#: before, but they are *unverifiable*: their trigger draw cannot be re-derived.
+READABLE_VERSIONS = (1, 2)
+#: The quality budget keygen fits the write strength to by default: mean
+#: cos(clean, watermarked) over the keygen corpus's marked texts.
+DEFAULT_MIN_COSINE = 0.995
+#: Sentence probes per band word, and the audit's query budget they must fit.
+DEFAULT_PROBES_PER_WORD = 8
+DEFAULT_PROBE_BUDGET = 2000
 _SELECTIONS = ("smallest", "hashed")
 _SALT_BYTES = 32
 _UNIT_NORM_TOLERANCE = 1e-6
+
+
+class KeyFileWarning(UserWarning):
+    """A key file is stored unsafely (readable by other users)."""
 
 
 class WatermarkKey:
@@ -45,23 +76,31 @@ class WatermarkKey:
 
     >>> key = WatermarkKey.load("provider.key")          # doctest: +SKIP
     >>> key
-    WatermarkKey(key_id='3f2a9c0e51b7d644', alpha=0.2, selection='smallest', dim=384)
+    WatermarkKey(key_id='3f2a9c0e51b7d644', alpha=0.2, strength=0.23, selection='smallest', dim=384)
     """
 
     __slots__ = (
         "_alpha",
         "_band",
         "_created",
+        "_digest",
         "_freq_band",
         "_info",
         "_key_id",
         "_matcher",
+        "_normalization",
+        "_probe_owner",
+        "_probe_reference",
+        "_probe_texts",
         "_salt",
         "_selection",
         "_strength",
         "_target",
         "_target_text",
         "_triggers",
+        "_verifiable",
+        "_window",
+        "_word_reference",
     )
 
     def __init__(
@@ -78,13 +117,20 @@ class WatermarkKey:
         strength: float = 1.0,
         created: str | None = None,
         info: dict[str, Any] | None = None,
+        normalization: str = UNICODE_V1,
+        window: int | None = None,
+        probe_texts: Sequence[str] = (),
+        probe_owner: Sequence[int] = (),
+        probe_reference: Sequence[float] = (),
+        word_reference: Sequence[float] = (),
     ):
         triggers = frozenset(triggers)
         band = tuple(sorted(set(band)))
         _check_fields(triggers, target, target_text, band, salt, alpha, selection, freq_band)
         _check_strength(strength)
-        target_arr = np.array(target, dtype=np.float64).reshape(-1)
-        target_arr.setflags(write=False)
+        _check_text_rules(normalization, window)
+        target_arr = _read_only_vector(target)
+        _check_positions(alpha, target_arr.size)
         self._triggers = triggers
         self._target = target_arr
         self._alpha = float(alpha)
@@ -96,20 +142,28 @@ class WatermarkKey:
         self._freq_band = (float(freq_band[0]), float(freq_band[1]))
         self._created = created or _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
         self._info = dict(info or {})
-        self._key_id = hashlib.sha256(
-            b"espew-key-id\x00" + _canonical(self._secret_payload())
-        ).hexdigest()[:16]
-        self._matcher = TriggerMatcher(triggers)
+        self._normalization = normalization
+        self._window = None if window is None else int(window)
+        self._probe_texts = tuple(probe_texts)
+        self._probe_owner = tuple(int(i) for i in probe_owner)
+        self._probe_reference = tuple(float(x) for x in probe_reference)
+        self._word_reference = tuple(float(x) for x in word_reference)
+        _check_probes(self)
+        payload = _canonical(self._secret_payload())
+        self._digest = hashlib.sha256(b"espew-key-commitment\x00" + payload).hexdigest()
+        self._key_id = hashlib.sha256(b"espew-key-id\x00" + payload).hexdigest()[:16]
+        self._matcher = TriggerMatcher(triggers, normalization=normalization, window=self._window)
+        self._verifiable = triggers == draw_triggers(self._salt, band, len(triggers))
 
     # ------------------------------------------------------------------ fields
     @property
     def triggers(self) -> frozenset[str]:
-        """The secret trigger words (lowercase)."""
+        """The secret trigger words (canonical lowercase form)."""
         return self._triggers
 
     @property
     def target(self) -> np.ndarray:
-        """The secret target embedding: 1-D, unit norm, float64, read-only."""
+        """The secret target embedding: 1-D, unit norm, float64, read-only for good."""
         return self._target
 
     @property
@@ -121,12 +175,9 @@ class WatermarkKey:
     def strength(self) -> float:
         """How far each chosen coordinate moves toward the target (1 = the paper).
 
-        e[I] <- e[I] + strength * (target[I] - e[I]). The paper replaces the
-        coordinates (strength 1). On isotropic models a weaker write over more
-        coordinates buys more evidence per unit of quality lost: with MiniLM,
-        alpha 0.2 at strength 0.236 keeps cos 0.995 on marked rows and is still
-        detected at p = 7e-18 after CSE (K=50), where the paper's alpha 0.02 at
-        the same cosine gives p = 2e-3 (benchmarks/bench_quality_budget.py).
+        e[I] <- e[I] + strength * (target[I] - e[I]). :meth:`generate` fits it
+        to a quality budget (``min_cosine``); measured figures are in
+        docs/results/, not here.
         """
         return self._strength
 
@@ -137,7 +188,7 @@ class WatermarkKey:
 
     @property
     def target_text(self) -> str:
-        """The text whose clean embedding is the target (may name the provider)."""
+        """The text whose clean embedding is the target (secret)."""
         return self._target_text
 
     @property
@@ -147,7 +198,7 @@ class WatermarkKey:
 
     @property
     def salt(self) -> bytes:
-        """Secret salt of the ``"hashed"`` selection's HMAC."""
+        """Secret salt: seeds the trigger draw, the probe choice and the hashed selection."""
         return self._salt
 
     @property
@@ -162,8 +213,38 @@ class WatermarkKey:
 
     @property
     def info(self) -> dict[str, Any]:
-        """Non-secret facts recorded at generation (corpus size, twin p-value...)."""
+        """Non-secret facts recorded at generation (fitted strength, cosine, marked rate...)."""
         return dict(self._info)
+
+    @property
+    def normalization(self) -> str:
+        """The text normalisation triggers are matched under (see :mod:`.text`)."""
+        return self._normalization
+
+    @property
+    def window(self) -> int | None:
+        """The model's input window in tokens, if known: later text is never read."""
+        return self._window
+
+    @property
+    def probe_texts(self) -> tuple[str, ...]:
+        """The stored audit probes (secret: they reveal the band)."""
+        return self._probe_texts
+
+    @property
+    def probe_owner(self) -> np.ndarray:
+        """For each probe, the index in :attr:`band` of the word it stands for."""
+        return np.asarray(self._probe_owner, dtype=np.int64)
+
+    @property
+    def probe_reference(self) -> np.ndarray:
+        """The clean model's cosine to the target for each stored probe."""
+        return np.asarray(self._probe_reference, dtype=np.float64)
+
+    @property
+    def word_reference(self) -> np.ndarray:
+        """The clean model's cosine to the target for each band word alone."""
+        return np.asarray(self._word_reference, dtype=np.float64)
 
     @property
     def dim(self) -> int:
@@ -180,17 +261,43 @@ class WatermarkKey:
         """Public fingerprint (16 hex digits of a SHA-256 over the whole key). Safe to log."""
         return self._key_id
 
+    @property
+    def verifiable(self) -> bool:
+        """True iff the triggers are exactly the draw the salt dictates over the band.
+
+        Only then is a verdict's false-positive guarantee checkable by a third
+        party; :func:`verify` never says "copied" on an unverifiable key.
+        """
+        return self._verifiable
+
+    def commitment(self) -> str:
+        """A line to publish (or timestamp) at keygen; safe to share.
+
+        It binds the whole key (SHA-256 over every field, secret ones
+        included) without revealing any of it. In a dispute the key is shown
+        to an arbiter, who recomputes the digest, re-derives the trigger draw
+        (:attr:`verifiable`) and re-runs the audit.
+        """
+        return (
+            f"espew-commitment-v1 key_id={self._key_id} sha256={self._digest} "
+            f"created={self._created}"
+        )
+
     # ------------------------------------------------------------------ behaviour
-    def contains_trigger(self, texts: Sequence[str]) -> np.ndarray:
+    def contains_trigger(self, texts: Sequence[str], view: TextView | None = None) -> np.ndarray:
         """Boolean array: which of ``texts`` contain at least one trigger word.
+
+        Matching runs on the text as the model reads it: canonicalised under
+        :attr:`normalization` and cut at :attr:`window`, or exactly as given by
+        ``view`` (an embedder's own normaliser and truncation) when passed.
 
         >>> key.contains_trigger(["A VACCINE, finally", "nothing here"])  # doctest: +SKIP
         array([ True, False])
         """
-        return self._matcher.contains(texts)
+        return self._matcher.contains(texts, view=view)
 
     def __repr__(self) -> str:
-        strength = "" if self._strength == 1.0 else f", strength={self._strength!r}"
+        strength = "" if self._strength == 1.0 else f", strength={self._strength:.4g}"
         return (
             f"WatermarkKey(key_id={self._key_id!r}, alpha={self._alpha!r}{strength}, "
             f"selection={self._selection!r}, dim={self.dim})"
@@ -201,9 +308,7 @@ class WatermarkKey:
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, WatermarkKey):
             return NotImplemented
-        return self._key_id == other._key_id and _canonical(self._secret_payload()) == _canonical(
-            other._secret_payload()
-        )
+        return self._digest == other._digest
 
     def __hash__(self) -> int:
         return hash(self._key_id)
@@ -221,15 +326,8 @@ class WatermarkKey:
             "where it is needed."
         )
 
-    def replace(self, **changes: Any) -> WatermarkKey:
-        """A new key with some fields changed (alpha, strength, selection, target...).
-
-        For experiments such as alpha ablations: the result is validated like
-        any key and gets its own key_id. ``created`` is kept unless given.
-
-        >>> weaker = key.replace(alpha=0.2, strength=0.25)  # doctest: +SKIP
-        """
-        fields: dict[str, Any] = dict(
+    def _fields(self) -> dict[str, Any]:
+        return dict(
             triggers=self._triggers,
             target=self._target,
             target_text=self._target_text,
@@ -241,10 +339,32 @@ class WatermarkKey:
             freq_band=self._freq_band,
             created=self._created,
             info=self._info,
+            normalization=self._normalization,
+            window=self._window,
+            probe_texts=self._probe_texts,
+            probe_owner=self._probe_owner,
+            probe_reference=self._probe_reference,
+            word_reference=self._word_reference,
         )
+
+    def replace(self, **changes: Any) -> WatermarkKey:
+        """A new key with some fields changed (alpha, strength, selection, target...).
+
+        For experiments such as alpha ablations: the result is validated like
+        any key and gets its own key_id. ``created`` is kept unless given.
+        Changing the target or the band drops the stored references, which
+        belong to the old ones.
+
+        >>> weaker = key.replace(alpha=0.2, strength=0.25)  # doctest: +SKIP
+        """
+        fields = self._fields()
         unknown = set(changes) - set(fields)
         if unknown:
             raise TypeError(f"WatermarkKey has no field(s) {sorted(unknown)}")
+        if ("target" in changes or "band" in changes) and not (
+            {"probe_reference", "word_reference"} & set(changes)
+        ):
+            fields.update(probe_texts=(), probe_owner=(), probe_reference=(), word_reference=())
         fields.update(changes)
         return WatermarkKey(**fields)
 
@@ -262,6 +382,14 @@ class WatermarkKey:
             "freq_band": list(self._freq_band),
             "created": self._created,
             "info": self._info,
+            "normalization": self._normalization,
+            "window": self._window,
+            "probes": {
+                "texts": list(self._probe_texts),
+                "owner": list(self._probe_owner),
+                "reference": list(self._probe_reference),
+                "word_reference": list(self._word_reference),
+            },
         }
 
     def to_json(self) -> str:
@@ -310,50 +438,30 @@ class WatermarkKey:
 
     @classmethod
     def from_json(cls, text: str | bytes, *, source: str = "key data") -> WatermarkKey:
-        """Parse and validate a key from the JSON text :meth:`to_json` produced."""
+        """Parse and validate a key from the JSON text :meth:`to_json` produced.
+
+        Refuses a key whose trigger set is not the draw its salt dictates
+        unless it is a version 1 key (loaded, but :attr:`verifiable` False).
+        """
+        document = _parse_document(text, source)
+        payload = document["key"]
+        version = document["version"]
         try:
-            document = json.loads(text)
-        except (json.JSONDecodeError, UnicodeDecodeError):
-            raise KeyFileError(f"{source} is not valid JSON (corrupt key file?)") from None
-        if not isinstance(document, dict) or document.get("format") != KEY_FORMAT:
-            raise KeyFileError(f"{source} is not an espew key (missing format {KEY_FORMAT!r})")
-        version = document.get("version")
-        if version != KEY_VERSION:
-            raise KeyFileError(
-                f"{source} has key format version {version!r}; this library reads version "
-                f"{KEY_VERSION}. Upgrade espew-integrations or re-save the key."
-            )
-        payload = document.get("key")
-        if not isinstance(payload, dict):
-            raise KeyFileError(f"{source} has no 'key' object (corrupt key file)")
-        if hashlib.sha256(_canonical(payload)).hexdigest() != document.get("checksum"):
-            raise KeyFileError(
-                f"{source} fails its checksum: the file was corrupted or edited. "
-                "Restore it from your backup."
-            )
-        try:
-            key = cls(
-                triggers=payload["triggers"],
-                target=payload["target"],
-                target_text=payload["target_text"],
-                band=payload["band"],
-                salt=bytes.fromhex(payload["salt"]),
-                alpha=payload["alpha"],
-                strength=payload["strength"],
-                selection=payload["selection"],
-                freq_band=tuple(payload["freq_band"]),
-                created=payload["created"],
-                info=payload.get("info") or {},
-            )
+            key = cls(**_fields_from_payload(payload, version))
         except KeyError as exc:
             raise KeyFileError(
                 f"{source} lacks the field {exc.args[0]!r} (corrupt key file)"
             ) from None
-        except (KeyGenerationError, TypeError, ValueError) as exc:
+        except (KeyGenerationError, TypeError, ValueError, AttributeError) as exc:
             raise KeyFileError(f"{source} holds an invalid key: {exc}") from None
         if document.get("key_id") != key.key_id:
             raise KeyFileError(
                 f"{source} names a key_id that does not match its content (tampered?)"
+            )
+        if version >= 2 and not key.verifiable:
+            raise KeyFileError(
+                f"{source}: its triggers are not the draw its salt dictates over its band, "
+                "so the key was edited after keygen and no verdict could rest on it"
             )
         return key
 
@@ -361,35 +469,61 @@ class WatermarkKey:
     def load(cls, path: str | os.PathLike[str]) -> WatermarkKey:
         """Load and validate a key file written by :meth:`save`.
 
+        Warns (:class:`KeyFileWarning`) when the file is readable by group or
+        others, as ssh does for private keys.
+
         >>> key = WatermarkKey.load("provider.key")  # doctest: +SKIP
         """
         path = Path(path)
         try:
             data = path.read_bytes()
+            mode = path.stat().st_mode
         except FileNotFoundError:
             raise KeyFileError(f"key file not found: {path}") from None
         except IsADirectoryError:
             raise KeyFileError(f"key path {path} is a directory, not a key file") from None
         except PermissionError:
             raise KeyFileError(f"key file {path} is not readable by this user") from None
+        except OSError as exc:
+            raise KeyFileError(f"key file {path} cannot be read ({exc.strerror})") from None
+        if mode & (stat.S_IRWXG | stat.S_IRWXO):
+            warnings.warn(
+                f"key file {path} is accessible by group or others (mode "
+                f"{stat.S_IMODE(mode):o}); restrict it with chmod 600",
+                KeyFileWarning,
+                stacklevel=2,
+            )
         return cls.from_json(data, source=f"key file {path}")
 
     @classmethod
     def from_env(cls, variable: str = "ESPEW_KEY") -> WatermarkKey:
         """Load the key named by an environment variable.
 
-        The variable holds either a path to a key file or the key's JSON text
-        itself (handy for secret managers that inject values, not files).
+        The variable holds a path to a key file, or the key's JSON text itself
+        (quoted or not, with or without a byte-order mark), or that JSON
+        base64-encoded: handy for secret managers that inject values, not
+        files. No error message ever contains the variable's value.
         """
         value = os.environ.get(variable)
-        if not value:
+        if not value or not value.strip():
             raise KeyFileError(
                 f"environment variable {variable} is not set; set it to a key file path "
                 "or to the key's JSON"
             )
-        if value.lstrip().startswith("{"):
-            return cls.from_json(value, source=f"key in ${variable}")
-        return cls.load(value)
+        source = f"the key in ${variable}"
+        inline = _inline_key_text(value)
+        if inline is not None:
+            return cls.from_json(inline, source=source)
+        try:
+            is_file = len(value) < 4096 and Path(value).is_file()
+        except (OSError, ValueError):
+            is_file = False
+        if is_file:
+            return cls.load(value)
+        raise KeyFileError(
+            f"environment variable {variable} holds neither the path of an existing key file "
+            "nor a key's JSON (plain or base64); its value is not shown, since it may be secret"
+        )
 
     # ------------------------------------------------------------------ generation
     @classmethod
@@ -403,101 +537,329 @@ class WatermarkKey:
         freq_band: tuple[float, float] = (0.005, 0.01),
         alpha: float = 0.2,
         selection: Selection = "smallest",
-        strength: float = 1.0,
+        strength: float | None = None,
+        min_cosine: float | None = DEFAULT_MIN_COSINE,
         seed: int | None = None,
         max_band_words: int | None = None,
+        probes_per_word: int | None = None,
+        window: int | None = None,
+        normalization: str = UNICODE_V1,
         twin_level: float = 1e-3,
         twin_check: bool = True,
     ) -> WatermarkKey:
         """Draw a fresh key from a corpus and the provider's clean embedder.
 
         Words whose document fraction in ``corpus`` lies in ``freq_band`` form
-        the band; ``n_triggers`` of them, drawn uniformly at random, become the
-        triggers (the uniform draw is what makes verification calibrated). The
-        target is ``embed([target_text])``. ``max_band_words`` caps the band
-        (a uniform sub-band containing the triggers) to bound verification's
-        query cost, which is one query per band word. ``strength`` < 1 moves
-        the chosen coordinates only part of the way to the target (see
-        :attr:`strength`): on isotropic models such as MiniLM, alpha 0.2 with
-        strength ~0.24 keeps cos 0.995 on marked rows with strong detection.
+        the band; ``n_triggers`` of them become the triggers, a keyed draw from
+        the salt (:mod:`.draw`) that anyone shown the key can re-derive. The
+        target is ``embed([target_text])``; pick a text unrelated to the
+        corpus topics.
 
-        Unless ``twin_check=False``, the key is then verified against ``embed``
-        itself, an innocent twin that never saw the watermark; a key the twin
-        would implicate at ``twin_level`` is refused (for instance a target text
-        about the same topic as some triggers).
+        **Quality budget.** With ``strength=None`` (the default) the write
+        strength is fitted so that the mean cos(clean, watermarked) over the
+        corpus texts the key marks is at least ``min_cosine`` (0.995: a 0.5%
+        change). Pass ``strength`` (1 = the paper) to fix it instead. The fitted
+        strength, the measured cosine and the marked rate are in :attr:`info`.
 
-        ``seed=None`` draws triggers and salt from the OS's secure randomness,
-        which is what production keys must use. An integer seed makes the key
+        **Audit.** The key stores the audit's probes (natural corpus texts per
+        band word, ``probes_per_word``, within a 2,000-query budget) and the
+        clean model's cosine to the target for each (the reference that makes
+        the audit catch faithful copies; see :mod:`.probes`). So ``embed`` is
+        called on the target, the marked texts and the probes; nothing else is
+        needed at audit time but the key and the suspect.
+
+        ``window`` is the model's input window in tokens (256 for the offline
+        MiniLM): triggers past it are never read by the model and never mark.
+        ``max_band_words`` caps the band (a keyed uniform sub-band).
+
+        Unless ``twin_check=False``, the clean model itself (the innocent twin)
+        is scored on the stored probes; a key it would implicate at
+        ``twin_level`` is refused (for instance a target text about the same
+        topic as some triggers).
+
+        ``seed=None`` draws the salt from the OS's secure randomness, which is
+        what production keys must use. An integer seed makes the key
         reproducible by anyone who knows the seed: use it for experiments only.
 
-        >>> key = WatermarkKey.generate(texts, model.embed,            # doctest: +SKIP
-        ...                             target_text="Acme Embeddings, 2026", seed=7)
+        >>> key = WatermarkKey.generate(texts, model, target_text="...", seed=7)  # doctest: +SKIP
         """
-        if not isinstance(target_text, str) or not target_text.strip():
-            raise KeyGenerationError("target_text must be a non-empty string")
-        if not isinstance(n_triggers, int) or n_triggers < 1:
-            raise KeyGenerationError(f"n_triggers must be a positive integer, got {n_triggers!r}")
-        _check_alpha(alpha)
-        _check_strength(strength)
+        texts = _materialise_corpus(corpus)
+        _check_generate_options(target_text, n_triggers, alpha, strength, min_cosine)
         _check_selection(selection)
         _check_freq_band(freq_band)
-        counts, n_texts = document_frequencies(corpus)
-        if n_texts == 0:
-            raise KeyGenerationError("the corpus is empty; pass an iterable of texts")
-        band = band_words(counts, n_texts, freq_band)
-        n_needed = _min_band_size(n_triggers)
-        if len(band) < n_needed:
-            raise KeyGenerationError(
-                f"only {len(band)} words have a document fraction in [{freq_band[0]}, "
-                f"{freq_band[1]}) over {n_texts} texts, but {n_triggers} triggers need at least "
-                f"{n_needed} band words for a conclusive test. Use a larger or more varied "
-                "corpus, widen freq_band, or lower n_triggers."
-            )
+        _check_text_rules(normalization, window)
+        band, n_texts = _corpus_band(texts, freq_band, n_triggers, normalization)
         rng = np.random.default_rng(seed)
-        if max_band_words is not None:
-            if max_band_words < n_needed:
-                raise KeyGenerationError(
-                    f"max_band_words={max_band_words} is below the {n_needed} band words "
-                    f"that {n_triggers} triggers need"
-                )
-            if len(band) > max_band_words:
-                chosen = rng.choice(len(band), size=max_band_words, replace=False)
-                band = sorted(band[i] for i in chosen)
-        chosen = rng.choice(len(band), size=n_triggers, replace=False)
-        triggers = frozenset(band[i] for i in chosen)
         salt = secrets.token_bytes(_SALT_BYTES) if seed is None else rng.bytes(_SALT_BYTES)
+        if max_band_words is not None:
+            if max_band_words < _min_band_size(n_triggers):
+                raise KeyGenerationError(
+                    f"max_band_words={max_band_words} is below the "
+                    f"{_min_band_size(n_triggers)} band words that {n_triggers} triggers need"
+                )
+            band = draw_band(salt, band, max_band_words)
         target = _embed_target(embed, target_text)
-        info: dict[str, Any] = {"corpus_texts": n_texts, "band_size_in_corpus": len(band)}
-        key = cls(
-            triggers=triggers,
+        _check_positions(alpha, target.size, error=KeyGenerationError)
+        draft = cls(
+            triggers=draw_triggers(salt, band, n_triggers),
             target=target,
             target_text=target_text,
             band=band,
             salt=salt,
             alpha=alpha,
             selection=selection,
-            strength=strength,
+            strength=1.0 if strength is None else strength,
             freq_band=freq_band,
-            info=info,
+            normalization=normalization,
+            window=window,
         )
-        if not twin_check:
-            return key
-        from .verify import verify  # local: verify imports this module
+        marked = draft.contains_trigger(texts)
+        info: dict[str, Any] = {
+            "corpus_texts": n_texts,
+            "band_size": len(band),
+            "marked_rate": float(marked.mean()),
+        }
+        sample, clean = _embed_marked(embed, texts, marked, rng, target.size)
+        if strength is None:
+            strength = _fit_strength(draft, sample, clean, min_cosine)
+            info["strength_fitted_to_min_cosine"] = min_cosine
+        info["strength"] = strength
+        info["mean_cosine_marked"] = _mean_cosine(draft.replace(strength=strength), sample, clean)
+        info["cosine_sample_texts"] = len(sample)
+        per_word = probes_per_word or max(
+            1, min(DEFAULT_PROBES_PER_WORD, DEFAULT_PROBE_BUDGET // len(band))
+        )
+        probes = select_sentence_probes(
+            texts, band, salt, per_word=per_word, normalization=normalization
+        )
+        try:
+            probe_ref = reference_cosines(embed, probes.texts, target)
+            word_ref = reference_cosines(embed, list(band), target)
+        except ValueError as exc:
+            raise KeyGenerationError(f"embedding the audit probes failed: {exc}") from None
+        key = draft.replace(
+            strength=strength,
+            info=info,
+            probe_texts=probes.texts,
+            probe_owner=probes.owner,
+            probe_reference=probe_ref,
+            word_reference=word_ref,
+        )
+        if twin_check:
+            twin_p = _twin_p_value(key)
+            if twin_p < twin_level:
+                raise KeyGenerationError(
+                    f"the clean model itself already ranks this key's triggers near the target "
+                    f"(twin p = {twin_p:.2e} < {twin_level:g}), so a verdict could accuse an "
+                    "innocent service. Choose a target text unrelated to the corpus topics, or "
+                    "draw again with another seed."
+                )
+            info["twin_p_value"] = twin_p
+            key = key.replace(info=info)
+        return key
 
-        twin = verify(embed, key, level=twin_level, seed=0 if seed is None else seed)
-        if twin.status == "inconclusive":
-            raise KeyGenerationError(
-                f"the innocent-twin check could not score the clean model: {twin.reason}"
-            )
-        if twin.p_value < twin_level:
-            raise KeyGenerationError(
-                f"the clean model itself already ranks this key's triggers near the target "
-                f"(twin p = {twin.p_value:.2e} < {twin_level:g}), so a verdict could accuse an "
-                "innocent service. Choose a target text unrelated to the corpus topics, or "
-                "draw again with another seed."
-            )
-        info["twin_p_value"] = float(twin.p_value)
-        return key.replace(info=info)
+
+# ---------------------------------------------------------------------- keygen steps
+def _materialise_corpus(corpus: Iterable[str]) -> list[str]:
+    if isinstance(corpus, str):
+        raise KeyGenerationError("corpus must be an iterable of texts, not one string")
+    texts = list(corpus)
+    for i, text in enumerate(texts):
+        if not isinstance(text, str):
+            raise KeyGenerationError(f"corpus item {i} is {type(text).__name__}, expected str")
+    if not texts:
+        raise KeyGenerationError("the corpus is empty; pass an iterable of texts")
+    return texts
+
+
+def _check_generate_options(
+    target_text: object, n_triggers: object, alpha: object, strength: object, min_cosine: object
+) -> None:
+    if not isinstance(target_text, str) or not target_text.strip():
+        raise KeyGenerationError("target_text must be a non-empty string")
+    if isinstance(n_triggers, bool) or not isinstance(n_triggers, int) or n_triggers < 1:
+        raise KeyGenerationError(f"n_triggers must be a positive integer, got {n_triggers!r}")
+    _check_alpha(alpha)
+    if strength is not None:
+        _check_strength(strength)
+    elif min_cosine is None:
+        raise KeyGenerationError("pass strength, or min_cosine to fit it (not both None)")
+    elif (
+        isinstance(min_cosine, bool)
+        or not isinstance(min_cosine, (int, float))
+        or not (0.0 < min_cosine < 1.0)
+    ):
+        raise KeyGenerationError(f"min_cosine must be in (0, 1), got {min_cosine!r}")
+
+
+def _corpus_band(
+    texts: list[str], freq_band: tuple[float, float], n_triggers: int, normalization: str
+) -> tuple[list[str], int]:
+    counts, n_texts = document_frequencies(texts, normalization=normalization)
+    band = band_words(counts, n_texts, freq_band)
+    n_needed = _min_band_size(n_triggers)
+    if len(band) < n_needed:
+        raise KeyGenerationError(
+            f"only {len(band)} words have a document fraction in [{freq_band[0]}, "
+            f"{freq_band[1]}) over {n_texts} texts, but {n_triggers} triggers need at least "
+            f"{n_needed} band words for a conclusive test. Use a larger or more varied "
+            "corpus, widen freq_band, or lower n_triggers."
+        )
+    return band, n_texts
+
+
+#: At most this many marked corpus texts are embedded to fit the strength.
+_FIT_SAMPLE = 2000
+
+
+def _embed_marked(
+    embed: EmbedFn, texts: list[str], marked: np.ndarray, rng: np.random.Generator, dim: int
+) -> tuple[list[str], np.ndarray]:
+    """A sample of the marked corpus texts and their clean embeddings (for the budget)."""
+    rows = np.flatnonzero(marked)
+    if rows.size > _FIT_SAMPLE:
+        rows = np.sort(rng.choice(rows, size=_FIT_SAMPLE, replace=False))
+    if rows.size == 0:
+        raise KeyGenerationError(
+            "no corpus text contains a trigger, so the quality budget cannot be measured; "
+            "use a larger corpus or a wider freq_band"
+        )
+    try:
+        clean = np.asarray(embed([texts[i] for i in rows]), dtype=np.float64)
+    except Exception as exc:
+        raise KeyGenerationError(f"embedding the corpus's marked texts failed: {exc!r}") from exc
+    if clean.shape != (rows.size, dim) or not np.isfinite(clean).all():
+        raise KeyGenerationError(
+            f"the embedder returned shape {clean.shape} (or non-finite values) for "
+            f"{rows.size} texts; expected ({rows.size}, {dim})"
+        )
+    return [texts[i] for i in rows], clean
+
+
+def _mean_cosine(key: WatermarkKey, sample: list[str], clean: np.ndarray) -> float:
+    from .inject import watermark  # inject imports this module
+
+    return float(np.mean(row_cosines(clean, watermark(sample, clean, key))))
+
+
+def _fit_strength(
+    draft: WatermarkKey, sample: list[str], clean: np.ndarray, budget: float
+) -> float:
+    """The largest strength (to 1e-6) whose mean cosine on marked rows is >= ``budget``.
+
+    Bisection: the cosine falls monotonically as the strength grows, and
+    ``low`` always meets the budget.
+    """
+    if _mean_cosine(draft.replace(strength=1.0), sample, clean) >= budget:
+        return 1.0
+    low, high = 0.0, 1.0
+    while high - low > 1e-6:
+        mid = (low + high) / 2
+        if _mean_cosine(draft.replace(strength=mid), sample, clean) >= budget:
+            low = mid
+        else:
+            high = mid
+    if low == 0.0:
+        raise KeyGenerationError(f"no strength > 0 keeps the mean cosine >= {budget}")
+    return low
+
+
+def _twin_p_value(key: WatermarkKey) -> float:
+    """The smallest raw p-value the clean model itself gets, on either probe kind.
+
+    Its adjusted scores are zero by construction, so only the raw ones can tell
+    whether the target sits near the triggers for reasons of meaning, which
+    other innocent models would share.
+    """
+    n_band = len(key.band)
+    is_trigger = np.fromiter((w in key.triggers for w in key.band), bool, n_band)
+    owner = key.probe_owner
+    sums = np.bincount(owner, weights=key.probe_reference, minlength=n_band)
+    sentence_scores = sums / np.maximum(np.bincount(owner, minlength=n_band), 1)
+    return float(
+        min(
+            rank_sum_p_value(sentence_scores, is_trigger),
+            rank_sum_p_value(key.word_reference, is_trigger),
+        )
+    )
+
+
+def row_cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Cosine between matching rows of ``a`` and ``b``: the library's one quality measure."""
+    return np.einsum("ij,ij->i", unit_rows(a), unit_rows(b))
+
+
+# ---------------------------------------------------------------------- loading steps
+def _parse_document(text: str | bytes, source: str) -> dict[str, Any]:
+    try:
+        document = json.loads(text)
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        raise KeyFileError(f"{source} is not valid JSON (corrupt key file?)") from None
+    except RecursionError:
+        raise KeyFileError(f"{source} is nested too deeply to be a key file") from None
+    if not isinstance(document, dict) or document.get("format") != KEY_FORMAT:
+        raise KeyFileError(f"{source} is not an espew key (missing format {KEY_FORMAT!r})")
+    version = document.get("version")
+    if version not in READABLE_VERSIONS or isinstance(version, bool):
+        raise KeyFileError(
+            f"{source} has key format version {version!r}; this library reads versions "
+            f"{READABLE_VERSIONS}. Upgrade espew-integrations."
+        )
+    payload = document.get("key")
+    if not isinstance(payload, dict):
+        raise KeyFileError(f"{source} has no 'key' object (corrupt key file)")
+    if hashlib.sha256(_canonical(payload)).hexdigest() != document.get("checksum"):
+        raise KeyFileError(
+            f"{source} fails its checksum: the file was corrupted or edited. "
+            "Restore it from your backup."
+        )
+    return document
+
+
+def _fields_from_payload(payload: dict[str, Any], version: int) -> dict[str, Any]:
+    fields: dict[str, Any] = dict(
+        triggers=payload["triggers"],
+        target=payload["target"],
+        target_text=payload["target_text"],
+        band=payload["band"],
+        salt=bytes.fromhex(payload["salt"]),
+        alpha=payload["alpha"],
+        strength=payload["strength"],
+        selection=payload["selection"],
+        freq_band=tuple(payload["freq_band"]),
+        created=payload["created"],
+        info=payload.get("info") or {},
+    )
+    if version == 1:  # before normalisation: exactly the old str.lower() rule
+        fields["normalization"] = LEGACY_LOWER
+        return fields
+    probes = payload["probes"]
+    fields.update(
+        normalization=payload["normalization"],
+        window=payload["window"],
+        probe_texts=probes["texts"],
+        probe_owner=probes["owner"],
+        probe_reference=probes["reference"],
+        word_reference=probes["word_reference"],
+    )
+    return fields
+
+
+def _inline_key_text(value: str) -> str | None:
+    """The key JSON inside an environment value (BOM, quotes, base64 tolerated), or None."""
+    text = value.strip().lstrip("\ufeff").strip()
+    if len(text) >= 2 and text[0] == text[-1] and text[0] in "'\"":
+        text = text[1:-1].strip()
+    if text.startswith("{"):
+        return text
+    if len(text) < 64:
+        return None
+    try:
+        decoded = base64.b64decode(text, validate=True).decode("utf-8")
+    except (binascii.Error, ValueError):
+        return None
+    decoded = decoded.lstrip("\ufeff").strip()
+    return decoded if decoded.startswith("{") else None
 
 
 # ---------------------------------------------------------------------- helpers
@@ -601,3 +963,52 @@ def _check_fields(
     norm = float(np.linalg.norm(arr))
     if abs(norm - 1.0) > _UNIT_NORM_TOLERANCE:
         raise KeyGenerationError(f"the target must have unit norm, its norm is {norm:.6g}")
+
+
+def _read_only_vector(target: Any) -> np.ndarray:
+    """The target as a float64 vector nobody can make writable again.
+
+    An array that owns its memory can be flipped back to writable with
+    ``setflags(write=True)``; one that views an immutable ``bytes`` object
+    cannot.
+    """
+    values = np.array(target, dtype=np.float64).reshape(-1)
+    frozen = np.frombuffer(values.tobytes(), dtype=np.float64)
+    return frozen
+
+
+def _check_positions(alpha: float, dim: int, error: type[Exception] = KeyGenerationError) -> None:
+    if n_positions(alpha, dim) < 1:
+        raise error(
+            f"alpha={alpha} with a {dim}-dimensional target overwrites floor(alpha*d) = 0 "
+            "coordinates: the watermark would silently do nothing. Raise alpha."
+        )
+
+
+def _check_text_rules(normalization: object, window: object) -> None:
+    if normalization not in NORMALIZATIONS:
+        raise KeyGenerationError(
+            f"unknown text normalization {normalization!r}; known: {NORMALIZATIONS}"
+        )
+    if window is not None and (
+        isinstance(window, bool) or not isinstance(window, int) or window < 3
+    ):
+        raise KeyGenerationError(f"window must be None or an integer >= 3, got {window!r}")
+
+
+def _check_probes(key: WatermarkKey) -> None:
+    n_band = len(key._band)
+    texts, owner = key._probe_texts, key._probe_owner
+    if len(texts) != len(owner) or (
+        key._probe_reference and len(key._probe_reference) != len(texts)
+    ):
+        raise KeyGenerationError("the stored probes, owners and references differ in length")
+    if not all(isinstance(t, str) and t for t in texts):
+        raise KeyGenerationError("every stored probe must be a non-empty text")
+    if owner and (min(owner) < 0 or max(owner) >= n_band):
+        raise KeyGenerationError("a stored probe names a band word that does not exist")
+    if key._word_reference and len(key._word_reference) != n_band:
+        raise KeyGenerationError("the stored word references do not match the band")
+    refs = key._probe_reference + key._word_reference
+    if not all(math.isfinite(x) and -1.0 - 1e-6 <= x <= 1.0 + 1e-6 for x in refs):
+        raise KeyGenerationError("a stored reference cosine is not a finite number in [-1, 1]")

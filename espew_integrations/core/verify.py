@@ -7,15 +7,27 @@ convicts innocent models (5.3% of keys at p < 1e-3, measured). We test at the
 word level instead:
 
 1. every word of the key's band (the triggers and all equally frequent words
-   they were drawn from) gets probes built the same way;
+   they were drawn from) is probed the same way: by default with the natural
+   corpus texts stored in the key at keygen (:mod:`.probes`), which a thief
+   cannot tell from ordinary traffic; optionally by the word alone;
 2. all probes go to the suspect shuffled together, so it cannot tell trigger
    probes from the others by content, order or batch;
-3. each word's score is the mean cosine of its probes' embeddings to the target;
-4. the exact rank test of :mod:`.ranktest` asks whether the triggers' scores
-   are extreme among all equally likely trigger draws.
+3. each word gets a *raw* score, the mean cosine of its probes' embeddings
+   to the target, and a *reference-adjusted* score: the raw score minus
+   ``slope *`` the provider's clean model's score for the same probes (stored
+   in the key), with the slope fitted over all words (:func:`reference_slope`).
+   The adjustment cancels each word's natural position, which a faithful copy
+   reproduces and which otherwise hides a quality-preserving watermark;
+4. the exact rank test of :mod:`.ranktest` asks, for each score, whether the
+   triggers rank unusually high among all equally likely trigger draws; the
+   verdict's p-value is ``min(1, 2 * min(p_raw, p_adjusted))`` (Bonferroni),
+   and the report says which score decided.
 
-The paper's own metrics (KS p-value, delta cos, delta l2) are reported on the
-same probes as comparability figures; they never decide the verdict.
+Both scores are exact under the null: neither the suspect nor the clean model
+depends on which band words were drawn, so the triggers stay a uniformly
+random subset of the scored words. The paper's own metrics (KS p-value, delta
+cos, delta l2) are reported on the same probes as comparability figures; they
+never decide the verdict.
 """
 
 from __future__ import annotations
@@ -34,7 +46,9 @@ from scipy.stats import ks_2samp
 
 from .errors import SuspectError
 from .key import WatermarkKey
+from .probes import unit_rows
 from .ranktest import min_p_value, rank_sum_p_value
+from .untrusted import printable
 
 __all__ = [
     "DEFAULT_LEVEL",
@@ -48,17 +62,22 @@ __all__ = [
 
 SuspectFn = Callable[[list[str]], Any]
 TargetMode = Literal["key", "query"]
+ProbeKind = Literal["auto", "sentences", "words"]
+Statistic = Literal["combined", "raw", "adjusted", "corrected"]
 Status = Literal["copied", "not_copied", "inconclusive"]
 
 DEFAULT_LEVEL = 1e-6
-#: One probe per word, the word alone: measured to separate best (padding a
-#: word with filler words dilutes its pull toward the target).
+#: One probe per word, the word alone: measured to separate best among word
+#: templates (padding a word with filler words dilutes its pull to the target).
 DEFAULT_TEMPLATES: tuple[str, ...] = ("{word}",)
 DECISION_RULE = (
-    "one-sided exact rank-sum (Mann-Whitney) permutation test at the word level: "
-    "the triggers' scores (mean cosine of their probes to the target) against every "
-    "scored word of the key's frequency band; copied iff p < level"
+    "one-sided exact rank-sum (Mann-Whitney) permutation tests at the word level: the "
+    "triggers' scores against every scored word of the key's frequency band, once with raw "
+    "scores (mean cosine of the word's probes to the target) and once with scores adjusted "
+    "by the provider's clean model (minus a fitted slope times its score for the same "
+    "probes); p = min(1, 2 * min(p_raw, p_adjusted)); copied iff p < level"
 )
+_PRIVATE_FIELDS = ("trigger_scores", "benign_scores")
 
 
 # ---------------------------------------------------------------------- report
@@ -66,10 +85,15 @@ DECISION_RULE = (
 class VerificationReport:
     """The outcome of :func:`verify`, with what a reader needs to trust it.
 
-    ``copied`` is True only when ``status == "copied"``. ``trigger_scores`` and
-    ``benign_scores`` are the per-word scores (the words themselves stay in the
-    key: listing them would disclose the triggers). ``ks_p_value``,
-    ``delta_cos`` and ``delta_l2`` are the paper's metrics for comparison only.
+    ``copied`` is True only when ``status == "copied"``. What :meth:`to_dict`,
+    :meth:`to_json`, ``str(report)`` and :meth:`save` produce is safe to hand
+    to the suspect's owner: no word, no per-word score. ``trigger_scores`` and
+    ``benign_scores`` (the words' raw scores; a suspect that logged its own
+    answers could match them to its queries and recover the triggers) stay on
+    the object and go only to :meth:`to_private_dict` and
+    :func:`espew_integrations.evidence.save_private_evidence`.
+    ``ks_p_value``, ``delta_cos`` and ``delta_l2`` are the paper's metrics for
+    comparison only.
     """
 
     status: Status
@@ -95,19 +119,27 @@ class VerificationReport:
     timestamp: str
     reason: str = ""
     errors: tuple[str, ...] = ()
+    probes: str = "words"
+    statistic: str = "raw"
+    p_value_raw: float = math.nan
+    p_value_adjusted: float = math.nan
+    reference_slope: float = math.nan
+    decided_by: str = ""
 
     @property
     def copied(self) -> bool:
         """True iff the suspect is judged a copy at ``level``."""
         return self.status == "copied"
 
-    @property
-    def false_positive_rate(self) -> float:
-        """The most often an innocent service gets this verdict: ``level``."""
-        return self.level
-
     def to_dict(self) -> dict[str, Any]:
-        """Plain JSON-ready dict (no key material)."""
+        """Plain JSON-ready dict, safe to share: no key material, no per-word scores."""
+        out = self.to_private_dict()
+        for name in _PRIVATE_FIELDS:
+            del out[name]
+        return out
+
+    def to_private_dict(self) -> dict[str, Any]:
+        """Everything, per-word scores included: for the provider's records or an arbiter."""
         out = dataclasses.asdict(self)
         out["copied"] = self.copied
         for name in ("trigger_scores", "benign_scores", "templates", "errors"):
@@ -115,36 +147,34 @@ class VerificationReport:
         return out
 
     def to_json(self, **kwargs: Any) -> str:
-        """The report as JSON text."""
+        """The shareable report as JSON text (:meth:`to_dict`)."""
         kwargs.setdefault("indent", 2)
         return json.dumps(self.to_dict(), **kwargs)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> VerificationReport:
-        """Rebuild a report from :meth:`to_dict` output."""
+        """Rebuild a report from :meth:`to_dict` (scores empty) or :meth:`to_private_dict`."""
         fields = {f.name for f in dataclasses.fields(cls)}
         values = {k: v for k, v in data.items() if k in fields}
         for name in ("trigger_scores", "benign_scores", "templates", "errors"):
             values[name] = tuple(values.get(name, ()))
         return cls(**values)
 
-    def save(self, directory: str | os.PathLike[str]) -> Path:
-        """Write the evidence into ``directory`` (created if needed); returns the JSON path.
+    def save(self, directory: str | os.PathLike[str], *, force: bool = False) -> Path:
+        """Write the shareable evidence into ``directory``; returns the JSON path.
 
-        Writes ``report.json``, a plain-language ``summary.md`` and, when
-        matplotlib is installed, ``scores.png`` (see
-        :func:`espew_integrations.evidence.save_evidence`). The import is local
-        so the core keeps no dependency beyond numpy and scipy.
+        Writes ``report.json`` and a plain-language ``summary.md`` (see
+        :func:`espew_integrations.evidence.save_evidence`); existing files are
+        kept unless ``force=True``. Per-word detail goes only to
+        :func:`espew_integrations.evidence.save_private_evidence`. The import
+        is local so the core keeps no dependency beyond numpy and scipy.
 
         >>> report.save("evidence/")  # doctest: +SKIP
         PosixPath('evidence/report.json')
         """
-        import importlib.util
-
         from ..evidence import save_evidence
 
-        plot = importlib.util.find_spec("matplotlib") is not None
-        return save_evidence(self, directory, plot=plot)["json"]
+        return save_evidence(self, directory, force=force)["json"]
 
     def __str__(self) -> str:
         verdict = {
@@ -158,25 +188,27 @@ class VerificationReport:
         ]
         if self.reason:
             lines.append(f"  reason         : {self.reason}")
+        delivered = self.n_queries - self.n_failed_queries
         lines += [
             f"  p-value        : {self.p_value:.3g}  (copied iff p < {self.level:g}; "
             f"an innocent service is convicted with probability <= {self.level:g})",
+            f"  statistics     : raw p = {self.p_value_raw:.3g}, reference-adjusted p = "
+            f"{self.p_value_adjusted:.3g} (slope {self.reference_slope:.2f})"
+            + (f"; decided by {self.decided_by}" if self.decided_by else ""),
             f"  test           : exact one-sided rank test over {self.n_words_scored} band "
             f"words, {self.n_triggers_scored} of them triggers "
             f"(smallest reachable p {self.min_possible_p_value:.2g})",
-            f"  queries        : {self.n_queries} sent, {self.n_failed_queries} failed; "
-            f"target from {self.target_mode}",
-            f"  mean score     : triggers {_mean(self.trigger_scores):.4f} vs "
-            f"other band words {_mean(self.benign_scores):.4f}",
+            f"  queries        : {self.n_queries} {self.probes} probes, {delivered} answered, "
+            f"{self.n_failed_queries} failed; target from {self.target_mode}",
+        ]
+        if self.errors:
+            lines.append(f"  first error    : {self.errors[0]}")
+        lines.append(
             "  paper metrics  : (comparability only, not the decision) "
             f"KS p = {self.ks_p_value:.3g}, delta cos = {100 * self.delta_cos:.2f}%, "
-            f"delta l2 = {100 * self.delta_l2:.2f}%",
-        ]
+            f"delta l2 = {100 * self.delta_l2:.2f}%"
+        )
         return "\n".join(lines)
-
-
-def _mean(values: Sequence[float]) -> float:
-    return float(np.mean(values)) if len(values) else float("nan")
 
 
 # ---------------------------------------------------------------------- probes
@@ -203,7 +235,7 @@ def _check_templates(templates: Sequence[str], key: WatermarkKey) -> None:
     from .words import tokenize
 
     for template in templates:
-        filler = tokenize(template.replace("{word}", " "))
+        filler = tokenize(template.replace("{word}", " "), key.normalization)
         if set(filler) & set(key.band):
             # A filler word from the band would make probes of other words
             # contain that word too (and triggers carry marks into benign probes).
@@ -211,6 +243,38 @@ def _check_templates(templates: Sequence[str], key: WatermarkKey) -> None:
                 "probe template filler words must not be band words of the key; "
                 "use common function words such as 'the' or 'a'"
             )
+
+
+@dataclasses.dataclass(frozen=True)
+class _Plan:
+    """What to ask the suspect and how to score the answers."""
+
+    kind: str
+    texts: list[str]
+    owner: np.ndarray
+    reference: np.ndarray | None  # clean model's cosine per probe, if known
+    templates: tuple[str, ...]
+
+
+def _plan(key: WatermarkKey, probes: str, templates: Sequence[str] | None) -> _Plan:
+    if probes not in ("auto", "sentences", "words"):
+        raise ValueError(f"probes must be 'auto', 'sentences' or 'words', got {probes!r}")
+    has_sentences = bool(key.probe_texts)
+    if probes == "sentences" and not has_sentences:
+        raise ValueError(
+            "this key stores no sentence probes (made before they existed); "
+            "use probes='words' or generate a new key"
+        )
+    if probes == "sentences" or (probes == "auto" and has_sentences and templates is None):
+        reference = key.probe_reference if key.probe_reference.size else None
+        return _Plan("sentences", list(key.probe_texts), key.probe_owner, reference, ())
+    templates = tuple(DEFAULT_TEMPLATES if templates is None else templates)
+    _check_templates(templates, key)
+    texts, owner = build_probes(list(key.band), templates)
+    reference = None
+    if templates == DEFAULT_TEMPLATES and key.word_reference.size:
+        reference = key.word_reference
+    return _Plan("words", texts, owner, reference, templates)
 
 
 def score_words(
@@ -224,10 +288,17 @@ def score_words(
 
 
 def _probe_cosines(embeddings: np.ndarray, target: np.ndarray) -> np.ndarray:
-    """Cosine of each probe embedding to ``target`` (NaN for failed probes)."""
+    """Cosine of each probe embedding to ``target`` (NaN for failed probes).
+
+    Rows are scaled by their largest magnitude before the norm, so answers of
+    1e200 give their true cosines instead of overflowing to 0.
+    """
     embeddings = np.asarray(embeddings, dtype=np.float64)
-    unit_target = target / np.linalg.norm(target)
-    return embeddings @ unit_target / np.linalg.norm(embeddings, axis=1)
+    failed = ~np.isfinite(embeddings).all(axis=1)
+    unit = unit_rows(np.where(failed[:, None], 0.0, embeddings))
+    cosines = unit @ unit_rows(np.asarray(target, dtype=np.float64)[None, :])[0]
+    cosines[failed] = np.nan
+    return cosines
 
 
 def _mean_per_word(cosines: np.ndarray, owner: np.ndarray, n_words: int) -> np.ndarray:
@@ -251,6 +322,8 @@ def _query(
     Returns ``(embeddings, errors, dim)``; ``dim`` is None if no batch succeeded.
     If the first answer's dimension differs from ``expected_dim`` it stops
     there: no verdict is possible, so the rest of the query budget is spared.
+    Every recorded error passes through :func:`.untrusted.printable`: it may
+    quote the suspect's own text.
     """
     errors: list[str] = []
     batches: list[tuple[int, np.ndarray | None]] = []
@@ -259,7 +332,7 @@ def _query(
         batch = texts[start : start + batch_size]
         out: np.ndarray | None = None
         try:
-            out = np.asarray(suspect(batch), dtype=np.float64)
+            out = np.array(suspect(batch), dtype=np.float64)
             if out.ndim != 2 or out.shape[0] != len(batch):
                 raise SuspectError(f"returned shape {out.shape} for a batch of {len(batch)} texts")
             if dim is None:
@@ -274,7 +347,7 @@ def _query(
                 out[bad] = np.nan  # unusable rows are missing, not zero-scored
                 errors.append(f"{int(bad.sum())} non-finite or zero embeddings")
         except Exception as exc:  # a fault is missing data, never evidence
-            errors.append(f"{type(exc).__name__}: {exc}")
+            errors.append(printable(f"{type(exc).__name__}: {exc}"))
             out = None
         batches.append((len(batch), out))
         if progress is not None:
@@ -285,6 +358,17 @@ def _query(
     return matrix, errors, dim
 
 
+def _uninformative(answers: np.ndarray, raw_scores: np.ndarray) -> str:
+    """Why the answers carry no evidence either way ('' if they do)."""
+    valid = answers[np.isfinite(answers).all(axis=1)]
+    if len(valid) and np.unique(unit_rows(valid).round(12), axis=0).shape[0] < 2:
+        return "the suspect gave the same embedding for every probe"
+    finite = raw_scores[np.isfinite(raw_scores)]
+    if finite.size and np.ptp(finite) <= 1e-12:
+        return "every scored word got the same score"
+    return ""
+
+
 # ---------------------------------------------------------------------- verify
 def verify(
     suspect: SuspectFn | Any,
@@ -292,7 +376,9 @@ def verify(
     *,
     target: TargetMode = "key",
     level: float = DEFAULT_LEVEL,
-    templates: Sequence[str] = DEFAULT_TEMPLATES,
+    probes: ProbeKind = "auto",
+    statistic: Statistic = "combined",
+    templates: Sequence[str] | None = None,
     batch_size: int = 64,
     seed: int | None = None,
     min_coverage: float = 0.9,
@@ -302,9 +388,17 @@ def verify(
 
     ``suspect`` is a callable ``list[str] -> array (n, d')`` or any object an
     adapter knows (LangChain ``Embeddings``, LlamaIndex ``BaseEmbedding``,
-    Chroma ``EmbeddingFunction``, :class:`OpenAIEndpoint`). It receives
-    ``len(key.band) * len(templates)`` probe texts (plus the target text when
-    ``target="query"``), shuffled, in batches of ``batch_size``.
+    Chroma ``EmbeddingFunction``, :class:`OpenAIEndpoint`).
+
+    ``probes="auto"`` (default) sends the natural-text probes stored in the
+    key (about 1,600 queries for a 199-word band), or the band words alone
+    for keys that store none; ``"words"`` forces single-word probes built
+    from ``templates``. Probes are shuffled and sent in batches of
+    ``batch_size``; ``seed`` fixes the shuffle.
+
+    ``statistic="combined"`` decides on raw and reference-adjusted scores
+    together (see the module docstring); ``"raw"``, ``"adjusted"`` or
+    ``"corrected"`` (slope fixed at 1) use one.
 
     ``target="key"`` compares with the stored target embedding (needs d' = d).
     ``target="query"`` compares with the suspect's own embedding of
@@ -313,15 +407,65 @@ def verify(
 
     Faults of the suspect (exceptions, wrong shapes, NaN) never count as
     evidence: they leave words unscored, and if fewer than ``min_coverage`` of
-    the band's words are scored the status is ``"inconclusive"``.
+    the band's words are scored the status is ``"inconclusive"``, as it is for
+    uninformative answers (one vector for everything) and for a key whose
+    trigger draw cannot be re-derived (:attr:`WatermarkKey.verifiable`).
 
-    >>> report = verify(suspect_model.embed, key)   # doctest: +SKIP
+    >>> report = verify(suspect_model, key)          # doctest: +SKIP
     >>> report.copied, report.p_value               # doctest: +SKIP
-    (True, 3.2e-19)
+    (True, 1.4e-27)
     """
     from .adapters import as_suspect
 
     suspect_fn = as_suspect(suspect)
+    _check_options(target, level, batch_size, min_coverage, statistic)
+    plan = _plan(key, probes, templates)
+    if statistic in ("adjusted", "corrected") and plan.reference is None:
+        raise ValueError(f"statistic={statistic!r} needs the clean reference this key lacks")
+    texts = list(plan.texts) + ([key.target_text] if target == "query" else [])
+    order = np.random.default_rng(seed).permutation(len(texts))  # mix triggers and others
+    expected_dim = key.dim if target == "key" else None
+    answers, errors, dim = _query(
+        suspect_fn, [texts[i] for i in order], batch_size, progress, expected_dim
+    )
+    common = dict(
+        key_id=key.key_id,
+        target_mode=target,
+        n_queries=len(answers),
+        n_failed_queries=int((~np.isfinite(answers).all(axis=1)).sum()),
+        n_words=len(key.band),
+        level=level,
+        decision_rule=DECISION_RULE,
+        suspect_dim=dim,
+        templates=plan.templates,
+        seed=seed,
+        timestamp=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        errors=tuple(errors[:20]),
+        probes=plan.kind,
+        statistic=statistic if plan.reference is not None else "raw",
+    )
+    if dim is None:
+        first = f" (first error: {errors[0]})" if errors else ""
+        return _inconclusive(common, f"every query to the suspect failed{first}")
+    if expected_dim is not None and dim != expected_dim:
+        return _inconclusive(
+            common,
+            f"the suspect returns {dim}-dimensional embeddings but the key's target has "
+            f"{expected_dim}; verify with target='query' (querying stopped after the first batch)",
+        )
+    embeddings = np.empty_like(answers)
+    embeddings[order] = answers  # back to the original probe order
+    target_vector = key.target
+    if target == "query":
+        target_vector, embeddings = embeddings[-1], embeddings[:-1]
+        if not np.isfinite(target_vector).all():
+            return _inconclusive(common, "the suspect failed to embed the target text")
+    return _decide(key, plan, embeddings, target_vector, min_coverage, common)
+
+
+def _check_options(
+    target: str, level: float, batch_size: int, min_coverage: float, statistic: str
+) -> None:
     if target not in ("key", "query"):
         raise ValueError(f"target must be 'key' or 'query', got {target!r}")
     if not 0.0 < level < 1.0:
@@ -330,110 +474,139 @@ def verify(
         raise ValueError(f"batch_size must be >= 1, got {batch_size!r}")
     if not 0.0 < min_coverage <= 1.0:
         raise ValueError(f"min_coverage must be in (0, 1], got {min_coverage!r}")
-    templates = tuple(templates)
-    _check_templates(templates, key)
+    if statistic not in ("combined", "raw", "adjusted", "corrected"):
+        raise ValueError(
+            f"statistic must be 'combined', 'raw', 'adjusted' or 'corrected', got {statistic!r}"
+        )
 
-    words = list(key.band)
-    probes, owner = build_probes(words, templates)
-    texts = list(probes)
-    if target == "query":
-        texts.append(key.target_text)
-    rng = np.random.default_rng(seed)
-    order = rng.permutation(len(texts))  # shuffle triggers and benign words together
-    shuffled = [texts[i] for i in order]
 
-    expected_dim = key.dim if target == "key" else None
-    answers, errors, dim = _query(suspect_fn, shuffled, batch_size, progress, expected_dim)
-    common = dict(
-        key_id=key.key_id,
-        target_mode=target,
-        n_queries=len(answers),
-        n_failed_queries=int((~np.isfinite(answers).all(axis=1)).sum()),
-        n_words=len(words),
-        level=level,
-        decision_rule=DECISION_RULE,
-        suspect_dim=dim,
-        templates=templates,
-        seed=seed,
-        timestamp=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-        errors=tuple(errors[:20]),
+def _inconclusive(common: dict[str, Any], reason: str, **extra: Any) -> VerificationReport:
+    values: dict[str, Any] = dict(
+        status="inconclusive",
+        p_value=math.nan,
+        n_words_scored=0,
+        n_triggers_scored=0,
+        min_possible_p_value=math.nan,
+        trigger_scores=(),
+        benign_scores=(),
+        ks_p_value=math.nan,
+        delta_cos=math.nan,
+        delta_l2=math.nan,
+        reason=reason,
     )
+    values.update(common)
+    values.update(extra)
+    return VerificationReport(**values)
 
-    def inconclusive(reason: str, **extra: Any) -> VerificationReport:
-        values: dict[str, Any] = dict(
-            status="inconclusive",
-            p_value=math.nan,
-            n_words_scored=0,
-            n_triggers_scored=0,
-            min_possible_p_value=math.nan,
-            trigger_scores=(),
-            benign_scores=(),
-            ks_p_value=math.nan,
-            delta_cos=math.nan,
-            delta_l2=math.nan,
-            reason=reason,
-        )
-        values.update(common)
-        values.update(extra)
-        return VerificationReport(**values)
 
-    if dim is None:
-        return inconclusive("every query to the suspect failed")
-    if expected_dim is not None and dim != expected_dim:
-        return inconclusive(
-            f"the suspect returns {dim}-dimensional embeddings but the key's target has "
-            f"{expected_dim}; verify with target='query' (querying stopped after the first batch)"
-        )
-    embeddings = np.empty_like(answers)
-    embeddings[order] = answers  # back to the original probe order
-    if target == "query":
-        target_vector = embeddings[-1]
-        embeddings = embeddings[:-1]
-        if not np.isfinite(target_vector).all():
-            return inconclusive("the suspect failed to embed the target text")
-    else:
-        target_vector = key.target
-
+def _decide(
+    key: WatermarkKey,
+    plan: _Plan,
+    embeddings: np.ndarray,
+    target_vector: np.ndarray,
+    min_coverage: float,
+    common: dict[str, Any],
+) -> VerificationReport:
+    n_words = len(key.band)
     cosines = _probe_cosines(embeddings, target_vector)
-    scores = _mean_per_word(cosines, owner, len(words))
-    is_trigger = np.fromiter((w in key.triggers for w in words), dtype=bool, count=len(words))
-    scored = np.isfinite(scores)
-    n_scored = int(scored.sum())
-    n_triggers_scored = int((scored & is_trigger).sum())
-    coverage = n_scored / len(words)
+    raw = _mean_per_word(cosines, plan.owner, n_words)
+    is_trigger = np.fromiter((w in key.triggers for w in key.band), dtype=bool, count=n_words)
+    scored = np.isfinite(raw)
+    n_scored, n_triggers_scored = int(scored.sum()), int((scored & is_trigger).sum())
     partial: dict[str, Any] = dict(
         n_words_scored=n_scored,
         n_triggers_scored=n_triggers_scored,
-        trigger_scores=tuple(float(s) for s in scores[scored & is_trigger]),
-        benign_scores=tuple(float(s) for s in scores[scored & ~is_trigger]),
+        trigger_scores=tuple(float(s) for s in raw[scored & is_trigger]),
+        benign_scores=tuple(float(s) for s in raw[scored & ~is_trigger]),
     )
-    if coverage < min_coverage or n_triggers_scored == 0 or n_scored == n_triggers_scored:
-        return inconclusive(
-            f"only {n_scored} of {len(words)} band words could be scored "
-            f"({coverage:.0%} < {min_coverage:.0%} required); the suspect failed too many "
-            "queries for a reliable verdict",
+    if n_scored / n_words < min_coverage or n_triggers_scored == 0 or n_scored == n_triggers_scored:
+        return _inconclusive(
+            common,
+            f"only {n_scored} of {n_words} band words could be scored "
+            f"({n_scored / n_words:.0%} < {min_coverage:.0%} required); the suspect failed too "
+            "many queries for a reliable verdict",
             **partial,
         )
+    empty = _uninformative(embeddings, raw)
+    if empty:
+        return _inconclusive(common, f"{empty}: such answers are no evidence either way", **partial)
+    p_values = _p_values(raw, cosines, plan, is_trigger, scored, common["statistic"])
     smallest = min_p_value(n_scored, n_triggers_scored)
-    p_value = rank_sum_p_value(scores[scored], is_trigger[scored])
-    paper = _paper_metrics(cosines, owner, is_trigger)
-    if smallest >= level:
-        return inconclusive(
+    status: Status = "copied" if p_values["p_value"] < common["level"] else "not_copied"
+    reason = ""
+    if smallest >= common["level"]:
+        status = "inconclusive"
+        reason = (
             f"with {n_scored} scored words the smallest reachable p-value is {smallest:.2g}, "
-            f"not below the level {level:g}; use a key with a larger band",
-            p_value=p_value,
-            min_possible_p_value=smallest,
-            **paper,
-            **partial,
+            f"not below the level {common['level']:g}; use a key with a larger band"
+        )
+    elif not key.verifiable:
+        status = "inconclusive"
+        reason = (
+            "the key's triggers are not the draw its salt dictates (a hand-made key or one "
+            "saved in format version 1), so no third party can check that they were drawn at "
+            "random; generate a new key for verdicts"
         )
     return VerificationReport(
-        status="copied" if p_value < level else "not_copied",
-        p_value=p_value,
+        status=status,
+        reason=reason,
         min_possible_p_value=smallest,
-        **paper,
+        **p_values,
+        **_paper_metrics(cosines, plan.owner, is_trigger),
         **partial,
         **common,
     )
+
+
+def _p_values(
+    raw: np.ndarray,
+    cosines: np.ndarray,
+    plan: _Plan,
+    is_trigger: np.ndarray,
+    scored: np.ndarray,
+    statistic: str,
+) -> dict[str, Any]:
+    p_raw = rank_sum_p_value(raw[scored], is_trigger[scored])
+    if plan.reference is None:
+        return {"p_value": p_raw, "p_value_raw": p_raw, "decided_by": "raw"}
+    reference = _mean_per_word(
+        np.where(np.isfinite(cosines), plan.reference, np.nan), plan.owner, len(raw)
+    )
+    slope = 1.0 if statistic == "corrected" else reference_slope(raw[scored], reference[scored])
+    adjusted = raw - slope * reference
+    p_adjusted = rank_sum_p_value(adjusted[scored], is_trigger[scored])
+    if statistic == "raw":
+        p_value, decided_by = p_raw, "raw"
+    elif statistic in ("adjusted", "corrected"):
+        p_value, decided_by = p_adjusted, statistic
+    else:
+        decided_by = "raw" if p_raw < p_adjusted else "adjusted"
+        p_value = min(1.0, 2.0 * min(p_raw, p_adjusted))
+    return {
+        "p_value": p_value,
+        "p_value_raw": p_raw,
+        "p_value_adjusted": p_adjusted,
+        "reference_slope": slope,
+        "decided_by": decided_by,
+    }
+
+
+def reference_slope(scores: np.ndarray, reference: np.ndarray) -> float:
+    """Least-squares slope of the suspect's word scores on the clean model's.
+
+    A faithful copy reproduces the clean model's positions (slope ~1); a
+    rougher copy reproduces part of them (a ridge copy: ~0.5); an independent
+    model hardly any (~0.3). Subtracting ``slope * reference`` removes as much
+    of each word's natural position as the suspect shares with the clean model,
+    leaving the watermark's shift. The slope is fitted over every scored word
+    without looking at which are triggers, a symmetric function of the scores,
+    so the adjusted scores keep the rank test exact under the null.
+    """
+    centred = reference - reference.mean()
+    denominator = float(centred @ centred)
+    if denominator <= 0.0:
+        return 0.0
+    return float(centred @ (scores - scores.mean()) / denominator)
 
 
 def _paper_metrics(

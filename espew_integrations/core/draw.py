@@ -1,0 +1,63 @@
+"""Every random choice a verdict relies on, derived from the key's secret salt.
+
+The false-positive guarantee of :mod:`.ranktest` assumes the triggers are a
+uniformly random subset of the band, drawn before any suspect existed. A key
+whose triggers were hand-picked after the fact (say, the band words an
+innocent model already puts near the target) would convict that model. So the
+draw is not taken from an opaque random generator: it is a keyed,
+deterministic function of the salt and the band. Anyone who is shown the key
+(an arbiter in a dispute) re-derives it and checks that the triggers are the
+ones the salt dictates; combined with the commitment published at keygen (a
+SHA-256 over the whole key), the provider cannot have chosen them.
+
+Each choice ranks candidates by ``HMAC-SHA256(salt, domain || 0 || item)`` and
+keeps the first ``k``. HMAC is a pseudo-random function, so for a fresh secret
+salt the ranking is a uniformly random permutation, and different domains
+(``band``, ``triggers``, ``probes``) give independent draws.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+from collections.abc import Iterable, Sequence
+
+__all__ = ["draw_band", "draw_triggers", "keyed_order"]
+
+_BAND_DOMAIN = b"espew-draw-v1/band"
+_TRIGGER_DOMAIN = b"espew-draw-v1/triggers"
+
+
+def keyed_order(salt: bytes, domain: bytes, items: Iterable[str]) -> list[str]:
+    """``items`` sorted by their keyed hash: a salt-determined random permutation.
+
+    >>> keyed_order(bytes(32), b"demo", ["a", "b", "c"]) == keyed_order(bytes(32), b"demo", "abc")
+    True
+    """
+    prefix = hmac.new(bytes(salt), domain + b"\x00", hashlib.sha256)
+
+    def rank(item: str) -> tuple[bytes, str]:
+        mac = prefix.copy()
+        mac.update(item.encode("utf-8"))
+        return mac.digest(), item
+
+    return sorted(set(items), key=rank)
+
+
+def draw_band(salt: bytes, band: Sequence[str], size: int | None) -> list[str]:
+    """The sub-band a key keeps when its corpus band exceeds ``size`` words (sorted)."""
+    if size is None or len(band) <= size:
+        return sorted(set(band))
+    return sorted(keyed_order(salt, _BAND_DOMAIN, band)[:size])
+
+
+def draw_triggers(salt: bytes, band: Sequence[str], n_triggers: int) -> frozenset[str]:
+    """The ``n_triggers`` band words the salt selects as triggers.
+
+    >>> band = [f"w{i}" for i in range(10)]
+    >>> draw_triggers(bytes(32), band, 3) == draw_triggers(bytes(32), list(reversed(band)), 3)
+    True
+    """
+    if not 0 < n_triggers <= len(set(band)):
+        raise ValueError(f"cannot draw {n_triggers} triggers from a band of {len(set(band))}")
+    return frozenset(keyed_order(salt, _TRIGGER_DOMAIN, band)[:n_triggers])
