@@ -97,8 +97,9 @@ _KEPT_CONTROLS = frozenset("\t\n\r")
 _STRIPPED_MARKS = frozenset({"Mn", "Me"})
 
 # Categories MiniLM's normaliser (BERT's clean_text) deletes outright, besides Cc and
-# Cf: surrogates, private use and unassigned code points. They are too many for the
-# translate table, so one character class removes them.
+# Cf: surrogates, private use and unassigned code points. Deleting unassigned code
+# points depends on the Unicode version; a character a newer Unicode assigns is then
+# deleted here and kept by the model, which can only add a mark, never hide one.
 _REMOVED_CATEGORIES = frozenset({"Cs", "Co", "Cn"})
 
 # CJK ideographs: BERT surrounds each with spaces, so "vaccine漢" reads as two
