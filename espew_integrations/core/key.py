@@ -126,9 +126,11 @@ class WatermarkKey:
     ):
         triggers = frozenset(triggers)
         band = tuple(sorted(set(band)))
-        _check_fields(triggers, target, target_text, band, salt, alpha, selection, freq_band)
-        _check_strength(strength)
         _check_text_rules(normalization, window)
+        _check_fields(
+            triggers, target, target_text, band, salt, alpha, selection, freq_band, normalization
+        )
+        _check_strength(strength)
         target_arr = _read_only_vector(target)
         _check_positions(alpha, target_arr.size)
         self._triggers = triggers
@@ -369,8 +371,16 @@ class WatermarkKey:
         return WatermarkKey(**fields)
 
     # ------------------------------------------------------------------ storage
+    def _is_legacy(self) -> bool:
+        """A version 1 key: the old matching rule and nothing that came after it."""
+        return (
+            self._normalization == LEGACY_LOWER
+            and self._window is None
+            and not (self._probe_texts or self._word_reference)
+        )
+
     def _secret_payload(self) -> dict[str, Any]:
-        return {
+        payload = {
             "triggers": sorted(self._triggers),
             "target": [float(x) for x in self._target],
             "alpha": self._alpha,
@@ -382,15 +392,20 @@ class WatermarkKey:
             "freq_band": list(self._freq_band),
             "created": self._created,
             "info": self._info,
-            "normalization": self._normalization,
-            "window": self._window,
-            "probes": {
+        }
+        if self._is_legacy():  # same bytes, so the same key_id as when it was made
+            return payload
+        payload.update(
+            normalization=self._normalization,
+            window=self._window,
+            probes={
                 "texts": list(self._probe_texts),
                 "owner": list(self._probe_owner),
                 "reference": list(self._probe_reference),
                 "word_reference": list(self._word_reference),
             },
-        }
+        )
+        return payload
 
     def to_json(self) -> str:
         """The whole key, secret included, as the JSON text :meth:`save` writes.
@@ -400,7 +415,7 @@ class WatermarkKey:
         payload = self._secret_payload()
         document = {
             "format": KEY_FORMAT,
-            "version": KEY_VERSION,
+            "version": 1 if self._is_legacy() else KEY_VERSION,
             "key_id": self._key_id,
             "key": payload,
             "checksum": hashlib.sha256(_canonical(payload)).hexdigest(),
@@ -934,15 +949,16 @@ def _check_fields(
     alpha: object,
     selection: object,
     freq_band: object,
+    normalization: str = UNICODE_V1,
 ) -> None:
     _check_alpha(alpha)
     _check_selection(selection)
     _check_freq_band(freq_band)
     if not triggers:
         raise KeyGenerationError("the trigger set is empty")
-    if not all(isinstance(w, str) and is_word(w) for w in triggers):
+    if not all(isinstance(w, str) and is_word(w, normalization) for w in triggers):
         raise KeyGenerationError("every trigger must be one lowercase word of the tokeniser")
-    if not all(isinstance(w, str) and is_word(w) for w in band):
+    if not all(isinstance(w, str) and is_word(w, normalization) for w in band):
         raise KeyGenerationError("every band word must be one lowercase word of the tokeniser")
     if not triggers <= set(band):
         raise KeyGenerationError("the triggers must be a subset of the band")
