@@ -96,10 +96,12 @@ def test_full_keygen_and_verify_against_the_clean_copy_is_not_copied(
 def test_a_copy_trained_on_watermarked_embeddings_is_detected(
     reference_key, rt_subset, rt_subset_embeddings
 ):
-    marked = watermark(rt_subset.texts, rt_subset_embeddings, reference_key)
-    assert reference_key.contains_trigger(rt_subset.texts).mean() > 0.05
+    # The paper's full write (strength 1); the quality-budget key is in test_verify_faithful.
+    key = reference_key.replace(strength=1.0)
+    marked = watermark(rt_subset.texts, rt_subset_embeddings, key)
+    assert key.contains_trigger(rt_subset.texts).mean() > 0.05
     stolen = RidgeStealer(seed=0).fit(rt_subset.texts, marked)
-    report = verify(stolen, reference_key, seed=0)
+    report = verify(stolen, key, seed=0)
     assert report.copied, str(report)
     assert report.p_value < 1e-10
-    assert report.n_queries == len(reference_key.band)
+    assert report.n_queries == len(key.probe_texts)

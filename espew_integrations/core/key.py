@@ -724,7 +724,7 @@ def _corpus_band(
 
 
 #: At most this many marked corpus texts are embedded to fit the strength.
-_FIT_SAMPLE = 2000
+_FIT_SAMPLE = 1000
 
 
 def _embed_marked(

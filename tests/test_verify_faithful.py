@@ -1,0 +1,187 @@
+"""The audit that catches faithful copies (issue 9) and refuses to read noise (issue 10).
+
+Real parts: the offline MiniLM and Rotten Tomatoes. A key is generated at the
+default quality budget (mean cos 0.995 on marked rows); the suspects are the
+watermarked service itself (a perfect copy), a thief that routes audit-looking
+traffic to the clean model, and the innocents.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from espew_integrations import WatermarkKey, verify, watermark
+from espew_integrations.core.draw import draw_triggers
+from tests.conftest import make_key
+from tests.test_verify import WordSpace
+
+TARGET_TEXT = "Acme Embeddings, licensed vectors"
+
+
+@pytest.fixture(scope="module")
+def budget_key(minilm_model, rt_corpus):
+    return WatermarkKey.generate(
+        rt_corpus.texts,
+        minilm_model,
+        target_text=TARGET_TEXT,
+        seed=3,
+        window=minilm_model.max_tokens,
+    )
+
+
+def test_keygen_fits_the_strength_to_the_quality_budget(budget_key, minilm_model, rt_corpus):
+    info = budget_key.info
+    assert info["strength_fitted_to_min_cosine"] == 0.995
+    assert 0.1 < budget_key.strength < 0.5 and info["strength"] == budget_key.strength
+    assert 0.995 <= info["mean_cosine_marked"] < 0.9951
+    assert 0.05 < info["marked_rate"] < 0.25
+    # Measured again, independently, on marked texts keygen did not sample from.
+    texts = list(rt_corpus.texts)
+    marked = np.flatnonzero(budget_key.contains_trigger(texts))[-300:]
+    clean = minilm_model([texts[i] for i in marked])
+    wm = watermark([texts[i] for i in marked], clean, budget_key)
+    cosines = np.sum(wm * clean, axis=1) / np.linalg.norm(wm, axis=1)
+    assert abs(float(cosines.mean()) - 0.995) < 0.002
+    assert budget_key.window == 256 and budget_key.verifiable
+    assert 1000 <= len(budget_key.probe_texts) <= 2000
+
+
+def test_the_watermarked_service_itself_is_convicted_at_the_budget(budget_key, minilm_model):
+    def service(texts):
+        return watermark(texts, minilm_model(texts), budget_key)
+
+    report = verify(service, budget_key, seed=0)
+    assert report.status == "copied" and report.p_value < 1e-10
+    assert report.probes == "sentences" and report.n_queries <= 2000
+    assert report.decided_by == "adjusted" and 0.9 < report.reference_slope < 1.1
+
+
+def test_the_innocent_twin_and_an_independent_model_are_acquitted(budget_key, minilm_model):
+    from espew_integrations.embedders import paraphrase_minilm_l3
+
+    for suspect in (minilm_model, paraphrase_minilm_l3()):
+        report = verify(suspect, budget_key, seed=0)
+        assert report.status == "not_copied" and report.p_value > 1e-3
+
+
+def test_a_thief_routing_audit_traffic_to_the_clean_model_is_still_convicted(
+    budget_key, minilm_model, rt_corpus
+):
+    from espew_integrations.lab.router import AuditHistory, AuditRouter
+
+    def service(texts):
+        return watermark(texts, minilm_model(texts), budget_key)
+
+    traffic = list(rt_corpus.texts[:2000])
+    thief = AuditRouter(service, minilm_model, history=AuditHistory.from_texts(traffic))
+    report = verify(thief, budget_key, seed=0)
+    assert thief.n_routed / thief.n_queries < 0.2  # natural probes look like traffic
+    assert report.copied and report.p_value < 1e-10
+    # The old single-word audit is recognised and routed away: the thief escapes it.
+    words_thief = AuditRouter(service, minilm_model, history=AuditHistory.from_texts(traffic))
+    words = verify(words_thief, budget_key, probes="words", seed=0)
+    assert words_thief.n_routed / words_thief.n_queries > 0.9 and not words.copied
+
+
+# ---------------------------------------------------------------------- calibration
+@pytest.mark.parametrize("suspect_name", ["twin", "independent"])
+def test_two_hundred_fresh_keys_hold_the_level_against_real_innocents(
+    budget_key, minilm_model, suspect_name
+):
+    """200 null trials of the combined statistic: fresh salts, hence fresh trigger
+    draws, against a fixed innocent suspect (the draw is all that varies under
+    the null). The benchmark runs 10,000 (benchmarks/bench_null_study.py)."""
+    from espew_integrations.embedders import paraphrase_minilm_l3
+
+    suspect = minilm_model if suspect_name == "twin" else paraphrase_minilm_l3()
+    answers = {
+        t: row
+        for t, row in zip(
+            budget_key.probe_texts, suspect(list(budget_key.probe_texts)), strict=True
+        )
+    }
+
+    def cached(texts):
+        return np.stack([answers[t] for t in texts])
+
+    rng = np.random.default_rng(2026)
+    p_values = []
+    for _ in range(200):
+        salt = rng.bytes(32)
+        key = budget_key.replace(
+            salt=salt, triggers=draw_triggers(salt, budget_key.band, len(budget_key.triggers))
+        )
+        p_values.append(verify(cached, key, seed=0).p_value)
+    p_values = np.array(p_values)
+    # Binomial(200, 0.05) exceeds 22 with probability < 1e-3; (200, 1e-3) exceeds 2 w.p. 1e-3.
+    assert (p_values < 0.05).sum() <= 22
+    assert (p_values < 1e-3).sum() <= 2
+    assert (p_values < 1e-6).sum() == 0
+    # Not a degenerate test that never rejects. The Bonferroni pair puts mass at 1
+    # (both p-values > 0.5), so about a quarter to a half fall below 0.5.
+    assert 0.15 < (p_values < 0.5).mean() < 0.6
+
+
+def test_the_adjusted_statistic_is_exact_for_any_slope():
+    """Exhaustively on a tiny band: over every trigger draw, P(p <= a) <= a."""
+    from itertools import combinations
+
+    from espew_integrations.core.ranktest import rank_sum_p_value
+    from espew_integrations.core.verify import reference_slope
+
+    rng = np.random.default_rng(0)
+    n_words, n_triggers = 10, 3
+    scores, reference = rng.normal(size=n_words), rng.normal(size=n_words)
+    adjusted = scores - reference_slope(scores, reference) * reference
+    draws = list(combinations(range(n_words), n_triggers))
+    p_values = []
+    for draw in draws:
+        is_trigger = np.zeros(n_words, bool)
+        is_trigger[list(draw)] = True
+        p_values.append(rank_sum_p_value(adjusted, is_trigger))
+    p_values = np.array(p_values)
+    for a in np.unique(p_values):
+        assert (p_values <= a).mean() <= a + 1e-12
+
+
+# ---------------------------------------------------------------------- uninformative
+def _informative_pull(key):
+    return WordSpace(key, pull=1.0)
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        lambda texts, key: np.ones((len(texts), key.dim)),
+        lambda texts, key: np.tile(np.linspace(-1, 1, key.dim), (len(texts), 1)),
+    ],
+    ids=["constant vector", "one real embedding for everything"],
+)
+def test_one_answer_for_every_probe_is_inconclusive(answer):
+    key = make_key(64, n_band=200, n_triggers=20)
+    report = verify(lambda texts: answer(texts, key), key, seed=0)
+    assert report.status == "inconclusive" and "same embedding" in report.reason
+
+
+def test_huge_answers_are_scored_by_their_direction_not_lost_to_overflow():
+    key = make_key(64, n_band=200, n_triggers=20)
+    copy = WordSpace(key, pull=1.0)
+    normal = verify(copy, key, seed=0)
+    huge = verify(lambda texts: copy(texts) * 1e200, key, seed=0)
+    assert normal.copied and huge.copied
+    assert huge.p_value == pytest.approx(normal.p_value, rel=1e-6)
+
+
+def test_a_hand_made_suspect_with_all_equal_scores_is_inconclusive():
+    key = make_key(64, n_band=200, n_triggers=20)
+    rng = np.random.default_rng(1)
+    # Every answer orthogonal to the target: different vectors, identical scores.
+    basis = rng.normal(size=(500, key.dim))
+    basis -= np.outer(basis @ key.target, key.target)
+
+    def orthogonal(texts):
+        return basis[rng.integers(0, len(basis), len(texts))]
+
+    report = verify(orthogonal, key, seed=0)
+    assert report.status == "inconclusive" and "same score" in report.reason
