@@ -7,7 +7,15 @@ Exit codes (stable, for scripts and CI):
 - 2: inconclusive, no verdict could be reached (endpoint faults, too few answers);
 - 3: usage error (bad arguments, missing or corrupt files, unknown specs).
 
-A crash therefore never reads as a verdict. Commands register themselves with
+A crash therefore never reads as a verdict. Files are handled so that nothing is
+lost or clobbered silently: ``--report-dir`` is checked (a real, writable
+directory, no planted symlinks, no earlier evidence unless ``--force``) before
+the first query is sent, and ``--out`` files are written atomically and never
+replace an existing file without ``--force``. Nothing ``espew`` prints quotes
+the value of ``ESPEW_KEY`` or of any variable named by ``--key env:VAR`` /
+``--api-key-env``: such values are withheld from every message and traceback.
+
+Commands register themselves with
 ``set_defaults(func=callable(args) -> int)``; the robustness lab adds its own
 (``lab``, ``tune``) through :func:`espew_integrations.lab.cli.add_commands`.
 
@@ -32,13 +40,15 @@ import argparse
 import csv
 import importlib
 import importlib.util
+import inspect
 import json
 import os
 import sys
+import tempfile
 import traceback
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import numpy as np
 
@@ -62,6 +72,8 @@ EXIT_USAGE = 3
 _EXIT_BY_STATUS = {"not_copied": EXIT_NOT_COPIED, "copied": EXIT_COPIED}
 
 BUNDLED_CORPORA = ("rotten_tomatoes", "health_tweets")
+DEFAULT_KEY_VARIABLE = "ESPEW_KEY"
+_FRAGMENT_CHARS = 16  # a quoted piece of a secret this long withholds the line
 NAMED_EMBEDDERS = ("minilm", "paraphrase-minilm-l3")
 
 
@@ -246,6 +258,156 @@ def _counting(embed: Callable[[list[str]], Any], bar: Any) -> Callable[[list[str
     return wrapped
 
 
+# ---------------------------------------------------------------------- files
+def _prepare_report_dir(directory: str | os.PathLike[str], *, force: bool) -> Path:
+    """Create and check the evidence directory; raises ``UsageError`` when unusable.
+
+    Why before the audit: a directory that cannot be written used to be found
+    only after the whole query budget was spent, and the verdict was lost.
+    The directory itself must not be a symlink, nor may any evidence file in
+    it be one (a planted link would redirect the write); earlier evidence is
+    replaced only with ``force``.
+    """
+    from .evidence import evidence_paths
+
+    path = Path(directory)
+    if path.is_symlink():
+        raise UsageError(f"--report-dir {path} is a symbolic link; give a real directory")
+    if path.exists() and not path.is_dir():
+        raise UsageError(f"--report-dir {path} exists and is not a directory")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UsageError(f"cannot create --report-dir {path}: {exc.strerror or exc}") from None
+    _check_writable(path, "--report-dir")
+    for file in evidence_paths(path).values():
+        if file.is_symlink():
+            raise UsageError(
+                f"{file} is a symbolic link; evidence is never written through a link "
+                "(remove it, or choose another --report-dir)"
+            )
+        if file.exists() and not file.is_file():
+            raise UsageError(f"{file} exists and is not a file")
+        if file.exists() and not force:
+            raise UsageError(
+                f"{file} already exists; pass --force to replace the evidence in {path}"
+            )
+    return path
+
+
+def _check_writable(directory: Path, flag: str) -> None:
+    """Create and remove a file in ``directory``: the only test that also holds for root."""
+    try:
+        handle, probe = tempfile.mkstemp(prefix=".espew-write-check-", dir=directory)
+    except OSError as exc:
+        raise UsageError(f"cannot write into {flag} {directory}: {exc.strerror or exc}") from None
+    os.close(handle)
+    os.unlink(probe)
+
+
+def _prepare_out_file(out: Path, *, force: bool) -> None:
+    """Refuse an existing ``--out`` without ``force``; make sure its directory is writable.
+
+    Checked before any work, so a bad path costs nothing.
+    """
+    if (out.exists() or out.is_symlink()) and not force:
+        raise UsageError(f"{out} already exists; pass --force to replace it")
+    if out.is_dir() and not out.is_symlink():
+        raise UsageError(f"--out {out} is a directory")
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UsageError(f"cannot create {out.parent}: {exc.strerror or exc}") from None
+    _check_writable(out.parent, "the directory of --out")
+
+
+def _write_atomically(out: Path, write: Callable[[IO[bytes]], None], *, force: bool) -> None:
+    """Write ``out`` through a temporary file in its directory, then move it in place.
+
+    A crash never leaves half a file. With ``force`` the move replaces what is
+    there (a symlink is replaced, never followed); without it the file is
+    linked in only if the name is still free, so a file that appeared while
+    ``espew`` worked is not clobbered either.
+    """
+    handle, temporary = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent)
+    try:
+        with os.fdopen(handle, "wb") as stream:
+            write(stream)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(temporary, 0o666 & ~umask)
+        if force:
+            os.replace(temporary, out)
+            return
+        try:
+            os.link(temporary, out)
+        except FileExistsError:
+            raise UsageError(f"{out} already exists; pass --force to replace it") from None
+        except OSError:  # a file system without hard links
+            if out.exists() or out.is_symlink():
+                raise UsageError(f"{out} already exists; pass --force to replace it") from None
+            os.replace(temporary, out)
+    finally:
+        if os.path.lexists(temporary):
+            os.unlink(temporary)
+
+
+# ---------------------------------------------------------------------- secrets in messages
+def _secret_values(args: argparse.Namespace | None) -> dict[str, str]:
+    """The environment values ``espew`` must never print: ESPEW_KEY and the named variables."""
+    names = {DEFAULT_KEY_VARIABLE}
+    if args is not None:
+        key = getattr(args, "key", None)
+        if isinstance(key, str) and key.startswith("env:"):
+            names.add(key[4:] or DEFAULT_KEY_VARIABLE)
+        for attribute in ("api_key_env", "upstream_api_key_env"):
+            variable = getattr(args, attribute, None)
+            if variable:
+                names.add(variable)
+    return {name: os.environ[name] for name in sorted(names) if os.environ.get(name)}
+
+
+def _scrub(text: str, secrets: dict[str, str]) -> str:
+    """``text`` with every secret value withheld.
+
+    A whole value (as is, stripped, or escaped as repr/JSON would) becomes
+    ``<value of $VAR>``; then any run of text that copies 16 or more
+    consecutive characters of a value (a truncated, re-indented or
+    re-encoded copy, over several lines too) becomes ``<part of $VAR
+    withheld>``.
+    """
+    for name, value in secrets.items():
+        forms = {value, value.strip(), repr(value)[1:-1], json.dumps(value)[1:-1]}
+        for form in sorted((f for f in forms if len(f) >= 4), key=len, reverse=True):
+            text = text.replace(form, f"<value of ${name}>")
+        text = _withhold_pieces(text, value, name)
+    return text
+
+
+def _withhold_pieces(text: str, value: str, name: str) -> str:
+    size = _FRAGMENT_CHARS
+    if len(text) < size or len(value) < size:
+        return text
+    pieces = set()
+    for form in {value, repr(value)[1:-1], json.dumps(value)[1:-1]}:
+        pieces.update(form[i : i + size] for i in range(len(form) - size + 1))
+    spans: list[list[int]] = []
+    for i in range(len(text) - size + 1):
+        if text[i : i + size] in pieces:
+            if spans and i <= spans[-1][1]:
+                spans[-1][1] = i + size
+            else:
+                spans.append([i, i + size])
+    if not spans:
+        return text
+    parts, last = [], 0
+    for begin, end in spans:
+        parts += [text[last:begin], f"<part of ${name} withheld>"]
+        last = end
+    parts.append(text[last:])
+    return "".join(parts)
+
+
 # ---------------------------------------------------------------------- commands
 def _cmd_keygen(args: argparse.Namespace) -> int:
     from .core.key import WatermarkKey
@@ -299,6 +461,7 @@ def _cmd_embed(args: argparse.Namespace) -> int:
     out = Path(args.out)
     if out.suffix.lower() not in (".npy", ".jsonl"):
         raise UsageError(f"--out must end in .npy or .jsonl, got {out.name}")
+    _prepare_out_file(out, force=args.force)
     key = load_key(args.key)
     texts = read_texts(args.input, column=args.text_column)
     embed, name = resolve_embedder(args.embedder, endpoint_options=_endpoint_options(args))
@@ -309,14 +472,16 @@ def _cmd_embed(args: argparse.Namespace) -> int:
             parts.append(watermark(batch, np.asarray(embed(batch)), key))
             bar.update(len(batch))
     marked = np.concatenate(parts)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    if out.suffix.lower() == ".npy":
-        np.save(out, marked)
-    else:
-        with out.open("w", encoding="utf-8") as handle:
-            for i, (text, row) in enumerate(zip(texts, marked, strict=True)):
-                record = {"index": i, "text": text, "embedding": row.tolist()}
-                handle.write(json.dumps(record) + "\n")
+
+    def write(stream: IO[bytes]) -> None:
+        if out.suffix.lower() == ".npy":
+            np.save(stream, marked)
+            return
+        for i, (text, row) in enumerate(zip(texts, marked, strict=True)):
+            record = {"index": i, "text": text, "embedding": row.tolist()}
+            stream.write((json.dumps(record) + "\n").encode("utf-8"))
+
+    _write_atomically(out, write, force=args.force)
     print(f"wrote {marked.shape[0]} embeddings of dimension {marked.shape[1]} to {out}")
     return 0
 
@@ -333,6 +498,8 @@ def _cmd_verify(args: argparse.Namespace) -> int:
         )
     if not 0.0 < args.level < 1.0:
         raise UsageError(f"--level must be in (0, 1), got {args.level}")
+    if args.report_dir:
+        _prepare_report_dir(args.report_dir, force=args.force)
     suspect, name = resolve_embedder(args.suspect, endpoint_options=_endpoint_options(args))
     if args.target == "query":
         print(
@@ -361,20 +528,40 @@ def _cmd_verify(args: argparse.Namespace) -> int:
         print(report)
     if report.status == "inconclusive" and report.errors:
         print("first errors from the suspect:", file=sys.stderr)
+        secrets = _secret_values(args)
         for error in report.errors[:5]:
-            print(f"  {error}", file=sys.stderr)
+            print(f"  {_scrub(str(error), secrets)}", file=sys.stderr)
     if args.report_dir:
-        from .evidence import evidence_paths
-
-        report.save(args.report_dir)
-        written = [str(p) for p in evidence_paths(args.report_dir).values() if p.exists()]
-        print(f"evidence written: {', '.join(written)}", file=sys.stderr)
+        written = _save_evidence(report, args.report_dir, force=args.force)
+        print(f"evidence written: {', '.join(str(p) for p in written)}", file=sys.stderr)
     return _EXIT_BY_STATUS.get(report.status, EXIT_INCONCLUSIVE)
 
 
-def _cmd_serve(args: argparse.Namespace) -> int:
-    from .http.server import create_app, serve
+def _save_evidence(report: Any, directory: str, *, force: bool) -> list[Path]:
+    """Write the evidence; ``force`` reaches ``save_evidence`` when it takes one."""
+    from .evidence import save_evidence
 
+    options: dict[str, Any] = {}
+    if "force" in inspect.signature(save_evidence).parameters:
+        options["force"] = force
+    try:
+        written = save_evidence(report, directory, **options)
+    except (OSError, ValueError) as exc:
+        raise UsageError(
+            f"the verdict above stands, but its evidence could not be written: {exc}"
+        ) from None
+    return [Path(p) for p in written.values()]
+
+
+def _cmd_serve(args: argparse.Namespace) -> int:
+    from .http import server
+
+    # Everything is checked before anything listens, so a bad setting is one
+    # clear message and exit 3, never a server that fails every request.
+    try:
+        log_level = server.check_serve_settings(port=args.port, log_level=args.log_level)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
     key = load_key(args.key) if args.key else None
     options = _endpoint_options(args)
     options["api_key_env"] = args.upstream_api_key_env
@@ -385,8 +572,19 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         if not api_key:
             raise UsageError(f"environment variable {args.api_key_env} (--api-key-env) is not set")
     model_name = args.model_name or name
-    app = create_app(
-        embed, key=key, model_name=model_name, api_key=api_key, max_inputs=args.max_inputs
+    if key is not None:
+        try:
+            server.check_embedder(embed, key)
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
+    app = server.create_app(
+        embed,
+        key=key,
+        model_name=model_name,
+        api_key=api_key,
+        max_inputs=args.max_inputs,
+        max_request_chars=args.max_request_chars,
+        body_timeout=args.body_timeout,
     )
     mark = f"watermarked with key {key.key_id}" if key is not None else "WITHOUT watermark"
 
@@ -397,11 +595,11 @@ def _cmd_serve(args: argparse.Namespace) -> int:
             flush=True,
         )
 
-    serve(
+    server.serve(
         app,
         host=args.host,
         port=args.port,
-        log_level=args.log_level,
+        log_level=log_level,
         access_log=args.access_log,
         on_ready=announce,
     )
@@ -507,8 +705,41 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _port(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid int value: {text!r}") from None
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(
+            f"must be from 0 to 65535 (0 picks a free port), got {value}"
+        )
+    return value
+
+
+def _positive_seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid number of seconds: {text!r}") from None
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {text}")
+    return value
+
+
+def _log_level(text: str) -> str:
+    from .http.server import LOG_LEVELS
+
+    level = text.lower()
+    if level not in LOG_LEVELS:
+        raise argparse.ArgumentTypeError(f"must be one of {', '.join(LOG_LEVELS)}, got {text!r}")
+    return level
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The ``espew`` argument parser, with the lab's commands when installed."""
+    from .http.server import DEFAULT_BODY_TIMEOUT, DEFAULT_MAX_REQUEST_CHARS
+
     parser = _Parser(
         prog="espew",
         description="ESpeW copyright watermarks for embedding services.",
@@ -551,7 +782,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     keygen.add_argument("--seed", type=int, default=None, help="experiments only")
     keygen.add_argument("--text-column", default=None, help="CSV column / JSONL field")
-    keygen.add_argument("--overwrite", action="store_true")
+    keygen.add_argument(
+        "--overwrite", "--force", action="store_true", help="replace an existing --out key file"
+    )
     keygen.add_argument("--api-key-env", metavar="VAR", help="API key for an openai: embedder")
     keygen.add_argument("--no-progress", action="store_true")
     keygen.set_defaults(func=_cmd_keygen)
@@ -565,6 +798,9 @@ def build_parser() -> argparse.ArgumentParser:
     embed.add_argument("--key", default="env:ESPEW_KEY", help="key file or env:VAR")
     embed.add_argument("--input", required=True, help=".txt, .csv or .jsonl file of texts")
     embed.add_argument("--out", required=True, help="output .npy or .jsonl")
+    embed.add_argument(
+        "--force", action="store_true", help="replace --out if it exists (never done otherwise)"
+    )
     embed.add_argument("--embedder", default="minilm", help="embedder spec (default minilm)")
     embed.add_argument("--batch-size", type=_positive_int, default=64)
     embed.add_argument("--text-column", default=None, help="CSV column / JSONL field")
@@ -588,7 +824,14 @@ def build_parser() -> argparse.ArgumentParser:
         "of the target text (discloses the target text to the suspect)",
     )
     verify.add_argument("--level", type=float, default=1e-6, help="false-positive rate")
-    verify.add_argument("--report-dir", default=None, help="write the evidence here")
+    verify.add_argument(
+        "--report-dir",
+        default=None,
+        help="write the evidence here (checked before the first query)",
+    )
+    verify.add_argument(
+        "--force", action="store_true", help="replace evidence already in --report-dir"
+    )
     verify.add_argument("--batch-size", type=_positive_int, default=64)
     verify.add_argument("--min-coverage", type=float, default=0.9)
     verify.add_argument("--seed", type=int, default=None, help="probe shuffle seed")
@@ -606,7 +849,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--embedder", default="minilm", help="embedder spec (default minilm)")
     serve.add_argument("--key", default=None, help="watermark with this key (file or env:VAR)")
     serve.add_argument("--host", default="127.0.0.1")
-    serve.add_argument("--port", type=int, default=8000, help="0 picks a free port")
+    serve.add_argument("--port", type=_port, default=8000, help="0 picks a free port")
     serve.add_argument("--model-name", default=None, help="model id clients must send")
     serve.add_argument(
         "--api-key-env", metavar="VAR", help="require clients to send the key held in $VAR"
@@ -615,7 +858,25 @@ def build_parser() -> argparse.ArgumentParser:
         "--upstream-api-key-env", metavar="VAR", help="API key for an openai: embedder"
     )
     serve.add_argument("--max-inputs", type=_positive_int, default=2048)
-    serve.add_argument("--log-level", default="warning")
+    serve.add_argument(
+        "--max-request-chars",
+        type=_positive_int,
+        default=DEFAULT_MAX_REQUEST_CHARS,
+        metavar="N",
+        help="refuse (413) a request whose texts have more than N characters in all "
+        f"(default {DEFAULT_MAX_REQUEST_CHARS:,}: bounds the model time one request takes)",
+    )
+    serve.add_argument(
+        "--body-timeout",
+        type=_positive_seconds,
+        default=DEFAULT_BODY_TIMEOUT,
+        metavar="SECONDS",
+        help="drop a request whose body has not fully arrived after SECONDS "
+        f"(default {DEFAULT_BODY_TIMEOUT:g})",
+    )
+    serve.add_argument(
+        "--log-level", type=_log_level, default="warning", help="critical ... debug, trace"
+    )
     serve.add_argument("--access-log", action="store_true")
     _add_endpoint_flags(serve, verify=False)
     serve.set_defaults(func=_cmd_serve, batch_size=64)
@@ -650,20 +911,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     if func is None:
         parser.print_help(sys.stderr)
         return EXIT_USAGE
+    # Read once: the values every printed message is scrubbed of.
+    secrets = _secret_values(args)
     try:
         return int(func(args))
     except KeyboardInterrupt:
         return 130
-    except UsageError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return EXIT_USAGE
-    except (ValueError, OSError, ImportError) as exc:
+    except (UsageError, ValueError, OSError, ImportError) as exc:
         # ESpeW's input errors (KeyFileError, KeyGenerationError...) are ValueErrors.
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"error: {_scrub(str(exc), secrets)}", file=sys.stderr)
         return EXIT_USAGE
-    except Exception:
+    except Exception as exc:
         # A bug must not read as a verdict: report it, exit as a failed run.
-        traceback.print_exc()
+        shown = "".join(traceback.format_exception(exc))
+        print(_scrub(shown, secrets), end="", file=sys.stderr)
         print("error: unexpected failure (above); no verdict", file=sys.stderr)
         return EXIT_USAGE
 

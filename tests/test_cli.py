@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import socket
 import stat
 import subprocess
@@ -179,11 +180,8 @@ def test_verify_exit_code_is_1_for_a_copy_and_evidence_is_written(
     )
     assert code == EXIT_COPIED
     assert "COPIED" in capsys.readouterr().out
-    assert sorted(p.name for p in evidence.iterdir()) == [
-        "report.json",
-        "scores.png",
-        "summary.md",
-    ]
+    names = {p.name for p in evidence.iterdir()}
+    assert {"report.json", "summary.md"} <= names <= {"report.json", "summary.md", "scores.png"}
     assert json.loads((evidence / "report.json").read_text())["status"] == "copied"
 
 
@@ -328,3 +326,250 @@ def test_lab_commands_are_added_through_add_commands(monkeypatch):
     assert main(["lab", "--config", "smoke.yaml"]) == 0
     assert calls == ["smoke.yaml"]
     assert main(["lab"]) == EXIT_USAGE  # its argparse errors exit 3 too
+
+
+# ---------------------------------------------------------------------- evidence and output files
+@pytest.fixture
+def counting_suspect(tmp_path) -> tuple[str, Path]:
+    """A clean suspect that logs every batch it is asked, to prove no query was sent."""
+    log = tmp_path / "queries.log"
+    module = tmp_path / "counting.py"
+    module.write_text(
+        "from espew_integrations.embedders import minilm\n"
+        f"_LOG = {str(log)!r}\n"
+        "def suspect(texts):\n"
+        "    with open(_LOG, 'a') as handle:\n"
+        "        handle.write(f'{len(texts)}\\n')\n"
+        "    return minilm()(texts)\n"
+    )
+    return f"{module}:suspect", log
+
+
+def _planted_link(tmp_path: Path) -> tuple[Path, list[str]]:
+    evidence = tmp_path / "evidence"
+    evidence.mkdir()
+    (tmp_path / "precious.txt").write_text("do not touch")
+    (evidence / "report.json").symlink_to(tmp_path / "precious.txt")
+    return evidence, ["--force"]
+
+
+def _linked_dir(tmp_path: Path) -> tuple[Path, list[str]]:
+    real = tmp_path / "real"
+    real.mkdir()
+    (tmp_path / "link").symlink_to(real, target_is_directory=True)
+    return tmp_path / "link", []
+
+
+def _a_file(tmp_path: Path) -> tuple[Path, list[str]]:
+    (tmp_path / "evidence").write_text("a file")
+    return tmp_path / "evidence", []
+
+
+def _under_a_file(tmp_path: Path) -> tuple[Path, list[str]]:
+    (tmp_path / "blocker").write_text("a file")
+    return tmp_path / "blocker" / "evidence", []
+
+
+def _earlier_evidence(tmp_path: Path) -> tuple[Path, list[str]]:
+    evidence = tmp_path / "evidence"
+    evidence.mkdir()
+    (evidence / "summary.md").write_text("an earlier audit")
+    return evidence, []
+
+
+@pytest.mark.parametrize(
+    ("setup", "message"),
+    [
+        (_planted_link, "report.json is a symbolic link"),
+        (_linked_dir, "is a symbolic link; give a real directory"),
+        (_a_file, "exists and is not a directory"),
+        (_under_a_file, "cannot create --report-dir"),
+        (_earlier_evidence, "summary.md already exists; pass --force"),
+    ],
+    ids=["planted-link", "linked-dir", "a-file", "under-a-file", "earlier-evidence"],
+)
+def test_a_bad_report_dir_is_refused_before_the_first_query(
+    key_path, counting_suspect, tmp_path, capsys, setup, message
+):
+    """Before: the directory was first touched after the whole query budget was spent."""
+    suspect, log = counting_suspect
+    directory, extra = setup(tmp_path)
+    argv = ["verify", "--key", str(key_path), "--suspect", suspect, "--report-dir", str(directory)]
+    assert main([*argv, *extra]) == EXIT_USAGE
+    assert message in capsys.readouterr().err
+    assert not log.exists(), "the suspect was queried although the evidence could not be saved"
+    if (tmp_path / "precious.txt").exists():
+        assert (tmp_path / "precious.txt").read_text() == "do not touch"
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes into read-only directories")
+def test_an_unwritable_report_dir_is_refused_before_the_first_query(
+    key_path, counting_suspect, tmp_path, capsys
+):
+    suspect, log = counting_suspect
+    locked = tmp_path / "locked"
+    locked.mkdir(mode=0o500)
+    argv = ["verify", "--key", str(key_path), "--suspect", suspect, "--report-dir", str(locked)]
+    assert main(argv) == EXIT_USAGE
+    assert "cannot write into --report-dir" in capsys.readouterr().err
+    assert not log.exists()
+
+
+def test_evidence_is_replaced_only_with_force(key_path, counting_suspect, tmp_path, capsys):
+    suspect, log = counting_suspect
+    evidence = tmp_path / "evidence"
+    argv = ["verify", "--key", str(key_path), "--suspect", suspect, "--report-dir", str(evidence)]
+    assert main([*argv, "--seed", "0"]) == EXIT_NOT_COPIED
+    first = (evidence / "report.json").read_text()
+    batches = log.read_text()
+    assert main([*argv, "--seed", "1"]) == EXIT_USAGE
+    assert "already exists; pass --force" in capsys.readouterr().err
+    assert log.read_text() == batches, "queried although the evidence could not be saved"
+    assert (evidence / "report.json").read_text() == first
+    assert main([*argv, "--seed", "1", "--force"]) == EXIT_NOT_COPIED
+    assert (evidence / "report.json").read_text() != first
+
+
+def test_embed_replaces_an_existing_out_only_with_force(tmp_path, key_path, capsys):
+    source = tmp_path / "texts.txt"
+    source.write_text("hello there\ngeneral kenobi\n")
+    out = tmp_path / "m.npy"
+    out.write_bytes(b"earlier results")
+    argv = ["embed", "--key", str(key_path), "--input", str(source), "--out", str(out)]
+    assert main(argv) == EXIT_USAGE
+    assert "m.npy already exists; pass --force" in capsys.readouterr().err
+    assert out.read_bytes() == b"earlier results"
+    assert main([*argv, "--force"]) == 0
+    assert np.load(out).shape == (2, 384)
+    assert [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")] == []
+
+
+def test_embed_with_force_replaces_a_symlinked_out_instead_of_writing_through_it(
+    tmp_path, key_path
+):
+    source = tmp_path / "texts.txt"
+    source.write_text("hello there\n")
+    precious = tmp_path / "precious.txt"
+    precious.write_text("do not touch")
+    out = tmp_path / "m.jsonl"
+    out.symlink_to(precious)
+    argv = ["embed", "--key", str(key_path), "--input", str(source), "--out", str(out)]
+    assert main(argv) == EXIT_USAGE
+    assert main([*argv, "--force"]) == 0
+    assert precious.read_text() == "do not touch"
+    assert not out.is_symlink() and json.loads(out.read_text())["text"] == "hello there"
+
+
+def test_keygen_takes_force_like_the_other_commands():
+    args = build_parser().parse_args(
+        ["keygen", "--corpus", "c", "--target-text", "t", "--out", "k", "--force"]
+    )
+    assert args.overwrite is True
+
+
+# ---------------------------------------------------------------------- serve startup checks
+@pytest.fixture
+def no_listening(monkeypatch) -> list[dict]:
+    """Replace the real serve(): records what would have been served instead of listening."""
+    from espew_integrations.http import server
+
+    calls: list[dict] = []
+    monkeypatch.setattr(server, "serve", lambda app, **kwargs: calls.append(kwargs))
+    return calls
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--port", "70000"], "from 0 to 65535"),
+        (["--port", "-1"], "from 0 to 65535"),
+        (["--log-level", "foo"], "must be one of critical, error, warning"),
+        (["--body-timeout", "0"], "positive number of seconds"),
+        (["--max-request-chars", "0"], "must be >= 1"),
+    ],
+)
+def test_serve_refuses_bad_settings_before_listening(no_listening, capsys, extra, message):
+    """Before: port 70000 was a traceback; log level 'foo' crashed after 'listening'."""
+    assert main(["serve", "--embedder", "minilm", *extra]) == EXIT_USAGE
+    captured = capsys.readouterr()
+    assert message in captured.err and "Traceback" not in captured.err
+    assert no_listening == [] and "espew serve:" not in captured.out
+
+
+def test_serve_refuses_a_key_of_another_dimension_before_listening(
+    no_listening, key_path, tmp_path, capsys
+):
+    """Before: it started, then every request failed with a 500."""
+    module = tmp_path / "small_model.py"
+    module.write_text(
+        "import numpy as np\n"
+        "def embedder(texts):\n"
+        "    return np.ones((len(texts), 8), dtype=np.float32)\n"
+    )
+    argv = ["serve", "--embedder", f"{module}:embedder", "--key", str(key_path)]
+    assert main(argv) == EXIT_USAGE
+    captured = capsys.readouterr()
+    assert "is for 384-dimensional embeddings but this embedder returns 8-dimensional" in (
+        captured.err
+    )
+    assert no_listening == [] and "espew serve:" not in captured.out
+
+
+def test_serve_passes_checked_settings_and_limits(no_listening, key_path, capsys):
+    argv = ["serve", "--key", str(key_path), "--log-level", "INFO", "--port", "0"]
+    assert main([*argv, "--max-request-chars", "1234", "--body-timeout", "2.5"]) == 0
+    assert no_listening[0]["log_level"] == "info" and no_listening[0]["port"] == 0
+
+
+# ---------------------------------------------------------------------- secrets never printed
+def _secret_parts(key_path: Path) -> list[str]:
+    stored = json.loads(key_path.read_text())["key"]
+    quoted_triggers = [json.dumps(word) for word in stored["triggers"]]
+    return [
+        stored["salt"],
+        stored["target_text"],
+        json.dumps(stored["target"])[:40],
+        *quoted_triggers,
+    ]
+
+
+@pytest.mark.parametrize("encoding", ["quoted", "bom", "base64", "path-like"])
+def test_an_unreadable_espew_key_value_is_never_printed(key_path, monkeypatch, capsys, encoding):
+    """Before: the value went into an OSError message ('file not found: {...}'), printed whole."""
+    import base64
+
+    text = key_path.read_text()
+    value = {
+        "quoted": f'"{text}"',
+        "bom": "\ufeff" + text,
+        "base64": base64.b64encode(text.encode()).decode(),
+        "path-like": "/no/such/dir/" + "s3cr3t-p4th-" * 4,
+    }[encoding]
+    monkeypatch.setenv("ESPEW_KEY", value)
+    code = main(["verify", "--suspect", "minilm", "--no-progress"])
+    err = capsys.readouterr().err
+    if code != EXIT_USAGE:  # the key module may learn to read an encoded key
+        assert code in (EXIT_NOT_COPIED, EXIT_COPIED, EXIT_INCONCLUSIVE)
+    assert value not in err and value.strip() not in err
+    for i in range(0, max(len(value) - 16, 0) + 1, 8):
+        assert value[i : i + 16] not in err, f"a piece of $ESPEW_KEY was printed: {err[:300]}"
+    for part in _secret_parts(key_path):
+        assert part not in err
+
+
+def test_a_traceback_never_quotes_the_key_variable(key_path, tmp_path, monkeypatch, capsys):
+    """Defence in depth: even an unexpected failure's traceback is scrubbed."""
+    monkeypatch.setenv("MY_KEY_JSON", key_path.read_text())
+    module = tmp_path / "leaky.py"
+    module.write_text(
+        "import os\n"
+        "value = os.environ['MY_KEY_JSON']\n"
+        "raise RuntimeError('boom: ' + value[:200] + ' and whole: ' + value)\n"
+    )
+    code = main(["verify", "--key", "env:MY_KEY_JSON", "--suspect", f"{module}:x"])
+    err = capsys.readouterr().err
+    assert code == EXIT_USAGE
+    assert "unexpected failure" in err and "RuntimeError" in err
+    assert "$MY_KEY_JSON" in err and "boom: <part of $MY_KEY_JSON withheld>" in err
+    for part in _secret_parts(key_path):
+        assert part not in err
