@@ -140,6 +140,7 @@ def test_api_key_is_required_when_set(guarded_url):
     assert post(guarded_url, body).status_code == 401
     wrong = post(guarded_url, body, headers={"Authorization": "Bearer nope"})
     assert wrong.status_code == 401 and wrong.json()["error"]["code"] == "invalid_api_key"
+    assert wrong.headers["connection"] == "close"  # its body is never read
     assert API_KEY not in wrong.text
     ok = post(guarded_url, body, headers={"Authorization": f"Bearer {API_KEY}"})
     assert ok.status_code == 200

@@ -120,7 +120,7 @@ class _ClientGone(Exception):
     """The client hung up; there is nobody to answer."""
 
 
-def _error_response(error: _RequestError) -> Any:
+def _error_response(error: _RequestError, *, close: bool = False) -> Any:
     from starlette.responses import JSONResponse
 
     body = {
@@ -131,7 +131,8 @@ def _error_response(error: _RequestError) -> Any:
             "code": error.code,
         }
     }
-    headers = {"Connection": "close"} if isinstance(error, _BodyAbandoned) else None
+    abandoned = close or isinstance(error, _BodyAbandoned)
+    headers = {"Connection": "close"} if abandoned else None
     return JSONResponse(body, status_code=error.status, headers=headers)
 
 
@@ -243,12 +244,16 @@ def create_app(
         return parts[0] if len(parts) == 1 else np.concatenate(parts)
 
     async def embeddings(request: Request) -> Response:
+        body_read = False
         try:
             check_auth(request)
             raw = await _read_body(request, limits, anyio)
+            body_read = True
             texts, encoding, dimensions = _parse_request(raw, model_name, limits)
         except _RequestError as error:
-            return _error_response(error)
+            # Refused before its body was read (no or wrong API key): close
+            # rather than read and discard whatever the client still sends.
+            return _error_response(error, close=not body_read)
         except _ClientGone:
             return Response(status_code=499)  # nobody is there to read it
         try:
