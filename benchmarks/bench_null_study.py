@@ -4,26 +4,59 @@ Innocent suspects (none ever saw a watermark):
   - the clean MiniLM itself (the provider's own model, the hardest innocent case),
   - an extraction copy (hashed tf-idf + ridge) trained on CLEAN MiniLM embeddings,
   - paraphrase-MiniLM-L3, an independent model of the same dimension.
-Each fresh key draws 20 triggers uniformly from the band, over 50 target texts.
-The per-word scores of a suspect for one target are computed once and reused
-across trigger draws (valid because, under the null, the draw is independent of
-the suspect). For contrast, the paper's probe-level two-sided KS recipe (20
-backdoor and 20 benign 4-word sentences) is run on the clean copy with 300 keys.
 
-    python benchmarks/bench_null_study.py [--trials 10000] [--corpus rotten_tomatoes]
+Two studies, both against these three suspects:
+
+1. **The verdict of today's ``verify()``** (issue 9): one real key made by
+   ``WatermarkKey.generate`` on Rotten Tomatoes with the offline MiniLM, with its
+   natural-sentence probes and clean reference cosines. Each null trial is a
+   fresh salt, hence a fresh trigger draw (``draw_triggers``), against a fixed
+   suspect, exactly as ``key.replace(salt=..., triggers=draw_triggers(...))``
+   in tests/test_verify_faithful.py. Each suspect answers the ~1,600 probe texts
+   once; its raw and reference-adjusted word scores and the fitted slope are
+   computed once with verify's own functions (``_probe_cosines``,
+   ``_mean_per_word``, ``reference_slope``): none of them depends on the draw.
+   Each draw's p-values come from ``rank_sum_p_value`` itself, called once per
+   distinct rank sum (given the scores, the p-value is a function of the
+   triggers' rank sum alone). The raw, adjusted and combined
+   (``min(1, 2 min(p_raw, p_adj))``) p-values are counted separately, and the
+   first ``--verify-draws`` draws per suspect go through ``verify()`` itself,
+   which must give the same p-values exactly.
+2. **The paper's KS contrast and the single-word study** (as before): 50 target
+   texts, 20 triggers drawn uniformly from the band, single-word probes; the
+   paper's probe-level two-sided KS recipe (20 backdoor and 20 benign 4-word
+   sentences) on the clean copy with 300 keys.
+
+    python benchmarks/bench_null_study.py [--draws 10000] [--trials 10000] [--out docs/results/null]
+
+Writes ``table.md`` and ``results.json`` into ``--out`` (no key material:
+neither salts, triggers, target text nor target values).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
+import platform
+import sys
 import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
 
 import numpy as np
-from scipy.stats import ks_2samp
+from scipy.stats import beta, ks_2samp, rankdata
 
-from espew_integrations import WatermarkKey, build_probes, min_p_value
+from espew_integrations import WatermarkKey, build_probes, min_p_value, verify
 from espew_integrations.core.calibration import NullStudy, false_positive_summary, null_p_values
-from espew_integrations.core.verify import score_words
+from espew_integrations.core.draw import draw_triggers
+from espew_integrations.core.ranktest import rank_sum_p_value
+from espew_integrations.core.verify import (
+    _mean_per_word,
+    _probe_cosines,
+    reference_slope,
+    score_words,
+)
 from espew_integrations.corpora import health_tweets, load_corpus
 from espew_integrations.embedders import minilm, paraphrase_minilm_l3
 from espew_integrations.lab.cache import cached_embed
@@ -31,6 +64,14 @@ from espew_integrations.lab.stealers import RidgeStealer
 
 LEVELS = (1e-2, 1e-3, 1e-4, 1e-6)
 N_TARGETS = 50
+#: The issue's bar: observed / expected false positives at 1e-3, and none at 1e-6.
+MAX_RATIO_AT_1E3 = 1.5
+STATISTICS = ("raw", "adjusted", "combined")
+#: An experiment key (seeded, hence public by construction): the same recipe as the
+#: faithful-copy tests. Its target text is never printed or written out.
+AUDIT_KEY_SEED = 3
+AUDIT_TARGET_TEXT = "Acme Embeddings, licensed vectors"
+DRAW_SEED = 2026
 
 
 def unit(rows: np.ndarray) -> np.ndarray:
@@ -38,6 +79,33 @@ def unit(rows: np.ndarray) -> np.ndarray:
     return rows / np.linalg.norm(rows, axis=1, keepdims=True)
 
 
+class Memo:
+    """A suspect that computes each distinct text once; later calls read the memo.
+
+    The offline models encode one text at a time, so a memoised answer is the
+    answer the model would give again, bit for bit.
+    """
+
+    def __init__(self, embed: Callable[[list[str]], np.ndarray], rows: dict | None = None):
+        self.embed = embed
+        self.rows = dict(rows or {})
+        self.n_embedded = 0
+
+    def preload(self, texts: Sequence[str], rows: np.ndarray) -> Memo:
+        self.rows.update(zip(texts, rows, strict=True))
+        return self
+
+    def __call__(self, texts: Sequence[str]) -> np.ndarray:
+        texts = list(texts)
+        missing = list(dict.fromkeys(t for t in texts if t not in self.rows))
+        if missing:
+            answers = np.asarray(self.embed(missing))
+            self.rows.update(zip(missing, answers, strict=True))
+            self.n_embedded += len(missing)
+        return np.stack([self.rows[t] for t in texts])
+
+
+# ---------------------------------------------------------------------- single-word study (before)
 def word_level_study(suspect, band, targets, n_trials, rng) -> NullStudy:
     probes, owner = build_probes(band)
     answers = np.asarray(suspect(probes), dtype=np.float64)
@@ -64,55 +132,415 @@ def paper_ks_study(suspect, band, target, n_keys, rng) -> np.ndarray:
     return np.asarray(p_values)
 
 
+# ---------------------------------------------------------------------- the verdict of verify()
+def fresh_draws(key: WatermarkKey, n_draws: int, rng: np.random.Generator):
+    """``n_draws`` fresh salts and the band indices of the triggers each one draws."""
+    position = {word: i for i, word in enumerate(key.band)}
+    n_triggers = len(key.triggers)
+    salts, indices = [], np.empty((n_draws, n_triggers), dtype=np.int64)
+    for d in range(n_draws):
+        salt = rng.bytes(32)
+        salts.append(salt)
+        indices[d] = sorted(position[w] for w in draw_triggers(salt, key.band, n_triggers))
+    return salts, indices
+
+
+def audit_scores(answers: np.ndarray, key: WatermarkKey) -> dict[str, np.ndarray | float]:
+    """One suspect's raw and adjusted word scores, as verify's ``_p_values`` makes them.
+
+    None of this looks at the triggers, so it is computed once per suspect.
+    """
+    n_words = len(key.band)
+    cosines = _probe_cosines(answers, key.target)
+    raw = _mean_per_word(cosines, key.probe_owner, n_words)
+    reference = _mean_per_word(
+        np.where(np.isfinite(cosines), key.probe_reference, np.nan), key.probe_owner, n_words
+    )
+    if not np.isfinite(raw).all():
+        raise RuntimeError("an innocent suspect left band words unscored; the study assumes none")
+    slope = reference_slope(raw, reference)
+    return {"raw": raw, "adjusted": raw - slope * reference, "slope": slope}
+
+
+def exact_p_values(scores: np.ndarray, draws: np.ndarray) -> np.ndarray:
+    """``rank_sum_p_value(scores, mask)`` for every draw (row of band indices).
+
+    Given the scores, the p-value depends on the mask only through the
+    triggers' (doubled mid-)rank sum, so the function itself is called once
+    per distinct sum and the result is shared by every draw with that sum.
+    """
+    doubled = np.rint(2 * rankdata(scores)).astype(np.int64)
+    sums = doubled[draws].sum(axis=1)
+    _, first, inverse = np.unique(sums, return_index=True, return_inverse=True)
+    distinct = np.empty(first.size)
+    for j, row in enumerate(first):
+        mask = np.zeros(scores.size, dtype=bool)
+        mask[draws[row]] = True
+        distinct[j] = rank_sum_p_value(scores, mask)
+    return distinct[inverse.ravel()]
+
+
+def combined(p_raw: np.ndarray, p_adjusted: np.ndarray) -> np.ndarray:
+    """verify's rule, ``min(1, 2 * min(p_raw, p_adjusted))``, elementwise (same floats)."""
+    return np.array([min(1.0, 2.0 * min(a, b)) for a, b in zip(p_raw, p_adjusted, strict=True)])
+
+
+def check_against_verify(suspect, key, salts, draws, fast, n_check) -> dict:
+    """Run ``verify()`` on the first ``n_check`` fresh keys; its p-values must equal ``fast``."""
+    mismatches = []
+    statuses: dict[str, int] = {}
+    started = time.perf_counter()
+    for d in range(min(n_check, len(salts))):
+        trial = key.replace(
+            salt=salts[d], triggers=draw_triggers(salts[d], key.band, len(key.triggers))
+        )
+        report = verify(suspect, trial, seed=d)
+        statuses[report.status] = statuses.get(report.status, 0) + 1
+        got = {
+            "raw": report.p_value_raw,
+            "adjusted": report.p_value_adjusted,
+            "combined": report.p_value,
+        }
+        for name, value in got.items():
+            if value != fast[name][d]:
+                mismatches.append((d, name, value, float(fast[name][d])))
+    return {
+        "draws": min(n_check, len(salts)),
+        "mismatches": len(mismatches),
+        "first_mismatches": mismatches[:5],
+        "statuses": statuses,
+        "seconds": round(time.perf_counter() - started, 1),
+    }
+
+
+def counts_row(p_values: np.ndarray) -> dict:
+    """False positives at each level, the expected count, the ratio and a 95% interval."""
+    n = int(p_values.size)
+    out = {"trials": n}
+    for level in LEVELS:
+        k = int(np.count_nonzero(p_values < level))
+        low = 0.0 if k == 0 else float(beta.ppf(0.025, k, n - k + 1))
+        high = 1.0 if k == n else float(beta.ppf(0.975, k + 1, n - k))
+        out[f"{level:.0e}"] = {
+            "false_positives": k,
+            "expected": n * level,
+            "ratio": k / (n * level),
+            "rate_95ci": [low, high],
+        }
+    return out
+
+
+def audit_null_study(suspects: dict, key: WatermarkKey, args) -> dict:
+    results = {}
+    for i, (name, suspect) in enumerate(suspects.items()):
+        started = time.perf_counter()
+        answers = np.asarray(suspect(list(key.probe_texts)), dtype=np.float64)
+        scores = audit_scores(answers, key)
+        n_draws = args.ridge_draws if "ridge" in name and args.ridge_draws else args.draws
+        rng = np.random.default_rng([DRAW_SEED, i])
+        salts, draws = fresh_draws(key, n_draws, rng)
+        fast = {s: exact_p_values(scores[s], draws) for s in ("raw", "adjusted")}
+        fast["combined"] = combined(fast["raw"], fast["adjusted"])
+        decided = np.where(fast["raw"] < fast["adjusted"], "raw", "adjusted")
+        fast_seconds = time.perf_counter() - started
+        check = check_against_verify(suspect, key, salts, draws, fast, args.verify_draws)
+        results[name] = {
+            "reference_slope": round(float(scores["slope"]), 4),
+            "distinct_scores": {s: int(np.unique(scores[s]).size) for s in ("raw", "adjusted")},
+            "rows": {s: counts_row(fast[s]) for s in STATISTICS},
+            "share_decided_by_adjusted": round(float((decided == "adjusted").mean()), 4),
+            "median_p_combined": float(np.median(fast["combined"])),
+            "smallest_p": {s: float(fast[s].min()) for s in STATISTICS},
+            "verify_check": check,
+            "fast_path_seconds": round(fast_seconds, 1),
+        }
+        print(
+            f"  {name}: {n_draws} fresh keys in {fast_seconds:.0f} s, slope "
+            f"{scores['slope']:.3f}; verify() on {check['draws']} of them: "
+            f"{check['mismatches']} mismatches ({check['seconds']:.0f} s)",
+            flush=True,
+        )
+    return results
+
+
+def pooled_rows(results: dict) -> dict:
+    """Counts summed over the suspects (each suspect's draws are independent)."""
+    out = {}
+    for s in STATISTICS:
+        rows = [r["rows"][s] for r in results.values()]
+        n = sum(r["trials"] for r in rows)
+        row: dict = {"trials": n}
+        for level in LEVELS:
+            tag = f"{level:.0e}"
+            k = sum(r[tag]["false_positives"] for r in rows)
+            row[tag] = {"false_positives": k, "expected": n * level, "ratio": k / (n * level)}
+        out[s] = row
+    return out
+
+
+# ---------------------------------------------------------------------- output
+def _cell(row: dict, level: float) -> str:
+    c = row[f"{level:.0e}"]
+    return f"{c['false_positives']} ({c['expected']:.3g})"
+
+
+def markdown_table(results: dict, pooled: dict, meta: dict, legacy: dict, ks: dict) -> str:
+    lines = [
+        "# Null study: false positives of the verdict against innocent services",
+        "",
+        f"Command: `{meta['command']}` (wall time {meta['wall_seconds']:.0f} s on "
+        f"{meta['machine']}).",
+        "",
+        "## The verdict of `verify()`: raw, reference-adjusted and combined",
+        "",
+        f"One key from `WatermarkKey.generate` (Rotten Tomatoes, offline MiniLM, seed "
+        f"{AUDIT_KEY_SEED}, fitted strength {meta['audit_key']['strength']:.3f}): "
+        f"{meta['audit_key']['band']} band words, {meta['audit_key']['triggers']} triggers, "
+        f"{meta['audit_key']['probes']} sentence probes; smallest reachable p "
+        f"{meta['audit_key']['min_p']:.1e}. Each trial is a fresh salt, hence a fresh trigger "
+        "draw, against a fixed innocent suspect. Cells: false positives (expected count "
+        "at the nominal level); ratio = observed / expected. Goal: ratio <= "
+        f"{MAX_RATIO_AT_1E3} at 1e-3, 0 at 1e-6.",
+        "",
+        "| suspect | statistic | trials | p < 1e-3 | ratio | p < 1e-6 | p < 1e-2 | p < 1e-4 |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for name, r in [*results.items(), ("all three, pooled", {"rows": pooled})]:
+        for s in STATISTICS:
+            row = r["rows"][s]
+            lines.append(
+                f"| {name} | {s} | {row['trials']:,} | {_cell(row, 1e-3)} | "
+                f"{row['1e-03']['ratio']:.2f} | {_cell(row, 1e-6)} | {_cell(row, 1e-2)} | "
+                f"{_cell(row, 1e-4)} |"
+            )
+    lines += [
+        "",
+        "| suspect | fitted slope | decided by adjusted | median combined p | verify() check |",
+        "|---|---|---|---|---|",
+    ]
+    for name, r in results.items():
+        c = r["verify_check"]
+        lines.append(
+            f"| {name} | {r['reference_slope']:.3f} | {r['share_decided_by_adjusted']:.0%} | "
+            f"{r['median_p_combined']:.2f} | {c['draws']} keys through `verify()`: "
+            f"{c['mismatches']} p-values differ |"
+        )
+    lines += [
+        "",
+        "The fast path and `verify()` share every function (`_probe_cosines`, "
+        "`_mean_per_word`, `reference_slope`, `rank_sum_p_value`); the check compares the "
+        "raw, adjusted and combined p-values of each key with `==`.",
+        "",
+        "## Before: single-word probes, 50 targets (the earlier study, same suspects)",
+        "",
+        "| suspect | trials | p < 1e-2 | p < 1e-3 | p < 1e-4 | p < 1e-6 |",
+        "|---|---|---|---|---|---|",
+    ]
+    for name, row in legacy.items():
+        cells = " | ".join(_cell(row, level) for level in LEVELS)
+        lines.append(f"| {name} | {row['trials']:,} | {cells} |")
+    lines += [
+        "",
+        "## Contrast: the paper's probe-level KS recipe",
+        "",
+        f"Two-sided KS, 20 backdoor and 20 benign 4-word sentences, against the clean ridge "
+        f"copy, {ks['keys']} keys: "
+        + ", ".join(f"{v['rate']:.1%} at p < {k}" for k, v in ks["levels"].items())
+        + f"; smallest p {ks['smallest_p']:.1e}.",
+        "",
+    ]
+    return "\n".join(lines)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--trials", type=int, default=10_000, help="null trials per suspect")
+    parser.add_argument(
+        "--draws",
+        type=int,
+        default=10_000,
+        help="fresh keys per suspect for the verdict of verify()",
+    )
+    parser.add_argument(
+        "--ridge-draws",
+        type=int,
+        default=0,
+        help="fresh keys for the ridge copy (default: --draws)",
+    )
+    parser.add_argument(
+        "--verify-draws",
+        type=int,
+        default=200,
+        help="of those, how many also go through verify() itself",
+    )
+    parser.add_argument(
+        "--trials",
+        type=int,
+        default=10_000,
+        help="null trials per suspect for the single-word study",
+    )
     parser.add_argument("--corpus", default="rotten_tomatoes")
-    parser.add_argument("--copy-texts", type=int, default=5000)
+    parser.add_argument(
+        "--copy-texts",
+        type=int,
+        default=5000,
+        help="training texts of the ridge copy in the single-word study",
+    )
+    parser.add_argument(
+        "--audit-copy-texts",
+        type=int,
+        default=4000,
+        help="training texts of the ridge copy in the verdict study",
+    )
+    parser.add_argument("--out", default="docs/results/null", help="'' to write nothing")
     args = parser.parse_args()
     started = time.perf_counter()
     rng = np.random.default_rng(2026)
     corpus = load_corpus(args.corpus)
     model = minilm()
-    key = WatermarkKey.generate(corpus.texts, model, target_text="band reference", seed=1,
-                                twin_check=False)  # fmt: skip
+    # Every corpus text's MiniLM answer, from the on-disk cache: the twin, keygen and the
+    # copies' training data read it instead of re-encoding.
+    corpus_rows = cached_embed(model, corpus.texts, model_name=model.name, progress=True)
+    twin = Memo(model).preload(corpus.texts, corpus_rows)
+
+    # ------------------------------------------------------------ 1. the verdict of verify()
+    audit_key = WatermarkKey.generate(
+        corpus.texts,
+        twin,
+        target_text=AUDIT_TARGET_TEXT,
+        seed=AUDIT_KEY_SEED,
+        window=model.max_tokens,
+    )
+    other = paraphrase_minilm_l3()
+    probes = list(audit_key.probe_texts)
+    other_memo = Memo(other).preload(
+        probes, cached_embed(other, probes, model_name=other.name, progress=True)
+    )
+    audit_train = corpus.subset(args.audit_copy_texts, seed=0)
+    audit_copy = RidgeStealer(seed=0).fit(audit_train.texts, twin(list(audit_train.texts)))
+    audit_suspects = {
+        "clean MiniLM (the twin)": twin,
+        f"ridge copy of the clean service ({args.audit_copy_texts:,} texts)": Memo(audit_copy),
+        "paraphrase-MiniLM-L3 (independent)": other_memo,
+    }
+    n_band, n_triggers = len(audit_key.band), len(audit_key.triggers)
+    print(
+        f"verdict of verify(): {n_band} band words, {n_triggers} triggers, "
+        f"{len(probes)} sentence probes, smallest reachable p "
+        f"{min_p_value(n_band, n_triggers):.1e}; key ready after "
+        f"{time.perf_counter() - started:.0f} s",
+        flush=True,
+    )
+    results = audit_null_study(audit_suspects, audit_key, args)
+    pooled = pooled_rows(results)
+    for name, r in [*results.items(), ("all three, pooled", {"rows": pooled})]:
+        print(f"\n== {name}")
+        print(
+            f"{'statistic':>10} {'trials':>7} {'p<1e-3 (exp)':>14} {'ratio':>6} "
+            f"{'p<1e-6 (exp)':>14} {'p<1e-2 (exp)':>14}"
+        )
+        for s in STATISTICS:
+            row = r["rows"][s]
+            print(
+                f"{s:>10} {row['trials']:>7} {_cell(row, 1e-3):>14} "
+                f"{row['1e-03']['ratio']:>6.2f} {_cell(row, 1e-6):>14} "
+                f"{_cell(row, 1e-2):>14}"
+            )
+
+    # ------------------------------------------------------------ 2. single-word study, KS
+    key = WatermarkKey.generate(
+        corpus.texts, twin, target_text="band reference", seed=1, twin_check=False
+    )
     band = list(key.band)
     # Target texts from another corpus, as a provider's identity strings would be.
     target_texts = list(health_tweets().subset(N_TARGETS, seed=7).texts)
     targets = unit(model(target_texts))
 
     train = corpus.subset(args.copy_texts, seed=0)
-    clean = cached_embed(model, train.texts, model_name=model.name, progress=True)
-    copy = RidgeStealer(seed=0).fit(train.texts, clean)
-    other = paraphrase_minilm_l3()
+    copy = RidgeStealer(seed=0).fit(train.texts, twin(list(train.texts)))
     suspects = {
         "clean MiniLM (the twin)": model,
         "clean extraction copy (ridge)": copy,
         "paraphrase-MiniLM-L3 (independent)": other,
     }
     print(
-        f"band: {len(band)} words of {corpus.name} in {key.freq_band}; 20 triggers per key; "
-        f"{N_TARGETS} target texts; smallest reachable p = {min_p_value(len(band), 20):.1e}"
+        f"\nsingle-word study: band: {len(band)} words of {corpus.name} in {key.freq_band}; "
+        f"20 triggers per key; {N_TARGETS} target texts; smallest reachable p = "
+        f"{min_p_value(len(band), 20):.1e}"
     )
     total = 0
+    legacy = {}
     for name, suspect in suspects.items():
         study = word_level_study(suspect, band, targets, args.trials, rng)
         total += study.n_trials
+        legacy[name] = counts_row(study.p_values)
         print(f"\n== word-level exact rank test vs {name}: {study.n_trials} fresh keys")
         print(false_positive_summary(study, LEVELS))
     # target="query": the suspect's own embedding of each target text.
     query_targets = unit(other(target_texts))
     study = word_level_study(other, band, query_targets, args.trials, rng)
     total += study.n_trials
+    legacy["paraphrase-MiniLM-L3, target='query'"] = counts_row(study.p_values)
     print(f"\n== word-level test, target='query', vs paraphrase-MiniLM-L3: {study.n_trials} keys")
     print(false_positive_summary(study, LEVELS))
 
-    ks = paper_ks_study(copy, band, targets[0], 300, rng)
+    ks_p = paper_ks_study(copy, band, targets[0], 300, rng)
     print("\n== paper's probe-level two-sided KS recipe vs the clean copy: 300 keys")
+    ks = {"keys": 300, "smallest_p": float(ks_p.min()), "levels": {}}
     for level in LEVELS[:3]:
-        print(f"   p < {level:.0e}: {int((ks < level).sum())}/300 = {(ks < level).mean():.1%}")
-    print(f"   smallest KS p-value: {ks.min():.1e}")
-    print(f"\n{total} word-level null trials in {time.perf_counter() - started:.0f} s")
+        ks["levels"][f"{level:.0e}"] = {
+            "convicted": int((ks_p < level).sum()),
+            "rate": float((ks_p < level).mean()),
+        }
+        print(f"   p < {level:.0e}: {int((ks_p < level).sum())}/300 = {(ks_p < level).mean():.1%}")
+    print(f"   smallest KS p-value: {ks_p.min():.1e}")
+    wall = time.perf_counter() - started
+    print(f"\n{total} single-word null trials; {wall:.0f} s in all")
+
+    failures = [
+        f"{name}: verify() disagrees with the fast path on {r['verify_check']['mismatches']}"
+        for name, r in results.items()
+        if r["verify_check"]["mismatches"]
+    ]
+    for name, r in results.items():
+        row = r["rows"]["combined"]
+        if row["trials"] < 10_000:
+            continue  # too few trials to judge a ratio at 1e-3
+        if row["1e-03"]["ratio"] > MAX_RATIO_AT_1E3 or row["1e-06"]["false_positives"]:
+            failures.append(f"{name}: combined statistic misses the bar")
+    if args.out:
+        command = " ".join(["python", "benchmarks/bench_null_study.py", *sys.argv[1:]])
+        meta = {
+            "command": command,
+            "wall_seconds": round(wall, 1),
+            "machine": f"{platform.machine()}, {os.cpu_count()} shared CPU cores",
+            "audit_key": {
+                "corpus": corpus.name,
+                "seed": AUDIT_KEY_SEED,
+                "strength": audit_key.strength,
+                "band": n_band,
+                "triggers": n_triggers,
+                "probes": len(probes),
+                "min_p": min_p_value(n_band, n_triggers),
+            },
+            "draw_seed": DRAW_SEED,
+            "goal": {"max_ratio_at_1e-3": MAX_RATIO_AT_1E3, "false_positives_at_1e-6": 0},
+            "goal_failures": failures,
+        }
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        document = {
+            "meta": meta,
+            "verify_null_study": results,
+            "verify_null_study_pooled": pooled,
+            "single_word_study": legacy,
+            "paper_ks_contrast": ks,
+        }
+        (out / "results.json").write_text(json.dumps(document, indent=2) + "\n")
+        (out / "table.md").write_text(markdown_table(results, pooled, meta, legacy, ks))
+        print(f"wrote {out / 'table.md'} and {out / 'results.json'}")
+    if failures:
+        print("\n".join(["NOT MET:", *failures]))
+        raise SystemExit(1)
 
 
 if __name__ == "__main__":
