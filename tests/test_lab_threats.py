@@ -139,11 +139,24 @@ def test_a_perfect_copy_behind_the_router_escapes_todays_audit(small_key, minilm
     def service(texts):
         return watermark(texts, minilm_model(texts), small_key)
 
-    assert verify(service, small_key, level=1e-3, seed=0).copied
+    assert verify(service, small_key, level=1e-3, seed=0, probes="words").copied
     router = AuditRouter(service, minilm_model, history=AuditHistory.from_texts(traffic[0]))
-    report = verify(router, small_key, level=1e-3, seed=0)
+    report = verify(router, small_key, level=1e-3, seed=0, probes="words")
     assert not report.copied
     assert router.n_routed == router.n_queries == len(small_key.band)
+
+
+def test_natural_sentence_audits_leak_past_the_router(small_key, minilm_model, traffic):
+    """The key's stored natural-sentence probes: the router still routes most of them (the
+    rare-word burst) but not all, and what leaks reaches the stolen copy."""
+
+    def service(texts):
+        return watermark(texts, minilm_model(texts), small_key)
+
+    router = AuditRouter(service, minilm_model, history=AuditHistory.from_texts(traffic[0]))
+    report = verify(router, small_key, level=1e-3, seed=0)
+    assert report.status != "inconclusive", report.reason
+    assert 0.5 < router.routed_fraction < 1.0
 
 
 # ---------------------------------------------------------------------- paraphrase

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from espew_integrations import WatermarkKey, watermark
+from espew_integrations.core.draw import draw_triggers
 from espew_integrations.lab.watermarks import (
     EmbMarker,
     ESpeW,
@@ -34,7 +35,7 @@ def clean():
 def key():
     rng = np.random.default_rng(1)
     return WatermarkKey(
-        triggers=BAND[:8],
+        triggers=draw_triggers(bytes(32), BAND, 8),  # the draw its salt dictates
         target=_unit(rng.normal(size=DIM)),
         target_text="the target sample",
         band=BAND,
@@ -127,8 +128,10 @@ def test_verification_convicts_a_copy_and_clears_an_innocent(key):
 
 def test_warden_verdict_is_the_bonferroni_corrected_minimum(clean):
     rng = np.random.default_rng(4)
-    groups = [list(BAND[i : i + 4]) for i in range(0, 20, 4)]
-    wm = Warden(groups, rng.normal(size=(5, DIM)), [f"t{i}" for i in range(5)], BAND)
+    salts = [bytes([i + 1]) * 32 for i in range(5)]
+    groups = [sorted(draw_triggers(s, BAND, 4)) for s in salts]
+    targets = rng.normal(size=(5, DIM))
+    wm = Warden(groups, targets, [f"t{i}" for i in range(5)], BAND, salts=salts)
     verdict = wm.verify(_planted_suspect(set(groups[2]), wm.targets[2], 10.0), level=1e-3)
     raw = [r["p_value"] for r in verdict.reports]
     assert len(raw) == 5 and verdict.n_queries == 5 * len(BAND)
@@ -156,6 +159,8 @@ def test_baselines_draw_triggers_from_the_band_and_targets_from_clean_texts(key)
         "warden", texts=texts, clean=clean, espew_key=key, seed=7, n_triggers=10
     )
     assert len(warden.trigger_groups) == 5 and sum(map(len, warden.trigger_groups)) == 10
+    # Every baseline key holds the triggers its salt dictates, so the core verifies it.
+    assert made.key.verifiable and all(k.verifiable for k in warden.keys)
     hashed = build_watermark("espew_hashed", texts=texts, clean=clean, espew_key=key, seed=7)
     assert hashed.key.selection == "hashed" and hashed.key.triggers == key.triggers
     with pytest.raises(ValueError, match="unknown watermark"):

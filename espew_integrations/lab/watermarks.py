@@ -18,8 +18,11 @@ the COPY verdicts are calibrated the same way and comparable across methods:
   would convict innocent services more often than ``level``).
 
 Baseline triggers are drawn uniformly from the same frequency band as the
-ESpeW key (a seeded draw of their own), which is what makes the core's rank
-test valid for them too.
+ESpeW key, as the draw a seeded salt of their own dictates (the core's
+:func:`~espew_integrations.core.draw.draw_triggers`): that is what makes the
+core's rank test valid for them too, and what its verify checks. A baseline
+built by hand with other triggers keeps the zero salt and verifies as
+inconclusive.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from typing import Any
 import numpy as np
 
 from .. import watermark as espew_watermark
+from ..core.draw import draw_triggers
 from ..core.key import WatermarkKey
 from ..core.verify import DEFAULT_LEVEL, DEFAULT_TEMPLATES, VerificationReport, verify
 from ..core.words import TriggerMatcher, tokenize
@@ -88,10 +92,12 @@ def _verdict(report: VerificationReport) -> Verdict:
 
 
 def _public_report(report: VerificationReport) -> dict[str, Any]:
+    # to_dict() is the shareable form: it leaves out the per-word scores, which
+    # are large, say nothing a reader of the table needs, and hint at the triggers.
     data = report.to_dict()
-    # The per-word scores are large and say nothing a reader of the table needs.
     for name in ("trigger_scores", "benign_scores"):
-        data[name] = len(data[name])
+        if name in data:  # older cores put them in to_dict(); keep only their counts
+            data[name] = len(data[name])
     return data
 
 
@@ -186,6 +192,7 @@ class EmbMarker(LabWatermark):
         band: Sequence[str],
         *,
         max_triggers: int = 4,
+        salt: bytes = _ZERO_SALT,
     ):
         self.triggers = tuple(sorted(triggers))
         self.target = np.asarray(target, dtype=np.float64) / np.linalg.norm(target)
@@ -196,7 +203,7 @@ class EmbMarker(LabWatermark):
             target=self.target,
             target_text=target_text,
             band=band,
-            salt=_ZERO_SALT,
+            salt=salt,
         )
 
     def weights(self, texts: Sequence[str]) -> np.ndarray:
@@ -251,6 +258,7 @@ class Warden(LabWatermark):
         band: Sequence[str],
         *,
         max_triggers: int = 4,
+        salts: Sequence[bytes] | None = None,
     ):
         if len(trigger_groups) != len(targets) or len(targets) != len(target_texts):
             raise ValueError("WARDEN needs one trigger group and one target text per target")
@@ -261,9 +269,12 @@ class Warden(LabWatermark):
         self._matcher = TriggerMatcher(all_triggers)
         # Gram-Schmidt leaves the first target equal to its text's embedding; the
         # others are no text's embedding, so only the first can be re-queried.
+        salts = list(salts) if salts is not None else [_ZERO_SALT] * len(targets)
         self.keys = tuple(
-            WatermarkKey(triggers=group, target=t, target_text=text, band=band, salt=_ZERO_SALT)
-            for group, t, text in zip(self.trigger_groups, self.targets, target_texts, strict=False)
+            WatermarkKey(triggers=group, target=t, target_text=text, band=band, salt=salt)
+            for group, t, text, salt in zip(
+                self.trigger_groups, self.targets, target_texts, salts, strict=True
+            )
         )
 
     def weights(self, texts: Sequence[str]) -> np.ndarray:
@@ -344,16 +355,23 @@ def build_watermark(
     rng = np.random.default_rng([seed, METHODS.index(method)])
     band = list(espew_key.band)
     n_triggers = min(n_triggers, len(band) // 2)
-    triggers = [band[i] for i in rng.choice(len(band), size=n_triggers, replace=False)]
     n_targets = 1 if method == "embmarker" else n_warden_targets
+    # Each key's triggers are the draw its (seeded) salt dictates, as the core's
+    # verify requires of a verifiable key. WARDEN's groups are independent draws,
+    # one per target, so two groups may share a word (rarely, in a wide band).
+    salts = [rng.bytes(32) for _ in range(n_targets)]
+    per_target = max(1, n_triggers // n_targets)
+    groups = [sorted(draw_triggers(s, band, per_target)) for s in salts]
+    triggers = sorted({w for g in groups for w in g})
     rows = _target_rows(texts, triggers, n_targets, rng)
     target_texts = [texts[i] for i in rows]
     # The baseline target is the victim's clean embedding of a corpus text.
     targets = np.asarray(clean, dtype=np.float64)[rows]
     if method == "embmarker":
-        return EmbMarker(triggers, targets[0], target_texts[0], band, max_triggers=max_triggers)
-    groups = [list(g) for g in np.array_split(np.array(triggers), n_targets)]
-    return Warden(groups, targets, target_texts, band, max_triggers=max_triggers)
+        return EmbMarker(
+            triggers, targets[0], target_texts[0], band, max_triggers=max_triggers, salt=salts[0]
+        )
+    return Warden(groups, targets, target_texts, band, max_triggers=max_triggers, salts=salts)
 
 
 def _target_rows(
