@@ -315,23 +315,33 @@ def markdown_table(results: dict, pooled: dict, meta: dict, legacy: dict, ks: di
             )
     lines += [
         "",
-        "| suspect | fitted slope | decided by adjusted | median combined p | verify() check |",
-        "|---|---|---|---|---|",
+        "| suspect | combined rate at 1e-3, 95% interval | fitted slope | distinct adjusted "
+        "scores | decided by adjusted | median combined p | verify() check |",
+        "|---|---|---|---|---|---|---|",
     ]
     for name, r in results.items():
         c = r["verify_check"]
+        low, high = r["rows"]["combined"]["1e-03"]["rate_95ci"]
         lines.append(
-            f"| {name} | {r['reference_slope']:.3f} | {r['share_decided_by_adjusted']:.0%} | "
-            f"{r['median_p_combined']:.2f} | {c['draws']} keys through `verify()`: "
-            f"{c['mismatches']} p-values differ |"
+            f"| {name} | {low:.1e} to {high:.1e} | {r['reference_slope']:.3f} | "
+            f"{r['distinct_scores']['adjusted']} of {meta['audit_key']['band']} | "
+            f"{r['share_decided_by_adjusted']:.0%} | {r['median_p_combined']:.2f} | "
+            f"{c['draws']} keys through `verify()`: {c['mismatches']} p-values differ |"
         )
     lines += [
         "",
         "The fast path and `verify()` share every function (`_probe_cosines`, "
         "`_mean_per_word`, `reference_slope`, `rank_sum_p_value`); the check compares the "
-        "raw, adjusted and combined p-values of each key with `==`.",
+        "raw, adjusted and combined p-values of each key with `==`. At 10,000 trials the "
+        "count at 1e-3 is Poisson-like with mean <= 10, so counts up to about 16 are "
+        "ordinary noise. The twin answers exactly what the clean reference recorded, so its "
+        "adjusted scores (raw minus 1.000 x reference) are floating-point rounding residue "
+        "with many ties; the rank test conditions on ties and stays exact on them.",
         "",
         "## Before: single-word probes, 50 targets (the earlier study, same suspects)",
+        "",
+        "Each suspect's 10,000 keys share 50 target texts (200 draws per target), so the "
+        "counts scatter more than independent trials would.",
         "",
         "| suspect | trials | p < 1e-2 | p < 1e-3 | p < 1e-4 | p < 1e-6 |",
         "|---|---|---|---|---|---|",
