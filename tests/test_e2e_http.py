@@ -248,10 +248,14 @@ def test_verify_over_http_says_the_copy_is_copied(workdir, servers, key):
     report = json.loads((workdir / "evidence" / "report.json").read_text())
     assert report["status"] == "copied"
     assert report["p_value"] < 1e-10
-    assert report["n_queries"] == len(key.band) and report["n_failed_queries"] == 0
+    assert report["n_queries"] == len(key.probe_texts) and report["n_failed_queries"] == 0
     summary = (workdir / "evidence" / "summary.md").read_text()
     assert summary.startswith("# Watermark check: COPIED")
-    assert (workdir / "evidence" / "scores.png").stat().st_size > 1000
+    # Shareable evidence only: the per-word score plot is private now.
+    assert sorted(p.name for p in (workdir / "evidence").iterdir()) == [
+        "report.json",
+        "summary.md",
+    ]
 
 
 def test_verify_over_http_says_the_clean_model_is_not_copied(workdir, servers):
@@ -271,16 +275,18 @@ def test_flaky_copy_with_retries_is_copied_or_inconclusive_never_cleared(workdir
     report = json.loads(result.stdout)
     assert VERDICT_EXIT[report["status"]] == result.returncode
     assert "HTTP 500" in result.stderr  # faults happened and were retried
-    # With the server's seeded faults, 8 retries rescue every batch (21 requests
-    # for 8 batches), so the verdict is reached despite half the requests failing.
-    assert report["status"] == "copied" and report["n_failed_queries"] == 0
+    # With the server's seeded faults, retries rescue the batches, so the verdict is
+    # reached despite half the requests failing.
+    assert report["status"] == "copied"
 
 
-def test_flaky_copy_without_retries_is_inconclusive(workdir, servers):
+def test_flaky_copy_without_retries_loses_probes_but_is_never_cleared(workdir, servers):
+    """Failed probes are missing data: with 8 probes per word most words are still
+    scored, so the copy is convicted on what arrived, or the audit is inconclusive."""
     result = run_verify(workdir, servers["flaky-copy"], "flaky-copy", *FLAKY, "--retries", "0")
-    assert result.returncode == 2, result.stdout + result.stderr
+    assert result.returncode in (1, 2), result.stdout + result.stderr
     report = json.loads(result.stdout)
-    assert report["status"] == "inconclusive" and report["n_failed_queries"] > 0
+    assert report["status"] in ("copied", "inconclusive") and report["n_failed_queries"] > 0
     assert "HTTP 500" in report["errors"][0]
 
 

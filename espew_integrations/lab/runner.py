@@ -48,7 +48,9 @@ DEFAULTS: dict[str, Any] = {
     "attacks": ["none", "cse:50"],
     "stealers": ["ridge"],
     "stealer_options": {},
-    "verify": {"level": 1e-6, "templates": ["{word}"]},
+    # probes "auto": the natural-text probes stored in the key (single words for keys
+    # without them, such as the baselines'); templates force single-word probes.
+    "verify": {"level": 1e-6, "probes": "auto", "templates": None},
     "metrics": {
         "accuracy": True,
         "n_train": 4000,
@@ -401,7 +403,7 @@ def run_cell(ctx: LabContext, stealer_name: str, wm_name: str, attack: str) -> d
         stealer,
         target_mode=attacked.target_mode,
         level=float(verify_cfg["level"]),
-        templates=tuple(verify_cfg["templates"]),
+        templates=verify_templates(verify_cfg),
         seed=seed,
     )
     record["verification"] = verdict.to_dict()
@@ -414,6 +416,12 @@ def run_cell(ctx: LabContext, stealer_name: str, wm_name: str, attack: str) -> d
         seconds=round(time.perf_counter() - started, 2),
     )
     return record
+
+
+def verify_templates(verify_cfg: Mapping[str, Any]) -> tuple[str, ...] | None:
+    """The configured single-word probe templates, or None for the key's stored probes."""
+    templates = verify_cfg.get("templates")
+    return None if not templates else tuple(templates)
 
 
 def grid(config: Mapping[str, Any]) -> list[tuple[str, str, str]]:

@@ -211,11 +211,13 @@ def _clean_embed(ctx: Any) -> Callable[[list[str]], np.ndarray]:
 
 
 def _verify(ctx: Any, made: Any, suspect: Any, seed: int) -> dict[str, Any]:
+    from .runner import verify_templates
+
     verify_cfg = ctx.config["verify"]
     verdict = made.verify(
         suspect,
         level=float(verify_cfg["level"]),
-        templates=tuple(verify_cfg["templates"]),
+        templates=verify_templates(verify_cfg),
         seed=seed,
     )
     return {

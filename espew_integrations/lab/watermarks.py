@@ -37,7 +37,7 @@ import numpy as np
 from .. import watermark as espew_watermark
 from ..core.draw import draw_triggers
 from ..core.key import WatermarkKey
-from ..core.verify import DEFAULT_LEVEL, DEFAULT_TEMPLATES, VerificationReport, verify
+from ..core.verify import DEFAULT_LEVEL, VerificationReport, verify
 from ..core.words import TriggerMatcher, tokenize
 
 __all__ = [
@@ -120,7 +120,7 @@ class LabWatermark(abc.ABC):
         *,
         target_mode: str = "key",
         level: float = DEFAULT_LEVEL,
-        templates: Sequence[str] = DEFAULT_TEMPLATES,
+        templates: Sequence[str] | None = None,
         seed: int = 0,
     ) -> Verdict:
         """Is ``suspect`` a copy of this watermarked service? (the core test with ``self.key``)"""
@@ -300,7 +300,7 @@ class Warden(LabWatermark):
         *,
         target_mode="key",
         level=DEFAULT_LEVEL,
-        templates=DEFAULT_TEMPLATES,
+        templates=None,
         seed=0,
     ) -> Verdict:
         keys = self.keys if target_mode == "key" else self.keys[:1]
