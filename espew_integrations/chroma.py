@@ -11,7 +11,9 @@ the persisted config holds *where* the key lives (an absolute key-file path or
 the name of an environment variable), the key's public ``key_id`` (so a
 swapped key file is refused instead of silently watermarking with another
 key) and the inner function's own ``name`` and ``config``. It never holds
-triggers, the target, the salt or the target text. Importing this module
+triggers, the target, the salt or the target text. Nor does it hold the text
+view: a reopened function discovers it again from the rebuilt inner function,
+and only ``"view": "off"`` (``view=None``) is recorded. Importing this module
 registers both functions with Chroma; a process that reopens a collection
 must import it before ``get_collection``. It also registers the verifier's
 adapter for Chroma suspects.
@@ -32,23 +34,45 @@ from chromadb.utils.embedding_functions import (
     register_embedding_function,
 )
 
-from ._wrapper_common import checked_texts, resolve_key, suspect_matrix
+from ._wrapper_common import (
+    DISCOVER,
+    ViewArgument,
+    checked_texts,
+    discover_view,
+    resolve_key,
+    resolve_view,
+    suspect_matrix,
+)
 from .core.adapters import register_suspect_adapter
 from .core.errors import ESpeWError, KeyFileError
 from .core.inject import watermark
 from .core.key import WatermarkKey
+from .core.text import TextView
 
 __all__ = ["ESpeWEmbeddingFunction", "MiniLMEmbeddingFunction"]
 
 
 class ESpeWEmbeddingFunction(EmbeddingFunction[Documents]):
-    """A Chroma embedding function returning ``watermark(texts, inner(texts), key)``.
+    """A Chroma embedding function returning ``watermark(texts, inner(texts), key, view=view)``.
 
     Give the key by location (``key_path`` or ``key_env``) for a collection
     that must be reopened: that location is what gets persisted. A key object
     alone works for embedding, but such a function cannot be persisted and
     :meth:`get_config` says so. ``inner`` must itself be a registered
     (non-legacy) Chroma embedding function for the collection to reopen.
+
+    ``view`` decides which text the triggers are matched on. By default it is
+    the inner function's own ``.view`` (:class:`MiniLMEmbeddingFunction` has
+    one): the text exactly as the model reads it, so an invisible character
+    inside a trigger still marks and a trigger past the model's token window
+    does not. ``None`` matches on the key's Unicode normalisation and window
+    (persisted as ``"view": "off"``). A custom callable works for embedding
+    but cannot be persisted, unless it is the inner function's own view.
+
+    A non-string text raises :class:`~espew_integrations.EmbeddingInputError`
+    naming its index before the inner function runs; empty and whitespace-only
+    documents go to the inner function as Chroma would send them (Chroma
+    accepts them) and come back unmarked.
 
     >>> ef = ESpeWEmbeddingFunction(inner, key_env="ESPEW_KEY")  # doctest: +SKIP
     >>> ef(["a fine film"])[0].shape  # doctest: +SKIP
@@ -62,6 +86,7 @@ class ESpeWEmbeddingFunction(EmbeddingFunction[Documents]):
         *,
         key_path: str | os.PathLike[str] | None = None,
         key_env: str | None = None,
+        view: ViewArgument = DISCOVER,
     ) -> None:
         if not callable(inner):
             raise TypeError(f"inner must be a Chroma EmbeddingFunction, got {type(inner).__name__}")
@@ -72,6 +97,8 @@ class ESpeWEmbeddingFunction(EmbeddingFunction[Documents]):
             )
         self._key = resolve_key(key, key_path=key_path, key_env=key_env)
         self._inner = inner
+        self._view = resolve_view(view, inner)
+        self._view_mode = "inner" if view is DISCOVER else "off" if view is None else "custom"
         self._key_path = str(Path(key_path).resolve()) if key_path is not None else None
         self._key_env = key_env
 
@@ -84,6 +111,11 @@ class ESpeWEmbeddingFunction(EmbeddingFunction[Documents]):
     def key_id(self) -> str:
         """Public fingerprint of the key in use (safe to log)."""
         return self._key.key_id
+
+    @property
+    def view(self) -> TextView | None:
+        """The text view triggers are matched on (None: the key's normalisation and window)."""
+        return self._view
 
     def __repr__(self) -> str:
         return (
@@ -101,7 +133,7 @@ class ESpeWEmbeddingFunction(EmbeddingFunction[Documents]):
         texts = checked_texts(input)
         if not texts:
             return []
-        return list(watermark(texts, _as_matrix(self._inner(texts)), self._key))
+        return list(watermark(texts, _as_matrix(self._inner(texts)), self._key, view=self._view))
 
     def embed_query(self, input: Documents) -> Embeddings:
         texts = checked_texts(input)
@@ -110,7 +142,7 @@ class ESpeWEmbeddingFunction(EmbeddingFunction[Documents]):
         # Some models embed queries differently from documents: keep the inner's choice.
         embed_query = getattr(self._inner, "embed_query", None)
         clean = embed_query(texts) if callable(embed_query) else self._inner(texts)
-        return list(watermark(texts, _as_matrix(clean), self._key))
+        return list(watermark(texts, _as_matrix(clean), self._key, view=self._view))
 
     # ------------------------------------------------------------------ persistence
     @staticmethod
@@ -131,11 +163,19 @@ class ESpeWEmbeddingFunction(EmbeddingFunction[Documents]):
                 f"the inner function {type(self._inner).__name__} is a legacy Chroma embedding "
                 "function (no name()/get_config()); a collection could not rebuild it"
             )
+        if self._view_mode == "custom" and not self._view_is_inner():
+            raise ESpeWError(
+                "this ESpeWEmbeddingFunction matches triggers with a custom view, which a "
+                "collection cannot persist; expose it as the inner function's .view, or build "
+                "with the default view (the inner function's) or view=None"
+            )
         config: dict[str, Any] = {"key_id": self._key.key_id}
         if self._key_path is not None:
             config["key_path"] = self._key_path
         else:
             config["key_env"] = self._key_env
+        if self._view_mode == "off":
+            config["view"] = "off"
         config["inner"] = {"name": inner_name, "config": inner_config}
         return config
 
@@ -153,7 +193,10 @@ class ESpeWEmbeddingFunction(EmbeddingFunction[Documents]):
             ) from None
         inner = inner_class.build_from_config(config["inner"]["config"])
         ef = ESpeWEmbeddingFunction(
-            inner, key_path=config.get("key_path"), key_env=config.get("key_env")
+            inner,
+            key_path=config.get("key_path"),
+            key_env=config.get("key_env"),
+            view=None if config.get("view") == "off" else DISCOVER,
         )
         if ef.key_id != config["key_id"]:
             raise KeyFileError(
@@ -174,6 +217,8 @@ class ESpeWEmbeddingFunction(EmbeddingFunction[Documents]):
             raise ValueError("espew config must hold the inner function as {'name', 'config'}")
         if not isinstance(config.get("key_id"), str):
             raise ValueError("espew config must hold the key's public key_id")
+        if "view" in config and config["view"] != "off":
+            raise ValueError("espew config's view, when present, must be 'off'")
 
     def validate_config_update(
         self, old_config: dict[str, Any], new_config: dict[str, Any]
@@ -183,6 +228,13 @@ class ESpeWEmbeddingFunction(EmbeddingFunction[Documents]):
                 "cannot switch a collection to another watermark key: its stored vectors "
                 "carry the old one; create a new collection instead"
             )
+
+    def _view_is_inner(self) -> bool:
+        """Is the custom view the inner function's own (so a rebuilt function finds it)?"""
+        try:
+            return self._view == discover_view(self._inner)
+        except TypeError:
+            return False
 
     def default_space(self) -> Space:
         return _inner_attr(self._inner, "default_space", "cosine")
@@ -197,7 +249,8 @@ class MiniLMEmbeddingFunction(EmbeddingFunction[Documents]):
     Chroma's own default function downloads its model at first use; this one
     runs the library's bundled all-MiniLM-L6-v2 (``model="minilm"``) or
     paraphrase-MiniLM-L3-v2 (``model="paraphrase-minilm-l3"``), and its config
-    rebuilds it in any process.
+    rebuilds it in any process. :attr:`view` is the model's text view, which
+    :class:`ESpeWEmbeddingFunction` uses to match triggers on what it reads.
 
     >>> ef = MiniLMEmbeddingFunction()  # doctest: +SKIP
     >>> client.create_collection("docs", embedding_function=ef)  # doctest: +SKIP
@@ -217,6 +270,11 @@ class MiniLMEmbeddingFunction(EmbeddingFunction[Documents]):
 
     def __call__(self, input: Documents) -> Embeddings:
         return list(self._encoder(list(input)))
+
+    @property
+    def view(self) -> TextView:
+        """The model's text view: its normaliser, word pieces and token window."""
+        return self._encoder.view
 
     @staticmethod
     def name() -> str:

@@ -19,10 +19,18 @@ from typing import Any
 import numpy as np
 from langchain_core.embeddings import Embeddings
 
-from ._wrapper_common import checked_texts, resolve_key, suspect_matrix
+from ._wrapper_common import (
+    DISCOVER,
+    ViewArgument,
+    checked_texts,
+    resolve_key,
+    resolve_view,
+    suspect_matrix,
+)
 from .core.adapters import register_suspect_adapter
 from .core.inject import watermark
 from .core.key import WatermarkKey
+from .core.text import TextView
 
 __all__ = ["ESpeWEmbeddings", "MiniLMEmbeddings"]
 
@@ -31,28 +39,51 @@ class ESpeWEmbeddings(Embeddings):
     """A LangChain ``Embeddings`` that watermarks what ``embeddings`` returns.
 
     Each method calls the underlying model's matching method (the async ones
-    stay async) and returns ``watermark(texts, clean, key)`` as Python floats.
-    Texts are checked before the underlying model is called, so an empty or
-    non-string text raises :class:`~espew_integrations.EmbeddingInputError`
-    without spending a call. With ``key=None`` the key is read from
+    stay async) and returns ``watermark(texts, clean, key, view=view)`` as
+    Python floats. Texts are checked before the underlying model is called, so
+    a non-string text raises :class:`~espew_integrations.EmbeddingInputError`
+    naming its index without spending a call. Empty and whitespace-only texts
+    go to the underlying model as LangChain would send them (its contract
+    allows them) and come back unmarked. With ``key=None`` the key is read from
     ``$ESPEW_KEY`` (a key file path or the key's JSON).
+
+    ``view`` decides which text the triggers are matched on. By default it is
+    the underlying model's own ``.view`` (an
+    :class:`~espew_integrations.embedders.OnnxSentenceEncoder`, or
+    :class:`MiniLMEmbeddings` around one): the text exactly as the model reads
+    it, so an invisible character inside a trigger still marks and a trigger
+    past the model's token window does not. Pass a callable
+    ``list[str] -> list[str]`` for a model that does not expose one, or
+    ``None`` to match on the key's Unicode normalisation and window.
 
     >>> wm = ESpeWEmbeddings(MiniLMEmbeddings(), key)      # doctest: +SKIP
     >>> vectors = wm.embed_documents(["a fine film", "a dull one"])  # doctest: +SKIP
     """
 
-    def __init__(self, embeddings: Embeddings, key: WatermarkKey | None = None) -> None:
+    def __init__(
+        self,
+        embeddings: Embeddings,
+        key: WatermarkKey | None = None,
+        *,
+        view: ViewArgument = DISCOVER,
+    ) -> None:
         if not hasattr(embeddings, "embed_documents") or not hasattr(embeddings, "embed_query"):
             raise TypeError(
                 f"embeddings must be a LangChain Embeddings, got {type(embeddings).__name__}"
             )
         self.underlying_embeddings = embeddings
         self._key = resolve_key(key)
+        self._view = resolve_view(view, embeddings)
 
     @property
     def key_id(self) -> str:
         """Public fingerprint of the key in use (safe to log)."""
         return self._key.key_id
+
+    @property
+    def view(self) -> TextView | None:
+        """The text view triggers are matched on (None: the key's normalisation and window)."""
+        return self._view
 
     def __repr__(self) -> str:
         return (
@@ -65,24 +96,24 @@ class ESpeWEmbeddings(Embeddings):
         if not texts:
             return []
         clean = self.underlying_embeddings.embed_documents(texts)
-        return watermark(texts, clean, self._key).tolist()
+        return watermark(texts, clean, self._key, view=self._view).tolist()
 
     def embed_query(self, text: str) -> list[float]:
         texts = checked_texts([text])
         clean = self.underlying_embeddings.embed_query(text)
-        return watermark(texts, [clean], self._key)[0].tolist()
+        return watermark(texts, [clean], self._key, view=self._view)[0].tolist()
 
     async def aembed_documents(self, texts: list[str]) -> list[list[float]]:
         texts = checked_texts(texts)
         if not texts:
             return []
         clean = await self.underlying_embeddings.aembed_documents(texts)
-        return watermark(texts, clean, self._key).tolist()
+        return watermark(texts, clean, self._key, view=self._view).tolist()
 
     async def aembed_query(self, text: str) -> list[float]:
         texts = checked_texts([text])
         clean = await self.underlying_embeddings.aembed_query(text)
-        return watermark(texts, [clean], self._key)[0].tolist()
+        return watermark(texts, [clean], self._key, view=self._view)[0].tolist()
 
 
 class MiniLMEmbeddings(Embeddings):
@@ -91,6 +122,8 @@ class MiniLMEmbeddings(Embeddings):
     ``encoder`` is any callable ``list[str] -> array (n, d)``; by default the
     library's offline all-MiniLM-L6-v2 (:func:`espew_integrations.embedders.minilm`),
     so examples and tests run without a network or an API key.
+    :attr:`view` passes on the encoder's view, so :class:`ESpeWEmbeddings`
+    matches triggers on what the encoder reads.
 
     >>> MiniLMEmbeddings().embed_query("a fine film")[:2]  # doctest: +SKIP
     [0.0123, -0.0456]
@@ -105,6 +138,12 @@ class MiniLMEmbeddings(Embeddings):
 
     def __repr__(self) -> str:
         return f"MiniLMEmbeddings(encoder={self.encoder!r})"
+
+    @property
+    def view(self) -> TextView | None:
+        """The encoder's text view (its normaliser and window), or None if it has none."""
+        view = getattr(self.encoder, "view", None)
+        return view if callable(view) else None
 
     def embed_documents(self, texts: list[str]) -> list[list[float]]:
         if not texts:

@@ -28,10 +28,18 @@ import numpy as np
 from llama_index.core.base.embeddings.base import BaseEmbedding, Embedding
 from llama_index.core.bridge.pydantic import PrivateAttr
 
-from ._wrapper_common import checked_texts, resolve_key, suspect_matrix
+from ._wrapper_common import (
+    DISCOVER,
+    ViewArgument,
+    checked_texts,
+    resolve_key,
+    resolve_view,
+    suspect_matrix,
+)
 from .core.adapters import register_suspect_adapter
 from .core.inject import watermark
 from .core.key import WatermarkKey
+from .core.text import TextView
 
 __all__ = ["ESpeWEmbedding", "MiniLMEmbedding"]
 
@@ -40,9 +48,21 @@ class ESpeWEmbedding(BaseEmbedding):
     """A LlamaIndex ``BaseEmbedding`` that watermarks what ``embed_model`` returns.
 
     Query, text, batch and async paths all return
-    ``watermark(texts, clean, key)``; a batch of texts is one inner batch call.
-    ``model_name`` is the inner model's, so code that keys on it keeps working.
-    With ``key=None`` the key is read from ``$ESPEW_KEY``.
+    ``watermark(texts, clean, key, view=view)``; a batch of texts is one inner
+    batch call. ``model_name`` is the inner model's, so code that keys on it
+    keeps working. With ``key=None`` the key is read from ``$ESPEW_KEY``.
+    A non-string text raises :class:`~espew_integrations.EmbeddingInputError`
+    naming its index before the inner model runs; empty and whitespace-only
+    texts go to the inner model as LlamaIndex would send them (its contract
+    allows them) and come back unmarked.
+
+    ``view`` decides which text the triggers are matched on. By default it is
+    the inner model's own ``.view`` (:class:`MiniLMEmbedding` passes on its
+    encoder's): the text exactly as the model reads it, so an invisible
+    character inside a trigger still marks and a trigger past the model's
+    token window does not. Pass a callable ``list[str] -> list[str]`` for a
+    model that does not expose one, or ``None`` to match on the key's Unicode
+    normalisation and window. Like the key, it is a private attribute.
 
     >>> embed_model = ESpeWEmbedding(MiniLMEmbedding(), key)              # doctest: +SKIP
     >>> index = VectorStoreIndex(nodes, embed_model=embed_model)           # doctest: +SKIP
@@ -50,15 +70,22 @@ class ESpeWEmbedding(BaseEmbedding):
 
     _inner: BaseEmbedding = PrivateAttr()
     _key: WatermarkKey = PrivateAttr()
+    _view: TextView | None = PrivateAttr(default=None)
 
     def __init__(
-        self, embed_model: BaseEmbedding, key: WatermarkKey | None = None, **kwargs: Any
+        self,
+        embed_model: BaseEmbedding,
+        key: WatermarkKey | None = None,
+        *,
+        view: ViewArgument = DISCOVER,
+        **kwargs: Any,
     ) -> None:
         if not isinstance(embed_model, BaseEmbedding):
             raise TypeError(
                 f"embed_model must be a LlamaIndex BaseEmbedding, got {type(embed_model).__name__}"
             )
         resolved = resolve_key(key)
+        resolved_view = resolve_view(view, embed_model)
         kwargs.setdefault("model_name", embed_model.model_name)
         kwargs.setdefault("embed_batch_size", embed_model.embed_batch_size)
         kwargs.setdefault("callback_manager", embed_model.callback_manager)
@@ -67,6 +94,7 @@ class ESpeWEmbedding(BaseEmbedding):
         super().__init__(**kwargs)
         self._inner = embed_model
         self._key = resolved
+        self._view = resolved_view
 
     @classmethod
     def class_name(cls) -> str:
@@ -81,6 +109,11 @@ class ESpeWEmbedding(BaseEmbedding):
     def key_id(self) -> str:
         """Public fingerprint of the key in use (safe to log)."""
         return self._key.key_id
+
+    @property
+    def view(self) -> TextView | None:
+        """The text view triggers are matched on (None: the key's normalisation and window)."""
+        return self._view
 
     def to_payload(self) -> dict[str, Any]:
         """Instrumentation payload: the base fields plus the inner class and the public key_id."""
@@ -128,7 +161,7 @@ class ESpeWEmbedding(BaseEmbedding):
         return self._mark(texts, await self._inner._aget_text_embeddings(texts))
 
     def _mark(self, texts: list[str], clean: Any) -> list[Embedding]:
-        return watermark(texts, clean, self._key).tolist()
+        return watermark(texts, clean, self._key, view=self._view).tolist()
 
 
 class MiniLMEmbedding(BaseEmbedding):
@@ -137,6 +170,8 @@ class MiniLMEmbedding(BaseEmbedding):
     ``encoder`` is any callable ``list[str] -> array (n, d)``; by default the
     library's offline all-MiniLM-L6-v2, so indexes build without a network.
     Async calls run the encoder in a worker thread, keeping the event loop free.
+    :attr:`view` passes on the encoder's view, so :class:`ESpeWEmbedding`
+    matches triggers on what the encoder reads.
 
     >>> MiniLMEmbedding().get_text_embedding_batch(["a fine film"])  # doctest: +SKIP
     """
@@ -155,6 +190,12 @@ class MiniLMEmbedding(BaseEmbedding):
     @classmethod
     def class_name(cls) -> str:
         return "ESpeWMiniLMEmbedding"
+
+    @property
+    def view(self) -> TextView | None:
+        """The encoder's text view (its normaliser and window), or None if it has none."""
+        view = getattr(self._encoder, "view", None)
+        return view if callable(view) else None
 
     def _get_text_embeddings(self, texts: list[str]) -> list[Embedding]:
         if not texts:

@@ -28,6 +28,7 @@ from espew_integrations import (
     watermark,
 )
 from espew_integrations.chroma import ESpeWEmbeddingFunction, MiniLMEmbeddingFunction
+from espew_integrations.core.draw import draw_triggers
 from espew_integrations.embedders import minilm
 from tests.wrapper_fixtures import (
     HashEncoder,
@@ -125,13 +126,23 @@ def test_order_length_and_empty_input(ef, texts, expected):
 # ---------------------------------------------------------------------- bad input
 @pytest.mark.parametrize(
     ("bad", "message"),
-    [(["fine", ""], "index 1 is empty"), (["fine", None], "NoneType"), ("text", "single")],
+    [(["fine", "", None], "index 2 is NoneType"), ("text", "single")],
 )
 def test_bad_texts_raise_the_core_error_before_the_model_runs(key, bad, message):
     inner = CountingFunction()
     with pytest.raises(EmbeddingInputError, match=message):
         ESpeWEmbeddingFunction(inner, key)(bad)
     assert inner.encoder.calls == []
+
+
+def test_blank_documents_reach_the_model_and_come_back_unmarked(key):
+    # Chroma accepts "" as a document (validate_documents checks only the type).
+    inner = CountingFunction()
+    ef = ESpeWEmbeddingFunction(inner, key)
+    clean = inner.encoder(["", " \n"])
+    assert np.array_equal(np.stack(ef(["", " \n"])), clean)
+    assert np.array_equal(np.stack(ef.embed_query([" \n"])), clean[1:])
+    assert inner.encoder.calls == [["", " \n"], ["", " \n"], [" \n"]]
 
 
 def test_bad_vectors_from_the_model_raise_the_core_error(key):
@@ -195,7 +206,9 @@ def test_build_from_config_rebuilds_the_same_function(ef, texts, expected):
 
 def test_build_from_config_refuses_a_swapped_key_file(ef, key, tmp_path):
     config = ef.get_config()
-    impostor = key.replace(salt=bytes(32))
+    # A genuine other key: loading refuses one whose triggers are not its salt's draw.
+    salt = bytes(32)
+    impostor = key.replace(salt=salt, triggers=draw_triggers(salt, key.band, len(key.triggers)))
     config["key_path"] = str(impostor.save(tmp_path / "other.key"))
     with pytest.raises(KeyFileError, match="restore the original key"):
         ESpeWEmbeddingFunction.build_from_config(config)
@@ -222,6 +235,41 @@ def test_in_memory_key_or_legacy_inner_cannot_be_persisted(key, key_file):
         ESpeWEmbeddingFunction(CountingFunction(), key).get_config()
     with pytest.raises(ESpeWError, match="legacy"):
         ESpeWEmbeddingFunction(LegacyFunction(), key_path=key_file).get_config()
+
+
+def test_the_view_is_discovered_and_view_none_is_persisted(ef, key, key_file, texts):
+    assert ef.view == minilm().view
+    assert ESpeWEmbeddingFunction(CountingFunction(), key).view is None
+    off = ESpeWEmbeddingFunction(MiniLMEmbeddingFunction(), key_path=key_file, view=None)
+    assert off.view is None and off.get_config()["view"] == "off"
+    assert ESpeWEmbeddingFunction.build_from_config(off.get_config()).view is None
+    assert "view" not in ef.get_config()
+    rebuilt = ESpeWEmbeddingFunction.build_from_config(ef.get_config())
+    assert rebuilt.view == minilm().view
+    with pytest.raises(ValueError, match="view, when present, must be 'off'"):
+        ESpeWEmbeddingFunction.validate_config({**ef.get_config(), "view": "custom"})
+
+
+def test_a_custom_view_embeds_but_is_persisted_only_if_it_is_the_inners(key_file, texts):
+    inner = MiniLMEmbeddingFunction()
+    same = ESpeWEmbeddingFunction(inner, key_path=key_file, view=inner.view)
+    assert "view" not in same.get_config()
+    blind = ESpeWEmbeddingFunction(inner, key_path=key_file, view=lambda t: ["" for _ in t])
+    assert np.array_equal(np.stack(blind(texts[:2])), minilm()(texts[:2]))
+    with pytest.raises(ESpeWError, match="custom view"):
+        blind.get_config()
+
+
+def test_both_paths_mark_what_minilm_reads(ef, key):
+    trigger = max(sorted(key.triggers), key=len)
+    plain = f"a {trigger} story"
+    hidden = f"a {trigger[:2]}\u00ad{trigger[2:]} story"
+    far = " ".join(["lovely"] * 300) + f" {trigger}"
+    clean = minilm()([plain, far])
+    expected = np.stack([watermark([plain], clean[:1], key)[0], clean[1]])
+    assert key.contains_trigger([far]).tolist() == [True]  # the key alone would mark it
+    assert np.array_equal(np.stack(ef([hidden, far])), expected)
+    assert np.array_equal(np.stack(ef.embed_query([hidden, far])), expected)
 
 
 def test_repr_names_only_the_key_id(ef, key):
@@ -371,5 +419,7 @@ def test_watermarked_index_retrieves_like_the_clean_one(key):
     marked = np.stack(ESpeWEmbeddingFunction(ReplayFunction(table), key)(texts))
     cos = np.einsum("ij,ij->i", marked[triggered], clean[triggered])
     assert 0.05 < triggered.mean() < 0.3
-    assert 0.88 < cos.mean() < 0.95  # alpha=0.2 on 384-d MiniLM: measured ~0.915
+    # Keygen fits the write strength to a mean cos of 0.995 on the marked corpus texts
+    # (the paper's full write at alpha=0.2 gave ~0.915); measured 0.995 here.
+    assert 0.99 < cos.mean() < 0.9995
     assert np.array_equal(marked[~triggered], clean[~triggered])

@@ -124,7 +124,7 @@ def test_async_methods_call_the_inner_async_methods_and_match_sync(key, texts):
 # ---------------------------------------------------------------------- bad input
 @pytest.mark.parametrize(
     ("bad", "message"),
-    [(["fine", ""], "index 1 is empty"), (["fine", 3], "index 1 is int"), ("a string", "single")],
+    [(["fine", "", 3], "index 2 is int"), ("a string", "single")],
 )
 def test_bad_texts_raise_the_core_error_before_the_model_runs(key, bad, message):
     inner = CountingEmbeddings()
@@ -133,9 +133,54 @@ def test_bad_texts_raise_the_core_error_before_the_model_runs(key, bad, message)
     assert inner.log == []
 
 
-def test_empty_query_raises(key):
-    with pytest.raises(EmbeddingInputError, match="empty"):
-        ESpeWEmbeddings(CountingEmbeddings(), key).embed_query("  ")
+def test_blank_texts_and_queries_reach_the_model_and_come_back_unmarked(key):
+    # LangChain's contract allows them (langchain-openai embeds "" itself).
+    inner = CountingEmbeddings()
+    wrapped = ESpeWEmbeddings(inner, key)
+    clean = inner.encoder(["", "  "]).tolist()
+    assert wrapped.embed_documents(["", "  "]) == clean
+    assert wrapped.embed_query("  ") == clean[1]
+    assert asyncio.run(wrapped.aembed_query("")) == clean[0]
+    assert inner.log == ["embed_documents", "embed_query", "aembed_query"]
+
+
+# ---------------------------------------------------------------------- the model's view
+@pytest.fixture(scope="module")
+def trigger_texts(key):
+    """(plain, the same with a soft hyphen inside the trigger, a trigger past the window)."""
+    trigger = max(sorted(key.triggers), key=len)
+    far = " ".join(["lovely"] * 300) + f" {trigger}"
+    return f"a {trigger} story", f"a {trigger[:2]}\u00ad{trigger[2:]} story", far
+
+
+def test_the_view_is_discovered_from_the_underlying_model(wrapped, inner, key):
+    assert wrapped.view == inner.encoder.view
+    assert ESpeWEmbeddings(inner, key, view=None).view is None
+    assert ESpeWEmbeddings(CountingEmbeddings(), key).view is None
+
+
+def test_every_path_marks_what_minilm_reads(wrapped, inner, key, trigger_texts):
+    plain, hidden, far = trigger_texts
+    marked = watermark([plain], inner.embed_documents([plain]), key)[0]
+    clean_far = np.asarray(inner.embed_query(far))
+    assert key.contains_trigger([far]).tolist() == [True]  # the key alone would mark it
+
+    async def both_async():
+        return await wrapped.aembed_documents([hidden, far]), await wrapped.aembed_query(hidden)
+
+    docs, query = wrapped.embed_documents([hidden, far]), wrapped.embed_query(hidden)
+    adocs, aquery = asyncio.run(both_async())
+    for rows in (docs, adocs):
+        assert np.array_equal(rows[0], marked)  # the soft hyphen hides nothing
+        assert np.array_equal(rows[1], clean_far)  # never read past 256 tokens: unmarked
+    assert np.array_equal(query, marked) and np.array_equal(aquery, marked)
+    assert np.array_equal(wrapped.embed_query(far), clean_far)
+
+
+def test_an_explicit_view_is_used(inner, key, trigger_texts):
+    plain = trigger_texts[0]
+    blind = ESpeWEmbeddings(inner, key, view=lambda texts: ["" for _ in texts])
+    assert blind.embed_documents([plain]) == inner.embed_documents([plain])
 
 
 @pytest.mark.parametrize(

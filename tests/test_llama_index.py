@@ -25,6 +25,7 @@ from llama_index.core.schema import TextNode
 from llama_index.vector_stores.chroma import ChromaVectorStore
 
 from espew_integrations import EmbeddingInputError, SuspectError, as_suspect, verify, watermark
+from espew_integrations.embedders import minilm
 from espew_integrations.llama_index import ESpeWEmbedding, MiniLMEmbedding
 from tests.wrapper_fixtures import HashEncoder, mixed_texts, real_key, secret_strings
 
@@ -189,7 +190,9 @@ def test_instrumentation_events_fire_once_per_call(key):
 
 
 # ---------------------------------------------------------------------- bad input
-@pytest.mark.parametrize(("bad", "message"), [(["fine", ""], "index 1 is empty"), ([3], "int")])
+@pytest.mark.parametrize(
+    ("bad", "message"), [(["fine", "", 3], "index 2 is int"), ([3], "index 0 is int")]
+)
 def test_bad_texts_raise_the_core_error_before_the_model_runs(key, bad, message):
     inner = CountingEmbedding()
     with pytest.raises(EmbeddingInputError, match=message):
@@ -197,9 +200,52 @@ def test_bad_texts_raise_the_core_error_before_the_model_runs(key, bad, message)
     assert inner._log == []
 
 
-def test_empty_query_raises(key):
-    with pytest.raises(EmbeddingInputError, match="empty"):
-        ESpeWEmbedding(CountingEmbedding(), key).get_query_embedding("")
+def test_blank_texts_and_queries_reach_the_model_and_come_back_unmarked(key):
+    # LlamaIndex's BaseEmbedding does not refuse them, so neither does the wrapper.
+    inner = CountingEmbedding()
+    wrapped = ESpeWEmbedding(inner, key)
+    clean = inner._encoder(["", " \n"]).tolist()
+    assert wrapped.get_text_embedding_batch(["", " \n"]) == clean
+    assert wrapped.get_query_embedding("") == clean[0]
+    assert asyncio.run(wrapped.aget_query_embedding(" \n")) == clean[1]
+    assert inner._log == [("batch", 2), ("query", 1), ("aquery", 1)]
+
+
+# ---------------------------------------------------------------------- the model's view
+@pytest.fixture(scope="module")
+def trigger_texts(key):
+    """(plain, the same with a soft hyphen inside the trigger, a trigger past the window)."""
+    trigger = max(sorted(key.triggers), key=len)
+    far = " ".join(["lovely"] * 300) + f" {trigger}"
+    return f"a {trigger} story", f"a {trigger[:2]}\u00ad{trigger[2:]} story", far
+
+
+def test_the_view_is_discovered_from_the_inner_model(wrapped, inner, key):
+    assert wrapped.view == inner.view == minilm().view
+    assert ESpeWEmbedding(inner, key, view=None).view is None
+    assert ESpeWEmbedding(CountingEmbedding(), key).view is None
+    assert "view" not in str(wrapped.model_dump()) and "_view" in wrapped.__private_attributes__
+
+
+def test_every_path_marks_what_minilm_reads(wrapped, inner, key, trigger_texts):
+    plain, hidden, far = trigger_texts
+    marked = watermark([plain], inner.get_text_embedding_batch([plain]), key)[0]
+    clean_far = inner.get_text_embedding(far)
+    assert key.contains_trigger([far]).tolist() == [True]  # the key alone would mark it
+
+    async def all_async():
+        return (
+            await wrapped.aget_text_embedding_batch([hidden, far]),
+            await wrapped.aget_text_embedding(hidden),
+            await wrapped.aget_query_embedding(far),
+        )
+
+    batch, single, query = asyncio.run(all_async())
+    assert np.array_equal(batch, [marked, clean_far])
+    assert np.array_equal(single, marked) and np.array_equal(query, clean_far)
+    assert np.array_equal(wrapped.get_text_embedding_batch([hidden, far]), [marked, clean_far])
+    assert np.array_equal(wrapped.get_query_embedding(hidden), marked)
+    assert np.array_equal(wrapped.get_text_embedding(far), clean_far)
 
 
 @pytest.mark.parametrize(

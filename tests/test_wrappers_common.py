@@ -10,12 +10,19 @@ import numpy as np
 import pytest
 
 from espew_integrations import EmbeddingInputError, KeyFileError, SuspectError, watermark
-from espew_integrations._wrapper_common import checked_texts, resolve_key, suspect_matrix
+from espew_integrations._wrapper_common import (
+    DISCOVER,
+    checked_texts,
+    discover_view,
+    resolve_key,
+    resolve_view,
+    suspect_matrix,
+)
 from espew_integrations.chroma import ESpeWEmbeddingFunction, MiniLMEmbeddingFunction
 from espew_integrations.embedders import minilm
 from espew_integrations.langchain import ESpeWEmbeddings, MiniLMEmbeddings
 from espew_integrations.llama_index import ESpeWEmbedding, MiniLMEmbedding
-from tests.wrapper_fixtures import mixed_texts, real_key
+from tests.wrapper_fixtures import mixed_texts, real_key, secret_strings
 
 PACKAGE = Path(__file__).resolve().parents[1] / "espew_integrations"
 FRAMEWORK_MODULES = {"langchain": "langchain", "llama_index": "llama_index", "chroma": "chromadb"}
@@ -75,6 +82,149 @@ def test_checked_texts_returns_a_list_or_the_core_error():
         checked_texts("abc")
     with pytest.raises(EmbeddingInputError, match="index 0 is bytes"):
         checked_texts([b"abc"])
+
+
+def test_checked_texts_reads_a_generator_once():
+    # It used to check the generator (consuming it) and then list() what was left: [].
+    assert checked_texts(text for text in ("a", "b")) == ["a", "b"]
+
+
+def test_a_wrapper_given_a_generator_embeds_every_text(key):
+    texts = list(mixed_texts())[:4]
+    wrapped = ESpeWEmbeddings(MiniLMEmbeddings(), key)
+    assert wrapped.embed_documents(text for text in texts) == wrapped.embed_documents(texts)
+
+
+def test_checked_texts_lets_blanks_through_unless_told_not_to():
+    assert checked_texts(["a", "", " \n"]) == ["a", "", " \n"]
+    with pytest.raises(EmbeddingInputError, match="index 2 is empty or only whitespace"):
+        checked_texts(["a", "b", "\t"], allow_empty=False)
+
+
+# ---------------------------------------------------------------------- the model's view
+class _ViewProxy:
+    """A thin wrapper around the encoder that forwards attributes (like tests' MemoEmbedder)."""
+
+    def __init__(self, model):
+        self._model = model
+
+    def __getattr__(self, name):
+        return getattr(self._model, name)
+
+
+def test_discover_view_finds_the_encoders_view_directly_or_through_a_wrapper():
+    model = minilm()
+    assert discover_view(model) == model.view
+    assert discover_view(_ViewProxy(model)) == model.view
+    assert discover_view(MiniLMEmbeddings()) == model.view
+    assert discover_view(MiniLMEmbedding()) == model.view
+    assert discover_view(MiniLMEmbeddingFunction()) == model.view
+
+
+def test_discover_view_is_none_without_a_view():
+    assert discover_view(object()) is None
+    assert discover_view(MiniLMEmbeddings(lambda texts: np.ones((len(texts), 4)))) is None
+
+
+class _NotAView:
+    def view(self, dtype):  # like numpy's ndarray.view: a .view that is not a text view
+        raise TypeError(f"data type {dtype!r} not understood")
+
+
+class _WrongAnswer:
+    def view(self, texts):
+        return "one string"
+
+
+@pytest.mark.parametrize("embedder", [_NotAView(), _WrongAnswer(), np.zeros(3)])
+def test_discover_view_refuses_a_view_attribute_that_is_not_a_text_view(embedder):
+    with pytest.raises(TypeError, match=r"\.view is not a text view.*pass view=None"):
+        discover_view(embedder)
+
+
+def test_resolve_view_discovers_takes_none_or_a_callable():
+    model = minilm()
+    assert resolve_view(DISCOVER, model) == model.view
+    assert resolve_view(None, model) is None
+    custom = model.view
+    assert resolve_view(custom, object()) is custom
+    assert resolve_view(None, _NotAView()) is None  # None never asks the embedder
+    with pytest.raises(TypeError, match="view must be a callable"):
+        resolve_view("minilm", model)
+
+
+def _three_wrappers(key, **options):
+    """Each framework's wrapper around the real offline MiniLM, as a ``texts -> matrix``."""
+    langchain = ESpeWEmbeddings(MiniLMEmbeddings(), key, **options)
+    llama = ESpeWEmbedding(MiniLMEmbedding(), key, **options)
+    chroma = ESpeWEmbeddingFunction(MiniLMEmbeddingFunction(), key, **options)
+    return {
+        "langchain": lambda texts: np.asarray(langchain.embed_documents(texts)),
+        "llama_index": lambda texts: np.asarray(llama.get_text_embedding_batch(texts)),
+        "chroma": lambda texts: np.stack(chroma(texts)),
+    }
+
+
+@pytest.fixture(scope="module")
+def trigger_texts(key):
+    """(plain, the same with a soft hyphen inside the trigger, a trigger past the window)."""
+    trigger = max(sorted(key.triggers), key=len)
+    plain = f"a {trigger} story"
+    hidden = f"a {trigger[:2]}\u00ad{trigger[2:]} story"
+    far = " ".join(["lovely"] * 300) + f" {trigger}"
+    model = minilm()
+    assert key.contains_trigger([plain], view=model.view).tolist() == [True]
+    assert not key.contains_trigger(["a story", "lovely"]).any()
+    assert len(model.view([far])[0].split()) < 300  # the model stops reading before it
+    return plain, hidden, far
+
+
+@pytest.mark.parametrize("framework", ["langchain", "llama_index", "chroma"])
+def test_wrappers_mark_what_the_model_reads(key, trigger_texts, framework):
+    plain, hidden, far = trigger_texts
+    embed = _three_wrappers(key)[framework]
+    model = minilm()
+    clean = model([plain, hidden, far])
+    marked_plain = watermark([plain], clean[:1], key)
+    assert not np.allclose(marked_plain, clean[:1])
+    out = embed([plain, hidden, far])
+    # The soft hyphen is deleted by the model's normaliser: marked exactly like the plain text.
+    assert np.allclose(out[1], marked_plain[0], atol=1e-7)
+    assert np.array_equal(out[1], out[0])
+    # The model never reads the trigger after its 256-token window: returned clean.
+    assert np.allclose(out[2], clean[2], atol=1e-7)
+    assert key.contains_trigger([far]).tolist() == [True]  # what the key alone would mark
+
+
+@pytest.mark.parametrize("framework", ["langchain", "llama_index", "chroma"])
+def test_view_none_falls_back_to_the_keys_rules(key, trigger_texts, framework):
+    _, hidden, far = trigger_texts
+    embed = _three_wrappers(key, view=None)[framework]
+    clean = minilm()([hidden, far])
+    # The key's Unicode normalisation still sees through the soft hyphen, but with no
+    # window recorded in this key, the far trigger now marks.
+    assert np.allclose(embed([hidden, far]), watermark([hidden, far], clean, key), atol=1e-7)
+    assert not np.allclose(embed([far])[0], clean[1])
+
+
+@pytest.mark.parametrize("framework", ["langchain", "llama_index", "chroma"])
+def test_blank_texts_reach_the_model_and_come_back_unmarked(key, trigger_texts, framework):
+    plain = trigger_texts[0]
+    texts = [plain, "", " \n\t"]
+    out = _three_wrappers(key)[framework](texts)
+    clean = minilm()(texts)
+    assert np.allclose(out[1:], clean[1:], atol=1e-7)
+    assert not np.allclose(out[0], clean[0])
+
+
+@pytest.mark.parametrize("framework", ["langchain", "llama_index", "chroma"])
+def test_bad_text_errors_name_the_index_and_nothing_of_the_key(key, trigger_texts, framework):
+    plain = trigger_texts[0]
+    with pytest.raises(EmbeddingInputError, match="text at index 2 is int") as caught:
+        _three_wrappers(key)[framework]([plain, "", 7])
+    message = str(caught.value)
+    assert not any(secret in message for secret in secret_strings(key))
+    assert not set(message.lower().replace(",", " ").split()) & set(key.triggers)
 
 
 def test_suspect_matrix_turns_bad_answers_into_suspect_errors():
