@@ -130,7 +130,7 @@ def run_verify(cwd: Path, url: str, model: str, *extra: str) -> subprocess.Compl
         cwd=cwd,
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=600,
     )
 
 
@@ -161,7 +161,7 @@ def key(workdir) -> WatermarkKey:
         cwd=workdir,
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=900,  # keygen embeds the marked sample and the audit probes
     )
     assert keygen.returncode == 0, keygen.stderr
     return WatermarkKey.load(workdir / "provider.key")
