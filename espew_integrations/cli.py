@@ -426,6 +426,7 @@ def _cmd_keygen(args: argparse.Namespace) -> int:
     else:
         corpus = read_texts(args.corpus, column=args.text_column)
     embed, name = resolve_embedder(args.embedder, endpoint_options=_endpoint_options(args))
+    window = args.window if args.window is not None else getattr(embed, "max_tokens", None)
     with _progress(None, f"embedding with {name}", "text", not args.no_progress) as bar:
         key = WatermarkKey.generate(
             corpus,
@@ -435,23 +436,47 @@ def _cmd_keygen(args: argparse.Namespace) -> int:
             freq_band=tuple(args.freq_band),
             alpha=args.alpha,
             strength=args.strength,
+            min_cosine=args.min_cosine,
             selection=args.selection,
             seed=args.seed,
             max_band_words=args.max_band_words,
+            window=window,
         )
     key.save(out, overwrite=args.overwrite)
+    info = key.info
     print(
         f"wrote key {key.key_id} to {out} (mode 0600): alpha={key.alpha}, "
-        f"strength={key.strength}, "
+        f"strength={key.strength:.4g} (mean cos(clean, watermarked) on marked texts "
+        f"{info['mean_cosine_marked']:.4f}), marks {info['marked_rate']:.1%} of the corpus, "
         f"selection={key.selection}, dim={key.dim}, {len(key.band)} band words, "
-        f"so `espew verify` costs {len(key.band)} queries"
+        f"so `espew verify` costs {len(key.probe_texts)} queries"
     )
+    print(f"publish this commitment (it reveals nothing): {key.commitment()}")
     if args.seed is not None:
         print(
             "note: --seed makes the key reproducible by anyone who knows the seed; "
             "production keys must be generated without it",
             file=sys.stderr,
         )
+    return 0
+
+
+def _cmd_key_check(args: argparse.Namespace) -> int:
+    """Re-check a key file and print its commitment (for an arbiter, or before publishing)."""
+    key = load_key(args.key)
+    if not key.verifiable:
+        print(
+            f"key {key.key_id}: UNVERIFIABLE: its triggers are not the draw its salt dictates "
+            "(a version 1 key); it still watermarks, but no verdict can rest on it",
+            file=sys.stderr,
+        )
+        print(key.commitment())
+        return 2
+    print(
+        f"key {key.key_id}: OK (format valid, checksum and key_id match, triggers are the "
+        f"salt's draw over {len(key.band)} band words, {len(key.probe_texts)} stored probes)"
+    )
+    print(key.commitment())
     return 0
 
 
@@ -766,9 +791,23 @@ def build_parser() -> argparse.ArgumentParser:
     keygen.add_argument(
         "--strength",
         type=float,
-        default=1.0,
-        help="how far marked coordinates move toward the target (1 = the paper; "
-        "`espew tune` finds one that meets a quality budget)",
+        default=None,
+        help="how far marked coordinates move toward the target (1 = the paper); "
+        "default: fitted to --min-cosine",
+    )
+    keygen.add_argument(
+        "--min-cosine",
+        type=float,
+        default=0.995,
+        help="quality budget: mean cos(clean, watermarked) on the corpus's marked texts "
+        "(default 0.995); the strength is fitted to it unless --strength is given",
+    )
+    keygen.add_argument(
+        "--window",
+        type=_positive_int,
+        default=None,
+        help="the model's input window in tokens (known for the offline models); "
+        "triggers past it never mark",
     )
     keygen.add_argument("--selection", choices=("smallest", "hashed"), default="smallest")
     keygen.add_argument(
@@ -788,6 +827,18 @@ def build_parser() -> argparse.ArgumentParser:
     keygen.add_argument("--api-key-env", metavar="VAR", help="API key for an openai: embedder")
     keygen.add_argument("--no-progress", action="store_true")
     keygen.set_defaults(func=_cmd_keygen)
+
+    key_cmd = subparsers.add_parser(
+        "key", help="inspect a key file: `espew key check KEY` re-checks it, prints its commitment"
+    )
+    key_actions = key_cmd.add_subparsers(dest="key_action", metavar="ACTION", required=True)
+    check = key_actions.add_parser(
+        "check",
+        help="validate a key (checksum, key_id, trigger draw) and print its commitment; "
+        "exit 0 if verifiable, 2 if not",
+    )
+    check.add_argument("key", help="key file path, or env:VAR")
+    check.set_defaults(func=_cmd_key_check)
 
     embed = subparsers.add_parser(
         "embed",

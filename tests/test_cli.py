@@ -105,6 +105,9 @@ def test_keygen_writes_a_private_key_and_prints_only_its_id(tmp_path, capsys):
     assert stat.S_IMODE(out.stat().st_mode) == 0o600
     printed = capsys.readouterr()
     assert key.key_id in printed.out and "50 band words" in printed.out
+    # Fitted to the default quality budget, with the model's window, and committed.
+    assert key.info["strength_fitted_to_min_cosine"] == 0.995 and key.window == 256
+    assert key.commitment() in printed.out
     shown = printed.out + printed.err
     assert TARGET_TEXT not in shown
     assert not any(f" {word} " in f" {shown} " for word in key.triggers)
@@ -573,3 +576,42 @@ def test_a_traceback_never_quotes_the_key_variable(key_path, tmp_path, monkeypat
     assert "$MY_KEY_JSON" in err and "boom: <part of $MY_KEY_JSON withheld>" in err
     for part in _secret_parts(key_path):
         assert part not in err
+
+
+# ---------------------------------------------------------------------- key check
+def test_key_check_prints_the_commitment_of_a_verifiable_key(key_path, key, capsys):
+    assert main(["key", "check", str(key_path)]) == 0
+    out = capsys.readouterr().out
+    assert "OK" in out and key.commitment() in out
+    assert key.target_text not in out and not any(f" {w} " in out for w in key.triggers)
+
+
+def test_key_check_flags_an_unverifiable_version_1_key(tmp_path, key, capsys):
+    import hashlib
+    import json
+
+    from espew_integrations.core.key import _canonical
+
+    document = json.loads(key.to_json())
+    payload = document["key"]
+    for field in ("normalization", "window", "probes"):
+        del payload[field]
+    payload["triggers"] = sorted(key.band)[: len(key.triggers)]  # numpy-drawn, as v1 did
+    document["version"] = 1
+    document["checksum"] = hashlib.sha256(_canonical(payload)).hexdigest()
+    digest = hashlib.sha256(b"espew-key-id\x00" + _canonical(payload)).hexdigest()
+    document["key_id"] = digest[:16]
+    path = tmp_path / "old.key"
+    path.write_text(json.dumps(document))
+    path.chmod(0o600)
+    assert main(["key", "check", str(path)]) == EXIT_INCONCLUSIVE
+    captured = capsys.readouterr()
+    assert "UNVERIFIABLE" in captured.err and "espew-commitment-v1" in captured.out
+
+
+def test_key_check_refuses_an_edited_key(tmp_path, key_path, capsys):
+    edited = tmp_path / "edited.key"
+    edited.write_text(key_path.read_text().replace('"alpha": 0.2', '"alpha": 0.3'))
+    edited.chmod(0o600)
+    assert main(["key", "check", str(edited)]) == EXIT_USAGE
+    assert "checksum" in capsys.readouterr().err

@@ -263,3 +263,20 @@ def test_check_embedder_refuses_a_key_of_another_dimension(model, key):
         check_embedder(broken, key)
     with pytest.raises(ValueError, match="non-finite"):
         check_embedder(lambda texts: np.full((len(texts), 384), np.nan), key)
+
+
+def test_the_server_marks_what_the_model_reads(key):
+    """A soft hyphen inside a trigger changes nothing the model reads, so the
+    served vector is the one the plain text gets (issue 10)."""
+    from espew_integrations.embedders import minilm
+
+    model = minilm()
+    word = sorted(key.triggers)[0]
+    plain = f"a film about {word} and more"
+    hidden = plain.replace(word, word[:2] + "\u00ad" + word[2:])
+    with running_server(create_app(model, key=key, model_name="wm")) as url:
+        served = OpenAIEndpoint(url, "wm")([plain, hidden])
+    np.testing.assert_array_equal(served[0], served[1])
+    expected = watermark([plain], model([plain]), key, view=model.view)
+    np.testing.assert_array_equal(served[0], expected[0].astype(np.float64))
+    assert not np.array_equal(expected, model([plain]))  # the text is marked

@@ -167,8 +167,13 @@ def create_app(
     max_body_bytes: int = MAX_BODY_BYTES,
     max_request_chars: int = DEFAULT_MAX_REQUEST_CHARS,
     body_timeout: float = DEFAULT_BODY_TIMEOUT,
+    view: Any = "auto",
 ) -> Any:
     """A Starlette app serving ``embed`` (watermarked with ``key`` if given).
+
+    Triggers are matched on the text as the model reads it: ``view="auto"``
+    uses the embedder's own ``.view`` when it has one (the offline models do),
+    ``None`` the key's Unicode normalisation and window, or pass a callable.
 
     ``embed`` is any callable ``list[str] -> array (n, d)``. ``api_key``, if
     set, is required as ``Authorization: Bearer <api_key>`` on every route but
@@ -190,6 +195,12 @@ def create_app(
 
     if not callable(embed):
         raise TypeError(f"embed must be callable list[str] -> array, got {type(embed).__name__}")
+    if isinstance(view, str):
+        if view != "auto":
+            raise ValueError(f"view must be 'auto', None or a callable, got {view!r}")
+        from .._wrapper_common import discover_view
+
+        view = discover_view(embed)
     if not model_name:
         raise ValueError("model_name must be a non-empty string")
     for name, limit in (
@@ -224,7 +235,7 @@ def create_app(
         if clean.ndim != 2 or clean.shape[0] != len(texts):
             raise RuntimeError(f"the embedder returned shape {clean.shape} for {len(texts)} texts")
         if key is not None:
-            out = watermark(texts, clean, key)  # validates NaN, zeros, dimension
+            out = watermark(texts, clean, key, view=view)  # validates NaN, zeros, dimension
         else:
             out = clean
             if not np.isfinite(out).all():
