@@ -16,7 +16,9 @@ from typing import Any
 import numpy as np
 from langchain_core.embeddings import Embeddings
 
+from ._wrapper_common import discover_view
 from .core.key import WatermarkKey
+from .core.text import TextView
 from .langchain import ESpeWEmbeddings, MiniLMEmbeddings
 
 __all__ = ["run_rag_demo"]
@@ -28,6 +30,11 @@ class _MemoEmbeddings(Embeddings):
     def __init__(self, inner: Embeddings) -> None:
         self.inner = inner
         self._memo: dict[str, list[float]] = {}
+
+    @property
+    def view(self) -> TextView | None:
+        """The inner model's text view, so the wrapper matches triggers on what it reads."""
+        return discover_view(self.inner)
 
     def embed_documents(self, texts: list[str]) -> list[list[float]]:
         missing = [t for t in dict.fromkeys(texts) if t not in self._memo]
@@ -88,7 +95,7 @@ def run_rag_demo(
         stores[name].add_texts(texts, ids=ids)
 
     rng = np.random.default_rng(seed)
-    triggered = key.contains_trigger(texts)
+    triggered = key.contains_trigger(texts, view=watermarked.view)  # what the wrapper matched
     queries = []
     for index in rng.choice(len(texts), size=n_queries, replace=False):
         query = texts[int(index)]
