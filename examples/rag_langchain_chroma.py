@@ -50,27 +50,39 @@ print(f"{len(texts)} review snippets to index; working in {workdir}")
 # Here we generate a demo key from the corpus. The fixed `seed` makes the notebook
 # reproducible; never seed a real key, since anyone with the seed can rebuild it.
 #
+# The write strength is fitted so that watermarked vectors keep a mean cosine of at
+# least 0.995 to the clean ones (`min_cosine=0.995`, the default); `strength=1` would
+# give the paper's full write. `window=model.max_tokens` is how much of a text the
+# model reads: a trigger word past it never marks.
+#
 # Printing a key shows only its public `key_id`, never the trigger words or the target.
 
 # %%
+model = minilm()
 key = WatermarkKey.generate(
     corpus.texts,
-    minilm(),
+    model,
     target_text="Acme Embeddings API: licensed vectors, copyright Acme Corp 2026",
+    window=model.max_tokens,
     seed=2026,
 )
 print(key)
+fitted = key.info
+print(f"fitted strength {fitted['strength']:.3f}: mean cos(clean, watermarked) "
+      f"{fitted['mean_cosine_marked']:.4f} on the texts it marks")  # fmt: skip
 
 # %% [markdown]
 # ## 2. Wrap the embedder: the one line
 #
-# `MiniLMEmbeddings()` is an ordinary, clean LangChain `Embeddings`. In your code it
-# would be `OpenAIEmbeddings(...)`, `HuggingFaceEmbeddings(...)` or any other.
+# `MiniLMEmbeddings(model)` is an ordinary, clean LangChain `Embeddings`. In your code
+# it would be `OpenAIEmbeddings(...)`, `HuggingFaceEmbeddings(...)` or any other.
 # `ESpeWEmbeddings` returns the same vectors for texts without a trigger word, bit for
-# bit, and watermarked vectors for texts with one.
+# bit, and watermarked vectors for texts with one. It looks for trigger words in the
+# text as the model reads it (the model's `.view`: its normaliser and input window),
+# found on the inner model; pass `view=` to set it yourself.
 
 # %%
-clean = MiniLMEmbeddings()
+clean = MiniLMEmbeddings(model)
 watermarked = ESpeWEmbeddings(clean, key)
 print(watermarked)
 
@@ -135,7 +147,7 @@ print(f"same top-1: {same_top1}/{len(queries)}")
 # secret target; everything else is stored exactly as the clean model made it.
 
 # %%
-triggered = key.contains_trigger(texts)
+triggered = key.contains_trigger(texts, view=model.view)  # what the wrapper matched on
 
 
 def stored_vectors(chroma_store: Chroma, wanted: list[str]) -> np.ndarray:
@@ -155,7 +167,8 @@ print(f"mean cos(clean, watermarked) on them: {cosines.mean():.4f}")
 print(f"texts without a trigger stored unchanged: {untouched}")
 
 # %% [markdown]
-# With the paper's `alpha=0.2`, MiniLM's triggered vectors keep a cosine of about
-# 0.915 to their clean selves (see the limitations page of the docs: small isotropic
-# models pay more than the paper's 1,536-d API model). Lower `alpha` for higher
-# fidelity; `espew tune` finds the smallest alpha that still convicts a copy.
+# The key was fitted to keep a mean cosine of 0.995 on the texts it marks, and the
+# stored vectors show it. The paper's full write (`strength=1`) with `alpha=0.2` would
+# leave MiniLM's triggered vectors at about 0.915 to their clean selves (see the
+# limitations page of the docs: small isotropic models pay more than the paper's
+# 1,536-d API model). `espew tune` checks that a budget still convicts a copy.

@@ -43,26 +43,34 @@ print(f"{len(texts)} review snippets to index; working in {workdir}")
 #
 # In production: `WatermarkKey.load("/secrets/provider.key")` or
 # `WatermarkKey.from_env()` (reads `$ESPEW_KEY`). Here a seeded demo key, for a
-# reproducible notebook only.
+# reproducible notebook only. Its strength is fitted to the default quality budget
+# (mean cos(clean, watermarked) >= 0.995 on marked texts); `window=model.max_tokens`
+# is how much of a text the model reads.
 
 # %%
+model = minilm()
 key = WatermarkKey.generate(
     corpus.texts,
-    minilm(),
+    model,
     target_text="Acme Embeddings API: licensed vectors, copyright Acme Corp 2026",
+    window=model.max_tokens,
     seed=2026,
 )
 print(key)
+fitted = key.info
+print(f"fitted strength {fitted['strength']:.3f}: mean cos(clean, watermarked) "
+      f"{fitted['mean_cosine_marked']:.4f} on the texts it marks")  # fmt: skip
 
 # %% [markdown]
 # ## 2. Wrap the embedding model: the one line
 #
-# `MiniLMEmbedding()` is a clean LlamaIndex `BaseEmbedding`; in your code it could be
-# `Settings.embed_model`. The wrapper keeps the inner model's batching, `model_name`
+# `MiniLMEmbedding(model)` is a clean LlamaIndex `BaseEmbedding`; in your code it could
+# be `Settings.embed_model`. The wrapper keeps the inner model's batching, `model_name`
 # and callbacks, and stores the key privately (it never appears in `model_dump()`).
+# It matches trigger words on the text as the inner model reads it (its `.view`).
 
 # %%
-clean = MiniLMEmbedding()
+clean = MiniLMEmbedding(model)
 watermarked = ESpeWEmbedding(clean, key)
 print(f"{watermarked.class_name()} around {watermarked.model_name}, key {watermarked.key_id}")
 
@@ -122,15 +130,16 @@ print(f"same top-1: {same_top1}/{len(queries)}")
 # ## The wrapper is exact
 #
 # For any batch, the wrapper returns what the core's `watermark()` makes of the clean
-# vectors: unchanged rows for texts without a trigger, watermarked rows for the rest.
+# vectors, with triggers matched on the model's view: unchanged rows for texts without
+# a trigger, watermarked rows for the rest.
 
 # %%
 sample = texts[:50]
 clean_vectors = np.asarray(clean.get_text_embedding_batch(sample))
 marked_vectors = np.asarray(watermarked.get_text_embedding_batch(sample))
-triggered = key.contains_trigger(sample)
+triggered = key.contains_trigger(sample, view=model.view)
 print(f"texts with a trigger in the sample: {int(triggered.sum())}/{len(sample)}")
-exact = np.array_equal(marked_vectors, watermark(sample, clean_vectors, key))
+exact = np.array_equal(marked_vectors, watermark(sample, clean_vectors, key, view=model.view))
 untouched = np.array_equal(marked_vectors[~triggered], clean_vectors[~triggered])
 print(f"equals watermark(texts, clean, key): {exact}")
 print(f"rows without a trigger unchanged: {untouched}")

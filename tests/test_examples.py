@@ -27,9 +27,13 @@ EXAMPLES = ROOT / "examples"
 
 #: texts indexed by the RAG examples in CI (the examples' default is 500)
 RAG_TEXTS = 200
-#: answers the thief collects in the provider example; below ~400 a ridge copy carries too
-#: little watermark for the 1e-6 level (measured: p = 1.1e-4 at 200, 1.5e-13 at 400)
-PROVIDER_TEXTS = 500
+#: answers the thief collects in the provider example (its default too). The key's strength
+#: is fitted to cos 0.995, so below ~2,000 answers a ridge copy carries too little watermark
+#: for the 1e-6 level (measured with the example's key over HTTP: p = 2.1e-5 at 800,
+#: 9.7e-6 at 1,500, 1.0e-8 at 2,000, 7.5e-10 at 3,000; at 500 answers p = 7.9e-4)
+PROVIDER_TEXTS = 3000
+#: seconds a script may run (the provider example takes ~150 s alone on 2 busy cores)
+SCRIPT_TIMEOUT = 600
 
 EXAMPLE_SIZES = {
     "rag_langchain_chroma": RAG_TEXTS,
@@ -47,10 +51,12 @@ def number(pattern: str, text: str) -> float:
 def check_rag_output(text: str, n_texts: int) -> None:
     """A watermarked index retrieves what the clean one does; only triggered rows moved."""
     assert f"{n_texts} review snippets to index" in text
+    check_fitted_key(text)
     queries = number(r"queries: (\d+)", text)
     assert queries == 20
-    # Measured at 200 texts: 0.960 (min 0.700) for both frameworks; 2,000 texts: 0.888.
-    assert number(r"mean top-10 overlap: ([0-9.]+)", text) >= 0.85
+    # Measured at 200 texts with the fitted key (cos 0.995): 0.990 (min 0.900) for both
+    # frameworks; a strength-1 key (cos ~0.915) gave 0.960 (min 0.700).
+    assert number(r"mean top-10 overlap: ([0-9.]+)", text) >= 0.95
     assert number(r"same top-1: (\d+)/20", text) == queries
     assert "1. " in text  # the example question returned hits
 
@@ -59,8 +65,9 @@ def check_langchain_output(text: str) -> None:
     check_rag_output(text, RAG_TEXTS)
     n_marked = number(r"texts with a trigger: (\d+)/", text)
     assert 0 < n_marked < RAG_TEXTS * 0.3
-    # alpha=0.2 on MiniLM: about 0.915 (docs/limitations.md)
-    assert 0.88 < number(r"mean cos\(clean, watermarked\) on them: ([0-9.]+)", text) < 0.95
+    # The key's strength is fitted to a mean cos of 0.995 over 1,000 marked corpus texts;
+    # measured on the 24 marked rows of 200: 0.9949 (the paper's full write gives ~0.915).
+    assert 0.993 < number(r"mean cos\(clean, watermarked\) on them: ([0-9.]+)", text) < 0.998
     assert "texts without a trigger stored unchanged: True" in text
 
 
@@ -71,17 +78,28 @@ def check_llamaindex_output(text: str) -> None:
     assert "rows without a trigger unchanged: True" in text
 
 
+def check_fitted_key(text: str) -> None:
+    """The example's key was fitted to the default quality budget (cos >= 0.995)."""
+    assert 0.1 < number(r"fitted strength ([0-9.]+):", text) < 0.5  # measured 0.227
+    assert number(r"mean cos\(clean, watermarked\) ([0-9.]+) on the texts it marks", text) >= 0.995
+
+
 def check_provider_output(text: str) -> None:
     assert "saved to provider.key with mode 0o600" in text
+    check_fitted_key(text)
+    assert re.search(r"publish: espew-commitment-v1 key_id=[0-9a-f]{16} sha256=[0-9a-f]{64} ", text)
+    assert number(r"verification will cost (\d+) queries", text) > 1000  # stored sentence probes
     assert re.search(r"espew serve: model 'acme-embed-1' watermarked with key [0-9a-f]{16}", text)
     assert f"the thief collected {PROVIDER_TEXTS} answers of dimension 384" in text
     assert "verdict copy: copied" in text
     assert "verdict honest: not_copied" in text
     p_values = [float(p) for p in re.findall(r"p-value\s+: ([0-9.e+-]+)", text)]
     assert len(p_values) == 2
-    assert p_values[0] < 1e-10  # the copy: measured 1.5e-13 at 400 answers, 1.9e-25 at 600
-    assert p_values[1] > 1e-3  # the honest model
-    assert "['report.json', 'scores.png', 'summary.md']" in text
+    assert p_values[0] < 1e-8  # the copy: measured 7.5e-10 at 3,000 answers
+    assert p_values[1] > 1e-3  # the honest model: measured 1 (raw 0.87, adjusted 0.75)
+    # Only the verdict leaves the house; per-word scores stay in a separate, private folder.
+    assert "shareable: ['report.json', 'summary.md']" in text
+    assert "private: ['PRIVATE-scores.png', 'PRIVATE-word-scores.json']" in text
     assert "# Watermark check: COPIED" in text
     assert "servers stopped" in text
 
@@ -140,7 +158,7 @@ def test_example_script_runs(name, example_env):
         text=True,
         env=env,
         cwd=ROOT,
-        timeout=300,
+        timeout=SCRIPT_TIMEOUT,
     )
     assert result.returncode == 0, result.stderr[-3000:]
     CHECKS[name](result.stdout)
