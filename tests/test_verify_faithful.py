@@ -185,3 +185,27 @@ def test_a_hand_made_suspect_with_all_equal_scores_is_inconclusive():
 
     report = verify(orthogonal, key, seed=0)
     assert report.status == "inconclusive" and "same score" in report.reason
+
+
+def test_faults_can_still_convict_but_never_clear():
+    """Half the batches fail: a copy is convicted on what arrived; an innocent suspect
+    is not cleared on half the evidence (inconclusive), because faults are not evidence."""
+    key = make_key(64, n_band=200, n_triggers=20).replace(
+        probe_texts=tuple(f"{w} {w}" for w in make_key(64, n_band=200, n_triggers=20).band) * 4,
+        probe_owner=tuple(range(200)) * 4,
+    )
+
+    def flaky(inner):
+        calls = iter(range(10_000))
+
+        def answer(texts):
+            if next(calls) % 2:
+                raise ConnectionError("HTTP 500")
+            return inner(texts)
+
+        return answer
+
+    copy = verify(flaky(WordSpace(key, pull=1.0)), key, seed=0, batch_size=16)
+    assert copy.status == "copied" and copy.n_failed_queries > 0
+    innocent = verify(flaky(WordSpace(key)), key, seed=0, batch_size=16)
+    assert innocent.status == "inconclusive" and "to clear a suspect" in innocent.reason

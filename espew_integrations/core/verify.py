@@ -531,6 +531,7 @@ def _decide(
     if empty:
         return _inconclusive(common, f"{empty}: such answers are no evidence either way", **partial)
     p_values = _p_values(raw, cosines, plan, is_trigger, scored, common["statistic"])
+    answered = float(np.isfinite(cosines).mean())
     smallest = min_p_value(n_scored, n_triggers_scored)
     status: Status = "copied" if p_values["p_value"] < common["level"] else "not_copied"
     reason = ""
@@ -539,6 +540,15 @@ def _decide(
         reason = (
             f"with {n_scored} scored words the smallest reachable p-value is {smallest:.2g}, "
             f"not below the level {common['level']:g}; use a key with a larger band"
+        )
+    elif status == "not_copied" and answered < min_coverage:
+        # A conviction on the probes that arrived is valid (the test is exact on any
+        # subset chosen without the trigger labels); an acquittal on a fraction of
+        # the evidence is not: faults must never clear a suspect.
+        status = "inconclusive"
+        reason = (
+            f"only {answered:.0%} of the probes were answered ({min_coverage:.0%} required "
+            "to clear a suspect); the answered ones show no watermark at this level"
         )
     elif not key.verifiable:
         status = "inconclusive"
