@@ -525,6 +525,8 @@ def _cmd_verify(args: argparse.Namespace) -> int:
         raise UsageError(f"--level must be in (0, 1), got {args.level}")
     if args.report_dir:
         _prepare_report_dir(args.report_dir, force=args.force)
+    if args.private_report_dir:
+        _prepare_private_dir(args.private_report_dir, args.report_dir)
     suspect, name = resolve_embedder(args.suspect, endpoint_options=_endpoint_options(args))
     if args.target == "query":
         print(
@@ -559,7 +561,40 @@ def _cmd_verify(args: argparse.Namespace) -> int:
     if args.report_dir:
         written = _save_evidence(report, args.report_dir, force=args.force)
         print(f"evidence written: {', '.join(str(p) for p in written)}", file=sys.stderr)
+    if args.private_report_dir:
+        written = _save_private(report, args.private_report_dir, force=args.force)
+        print(
+            f"private detail written (never share it): {', '.join(str(p) for p in written)}",
+            file=sys.stderr,
+        )
     return _EXIT_BY_STATUS.get(report.status, EXIT_INCONCLUSIVE)
+
+
+def _prepare_private_dir(directory: str, shared: str | None) -> None:
+    """The private directory must exist (or be creatable), be writable, and never be
+    the shareable one: its files let a suspect that logged its answers find the triggers."""
+    path = Path(directory)
+    if shared and path.resolve() == Path(shared).resolve():
+        raise UsageError("--private-report-dir must differ from --report-dir (which is shared)")
+    if path.is_symlink() or (path.exists() and not path.is_dir()):
+        raise UsageError(f"--private-report-dir {path} must be a real directory")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UsageError(f"cannot create --private-report-dir {path}: {exc.strerror}") from None
+    _check_writable(path, "--private-report-dir")
+
+
+def _save_private(report: Any, directory: str, *, force: bool) -> list[Path]:
+    from .evidence import save_private_evidence
+
+    try:
+        written = save_private_evidence(report, directory, force=force)
+    except (OSError, ValueError) as exc:
+        raise UsageError(
+            f"the verdict above stands, but its private detail could not be written: {exc}"
+        ) from None
+    return [Path(p) for p in written.values()]
 
 
 def _save_evidence(report: Any, directory: str, *, force: bool) -> list[Path]:
@@ -675,7 +710,8 @@ example:
 
   Sends one query per band word of the key (shuffled) to the suspect and runs
   an exact rank test. Exit code 0: not copied, 1: copied, 2: inconclusive,
-  3: usage error. --report-dir writes report.json, summary.md and scores.png.
+  3: usage error. --report-dir writes report.json and summary.md (safe to share);
+  --private-report-dir the PRIVATE-* per-word detail (never share it).
   --suspect also takes module:attr (a Python embedder) or minilm.
 """
 
@@ -879,6 +915,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--report-dir",
         default=None,
         help="write the evidence here (checked before the first query)",
+    )
+    verify.add_argument(
+        "--private-report-dir",
+        default=None,
+        help="write the per-word detail here (PRIVATE-* files: never hand them to the "
+        "suspect's side); must differ from --report-dir",
     )
     verify.add_argument(
         "--force", action="store_true", help="replace evidence already in --report-dir"

@@ -618,3 +618,20 @@ def test_key_check_refuses_an_edited_key(tmp_path, key_path, capsys):
     edited.chmod(0o600)
     assert main(["key", "check", str(edited)]) == EXIT_USAGE
     assert "checksum" in capsys.readouterr().err
+
+
+def test_private_detail_goes_only_to_its_own_directory(key_path, suspects, tmp_path, capsys):
+    shared, private = tmp_path / "shared", tmp_path / "private"
+    argv = ["verify", "--key", str(key_path), "--suspect", f"{suspects}:marked", "--seed", "0"]
+    assert main([*argv, "--report-dir", str(shared), "--private-report-dir", str(shared)]) == (
+        EXIT_USAGE
+    )
+    assert "must differ" in capsys.readouterr().err
+    code = main([*argv, "--report-dir", str(shared), "--private-report-dir", str(private)])
+    assert code == EXIT_COPIED
+    assert sorted(p.name for p in shared.iterdir()) == ["report.json", "summary.md"]
+    assert sorted(p.name for p in private.iterdir()) == [
+        "PRIVATE-scores.png",
+        "PRIVATE-word-scores.json",
+    ]
+    assert "never share" in capsys.readouterr().err
