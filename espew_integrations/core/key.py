@@ -28,7 +28,7 @@ import numpy as np
 
 from .draw import draw_band, draw_triggers
 from .errors import KeyFileError, KeyGenerationError
-from .probes import reference_cosines, select_sentence_probes, unit_rows
+from .probes import reference_cosines, row_cosines, select_sentence_probes
 from .ranktest import rank_sum_p_value
 from .text import LEGACY_LOWER, NORMALIZATIONS, UNICODE_V1, TextView
 from .words import TriggerMatcher, band_words, document_frequencies, is_word
@@ -797,11 +797,6 @@ def _twin_p_value(key: WatermarkKey) -> float:
             rank_sum_p_value(key.word_reference, is_trigger),
         )
     )
-
-
-def row_cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """Cosine between matching rows of ``a`` and ``b``: the library's one quality measure."""
-    return np.einsum("ij,ij->i", unit_rows(a), unit_rows(b))
 
 
 # ---------------------------------------------------------------------- loading steps

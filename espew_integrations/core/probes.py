@@ -39,7 +39,7 @@ from .draw import keyed_order
 from .text import UNICODE_V1
 from .words import tokenize
 
-__all__ = ["ProbeSet", "reference_cosines", "select_sentence_probes"]
+__all__ = ["ProbeSet", "reference_cosines", "row_cosines", "select_sentence_probes", "unit_rows"]
 
 _PROBE_DOMAIN = b"espew-draw-v1/probes"
 #: Probe texts longer than this many characters are skipped: long texts may run
@@ -122,3 +122,12 @@ def unit_rows(matrix: np.ndarray) -> np.ndarray:
     scaled = matrix / scale
     norms = np.linalg.norm(scaled, axis=1, keepdims=True)
     return scaled / np.where(norms > 0, norms, 1.0)
+
+
+def row_cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Cosine between matching rows of ``a`` and ``b``: the library's one quality measure.
+
+    >>> row_cosines(np.eye(2), np.array([[1.0, 1.0], [0.0, 2.0]])).round(4).tolist()
+    [0.7071, 1.0]
+    """
+    return np.einsum("ij,ij->i", unit_rows(a), unit_rows(b))

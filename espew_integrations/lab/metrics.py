@@ -16,6 +16,8 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
+from ..core.probes import row_cosines  # the one row-cosine, re-exported for the lab
+
 __all__ = [
     "copy_fidelity",
     "downstream_accuracy",
@@ -30,15 +32,6 @@ def _unit(x: np.ndarray) -> np.ndarray:
     x = np.asarray(x, dtype=np.float64)
     norms = np.linalg.norm(x, axis=1, keepdims=True)
     return x / np.where(norms == 0, 1.0, norms)
-
-
-def row_cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """cos(a_i, b_i) for every row.
-
-    >>> row_cosines(np.eye(2), np.array([[1.0, 1.0], [0.0, 2.0]])).round(4).tolist()
-    [0.7071, 1.0]
-    """
-    return np.einsum("ij,ij->i", _unit(a), _unit(b))
 
 
 def mean_cosine(clean: np.ndarray, changed: np.ndarray, rows: np.ndarray | None = None) -> float:
