@@ -422,6 +422,36 @@ def verify(
     plan = _plan(key, probes, templates)
     if statistic in ("adjusted", "corrected") and plan.reference is None:
         raise ValueError(f"statistic={statistic!r} needs the clean reference this key lacks")
+    asked = _interrogate(
+        suspect_fn, key, plan, target, level, statistic, batch_size, seed, progress
+    )
+    if asked.reason:
+        return _inconclusive(asked.common, asked.reason)
+    return _decide(key, plan, asked.embeddings, asked.target_vector, min_coverage, asked.common)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Answers:
+    """The suspect's answers to a plan, in the plan's order, or why there are none."""
+
+    common: dict[str, Any]
+    embeddings: np.ndarray
+    target_vector: np.ndarray
+    reason: str = ""
+
+
+def _interrogate(
+    suspect_fn: SuspectFn,
+    key: WatermarkKey,
+    plan: _Plan,
+    target: str,
+    level: float,
+    statistic: str,
+    batch_size: int,
+    seed: int | None,
+    progress: Callable[[int], None] | None,
+) -> _Answers:
+    """Ask the suspect the plan's probes once, shuffled; :func:`verify` and ``trace`` share it."""
     texts = list(plan.texts) + ([key.target_text] if target == "query" else [])
     order = np.random.default_rng(seed).permutation(len(texts))  # mix triggers and others
     expected_dim = key.dim if target == "key" else None
@@ -446,10 +476,12 @@ def verify(
     )
     if dim is None:
         first = f" (first error: {errors[0]})" if errors else ""
-        return _inconclusive(common, f"every query to the suspect failed{first}")
+        return _Answers(common, answers, key.target, f"every query to the suspect failed{first}")
     if expected_dim is not None and dim != expected_dim:
-        return _inconclusive(
+        return _Answers(
             common,
+            answers,
+            key.target,
             f"the suspect returns {dim}-dimensional embeddings but the key's target has "
             f"{expected_dim}; verify with target='query' (querying stopped after the first batch)",
         )
@@ -459,8 +491,10 @@ def verify(
     if target == "query":
         target_vector, embeddings = embeddings[-1], embeddings[:-1]
         if not np.isfinite(target_vector).all():
-            return _inconclusive(common, "the suspect failed to embed the target text")
-    return _decide(key, plan, embeddings, target_vector, min_coverage, common)
+            return _Answers(
+                common, embeddings, key.target, "the suspect failed to embed the target text"
+            )
+    return _Answers(common, embeddings, target_vector)
 
 
 def _check_options(
