@@ -1,0 +1,355 @@
+"""Every ```python block in README.md and docs/ runs as pasted (issue 14).
+
+The blocks of one page run in order, in ONE fresh interpreter (a subprocess of this
+Python), in an empty temporary folder, with the real offline model: what a reader gets
+who pastes a page top to bottom into one session. A block may opt out only with a
+visible ``<!-- not run: reason -->`` line right before its fence; those are listed as
+warnings in the test output, and at least 85% of all blocks must run.
+
+Each page's pip line is checked too: every extra it names exists in pyproject.toml, and
+together with the packages it names it covers every import on the page (the
+distribution of each third-party module, and the extra each ``espew_integrations``
+module needs). A page that needs the offline corpora shows the command that installs
+them.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import re
+import subprocess
+import sys
+import warnings
+from dataclasses import dataclass
+from functools import cache
+from importlib import metadata
+from pathlib import Path
+
+import pytest
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10: the copy pip carries
+    from pip._vendor import tomli as tomllib
+
+ROOT = Path(__file__).resolve().parents[1]
+PROJECT = "espew-integrations"
+MIN_RUN_SHARE = 0.85
+PAGE_TIMEOUT_S = 900
+
+# What an espew_integrations module needs beyond the core (numpy + scipy): an extra, or
+# "data" (the offline corpora, which a page must show how to get).
+MODULE_NEEDS = {
+    "espew_integrations.langchain": "langchain",
+    "espew_integrations.llama_index": "llama-index",
+    "espew_integrations.chroma": "chroma",
+    "espew_integrations.http": "http",
+    "espew_integrations.embedders": "minilm",
+    "espew_integrations.lab": "lab",
+    "espew_integrations.corpora": "data",
+}
+# Names that the top-level package re-exports from a module that needs an extra.
+NAME_NEEDS = {"OpenAIEndpoint": "http"}
+# How a page shows the offline corpora's install (the data wheels, without their deps).
+DATA_COMMAND = re.compile(r"espew data\b")
+
+FENCE_OPEN = re.compile(r"^(?P<indent>[ \t]*)```python[ \t]*$")
+NOT_RUN = re.compile(r"^[ \t]*<!--[ \t]*not run:[ \t]*(?P<reason>\S.*?)[ \t]*-->[ \t]*$")
+PIP_LINE = re.compile(r"pip install\s+([^`\n]+)")
+
+
+@dataclass(frozen=True)
+class Block:
+    page: str
+    line: int  # 1-based line of the first code line in the page
+    source: str
+    skip_reason: str | None
+
+    @property
+    def where(self) -> str:
+        return f"{self.page}:{self.line}"
+
+
+def page_paths() -> list[Path]:
+    return [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+
+
+def python_blocks(path: Path) -> list[Block]:
+    """The page's ```python blocks, dedented, each with the reason it is not run, if any."""
+    lines = path.read_text(encoding="utf-8").splitlines()
+    page = path.relative_to(ROOT).as_posix()
+    blocks, i = [], 0
+    while i < len(lines):
+        opened = FENCE_OPEN.match(lines[i])
+        if not opened:
+            i += 1
+            continue
+        indent = opened["indent"]
+        start, j = i + 1, i + 1
+        while j < len(lines) and lines[j].strip() != "```":
+            j += 1
+        if j == len(lines):
+            raise AssertionError(f"{page}:{i + 1}: ```python fence is never closed")
+        body = [line[len(indent) :] if line.startswith(indent) else line for line in lines[start:j]]
+        before = next((lines[k] for k in range(i - 1, -1, -1) if lines[k].strip()), "")
+        marker = NOT_RUN.match(before)
+        blocks.append(
+            Block(page, start + 1, "\n".join(body) + "\n", marker["reason"] if marker else None)
+        )
+        i = j + 1
+    return blocks
+
+
+def pages_with_blocks() -> list[Path]:
+    return [p for p in page_paths() if python_blocks(p)]
+
+
+def page_id(path: Path) -> str:
+    return path.relative_to(ROOT).as_posix()
+
+
+# The runner: executes the blocks in one namespace, as one pasted session. Blocks are
+# compiled under the page's own path, padded so that tracebacks name the page's lines.
+RUNNER = r"""
+import json, sys, traceback
+blocks = json.load(open(sys.argv[1], encoding="utf-8"))
+namespace = {"__name__": "__main__", "__builtins__": __builtins__}
+for block in blocks:
+    print(f"\n===== {block['where']} =====", flush=True)
+    code = compile("\n" * (block["line"] - 1) + block["source"], block["path"], "exec")
+    try:
+        exec(code, namespace)
+    except BaseException:
+        traceback.print_exc()
+        print(f"\nBLOCK FAILED: {block['where']}", file=sys.stderr, flush=True)
+        sys.exit(1)
+    sys.stdout.flush()
+print("\nALL BLOCKS RAN", flush=True)
+"""
+
+
+@pytest.mark.parametrize("page", pages_with_blocks(), ids=page_id)
+def test_page_runs_as_pasted(page: Path, tmp_path: Path):
+    blocks = python_blocks(page)
+    for block in blocks:
+        if block.skip_reason:
+            warnings.warn(f"not run: {block.where}: {block.skip_reason}", stacklevel=1)
+    to_run = [b for b in blocks if not b.skip_reason]
+    if not to_run:
+        pytest.skip(f"every block on {page_id(page)} is marked not run")
+    spec = tmp_path / "blocks.json"
+    spec.write_text(
+        json.dumps(
+            [
+                {"where": b.where, "line": b.line, "source": b.source, "path": str(page)}
+                for b in to_run
+            ]
+        ),
+        encoding="utf-8",
+    )
+    work = tmp_path / "work"  # the reader's empty folder
+    work.mkdir()
+    # A fresh user's environment: no key variable left over from the caller.
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ESPEW_")}
+    env.pop("PYTHONPATH", None)
+    done = subprocess.run(
+        [sys.executable, "-c", RUNNER, str(spec)],
+        cwd=work,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=PAGE_TIMEOUT_S,
+    )
+    assert done.returncode == 0, (
+        f"{page_id(page)}: a block failed\n--- stdout (tail)\n{done.stdout[-4000:]}"
+        f"\n--- stderr (tail)\n{done.stderr[-6000:]}"
+    )
+    assert done.stdout.rstrip().endswith("ALL BLOCKS RAN"), done.stdout[-2000:]
+
+
+def test_at_least_85_percent_of_blocks_run():
+    blocks = [b for p in page_paths() for b in python_blocks(p)]
+    skipped = [b for b in blocks if b.skip_reason]
+    for block in skipped:
+        warnings.warn(f"not run: {block.where}: {block.skip_reason}", stacklevel=1)
+    assert len(blocks) >= 10, f"only {len(blocks)} python blocks found: is the parser broken?"
+    share = 1 - len(skipped) / len(blocks)
+    assert share >= MIN_RUN_SHARE, (
+        f"only {share:.0%} of {len(blocks)} blocks run; not run: "
+        + "; ".join(f"{b.where} ({b.skip_reason})" for b in skipped)
+    )
+
+
+def test_the_parser_sees_markers_and_indented_fences(tmp_path: Path, monkeypatch):
+    monkeypatch.setattr(sys.modules[__name__], "ROOT", tmp_path)
+    page = tmp_path / "page.md"
+    page.write_text(
+        "text\n\n<!-- not run: needs a live suspect -->\n```python\nx = 1\n```\n\n"
+        "- item\n\n    ```python\n    y = 2\n    ```\n\n```bash\nz\n```\n",
+        encoding="utf-8",
+    )
+    blocks = python_blocks(page)
+    assert [(b.line, b.source, b.skip_reason) for b in blocks] == [
+        (5, "x = 1\n", "needs a live suspect"),
+        (11, "y = 2\n", None),
+    ]
+
+
+# --- the pip line of each page -----------------------------------------------------------
+
+
+@cache
+def pyproject() -> dict:
+    return tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+
+
+def requirement_names(reqs: list[str], extra: str = "") -> set[str]:
+    """Distribution names of requirement strings whose marker holds for ``extra``."""
+    names = set()
+    for text in reqs:
+        req = Requirement(text)
+        if req.marker and not req.marker.evaluate({"extra": extra}):
+            continue
+        names.add(canonicalize_name(req.name))
+        if canonicalize_name(req.name) == PROJECT:
+            names |= project_closure(frozenset(req.extras))
+    return names
+
+
+@cache
+def project_closure(extras: frozenset[str]) -> set[str]:
+    """The project's direct requirements with these extras (its own extras expanded)."""
+    project = pyproject()["project"]
+    names = requirement_names(project["dependencies"])
+    optional = project["optional-dependencies"]
+    for extra in extras:
+        names |= requirement_names(optional[extra])
+    return names - {PROJECT}
+
+
+@cache
+def installed_closure(name: str) -> frozenset[str]:
+    """A distribution and everything it requires, from the installed metadata."""
+    seen, todo = set(), [canonicalize_name(name)]
+    while todo:
+        dist = todo.pop()
+        if dist in seen:
+            continue
+        seen.add(dist)
+        try:
+            requires = metadata.requires(dist) or []
+        except metadata.PackageNotFoundError:
+            continue
+        todo.extend(requirement_names(requires) - seen)
+    return frozenset(seen)
+
+
+def pip_lines(text: str) -> list[str]:
+    return [m.group(1).strip() for m in PIP_LINE.finditer(text)]
+
+
+def named_on_pip_lines(lines: list[str]) -> tuple[set[str], set[str]]:
+    """(extras of this project, other packages) that the page's pip lines install."""
+    extras, packages = set(), set()
+    for line in lines:
+        for token in line.split():
+            token = token.strip("'\"\\")
+            if not token or token.startswith("-") or "://" in token:
+                continue
+            base, _, rest = token.partition("[")
+            names = {e.strip() for e in rest.rstrip("]").split(",") if e.strip()}
+            if base in (".", PROJECT) or canonicalize_name(base) == PROJECT:
+                extras |= names
+            elif re.match(r"^[A-Za-z0-9][A-Za-z0-9._-]*", base):
+                packages.add(canonicalize_name(re.split(r"[<>=!~;]", base)[0]))
+    return extras, packages
+
+
+def page_imports(blocks: list[Block]) -> tuple[set[str], set[str]]:
+    """(top-level third-party modules, espew_integrations needs) imported by the blocks."""
+    modules, needs = set(), set()
+    for block in blocks:
+        try:
+            tree = ast.parse(block.source)
+        except SyntaxError as error:
+            raise AssertionError(f"{block.where}: not valid Python: {error}") from error
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                names = [(alias.name, []) for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names = [(node.module, [alias.name for alias in node.names])]
+            else:
+                continue
+            for module, imported in names:
+                if module.split(".")[0] == "espew_integrations":
+                    for prefix, need in MODULE_NEEDS.items():
+                        if module == prefix or module.startswith(prefix + "."):
+                            needs.add(need)
+                    needs |= {NAME_NEEDS[n] for n in imported if n in NAME_NEEDS}
+                    # `from espew_integrations import langchain` imports the submodule.
+                    for n in imported:
+                        needs |= {v for k, v in MODULE_NEEDS.items() if k == f"{module}.{n}"}
+                else:
+                    modules.add(module.split(".")[0])
+    return modules - set(sys.stdlib_module_names) - {"__future__"}, needs
+
+
+def distributions_of(module: str) -> set[str]:
+    return {canonicalize_name(d) for d in metadata.packages_distributions().get(module, [])}
+
+
+def pip_pages() -> list[Path]:
+    return [p for p in page_paths() if python_blocks(p) or pip_lines(p.read_text("utf-8"))]
+
+
+@pytest.mark.parametrize("page", pip_pages(), ids=page_id)
+def test_page_pip_line_covers_its_imports(page: Path):
+    text = page.read_text(encoding="utf-8")
+    lines = pip_lines(text)
+    extras, packages = named_on_pip_lines(lines)
+    known = set(pyproject()["project"]["optional-dependencies"])
+    assert extras <= known, (
+        f"{page_id(page)} names extras that pyproject.toml lacks: {sorted(extras - known)} "
+        f"(it has {sorted(known)})"
+    )
+    modules, needs = page_imports(python_blocks(page))
+    if "data" in needs:
+        assert DATA_COMMAND.search(text), (
+            f"{page_id(page)} uses espew_integrations.corpora but never shows `espew data`, "
+            "the command that installs the offline corpora"
+        )
+        needs.discard("data")
+    missing_extras = needs - extras - {"all"}
+    if "all" in extras:
+        missing_extras = set()
+    assert not missing_extras, (
+        f"{page_id(page)} imports modules that need extras {sorted(missing_extras)}, but its "
+        f"pip line{'s' if len(lines) != 1 else ''} {lines or '(none)'} name only {sorted(extras)}"
+    )
+    installed = set(project_closure(frozenset(extras)))
+    installed |= {canonicalize_name(PROJECT)} | packages
+    covered = set().union(*(installed_closure(name) for name in installed))
+    uncovered = {}
+    for module in sorted(modules):
+        dists = distributions_of(module)
+        assert dists, f"{page_id(page)} imports {module!r}, which no installed package provides"
+        if not dists & covered:
+            uncovered[module] = sorted(dists)
+    assert not uncovered, (
+        f"{page_id(page)} imports modules that its pip line {lines or '(none)'} does not "
+        f"install: {uncovered}"
+    )
+
+
+def test_pip_line_parser():
+    extras, packages = named_on_pip_lines(
+        ["'espew-integrations[langchain,minilm]' langchain-openai>=0.3", "-U .[dev]"]
+    )
+    assert extras == {"langchain", "minilm", "dev"}
+    assert packages == {"langchain-openai"}
+    assert "langchain-chroma" in project_closure(frozenset({"langchain"}))
+    assert "chromadb" in installed_closure("langchain-chroma")
