@@ -1,4 +1,7 @@
-"""WatermarkKey: the provider's secret, its generation, validation and storage.
+"""WatermarkKey: the provider's secret, its fields, validation, storage and commitment.
+
+Making a fresh key is :mod:`.keygen`'s job (it needs the watermark itself to
+fit the strength); the rules on each field are in :mod:`.key_checks`.
 
 The key holds everything needed to watermark (triggers, target, alpha,
 selection, salt) and to verify (the target text and the *band*: every word of
@@ -15,7 +18,6 @@ import binascii
 import datetime as _dt
 import hashlib
 import json
-import math
 import os
 import secrets
 import stat
@@ -26,12 +28,18 @@ from typing import Any, Literal
 
 import numpy as np
 
-from .draw import draw_band, draw_triggers
+from .draw import draw_triggers
 from .errors import KeyFileError, KeyGenerationError
-from .probes import reference_cosines, row_cosines, select_sentence_probes
-from .ranktest import rank_sum_p_value
-from .text import LEGACY_LOWER, NORMALIZATIONS, UNICODE_V1, TextView
-from .words import TriggerMatcher, band_words, document_frequencies, is_word
+from .key_checks import (
+    check_fields,
+    check_positions,
+    check_probes,
+    check_strength,
+    check_text_rules,
+    n_positions,
+)
+from .text import LEGACY_LOWER, UNICODE_V1, TextView
+from .words import TriggerMatcher
 
 __all__ = [
     "DEFAULT_MIN_COSINE",
@@ -41,6 +49,7 @@ __all__ = [
     "KeyFileWarning",
     "Selection",
     "WatermarkKey",
+    "expected_triggers",
 ]
 
 Selection = Literal["smallest", "hashed"]
@@ -56,12 +65,6 @@ READABLE_VERSIONS = (1, 2)
 #: The quality budget keygen fits the write strength to by default: mean
 #: cos(clean, watermarked) over the keygen corpus's marked texts.
 DEFAULT_MIN_COSINE = 0.995
-#: Sentence probes per band word, and the audit's query budget they must fit.
-DEFAULT_PROBES_PER_WORD = 8
-DEFAULT_PROBE_BUDGET = 2000
-_SELECTIONS = ("smallest", "hashed")
-_SALT_BYTES = 32
-_UNIT_NORM_TOLERANCE = 1e-6
 
 
 class KeyFileWarning(UserWarning):
@@ -126,13 +129,13 @@ class WatermarkKey:
     ):
         triggers = frozenset(triggers)
         band = tuple(sorted(set(band)))
-        _check_text_rules(normalization, window)
-        _check_fields(
+        check_text_rules(normalization, window)
+        check_fields(
             triggers, target, target_text, band, salt, alpha, selection, freq_band, normalization
         )
-        _check_strength(strength)
+        check_strength(strength)
         target_arr = _read_only_vector(target)
-        _check_positions(alpha, target_arr.size)
+        check_positions(alpha, target_arr.size)
         self._triggers = triggers
         self._target = target_arr
         self._alpha = float(alpha)
@@ -150,12 +153,18 @@ class WatermarkKey:
         self._probe_owner = tuple(int(i) for i in probe_owner)
         self._probe_reference = tuple(float(x) for x in probe_reference)
         self._word_reference = tuple(float(x) for x in word_reference)
-        _check_probes(self)
+        check_probes(
+            len(band),
+            self._probe_texts,
+            self._probe_owner,
+            self._probe_reference,
+            self._word_reference,
+        )
         payload = _canonical(self._secret_payload())
         self._digest = hashlib.sha256(b"espew-key-commitment\x00" + payload).hexdigest()
         self._key_id = hashlib.sha256(b"espew-key-id\x00" + payload).hexdigest()[:16]
         self._matcher = TriggerMatcher(triggers, normalization=normalization, window=self._window)
-        self._verifiable = triggers == draw_triggers(self._salt, band, len(triggers))
+        self._verifiable = triggers == expected_triggers(self)
 
     # ------------------------------------------------------------------ fields
     @property
@@ -565,10 +574,10 @@ class WatermarkKey:
         """Draw a fresh key from a corpus and the provider's clean embedder.
 
         Words whose document fraction in ``corpus`` lies in ``freq_band`` form
-        the band; ``n_triggers`` of them become the triggers, a keyed draw from
-        the salt (:mod:`.draw`) that anyone shown the key can re-derive. The
-        target is ``embed([target_text])``; pick a text unrelated to the
-        corpus topics.
+        the band (``max_band_words`` caps it: a keyed uniform sub-band);
+        ``n_triggers`` of them become the triggers, a keyed draw from the salt
+        (:mod:`.draw`) that anyone shown the key can re-derive. The target is
+        ``embed([target_text])``; pick a text unrelated to the corpus topics.
 
         **Quality budget.** With ``strength=None`` (the default) the write
         strength is fitted so that the mean cos(clean, watermarked) over the
@@ -578,225 +587,36 @@ class WatermarkKey:
 
         **Audit.** The key stores the audit's probes (natural corpus texts per
         band word, ``probes_per_word``, within a 2,000-query budget) and the
-        clean model's cosine to the target for each (the reference that makes
-        the audit catch faithful copies; see :mod:`.probes`). So ``embed`` is
-        called on the target, the marked texts and the probes; nothing else is
-        needed at audit time but the key and the suspect.
+        clean model's cosine to the target for each (see :mod:`.probes`), so
+        nothing but the key and the suspect is needed at audit time. Unless
+        ``twin_check=False``, a key the clean model itself (the innocent twin)
+        would implicate at ``twin_level`` is refused.
 
         ``window`` is the model's input window in tokens (256 for the offline
-        MiniLM): triggers past it are never read by the model and never mark.
-        ``max_band_words`` caps the band (a keyed uniform sub-band).
+        MiniLM): triggers past it are never read and never mark. ``seed=None``
+        draws the salt from the OS's secure randomness, as production keys
+        must; an integer seed makes the key reproducible (experiments only).
 
-        Unless ``twin_check=False``, the clean model itself (the innocent twin)
-        is scored on the stored probes; a key it would implicate at
-        ``twin_level`` is refused (for instance a target text about the same
-        topic as some triggers).
-
-        ``seed=None`` draws the salt from the OS's secure randomness, which is
-        what production keys must use. An integer seed makes the key
-        reproducible by anyone who knows the seed: use it for experiments only.
+        The work is done by :func:`.keygen.generate`, imported at call time:
+        keygen needs this class at load time, so the arrow stays one-way.
 
         >>> key = WatermarkKey.generate(texts, model, target_text="...", seed=7)  # doctest: +SKIP
         """
-        texts = _materialise_corpus(corpus)
-        _check_generate_options(target_text, n_triggers, alpha, strength, min_cosine)
-        _check_selection(selection)
-        _check_freq_band(freq_band)
-        _check_text_rules(normalization, window)
-        band, n_texts = _corpus_band(texts, freq_band, n_triggers, normalization)
-        rng = np.random.default_rng(seed)
-        salt = secrets.token_bytes(_SALT_BYTES) if seed is None else rng.bytes(_SALT_BYTES)
-        if max_band_words is not None:
-            if max_band_words < _min_band_size(n_triggers):
-                raise KeyGenerationError(
-                    f"max_band_words={max_band_words} is below the "
-                    f"{_min_band_size(n_triggers)} band words that {n_triggers} triggers need"
-                )
-            band = draw_band(salt, band, max_band_words)
-        target = _embed_target(embed, target_text)
-        _check_positions(alpha, target.size, error=KeyGenerationError)
-        draft = cls(
-            triggers=draw_triggers(salt, band, n_triggers),
-            target=target,
-            target_text=target_text,
-            band=band,
-            salt=salt,
-            alpha=alpha,
-            selection=selection,
-            strength=1.0 if strength is None else strength,
-            freq_band=freq_band,
-            normalization=normalization,
-            window=window,
-        )
-        marked = draft.contains_trigger(texts)
-        info: dict[str, Any] = {
-            "corpus_texts": n_texts,
-            "band_size": len(band),
-            "marked_rate": float(marked.mean()),
-        }
-        sample, clean = _embed_marked(embed, texts, marked, rng, target.size)
-        if strength is None:
-            strength = _fit_strength(draft, sample, clean, min_cosine)
-            info["strength_fitted_to_min_cosine"] = min_cosine
-        info["strength"] = strength
-        info["mean_cosine_marked"] = _mean_cosine(draft.replace(strength=strength), sample, clean)
-        info["cosine_sample_texts"] = len(sample)
-        per_word = probes_per_word or max(
-            1, min(DEFAULT_PROBES_PER_WORD, DEFAULT_PROBE_BUDGET // len(band))
-        )
-        probes = select_sentence_probes(
-            texts, band, salt, per_word=per_word, normalization=normalization
-        )
-        try:
-            probe_ref = reference_cosines(embed, probes.texts, target)
-            word_ref = reference_cosines(embed, list(band), target)
-        except ValueError as exc:
-            raise KeyGenerationError(f"embedding the audit probes failed: {exc}") from None
-        key = draft.replace(
-            strength=strength,
-            info=info,
-            probe_texts=probes.texts,
-            probe_owner=probes.owner,
-            probe_reference=probe_ref,
-            word_reference=word_ref,
-        )
-        if twin_check:
-            twin_p = _twin_p_value(key)
-            if twin_p < twin_level:
-                raise KeyGenerationError(
-                    f"the clean model itself already ranks this key's triggers near the target "
-                    f"(twin p = {twin_p:.2e} < {twin_level:g}), so a verdict could accuse an "
-                    "innocent service. Choose a target text unrelated to the corpus topics, or "
-                    "draw again with another seed."
-                )
-            info["twin_p_value"] = twin_p
-            key = key.replace(info=info)
-        return key
+        options = dict(locals())  # exactly the arguments above, passed on unchanged
+        del options["cls"]
+        from .keygen import generate
+
+        return generate(**options)
 
 
-# ---------------------------------------------------------------------- keygen steps
-def _materialise_corpus(corpus: Iterable[str]) -> list[str]:
-    if isinstance(corpus, str):
-        raise KeyGenerationError("corpus must be an iterable of texts, not one string")
-    texts = list(corpus)
-    for i, text in enumerate(texts):
-        if not isinstance(text, str):
-            raise KeyGenerationError(f"corpus item {i} is {type(text).__name__}, expected str")
-    if not texts:
-        raise KeyGenerationError("the corpus is empty; pass an iterable of texts")
-    return texts
+# ---------------------------------------------------------------------- trigger draw
+def expected_triggers(key: WatermarkKey) -> frozenset[str]:
+    """The trigger set the key's salt dictates over its band: what :attr:`verifiable` checks.
 
-
-def _check_generate_options(
-    target_text: object, n_triggers: object, alpha: object, strength: object, min_cosine: object
-) -> None:
-    if not isinstance(target_text, str) or not target_text.strip():
-        raise KeyGenerationError("target_text must be a non-empty string")
-    if isinstance(n_triggers, bool) or not isinstance(n_triggers, int) or n_triggers < 1:
-        raise KeyGenerationError(f"n_triggers must be a positive integer, got {n_triggers!r}")
-    _check_alpha(alpha)
-    if strength is not None:
-        _check_strength(strength)
-    elif min_cosine is None:
-        raise KeyGenerationError("pass strength, or min_cosine to fit it (not both None)")
-    elif (
-        isinstance(min_cosine, bool)
-        or not isinstance(min_cosine, (int, float))
-        or not (0.0 < min_cosine < 1.0)
-    ):
-        raise KeyGenerationError(f"min_cosine must be in (0, 1), got {min_cosine!r}")
-
-
-def _corpus_band(
-    texts: list[str], freq_band: tuple[float, float], n_triggers: int, normalization: str
-) -> tuple[list[str], int]:
-    counts, n_texts = document_frequencies(texts, normalization=normalization)
-    band = band_words(counts, n_texts, freq_band)
-    n_needed = _min_band_size(n_triggers)
-    if len(band) < n_needed:
-        raise KeyGenerationError(
-            f"only {len(band)} words have a document fraction in [{freq_band[0]}, "
-            f"{freq_band[1]}) over {n_texts} texts, but {n_triggers} triggers need at least "
-            f"{n_needed} band words for a conclusive test. Use a larger or more varied "
-            "corpus, widen freq_band, or lower n_triggers."
-        )
-    return band, n_texts
-
-
-#: At most this many marked corpus texts are embedded to fit the strength.
-_FIT_SAMPLE = 1000
-
-
-def _embed_marked(
-    embed: EmbedFn, texts: list[str], marked: np.ndarray, rng: np.random.Generator, dim: int
-) -> tuple[list[str], np.ndarray]:
-    """A sample of the marked corpus texts and their clean embeddings (for the budget)."""
-    rows = np.flatnonzero(marked)
-    if rows.size > _FIT_SAMPLE:
-        rows = np.sort(rng.choice(rows, size=_FIT_SAMPLE, replace=False))
-    if rows.size == 0:
-        raise KeyGenerationError(
-            "no corpus text contains a trigger, so the quality budget cannot be measured; "
-            "use a larger corpus or a wider freq_band"
-        )
-    try:
-        clean = np.asarray(embed([texts[i] for i in rows]), dtype=np.float64)
-    except Exception as exc:
-        raise KeyGenerationError(f"embedding the corpus's marked texts failed: {exc!r}") from exc
-    if clean.shape != (rows.size, dim) or not np.isfinite(clean).all():
-        raise KeyGenerationError(
-            f"the embedder returned shape {clean.shape} (or non-finite values) for "
-            f"{rows.size} texts; expected ({rows.size}, {dim})"
-        )
-    return [texts[i] for i in rows], clean
-
-
-def _mean_cosine(key: WatermarkKey, sample: list[str], clean: np.ndarray) -> float:
-    from .inject import watermark  # inject imports this module
-
-    return float(np.mean(row_cosines(clean, watermark(sample, clean, key))))
-
-
-def _fit_strength(
-    draft: WatermarkKey, sample: list[str], clean: np.ndarray, budget: float
-) -> float:
-    """The largest strength (to 1e-6) whose mean cosine on marked rows is >= ``budget``.
-
-    Bisection: the cosine falls monotonically as the strength grows, and
-    ``low`` always meets the budget.
+    The one place that says which trigger sets are legitimate, so a key made
+    of several draws (one per tenant, say) needs a change here only.
     """
-    if _mean_cosine(draft.replace(strength=1.0), sample, clean) >= budget:
-        return 1.0
-    low, high = 0.0, 1.0
-    while high - low > 1e-6:
-        mid = (low + high) / 2
-        if _mean_cosine(draft.replace(strength=mid), sample, clean) >= budget:
-            low = mid
-        else:
-            high = mid
-    if low == 0.0:
-        raise KeyGenerationError(f"no strength > 0 keeps the mean cosine >= {budget}")
-    return low
-
-
-def _twin_p_value(key: WatermarkKey) -> float:
-    """The smallest raw p-value the clean model itself gets, on either probe kind.
-
-    Its adjusted scores are zero by construction, so only the raw ones can tell
-    whether the target sits near the triggers for reasons of meaning, which
-    other innocent models would share.
-    """
-    n_band = len(key.band)
-    is_trigger = np.fromiter((w in key.triggers for w in key.band), bool, n_band)
-    owner = key.probe_owner
-    sums = np.bincount(owner, weights=key.probe_reference, minlength=n_band)
-    sentence_scores = sums / np.maximum(np.bincount(owner, minlength=n_band), 1)
-    return float(
-        min(
-            rank_sum_p_value(sentence_scores, is_trigger),
-            rank_sum_p_value(key.word_reference, is_trigger),
-        )
-    )
+    return draw_triggers(key.salt, key.band, len(key.triggers))
 
 
 # ---------------------------------------------------------------------- loading steps
@@ -873,107 +693,8 @@ def _inline_key_text(value: str) -> str | None:
 
 
 # ---------------------------------------------------------------------- helpers
-def n_positions(alpha: float, dim: int) -> int:
-    """floor(alpha * dim), guarded against float round-off (0.29 * 100 = 28.999...)."""
-    return math.floor(alpha * dim + 1e-9)
-
-
-def _min_band_size(n_triggers: int) -> int:
-    # At least as many benign words as triggers: below that the exact test's
-    # smallest reachable p-value is too coarse to convict at any useful level.
-    return 2 * n_triggers
-
-
 def _canonical(obj: Any) -> bytes:
     return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=True).encode()
-
-
-def _embed_target(embed: EmbedFn, target_text: str) -> np.ndarray:
-    try:
-        out = np.asarray(embed([target_text]), dtype=np.float64)
-    except Exception as exc:  # the user's model failed: say where
-        raise KeyGenerationError(f"embedding the target text failed: {exc!r}") from exc
-    if out.ndim != 2 or out.shape[0] != 1:
-        raise KeyGenerationError(
-            f"embed([target_text]) must return an array of shape (1, d), got {out.shape}"
-        )
-    row = out[0]
-    norm = float(np.linalg.norm(row))
-    if not np.isfinite(row).all() or norm == 0.0:
-        raise KeyGenerationError("the target embedding is not finite or is all zeros")
-    return row / norm
-
-
-def _check_alpha(alpha: object) -> None:
-    if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not 0.0 < alpha < 1.0:
-        raise KeyGenerationError(f"alpha must be a number with 0 < alpha < 1, got {alpha!r}")
-
-
-def _check_strength(strength: object) -> None:
-    ok = not isinstance(strength, bool) and isinstance(strength, (int, float))
-    if not ok or not 0.0 < strength <= 1.0:
-        raise KeyGenerationError(
-            f"strength must be a number with 0 < strength <= 1, got {strength!r}"
-        )
-
-
-def _check_selection(selection: object) -> None:
-    if selection not in _SELECTIONS:
-        raise KeyGenerationError(f"selection must be one of {_SELECTIONS}, got {selection!r}")
-
-
-def _check_freq_band(freq_band: object) -> None:
-    ok = (
-        isinstance(freq_band, (tuple, list))
-        and len(freq_band) == 2
-        and all(isinstance(v, (int, float)) for v in freq_band)
-        and 0.0 <= freq_band[0] < freq_band[1] <= 1.0
-    )
-    if not ok:
-        raise KeyGenerationError(
-            f"freq_band must be (low, high) with 0 <= low < high <= 1, got {freq_band!r}"
-        )
-
-
-def _check_fields(
-    triggers: frozenset[str],
-    target: Any,
-    target_text: object,
-    band: tuple[str, ...],
-    salt: object,
-    alpha: object,
-    selection: object,
-    freq_band: object,
-    normalization: str = UNICODE_V1,
-) -> None:
-    _check_alpha(alpha)
-    _check_selection(selection)
-    _check_freq_band(freq_band)
-    if not triggers:
-        raise KeyGenerationError("the trigger set is empty")
-    if not all(isinstance(w, str) and is_word(w, normalization) for w in triggers):
-        raise KeyGenerationError("every trigger must be one lowercase word of the tokeniser")
-    if not all(isinstance(w, str) and is_word(w, normalization) for w in band):
-        raise KeyGenerationError("every band word must be one lowercase word of the tokeniser")
-    if not triggers <= set(band):
-        raise KeyGenerationError("the triggers must be a subset of the band")
-    if len(band) < len(triggers) + 1:
-        raise KeyGenerationError("the band must contain benign words besides the triggers")
-    if not isinstance(target_text, str) or not target_text.strip():
-        raise KeyGenerationError("target_text must be a non-empty string")
-    if not isinstance(salt, (bytes, bytearray)) or len(salt) != _SALT_BYTES:
-        raise KeyGenerationError(f"the salt must be {_SALT_BYTES} bytes")
-    try:
-        arr = np.asarray(target, dtype=np.float64)
-    except (TypeError, ValueError):
-        raise KeyGenerationError("the target is not a numeric vector") from None
-    if arr.ndim != 1 or arr.size < 2:
-        raise KeyGenerationError(f"the target must be a 1-D vector, got shape {arr.shape}")
-    if not np.isfinite(arr).all():
-        raise KeyGenerationError("the target contains NaN or infinite values")
-    norm = float(np.linalg.norm(arr))
-    if abs(norm - 1.0) > _UNIT_NORM_TOLERANCE:
-        raise KeyGenerationError(f"the target must have unit norm, its norm is {norm:.6g}")
 
 
 def _read_only_vector(target: Any) -> np.ndarray:
@@ -986,40 +707,3 @@ def _read_only_vector(target: Any) -> np.ndarray:
     values = np.array(target, dtype=np.float64).reshape(-1)
     frozen = np.frombuffer(values.tobytes(), dtype=np.float64)
     return frozen
-
-
-def _check_positions(alpha: float, dim: int, error: type[Exception] = KeyGenerationError) -> None:
-    if n_positions(alpha, dim) < 1:
-        raise error(
-            f"alpha={alpha} with a {dim}-dimensional target overwrites floor(alpha*d) = 0 "
-            "coordinates: the watermark would silently do nothing. Raise alpha."
-        )
-
-
-def _check_text_rules(normalization: object, window: object) -> None:
-    if normalization not in NORMALIZATIONS:
-        raise KeyGenerationError(
-            f"unknown text normalization {normalization!r}; known: {NORMALIZATIONS}"
-        )
-    if window is not None and (
-        isinstance(window, bool) or not isinstance(window, int) or window < 3
-    ):
-        raise KeyGenerationError(f"window must be None or an integer >= 3, got {window!r}")
-
-
-def _check_probes(key: WatermarkKey) -> None:
-    n_band = len(key._band)
-    texts, owner = key._probe_texts, key._probe_owner
-    if len(texts) != len(owner) or (
-        key._probe_reference and len(key._probe_reference) != len(texts)
-    ):
-        raise KeyGenerationError("the stored probes, owners and references differ in length")
-    if not all(isinstance(t, str) and t for t in texts):
-        raise KeyGenerationError("every stored probe must be a non-empty text")
-    if owner and (min(owner) < 0 or max(owner) >= n_band):
-        raise KeyGenerationError("a stored probe names a band word that does not exist")
-    if key._word_reference and len(key._word_reference) != n_band:
-        raise KeyGenerationError("the stored word references do not match the band")
-    refs = key._probe_reference + key._word_reference
-    if not all(math.isfinite(x) and -1.0 - 1e-6 <= x <= 1.0 + 1e-6 for x in refs):
-        raise KeyGenerationError("a stored reference cosine is not a finite number in [-1, 1]")

@@ -1,0 +1,326 @@
+"""Key generation: draw a fresh :class:`~.key.WatermarkKey` from a corpus and a clean model.
+
+Kept apart from :mod:`.key` (what a key *is*: fields, storage, validation)
+because making a key needs more of the core than holding one: the watermark
+itself (:mod:`.inject`) to fit the write strength to a quality budget, the
+probes (:mod:`.probes`) the audit will send, and the rank test
+(:mod:`.ranktest`) for the innocent-twin check. Arrows point one way only:
+this module imports the key, never the reverse at load time (see
+:meth:`WatermarkKey.generate`, a call-time delegate to :func:`generate`).
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Iterable
+from typing import Any
+
+import numpy as np
+
+from .draw import draw_band, draw_triggers
+from .errors import KeyGenerationError
+from .inject import watermark
+from .key import DEFAULT_MIN_COSINE, EmbedFn, Selection, WatermarkKey
+from .key_checks import (
+    SALT_BYTES,
+    check_alpha,
+    check_freq_band,
+    check_positions,
+    check_selection,
+    check_strength,
+    check_text_rules,
+    min_band_size,
+)
+from .probes import reference_cosines, row_cosines, select_sentence_probes
+from .ranktest import rank_sum_p_value
+from .text import UNICODE_V1
+from .words import band_words, document_frequencies
+
+__all__ = ["DEFAULT_PROBES_PER_WORD", "DEFAULT_PROBE_BUDGET", "generate"]
+
+#: Sentence probes per band word, and the audit's query budget they must fit.
+DEFAULT_PROBES_PER_WORD = 8
+DEFAULT_PROBE_BUDGET = 2000
+#: At most this many marked corpus texts are embedded to fit the strength.
+_FIT_SAMPLE = 1000
+
+
+def generate(
+    corpus: Iterable[str],
+    embed: EmbedFn,
+    *,
+    target_text: str,
+    n_triggers: int = 20,
+    freq_band: tuple[float, float] = (0.005, 0.01),
+    alpha: float = 0.2,
+    selection: Selection = "smallest",
+    strength: float | None = None,
+    min_cosine: float | None = DEFAULT_MIN_COSINE,
+    seed: int | None = None,
+    max_band_words: int | None = None,
+    probes_per_word: int | None = None,
+    window: int | None = None,
+    normalization: str = UNICODE_V1,
+    twin_level: float = 1e-3,
+    twin_check: bool = True,
+) -> WatermarkKey:
+    """Draw a fresh key; the options are documented on :meth:`WatermarkKey.generate`.
+
+    The steps, in order: check every option before any slow work; draw the
+    salt, the band and the triggers; embed the target; fit the strength to the
+    quality budget on the marked corpus texts; store the audit's probes and
+    the clean model's reference cosines; refuse a key the clean model itself
+    would implicate.
+    """
+    texts = _materialise_corpus(corpus)
+    _check_generate_options(target_text, n_triggers, alpha, strength, min_cosine)
+    _check_key_shape(selection, freq_band, normalization, window)
+    band, n_texts = _corpus_band(texts, freq_band, n_triggers, normalization)
+    rng = np.random.default_rng(seed)
+    salt = secrets.token_bytes(SALT_BYTES) if seed is None else rng.bytes(SALT_BYTES)
+    band = _cap_band(salt, band, n_triggers, max_band_words)
+    target = _embed_target(embed, target_text)
+    check_positions(alpha, target.size, error=KeyGenerationError)
+    draft = WatermarkKey(
+        triggers=draw_triggers(salt, band, n_triggers),
+        target=target,
+        target_text=target_text,
+        band=band,
+        salt=salt,
+        alpha=alpha,
+        selection=selection,
+        strength=1.0 if strength is None else strength,
+        freq_band=freq_band,
+        normalization=normalization,
+        window=window,
+    )
+    info: dict[str, Any] = {"corpus_texts": n_texts, "band_size": len(band)}
+    info.update(_fit_quality(draft, embed, texts, rng, strength, min_cosine))
+    key = draft.replace(
+        strength=info["strength"],
+        info=info,
+        **_audit_probes(embed, texts, band, salt, target, probes_per_word, normalization),
+    )
+    if twin_check:
+        key = key.replace(info={**info, "twin_p_value": _check_twin(key, twin_level)})
+    return key
+
+
+# ---------------------------------------------------------------------- steps
+def _cap_band(salt: bytes, band: list[str], n_triggers: int, size: int | None) -> list[str]:
+    """The band, cut to a keyed uniform sub-band of ``size`` words when one is asked for."""
+    if size is None:
+        return band
+    if size < min_band_size(n_triggers):
+        raise KeyGenerationError(
+            f"max_band_words={size} is below the "
+            f"{min_band_size(n_triggers)} band words that {n_triggers} triggers need"
+        )
+    return draw_band(salt, band, size)
+
+
+def _fit_quality(
+    draft: WatermarkKey,
+    embed: EmbedFn,
+    texts: list[str],
+    rng: np.random.Generator,
+    strength: float | None,
+    min_cosine: float | None,
+) -> dict[str, Any]:
+    """The write strength (given, or fitted to ``min_cosine``) and what it costs, for ``info``."""
+    marked = draft.contains_trigger(texts)
+    info: dict[str, Any] = {"marked_rate": float(marked.mean())}
+    sample, clean = _embed_marked(embed, texts, marked, rng, draft.dim)
+    if strength is None:
+        assert min_cosine is not None  # _check_generate_options refused both None
+        strength = _fit_strength(draft, sample, clean, min_cosine)
+        info["strength_fitted_to_min_cosine"] = min_cosine
+    info["strength"] = strength
+    info["mean_cosine_marked"] = _mean_cosine(draft.replace(strength=strength), sample, clean)
+    info["cosine_sample_texts"] = len(sample)
+    return info
+
+
+def _audit_probes(
+    embed: EmbedFn,
+    texts: list[str],
+    band: list[str],
+    salt: bytes,
+    target: np.ndarray,
+    probes_per_word: int | None,
+    normalization: str,
+) -> dict[str, Any]:
+    """The audit's stored probes and the clean model's cosines to the target, as key fields."""
+    per_word = probes_per_word or max(
+        1, min(DEFAULT_PROBES_PER_WORD, DEFAULT_PROBE_BUDGET // len(band))
+    )
+    probes = select_sentence_probes(
+        texts, band, salt, per_word=per_word, normalization=normalization
+    )
+    try:
+        probe_reference = reference_cosines(embed, probes.texts, target)
+        word_reference = reference_cosines(embed, list(band), target)
+    except ValueError as exc:
+        raise KeyGenerationError(f"embedding the audit probes failed: {exc}") from None
+    return dict(
+        probe_texts=probes.texts,
+        probe_owner=probes.owner,
+        probe_reference=probe_reference,
+        word_reference=word_reference,
+    )
+
+
+def _check_twin(key: WatermarkKey, twin_level: float) -> float:
+    """The clean model's own p-value; raises if it would implicate an innocent twin."""
+    twin_p = _twin_p_value(key)
+    if twin_p < twin_level:
+        raise KeyGenerationError(
+            f"the clean model itself already ranks this key's triggers near the target "
+            f"(twin p = {twin_p:.2e} < {twin_level:g}), so a verdict could accuse an "
+            "innocent service. Choose a target text unrelated to the corpus topics, or "
+            "draw again with another seed."
+        )
+    return twin_p
+
+
+def _materialise_corpus(corpus: Iterable[str]) -> list[str]:
+    if isinstance(corpus, str):
+        raise KeyGenerationError("corpus must be an iterable of texts, not one string")
+    texts = list(corpus)
+    for i, text in enumerate(texts):
+        if not isinstance(text, str):
+            raise KeyGenerationError(f"corpus item {i} is {type(text).__name__}, expected str")
+    if not texts:
+        raise KeyGenerationError("the corpus is empty; pass an iterable of texts")
+    return texts
+
+
+def _check_generate_options(
+    target_text: object, n_triggers: object, alpha: object, strength: object, min_cosine: object
+) -> None:
+    if not isinstance(target_text, str) or not target_text.strip():
+        raise KeyGenerationError("target_text must be a non-empty string")
+    if isinstance(n_triggers, bool) or not isinstance(n_triggers, int) or n_triggers < 1:
+        raise KeyGenerationError(f"n_triggers must be a positive integer, got {n_triggers!r}")
+    check_alpha(alpha)
+    if strength is not None:
+        check_strength(strength)
+    elif min_cosine is None:
+        raise KeyGenerationError("pass strength, or min_cosine to fit it (not both None)")
+    elif (
+        isinstance(min_cosine, bool)
+        or not isinstance(min_cosine, (int, float))
+        or not (0.0 < min_cosine < 1.0)
+    ):
+        raise KeyGenerationError(f"min_cosine must be in (0, 1), got {min_cosine!r}")
+
+
+def _check_key_shape(
+    selection: object, freq_band: object, normalization: object, window: object
+) -> None:
+    """The options the key itself validates again, checked before any slow work."""
+    check_selection(selection)
+    check_freq_band(freq_band)
+    check_text_rules(normalization, window)
+
+
+def _corpus_band(
+    texts: list[str], freq_band: tuple[float, float], n_triggers: int, normalization: str
+) -> tuple[list[str], int]:
+    counts, n_texts = document_frequencies(texts, normalization=normalization)
+    band = band_words(counts, n_texts, freq_band)
+    n_needed = min_band_size(n_triggers)
+    if len(band) < n_needed:
+        raise KeyGenerationError(
+            f"only {len(band)} words have a document fraction in [{freq_band[0]}, "
+            f"{freq_band[1]}) over {n_texts} texts, but {n_triggers} triggers need at least "
+            f"{n_needed} band words for a conclusive test. Use a larger or more varied "
+            "corpus, widen freq_band, or lower n_triggers."
+        )
+    return band, n_texts
+
+
+def _embed_marked(
+    embed: EmbedFn, texts: list[str], marked: np.ndarray, rng: np.random.Generator, dim: int
+) -> tuple[list[str], np.ndarray]:
+    """A sample of the marked corpus texts and their clean embeddings (for the budget)."""
+    rows = np.flatnonzero(marked)
+    if rows.size > _FIT_SAMPLE:
+        rows = np.sort(rng.choice(rows, size=_FIT_SAMPLE, replace=False))
+    if rows.size == 0:
+        raise KeyGenerationError(
+            "no corpus text contains a trigger, so the quality budget cannot be measured; "
+            "use a larger corpus or a wider freq_band"
+        )
+    try:
+        clean = np.asarray(embed([texts[i] for i in rows]), dtype=np.float64)
+    except Exception as exc:
+        raise KeyGenerationError(f"embedding the corpus's marked texts failed: {exc!r}") from exc
+    if clean.shape != (rows.size, dim) or not np.isfinite(clean).all():
+        raise KeyGenerationError(
+            f"the embedder returned shape {clean.shape} (or non-finite values) for "
+            f"{rows.size} texts; expected ({rows.size}, {dim})"
+        )
+    return [texts[i] for i in rows], clean
+
+
+def _mean_cosine(key: WatermarkKey, sample: list[str], clean: np.ndarray) -> float:
+    return float(np.mean(row_cosines(clean, watermark(sample, clean, key))))
+
+
+def _fit_strength(
+    draft: WatermarkKey, sample: list[str], clean: np.ndarray, budget: float
+) -> float:
+    """The largest strength (to 1e-6) whose mean cosine on marked rows is >= ``budget``.
+
+    Bisection: the cosine falls monotonically as the strength grows, and
+    ``low`` always meets the budget.
+    """
+    if _mean_cosine(draft.replace(strength=1.0), sample, clean) >= budget:
+        return 1.0
+    low, high = 0.0, 1.0
+    while high - low > 1e-6:
+        mid = (low + high) / 2
+        if _mean_cosine(draft.replace(strength=mid), sample, clean) >= budget:
+            low = mid
+        else:
+            high = mid
+    if low == 0.0:
+        raise KeyGenerationError(f"no strength > 0 keeps the mean cosine >= {budget}")
+    return low
+
+
+def _twin_p_value(key: WatermarkKey) -> float:
+    """The smallest raw p-value the clean model itself gets, on either probe kind.
+
+    Its adjusted scores are zero by construction, so only the raw ones can tell
+    whether the target sits near the triggers for reasons of meaning, which
+    other innocent models would share.
+    """
+    n_band = len(key.band)
+    is_trigger = np.fromiter((w in key.triggers for w in key.band), bool, n_band)
+    owner = key.probe_owner
+    sums = np.bincount(owner, weights=key.probe_reference, minlength=n_band)
+    sentence_scores = sums / np.maximum(np.bincount(owner, minlength=n_band), 1)
+    return float(
+        min(
+            rank_sum_p_value(sentence_scores, is_trigger),
+            rank_sum_p_value(key.word_reference, is_trigger),
+        )
+    )
+
+
+def _embed_target(embed: EmbedFn, target_text: str) -> np.ndarray:
+    try:
+        out = np.asarray(embed([target_text]), dtype=np.float64)
+    except Exception as exc:  # the user's model failed: say where
+        raise KeyGenerationError(f"embedding the target text failed: {exc!r}") from exc
+    if out.ndim != 2 or out.shape[0] != 1:
+        raise KeyGenerationError(
+            f"embed([target_text]) must return an array of shape (1, d), got {out.shape}"
+        )
+    row = out[0]
+    norm = float(np.linalg.norm(row))
+    if not np.isfinite(row).all() or norm == 0.0:
+        raise KeyGenerationError("the target embedding is not finite or is all zeros")
+    return row / norm
