@@ -5,8 +5,19 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from espew_integrations import WatermarkKey, watermark
-from espew_integrations.lab.tune import _mark_all, fingerprint, judge_targets, tune
+from espew_integrations import WatermarkKey, verify, watermark
+from espew_integrations.core.probes import reference_cosines
+from espew_integrations.embedders import minilm
+from espew_integrations.lab.cache import CorpusEmbedder, cached_embed
+from espew_integrations.lab.data import load_data
+from espew_integrations.lab.tune import (
+    MarkedRows,
+    fingerprint,
+    judge_targets,
+    key_for_target,
+    strength_for_budget,
+    tune,
+)
 
 TARGETS = [
     "The weather report for tomorrow morning.",
@@ -36,10 +47,9 @@ def result(tmp_path_factory):
     )
 
 
-def test_marking_every_row_matches_the_core_watermark():
+def test_quality_is_measured_with_the_core_watermark_on_unnormalised_rows():
     rng = np.random.default_rng(0)
-    clean = rng.normal(size=(5, 12))
-    clean /= np.linalg.norm(clean, axis=1, keepdims=True)
+    clean = rng.normal(size=(5, 12)) * 3.0  # not unit rows: the cosine must normalise them
     target = rng.normal(size=12)
     key = WatermarkKey(
         triggers=["aa"],
@@ -49,7 +59,50 @@ def test_marking_every_row_matches_the_core_watermark():
         salt=bytes(32),
         alpha=0.25,
     )
-    np.testing.assert_allclose(_mark_all(clean, key), watermark(["aa"] * 5, clean, key))
+    marked = MarkedRows(["aa"] * 5, clean)
+    served = watermark(["aa"] * 5, clean, key)
+    unit = clean / np.linalg.norm(clean, axis=1, keepdims=True)
+    expected = np.mean(np.einsum("ij,ij->i", unit, served))
+    assert marked.mean_cosine(key) == pytest.approx(expected, abs=1e-12)
+    budget = (1.0 + expected) / 2  # stricter than the full write allows
+    fitted = strength_for_budget(marked, key, budget)
+    assert 0.0 < fitted < 1.0
+    assert marked.mean_cosine(key.replace(strength=fitted)) == pytest.approx(budget, abs=1e-7)
+
+
+def test_each_point_is_judged_by_the_service_itself_and_a_ridge_copy(result):
+    _, res = result
+    for p in res.frontier:
+        assert np.isfinite(p.p_value_service) and np.isfinite(p.p_value_ridge)
+        assert p.p_value == max(p.p_value_service, p.p_value_ridge)  # the worse judge counts
+        worse = "faithful copy" if p.p_value_service >= p.p_value_ridge else "ridge copy"
+        assert p.judged_by == worse
+        assert p.copied == (p.p_value < 1e-3)
+        assert p.n_queries > 2 * 40  # both audits ask the key's stored sentence probes
+    table = res.markdown()
+    assert "p service" in table and "p ridge after attack" in table
+
+
+def test_a_target_key_carries_the_audit_references_for_its_own_target():
+    corpus = load_data("rotten_tomatoes", limit=1000, seed=0)
+    texts = list(corpus.texts)
+    model = minilm()
+    clean = cached_embed(model, texts, model_name=model.name)
+    clean_model = CorpusEmbedder(texts, clean, model, model_name=model.name)
+    base = WatermarkKey.generate(
+        texts, clean_model, target_text=TARGETS[0], n_triggers=8, freq_band=(0.01, 0.03),
+        max_band_words=40, strength=1.0, seed=0, twin_check=False,
+    )  # fmt: skip
+    key = key_for_target(base, TARGETS[2], clean_model)
+    assert key.probe_texts == base.probe_texts and key.target_text == TARGETS[2]
+    some = list(key.probe_texts[:20])  # the real model, not the corpus lookup, on a sample
+    np.testing.assert_allclose(
+        key.probe_reference[:20], reference_cosines(model, some, key.target), atol=1e-6
+    )
+    assert not np.allclose(key.probe_reference, base.probe_reference)
+    # the clean model (the innocent twin) on the default audit: references cancel it exactly
+    twin = verify(clean_model, key, level=1e-3, seed=0)
+    assert twin.probes == "sentences" and not twin.copied
 
 
 def test_candidates_are_judged_by_expected_distortion(result):
@@ -107,10 +160,9 @@ def test_an_impossible_budget_gives_no_choice(result):
     )
     clean = np.full((3, 4), 0.5)
     judged = judge_targets(
-        ["x"],
+        [key],
         victim=lambda texts: np.tile(np.eye(4)[1], (len(texts), 1)),
-        clean_marked=clean,
-        base_key=key,
+        marked=MarkedRows(["aa"] * 3, clean),
         alphas=[0.5],
         min_cos=0.9999,
     )

@@ -61,3 +61,46 @@ def cached_embed(
     np.save(tmp, out)
     os.replace(tmp, path)
     return out
+
+
+class CorpusEmbedder:
+    """An embedder that answers corpus texts from their cached clean embeddings.
+
+    Keygen, audits and reference cosines ask the provider's clean model about
+    corpus texts the lab has already embedded; paying the model again for each
+    of them would dominate a tuning run. Texts outside the corpus (band words,
+    target texts) go to ``embed`` through :func:`cached_embed`, once each.
+
+    >>> lookup = CorpusEmbedder(texts, clean, model, model_name="minilm")  # doctest: +SKIP
+    >>> np.array_equal(lookup(texts[:2]), clean[:2])                        # doctest: +SKIP
+    True
+    """
+
+    def __init__(
+        self,
+        texts: Sequence[str],
+        clean: np.ndarray,
+        embed: Callable[[list[str]], np.ndarray],
+        *,
+        model_name: str,
+    ):
+        self._clean = np.asarray(clean, dtype=np.float64)
+        if self._clean.ndim != 2 or len(self._clean) != len(texts):
+            raise ValueError(f"need one clean embedding per text, got {self._clean.shape}")
+        self._row = {text: i for i, text in enumerate(texts)}
+        self._embed = embed
+        self._model_name = model_name
+        self._others: dict[str, np.ndarray] = {}
+        self.name = model_name
+
+    def __call__(self, texts: Sequence[str]) -> np.ndarray:
+        texts = list(texts)
+        missing = [t for t in dict.fromkeys(texts) if t not in self._row and t not in self._others]
+        if missing:
+            fresh = cached_embed(self._embed, missing, model_name=self._model_name)
+            self._others.update(zip(missing, fresh.astype(np.float64), strict=True))
+        rows = np.fromiter((self._row.get(t, -1) for t in texts), dtype=np.int64, count=len(texts))
+        out = self._clean[np.maximum(rows, 0)]
+        for i in np.flatnonzero(rows < 0):
+            out[i] = self._others[texts[i]]
+        return out

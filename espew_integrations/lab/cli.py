@@ -48,10 +48,11 @@ def add_commands(subparsers: Any) -> None:
         "tune",
         help="pick alpha and a target text that meet a quality budget and still detect",
         description="For a model and corpus, judge candidate target texts by expected "
-        "distortion, then find the smallest alpha whose copy (ridge stealer, after CSE) is "
-        "still detected at --level while cos(clean, watermarked) on marked rows stays >= "
-        "--min-cos. Prints and writes the frontier. Exit code 0: a point meets both; 1: none "
-        "does; 3: bad arguments or data.",
+        "distortion, then measure each alpha (at the paper's full write and at the strength "
+        "that fits --min-cos) with the default audit against two copies: the watermarked "
+        "service itself (a perfect copy) and a ridge copy after --attack; the worse p-value "
+        "counts. Prints and writes the frontier. Exit code 0: a point meets both the budget "
+        "and --level; 1: none does; 3: bad arguments or data.",
     )
     tune.add_argument(
         "--corpus", default="rotten_tomatoes", help="bundled corpus name or a .txt/.csv/.jsonl file"
@@ -60,10 +61,10 @@ def add_commands(subparsers: Any) -> None:
     tune.add_argument(
         "--model",
         default="minilm",
-        help="victim model: minilm, paraphrase_minilm_l3 or module:factory",
+        help="victim model: minilm, paraphrase-minilm-l3 or module:factory",
     )
     tune.add_argument(
-        "--standard", default="paraphrase_minilm_l3", help="the CSE attacker's standard model"
+        "--standard", default="paraphrase-minilm-l3", help="the CSE attacker's standard model"
     )
     tune.add_argument(
         "--target",
@@ -97,7 +98,7 @@ def add_commands(subparsers: Any) -> None:
         "--max-band-words",
         type=int,
         default=300,
-        help="band size cap = verification queries (single-word probes)",
+        help="band size cap (the audit asks up to 2,000 stored sentence probes over the band)",
     )
     tune.add_argument(
         "--top-targets",

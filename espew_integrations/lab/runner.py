@@ -14,18 +14,19 @@ from __future__ import annotations
 
 import copy
 import hashlib
-import importlib
 import json
 import os
 import platform
 import time
 import zlib
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from .context import model_name, resolve_model
 
 __all__ = ["DEFAULTS", "LabContext", "cell_id", "draw_key", "load_config", "run_lab"]
 
@@ -156,28 +157,6 @@ def public_config(config: Mapping[str, Any]) -> dict[str, Any]:
     if "key" in out:
         out["key"]["target_text"] = f"<secret: {len(text)} characters>"
     return out
-
-
-def resolve_model(spec: str) -> Callable[[list[str]], np.ndarray]:
-    """``"minilm"``, ``"paraphrase_minilm_l3"`` or ``"module:factory"`` -> an embedder.
-
-    A ``module:factory`` names a zero-argument callable that returns the
-    embedder (a callable ``list[str] -> (n, d)``, ideally with a ``.name``).
-    """
-    from .. import embedders
-
-    if spec in ("minilm", "paraphrase_minilm_l3"):
-        return getattr(embedders, spec)()
-    module, _, attr = spec.partition(":")
-    if not attr:
-        raise ValueError(
-            f"unknown model {spec!r}; use 'minilm', 'paraphrase_minilm_l3' or 'module:factory'"
-        )
-    return getattr(importlib.import_module(module), attr)()
-
-
-def model_name(model: Any, spec: str) -> str:
-    return str(getattr(model, "name", None) or spec)
 
 
 @dataclass

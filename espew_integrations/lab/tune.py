@@ -1,23 +1,34 @@
-"""``espew tune``: the alpha and target text that meet a quality budget and still detect a copy.
+"""``espew tune``: the alpha, strength and target text that meet a quality budget and still convict.
 
 The paper's alpha = 0.2 costs about 8% cosine on MiniLM's marked rows; a
 provider wants the watermark to cost less than a stated budget (say
-cos(clean, watermarked) >= 0.995 on marked rows) and still convict a copy
-after a removal attack (p < 1e-10 after CSE K = 50). The tuner:
+cos(clean, watermarked) >= 0.995 on marked rows) and still convict a copy.
+Which copy matters: a ridge copy averages every training text that holds a
+trigger, so it *amplifies* the mark and flatters a weak setting. So every
+point is judged twice, with the core's default audit (the key's stored
+natural-sentence probes and clean reference cosines), and the **worse**
+p-value counts:
 
-1. draws one set of triggers and band words for the corpus (seeded);
+* the **faithful copy**: the watermarked service itself, the limiting case of
+  a copy that reproduces the service perfectly (it carries only what the
+  service carries);
+* a **ridge copy** trained on the service's answers after the attack (CSE by
+  default).
+
+The tuner:
+
+1. draws one set of triggers, band words and audit probes for the corpus (seeded);
 2. judges every candidate target text cheaply, without any stealer: for each
    alpha, its expected distortion (mean cos(clean, watermarked) over the rows
    it would mark), the clean model's innocent-twin p-value (a target close to
-   some triggers would convict innocents), and a detectability proxy: the
-   mean pull of marked rows toward the target divided by the spread of the
-   band words' clean scores (what the rank test must rise above), and how
-   well a copy trained on clean answers reproduces the target text (what a
-   verification after a permutation attack relies on);
-3. tests the best-judged targets end to end on every alpha: watermark the
-   corpus, attack (CSE by default), train a ridge copy, verify it with the
-   core's word-level test;
-4. reports the frontier (cos vs p per alpha) and the choice: the highest
+   some triggers would convict innocents), a detectability proxy (the mean
+   pull of marked rows toward the target over the spread of the band words'
+   clean scores), and how well a copy trained on clean answers reproduces
+   the target text (what a verification after a permutation attack relies on);
+3. measures the best-judged targets end to end on every alpha, at the paper's
+   full write and at the strength that just fits the budget: watermark the
+   corpus, verify the service itself, attack, train a ridge copy, verify it;
+4. reports the frontier (cos vs p per point) and the choice: the highest
    quality point that meets the detection goal, or None when nothing does.
 
 Candidate target texts are secret key material once chosen, so outputs name
@@ -30,13 +41,27 @@ import dataclasses
 import hashlib
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-__all__ = ["DEFAULT_TARGETS", "TunePoint", "TuneResult", "judge_targets", "tune"]
+from ..core.inject import watermark
+from ..core.key import WatermarkKey
+from ..core.probes import reference_cosines, row_cosines, unit_rows
+from ..core.verify import verify
+
+__all__ = [
+    "DEFAULT_TARGETS",
+    "MarkedRows",
+    "TunePoint",
+    "TuneResult",
+    "judge_targets",
+    "key_for_target",
+    "strength_for_budget",
+    "tune",
+]
 
 #: Built-in candidates: a provider signature, short plain sentences, and odd
 #: strings far from any topic; judged, never trusted blindly.
@@ -49,6 +74,8 @@ DEFAULT_TARGETS: tuple[str, ...] = (
     "List of prime numbers below one hundred.",
 )
 
+Embedder = Callable[[list[str]], np.ndarray]
+
 
 def fingerprint(text: str) -> str:
     """Short non-reversible id of a candidate target text (safe to print)."""
@@ -57,7 +84,13 @@ def fingerprint(text: str) -> str:
 
 @dataclasses.dataclass(frozen=True)
 class TunePoint:
-    """One (target, alpha, strength) measured end to end."""
+    """One (target, alpha, strength) measured end to end.
+
+    ``p_value`` is the worse of the two judges (``judged_by`` says which):
+    the watermarked service itself (``p_value_service``) and the ridge copy
+    after the attack (``p_value_ridge``). ``copied`` is ``p_value < level``;
+    ``delta_cos`` comes from the same judge; ``n_queries`` is both audits'.
+    """
 
     target: int
     alpha: float
@@ -67,10 +100,9 @@ class TunePoint:
     delta_cos: float
     n_queries: int
     strength: float = 1.0
-
-    @property
-    def within_budget(self) -> bool:
-        return math.isfinite(self.cos_marked)
+    p_value_service: float = math.nan
+    p_value_ridge: float = math.nan
+    judged_by: str = ""
 
 
 @dataclasses.dataclass
@@ -97,14 +129,31 @@ class TuneResult:
         }
 
     def markdown(self) -> str:
+        lines = [*self._header(), *self._candidate_table(), *self._frontier_table(), ""]
+        if self.choice is None:
+            lines.append("No measured point meets both the budget and the goal.")
+        else:
+            c = self.choice
+            lines.append(
+                f"Choice: target #{c.target}, alpha = {c.alpha:g}, strength = {c.strength:.3g} "
+                f"(cos {c.cos_marked:.4f}, p = {c.p_value:.2g}, judged by the {c.judged_by})."
+            )
+        return "\n".join(lines) + "\n"
+
+    def _header(self) -> list[str]:
         s = self.setup
-        lines = [
+        return [
             f"Tuning on {s['corpus']} ({s['n_texts']} texts), model {s['model']}, "
             f"{s['n_triggers']} triggers, band of {s['band_words']} words "
-            f"({s['n_queries']} verification queries), attack {self.attack}.",
+            f"({s['n_queries']} audit queries per judge), attack {self.attack}.",
             f"Budget: cos(clean, watermarked) >= {self.min_cos} on marked rows; "
-            f"goal: p < {self.level:g} after the attack.",
+            f"goal: p < {self.level:g} for the faithful copy (the watermarked service "
+            "itself) and for a ridge copy after the attack; the worse p counts.",
             "",
+        ]
+
+    def _candidate_table(self) -> list[str]:
+        lines = [
             "Candidate targets (judged without a stealer):",
             "",
             "| # | fingerprint | twin p | max alpha in budget | cos at it | proxy at it "
@@ -118,168 +167,363 @@ class TuneResult:
                 f"{c['proxy_at_max_alpha']} | {c['proxy_per_distortion']} | "
                 f"{c.get('copy_fidelity')} |"
             )
-        lines += [
+        return lines
+
+    def _frontier_table(self) -> list[str]:
+        lines = [
             "",
-            "Frontier (measured end to end: watermark, attack, ridge copy, core verify):",
+            "Frontier (measured end to end: watermark, audit the service itself; attack, "
+            "ridge copy, audit it):",
             "",
-            "| target # | alpha | strength | cos(clean, wm) marked | in budget | p after attack | "
-            "Δcos (%) | meets goal |",
-            "|---:|---:|---:|---:|:---:|---:|---:|:---:|",
+            "| target # | alpha | strength | cos(clean, wm) marked | in budget | p service "
+            "| p ridge after attack | p (worse) | Δcos (%) | meets goal |",
+            "|---:|---:|---:|---:|:---:|---:|---:|---:|---:|:---:|",
         ]
         for p in self.frontier:
             lines.append(
                 f"| {p.target} | {p.alpha:g} | {p.strength:.3g} | {p.cos_marked:.4f} | "
-                f"{'yes' if p.cos_marked >= self.min_cos else 'no'} | {p.p_value:.2g} | "
+                f"{'yes' if p.cos_marked >= self.min_cos else 'no'} | "
+                f"{p.p_value_service:.2g} | {p.p_value_ridge:.2g} | {p.p_value:.2g} | "
                 f"{100 * p.delta_cos:.2f} | {'yes' if p.p_value < self.level else 'no'} |"
             )
-        lines.append("")
-        if self.choice is None:
-            lines.append("No measured point meets both the budget and the goal.")
-        else:
-            c = self.choice
-            lines.append(
-                f"Choice: target #{c.target}, alpha = {c.alpha:g}, strength = {c.strength:.3g} "
-                f"(cos {c.cos_marked:.4f}, "
-                f"p = {c.p_value:.2g})."
-            )
-        return "\n".join(lines) + "\n"
+        return lines
 
 
-def _mark_all(clean: np.ndarray, key: Any) -> np.ndarray:
-    """ESpeW's equations applied to every row (all rows are marked rows here)."""
-    from ..core.inject import select_positions
+@dataclasses.dataclass(frozen=True)
+class MarkedRows:
+    """The corpus texts a key's triggers mark, with their clean embeddings.
 
-    mask = select_positions(clean, key)
-    out = clean + key.strength * mask * (key.target[None, :] - clean)
-    return out / np.linalg.norm(out, axis=1, keepdims=True)
+    Every quality figure of the tuner is measured on these rows with the
+    core's own :func:`~espew_integrations.watermark` and
+    :func:`~espew_integrations.core.probes.row_cosines`, so a tuned cosine is
+    exactly what the service will cost.
+    """
+
+    texts: list[str]
+    clean: np.ndarray
+
+    def watermarked(self, key: WatermarkKey) -> np.ndarray:
+        return watermark(self.texts, self.clean, key)
+
+    def mean_cosine(self, key: WatermarkKey) -> float:
+        """Mean cos(clean, watermarked) over the rows: the quality budget's measure."""
+        return float(np.mean(row_cosines(self.clean, self.watermarked(key))))
 
 
-def strength_for_budget(clean_marked: np.ndarray, key: Any, min_cos: float) -> float:
+def strength_for_budget(marked: MarkedRows, key: WatermarkKey, min_cos: float) -> float:
     """The largest strength whose mean cos(clean, watermarked) on marked rows is >= min_cos.
 
     Bisection on the cosine (it falls as the strength grows); 1.0 if the
     paper's full write already fits the budget.
     """
-
-    def mean_cos(strength: float) -> float:
-        marked = _mark_all(clean_marked, key.replace(strength=strength))
-        unit = clean_marked / np.linalg.norm(clean_marked, axis=1, keepdims=True)
-        return float(np.mean(np.einsum("ij,ij->i", unit, marked)))
-
-    if mean_cos(1.0) >= min_cos:
+    if marked.mean_cosine(key.replace(strength=1.0)) >= min_cos:
         return 1.0
     low, high = 0.0, 1.0
     for _ in range(30):
         middle = (low + high) / 2
-        low, high = (middle, high) if mean_cos(middle) >= min_cos else (low, middle)
+        fits = marked.mean_cosine(key.replace(strength=middle)) >= min_cos
+        low, high = (middle, high) if fits else (low, middle)
     return max(low, 1e-6)
 
 
+def key_for_target(base: WatermarkKey, text: str, clean_model: Embedder) -> WatermarkKey:
+    """``base`` with ``text``'s clean embedding as the target, and its audit references.
+
+    The stored probes do not depend on the target, but their reference
+    cosines (the clean model's cosine to the target) do: they are recomputed
+    so the default audit keeps its reference-adjusted score.
+    """
+    vector = np.asarray(clean_model([text]), dtype=np.float64)[0]
+    target = vector / np.linalg.norm(vector)
+    changes: dict[str, Any] = {"target": target, "target_text": text}
+    if base.probe_texts:
+        changes["probe_reference"] = reference_cosines(clean_model, base.probe_texts, target)
+        changes["word_reference"] = reference_cosines(clean_model, list(base.band), target)
+    return base.replace(**changes)
+
+
+def judge_targets(
+    keys: Sequence[WatermarkKey],
+    *,
+    victim: Embedder,
+    marked: MarkedRows,
+    alphas: Sequence[float],
+    min_cos: float,
+    seed: int = 0,
+    clean_copy: Embedder | None = None,
+) -> list[dict[str, Any]]:
+    """Judge candidate targets (one key each) without a watermarked stealer (step 2 above).
+
+    ``victim`` is the provider's clean model. ``clean_copy``, a copy trained
+    on clean answers, measures how well a stolen copy reproduces each target
+    text: verification after a permutation (``target="query"``) compares with
+    the copy's own embedding of the target text, so a target the copy cannot
+    reproduce (an out-of-domain sentence) loses that verdict. Returns one dict
+    per candidate, best first.
+    """
+    fidelity: list[float | None] = [None] * len(keys)
+    if clean_copy is not None and keys:
+        reproduced = clean_copy([k.target_text for k in keys])
+        targets = np.stack([k.target for k in keys])
+        fidelity = [round(float(f), 3) for f in row_cosines(reproduced, targets)]
+    judged = []
+    for index, key in enumerate(keys):
+        judgement = _judge_target(key, victim=victim, marked=marked, alphas=alphas, seed=seed)
+        judged.append(
+            {
+                "index": index,
+                "fingerprint": fingerprint(key.target_text),
+                **judgement,
+                **_budget_summary(judgement["per_alpha"], min_cos),
+                "copy_fidelity": fidelity[index],
+            }
+        )
+    return sorted(judged, key=_usability, reverse=True)
+
+
+def _judge_target(
+    key: WatermarkKey, *, victim: Embedder, marked: MarkedRows, alphas: Sequence[float], seed: int
+) -> dict[str, Any]:
+    """Twin p-value, score spread and, per alpha, the distortion and detectability proxy."""
+    # The clean model itself on the key's audit, raw scores: what an innocent twin shows.
+    twin = verify(victim, key, seed=seed, level=0.5, statistic="raw")
+    scores = np.array(twin.trigger_scores + twin.benign_scores)
+    spread = float(scores.std()) if scores.size > 1 else math.nan
+    per_alpha = []
+    for alpha in sorted(alphas):
+        moved = marked.watermarked(key.replace(alpha=float(alpha)))
+        cos = float(np.mean(row_cosines(marked.clean, moved)))
+        pull = float(np.mean((unit_rows(moved) - unit_rows(marked.clean)) @ key.target))
+        proxy = pull / spread if spread > 0 else math.nan
+        per_alpha.append({"alpha": float(alpha), "cos_marked": cos, "proxy": proxy})
+    return {"twin_p_value": float(twin.p_value), "score_spread": spread, "per_alpha": per_alpha}
+
+
+def _budget_summary(per_alpha: list[dict[str, float]], min_cos: float) -> dict[str, Any]:
+    """The largest alpha within the budget, and detectability per unit of distortion."""
+    feasible = [a for a in per_alpha if a["cos_marked"] >= min_cos]
+    best = max(feasible, key=lambda a: a["alpha"]) if feasible else None
+    # Detectability bought per unit of distortion, averaged over the alphas that
+    # distort at all: judges a target independently of where the budget falls.
+    ratios = [
+        a["proxy"] / (1.0 - a["cos_marked"])
+        for a in per_alpha
+        if 1.0 - a["cos_marked"] > 1e-5 and math.isfinite(a["proxy"])
+    ]
+    return {
+        "max_alpha_in_budget": best["alpha"] if best else None,
+        "cos_at_max_alpha": round(best["cos_marked"], 5) if best else None,
+        "proxy_at_max_alpha": round(best["proxy"], 3) if best else None,
+        "proxy_per_distortion": round(float(np.mean(ratios)), 2) if ratios else None,
+    }
+
+
+def _usability(candidate: dict[str, Any]) -> tuple[bool, float]:
+    """Rank key: a target the clean model already links to the triggers is unusable."""
+    usable = candidate["twin_p_value"] >= 1e-3 and candidate["proxy_per_distortion"] is not None
+    return (usable, candidate["proxy_per_distortion"] or -math.inf)
+
+
+# ---------------------------------------------------------------------- end to end
+@dataclasses.dataclass(frozen=True)
+class _Setup:
+    """What every point of one tuning run shares: the corpus, its clean embeddings, the draw."""
+
+    corpus_name: str
+    texts: list[str]
+    clean: np.ndarray
+    model_name: str
+    clean_model: Embedder
+    base: WatermarkKey
+    marked_rows: np.ndarray
+
+    @property
+    def marked(self) -> MarkedRows:
+        rows = np.flatnonzero(self.marked_rows)
+        return MarkedRows([self.texts[i] for i in rows], self.clean[rows])
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "corpus": self.corpus_name,
+            "n_texts": len(self.texts),
+            "model": self.model_name,
+            "n_triggers": len(self.base.triggers),
+            "band_words": len(self.base.band),
+            "n_queries": len(self.base.probe_texts) or len(self.base.band),
+            "marked_fraction": float(self.marked_rows.mean()),
+        }
+
+
+def _prepare(
+    *,
+    corpus: str,
+    limit: int | None,
+    model: str,
+    target_text: str,
+    key_options: dict[str, Any],
+    seed: int,
+    progress: bool,
+) -> _Setup:
+    """Load and embed the corpus (cached), and draw the triggers, band and audit probes once."""
+    from .cache import CorpusEmbedder, cached_embed
+    from .context import model_name, resolve_model
+    from .data import load_data
+
+    data = load_data(corpus, limit=limit, seed=seed)
+    texts = list(data.texts)
+    victim = resolve_model(model)
+    name = model_name(victim, model)
+    clean = cached_embed(victim, texts, model_name=name, progress=progress).astype(np.float64)
+    clean_model = CorpusEmbedder(texts, clean, victim, model_name=name)
+    # strength 1 (the paper's write): the frontier fits the strength per alpha itself.
+    base = WatermarkKey.generate(
+        texts,
+        clean_model,
+        target_text=target_text,
+        strength=1.0,
+        seed=seed,
+        twin_check=False,
+        **key_options,
+    )
+    marked_rows = base.contains_trigger(texts)
+    return _Setup(data.name, texts, clean, name, clean_model, base, marked_rows)
+
+
+def _standard_embeddings(attack: str, standard: str, texts: list[str], progress: bool):
+    """The CSE attacker's own model's embeddings of the corpus (None for other attacks)."""
+    from .attacks import parse_attack
+    from .cache import cached_embed
+    from .context import model_name, resolve_model
+
+    if parse_attack(attack)[0] != "cse":
+        return None
+    model = resolve_model(standard)
+    name = model_name(model, standard)
+    return cached_embed(model, texts, model_name=name, progress=progress).astype(np.float64)
+
+
+def _service(key: WatermarkKey, clean_model: Embedder) -> Embedder:
+    """The watermarked service itself: the perfect copy a faithful thief wants."""
+
+    def serve(texts: list[str]) -> np.ndarray:
+        return watermark(texts, clean_model(texts), key)
+
+    return serve
+
+
+def _ridge_verdict(
+    made: Any,
+    setup: _Setup,
+    answers: np.ndarray,
+    attack: str,
+    standard: Any,
+    level: float,
+    seed: int,
+) -> Any:
+    """Attack the service's answers, train a ridge copy on them, audit the copy."""
+    from .attacks import apply_attack, cse_suspicious
+    from .stealers import RidgeStealer
+
+    suspicious = None
+    if standard is not None:
+        suspicious, _ = cse_suspicious(answers, standard, seed=seed)
+    attacked = apply_attack(
+        attack, setup.texts, answers, standard=standard, seed=seed, suspicious=suspicious
+    )
+    copy = RidgeStealer(seed=seed).fit(setup.texts, attacked.embeddings)
+    return made.verify(copy, target_mode=attacked.target_mode, level=level, seed=seed)
+
+
+def _worse(faithful: Any, ridge: Any) -> tuple[Any, str]:
+    """The verdict with the larger p-value (an inconclusive NaN counts as the worst)."""
+    if not math.isfinite(faithful.p_value) or faithful.p_value >= ridge.p_value:
+        return faithful, "faithful copy"
+    return ridge, "ridge copy"
+
+
 def _measure_point(
-    key: Any,
+    key: WatermarkKey,
     target: int,
     *,
-    texts: list[str],
-    clean: np.ndarray,
-    marked_rows: np.ndarray,
+    setup: _Setup,
     attack: str,
-    std: np.ndarray | None,
+    standard: np.ndarray | None,
     level: float,
     seed: int,
 ) -> TunePoint:
-    """Watermark, attack, train a ridge copy, verify: one point of the frontier."""
-    from .attacks import apply_attack, cse_suspicious
-    from .stealers import RidgeStealer
+    """Watermark; audit the service itself; attack, train a ridge copy, audit it: one point."""
     from .watermarks import ESpeW
 
     made = ESpeW(key)
-    answers = np.asarray(made.apply(texts, clean), dtype=np.float64)
-    suspicious = None
-    if std is not None:
-        suspicious, _ = cse_suspicious(answers, std, seed=seed)
-    attacked = apply_attack(attack, texts, answers, standard=std, seed=seed, suspicious=suspicious)
-    copy = RidgeStealer(seed=seed).fit(texts, attacked.embeddings)
-    verdict = made.verify(copy, target_mode=attacked.target_mode, level=level, seed=seed)
-    cos = float(np.mean(np.einsum("ij,ij->i", clean[marked_rows], answers[marked_rows])))
+    answers = np.asarray(made.apply(setup.texts, setup.clean), dtype=np.float64)
+    faithful = made.verify(_service(key, setup.clean_model), level=level, seed=seed)
+    ridge = _ridge_verdict(made, setup, answers, attack, standard, level, seed)
+    worse, judged_by = _worse(faithful, ridge)
+    rows = setup.marked_rows
     return TunePoint(
         target=target,
         alpha=float(key.alpha),
         strength=float(key.strength),
-        cos_marked=cos,
-        p_value=verdict.p_value,
-        copied=verdict.copied,
-        delta_cos=verdict.delta_cos,
-        n_queries=verdict.n_queries,
+        cos_marked=float(np.mean(row_cosines(setup.clean[rows], answers[rows]))),
+        p_value=worse.p_value,
+        copied=bool(worse.p_value < level),
+        delta_cos=worse.delta_cos,
+        n_queries=faithful.n_queries + ridge.n_queries,
+        p_value_service=faithful.p_value,
+        p_value_ridge=ridge.p_value,
+        judged_by=judged_by,
     )
 
 
-def judge_targets(
-    targets: Sequence[str],
-    *,
-    victim: Any,
-    clean_marked: np.ndarray,
-    base_key: Any,
+def _measure_frontier(
+    keys: dict[int, WatermarkKey],
     alphas: Sequence[float],
+    *,
+    setup: _Setup,
+    fit_strength: bool,
     min_cos: float,
-    seed: int = 0,
-    clean_copy: Any = None,
-) -> list[dict[str, Any]]:
-    """Judge candidate target texts without a watermarked stealer (module docstring, step 2).
+    progress: bool,
+    **measure: Any,
+) -> list[TunePoint]:
+    """Every chosen target x alpha, at the paper's full write and at the budget's strength."""
+    plan: Any = [(t, float(a)) for t in keys for a in sorted(alphas)]
+    if progress:
+        from tqdm.auto import tqdm
 
-    ``clean_marked`` holds the clean embeddings of the rows the triggers mark.
-    ``clean_copy``, a copy trained on clean answers, measures how well a stolen
-    copy reproduces each target text: verification after a permutation
-    (``target="query"``) compares with the copy's own embedding of the target
-    text, so a target the copy cannot reproduce (an out-of-domain sentence)
-    loses that verdict. Returns one dict per candidate, best first.
-    """
-    from ..core.verify import verify
+        plan = tqdm(plan, desc="tune", unit="point")
+    frontier = []
+    for target, alpha in plan:
+        key = keys[target].replace(alpha=alpha, strength=1.0)
+        strengths = [1.0]
+        if fit_strength:
+            fitted = strength_for_budget(setup.marked, key, min_cos)
+            strengths += [fitted] if fitted < 1.0 else []
+        for strength in strengths:
+            point_key = key.replace(strength=strength)
+            frontier.append(_measure_point(point_key, target, setup=setup, **measure))
+    return frontier
 
-    judged = []
-    vectors = np.asarray(victim(list(targets)), dtype=np.float64)
-    copied = None if clean_copy is None else np.asarray(clean_copy(list(targets)))
-    for index, (text, vector) in enumerate(zip(targets, vectors, strict=False)):
-        target = vector / np.linalg.norm(vector)
-        key = base_key.replace(target=target, target_text=text)
-        twin = verify(victim, key, seed=seed, level=0.5)
-        scores = np.array(twin.trigger_scores + twin.benign_scores)
-        spread = float(scores.std()) if scores.size > 1 else float("nan")
-        per_alpha = []
-        for alpha in sorted(alphas):
-            k = key.replace(alpha=float(alpha))
-            marked = _mark_all(clean_marked, k)
-            cos = float(np.mean(np.einsum("ij,ij->i", clean_marked, marked)))
-            pull = float(np.mean(marked @ target - clean_marked @ target))
-            proxy = pull / spread if spread > 0 else math.nan
-            per_alpha.append((float(alpha), cos, proxy))
-        feasible = [a for a in per_alpha if a[1] >= min_cos]
-        best = max(feasible, key=lambda a: a[0]) if feasible else None
-        # Detectability bought per unit of distortion, averaged over the alphas that
-        # distort at all: judges a target independently of where the budget falls.
-        ratios = [p / (1.0 - c) for _, c, p in per_alpha if 1.0 - c > 1e-5 and math.isfinite(p)]
-        judged.append(
-            {
-                "index": index,
-                "fingerprint": fingerprint(text),
-                "twin_p_value": float(twin.p_value),
-                "score_spread": spread,
-                "per_alpha": [{"alpha": a, "cos_marked": c, "proxy": p} for a, c, p in per_alpha],
-                "max_alpha_in_budget": best[0] if best else None,
-                "cos_at_max_alpha": round(best[1], 5) if best else None,
-                "proxy_at_max_alpha": round(best[2], 3) if best else None,
-                "proxy_per_distortion": round(float(np.mean(ratios)), 2) if ratios else None,
-                "copy_fidelity": None
-                if copied is None
-                else round(float(copied[index] @ target / np.linalg.norm(copied[index])), 3),
-            }
-        )
 
-    # A target the clean model already links to the triggers is unusable.
-    def rank(c: dict[str, Any]) -> tuple[bool, float]:
-        usable = c["twin_p_value"] >= 1e-3 and c["proxy_per_distortion"] is not None
-        return (usable, c["proxy_per_distortion"] or -math.inf)
+def _check_arguments(min_cos: float, alphas: Sequence[float], targets: Sequence[str]) -> None:
+    if not 0.0 < min_cos <= 1.0:
+        raise ValueError(f"min_cos must be in (0, 1], got {min_cos}")
+    if not alphas or any(not 0.0 < a < 1.0 for a in alphas):
+        raise ValueError(f"alphas must be numbers in (0, 1), got {list(alphas)}")
+    if any(not t.strip() for t in targets):
+        raise ValueError("candidate target texts must be non-empty")
 
-    return sorted(judged, key=rank, reverse=True)
+
+def _choose(frontier: list[TunePoint], min_cos: float, level: float) -> TunePoint | None:
+    """The highest-quality point within the budget whose worse judge convicts at ``level``."""
+    meets = [p for p in frontier if p.cos_marked >= min_cos and p.p_value < level]
+    return max(meets, key=lambda p: (p.cos_marked, -p.p_value)) if meets else None
+
+
+def _write(result: TuneResult, out: str | Path) -> None:
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "tune.json").write_text(json.dumps(result.to_dict(), indent=1), encoding="utf-8")
+    (out / "frontier.md").write_text(result.markdown(), encoding="utf-8")
 
 
 def tune(
@@ -287,7 +531,7 @@ def tune(
     corpus: str = "rotten_tomatoes",
     limit: int | None = None,
     model: str = "minilm",
-    standard: str = "paraphrase_minilm_l3",
+    standard: str = "paraphrase-minilm-l3",
     targets: Sequence[str] | None = None,
     alphas: Sequence[float] = (0.01, 0.02, 0.03, 0.05, 0.08, 0.1, 0.15, 0.2),
     min_cos: float = 0.995,
@@ -306,117 +550,39 @@ def tune(
 
     Every alpha is measured with the paper's full write (strength 1) and, when
     ``fit_strength`` and the full write exceeds the quality budget, also with
-    the largest strength that fits the budget (:func:`strength_for_budget`):
-    a weaker write over more coordinates is how isotropic models such as
-    MiniLM meet cos >= 0.995 and still convict a copy after CSE.
+    the largest strength that fits the budget (:func:`strength_for_budget`).
+    Each point is judged by the faithful copy (the watermarked service
+    itself) and by a ridge copy after ``attack``; the worse p-value counts.
 
     >>> result = tune(corpus="rotten_tomatoes", min_cos=0.995, level=1e-10)  # doctest: +SKIP
     >>> print(result.markdown())                                            # doctest: +SKIP
     """
-    from ..core.key import WatermarkKey
-    from .attacks import parse_attack
-    from .cache import cached_embed
-    from .data import load_data
-    from .runner import model_name, resolve_model
     from .stealers import RidgeStealer
 
-    if not 0.0 < min_cos <= 1.0:
-        raise ValueError(f"min_cos must be in (0, 1], got {min_cos}")
-    if not alphas or any(not 0.0 < a < 1.0 for a in alphas):
-        raise ValueError(f"alphas must be numbers in (0, 1), got {list(alphas)}")
     targets = list(targets or DEFAULT_TARGETS)
-    if any(not t.strip() for t in targets):
-        raise ValueError("candidate target texts must be non-empty")
-    data = load_data(corpus, limit=limit, seed=seed)
-    texts = list(data.texts)
-    victim = resolve_model(model)
-    clean = cached_embed(victim, texts, model_name=model_name(victim, model), progress=progress)
-    clean = clean.astype(np.float64)
-    base = WatermarkKey.generate(
-        texts,
-        victim,
-        target_text=targets[0],
-        n_triggers=n_triggers,
-        freq_band=freq_band,
-        alpha=float(alphas[0]),
-        seed=seed,
+    _check_arguments(min_cos, alphas, targets)
+    key_options = dict(
+        n_triggers=n_triggers, freq_band=freq_band, alpha=float(alphas[0]),
         max_band_words=max_band_words,
-        twin_check=False,
-    )
-    marked_rows = base.contains_trigger(texts)
-    clean_copy = RidgeStealer(seed=seed).fit(texts, clean)
+    )  # fmt: skip
+    setup = _prepare(corpus=corpus, limit=limit, model=model, target_text=targets[0],
+                     key_options=key_options, seed=seed, progress=progress)  # fmt: skip
+    keys = [key_for_target(setup.base, text, setup.clean_model) for text in targets]
+    clean_copy = RidgeStealer(seed=seed).fit(setup.texts, setup.clean)
     judged = judge_targets(
-        targets,
-        victim=victim,
-        clean_marked=clean[marked_rows],
-        base_key=base,
-        alphas=alphas,
-        min_cos=min_cos,
-        seed=seed,
-        clean_copy=clean_copy,
-    )
-    std = None
-    if parse_attack(attack)[0] == "cse":
-        std_model = resolve_model(standard)
-        std = cached_embed(
-            std_model, texts, model_name=model_name(std_model, standard), progress=progress
-        ).astype(np.float64)
-    chosen_targets = [c["index"] for c in judged[: max(1, top_targets)]]
-    plan = [(t, a) for t in chosen_targets for a in sorted(alphas)]
-    iterator: Any = plan
-    if progress:
-        from tqdm.auto import tqdm
-
-        iterator = tqdm(plan, desc="tune", unit="point")
-    vectors = np.asarray(victim([targets[t] for t in chosen_targets]), dtype=np.float64)
-    frontier = []
-    for t, alpha in iterator:
-        vector = vectors[chosen_targets.index(t)]
-        key = base.replace(
-            target=vector / np.linalg.norm(vector), target_text=targets[t], alpha=float(alpha)
-        )
-        strengths = [1.0]
-        if fit_strength:
-            fitted = strength_for_budget(clean[marked_rows], key, min_cos)
-            if fitted < 1.0:
-                strengths.append(fitted)
-        for strength in strengths:
-            frontier.append(
-                _measure_point(
-                    key.replace(strength=strength),
-                    t,
-                    texts=texts,
-                    clean=clean,
-                    marked_rows=marked_rows,
-                    attack=attack,
-                    std=std,
-                    level=level,
-                    seed=seed,
-                )
-            )
-    meets = [p for p in frontier if p.cos_marked >= min_cos and p.p_value < level]
-    choice = max(meets, key=lambda p: (p.cos_marked, -p.p_value)) if meets else None
+        keys, victim=setup.clean_model, marked=setup.marked, alphas=alphas, min_cos=min_cos,
+        seed=seed, clean_copy=clean_copy,
+    )  # fmt: skip
+    chosen = {c["index"]: keys[c["index"]] for c in judged[: max(1, top_targets)]}
+    frontier = _measure_frontier(
+        chosen, alphas, setup=setup, fit_strength=fit_strength, min_cos=min_cos,
+        progress=progress, attack=attack, level=level, seed=seed,
+        standard=_standard_embeddings(attack, standard, setup.texts, progress),
+    )  # fmt: skip
     result = TuneResult(
-        min_cos=min_cos,
-        level=level,
-        attack=attack,
-        candidates=judged,
-        frontier=frontier,
-        choice=choice,
-        setup={
-            "corpus": data.name,
-            "n_texts": len(texts),
-            "model": model_name(victim, model),
-            "n_triggers": len(base.triggers),
-            "band_words": len(base.band),
-            "n_queries": len(base.band),
-            "marked_fraction": float(marked_rows.mean()),
-            "seed": seed,
-        },
-    )
+        min_cos, level, attack, judged, frontier, _choose(frontier, min_cos, level),
+        setup={**setup.describe(), "seed": seed},
+    )  # fmt: skip
     if out is not None:
-        out = Path(out)
-        out.mkdir(parents=True, exist_ok=True)
-        (out / "tune.json").write_text(json.dumps(result.to_dict(), indent=1), encoding="utf-8")
-        (out / "frontier.md").write_text(result.markdown(), encoding="utf-8")
+        _write(result, out)
     return result
