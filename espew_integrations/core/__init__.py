@@ -10,7 +10,9 @@ from .errors import (
 )
 from .inject import select_positions, watermark
 from .key import WatermarkKey
+from .keyring import KeyRing
 from .ranktest import min_p_value, rank_sum_p_value
+from .trace import TraceReport, trace
 from .verify import DEFAULT_LEVEL, DEFAULT_TEMPLATES, VerificationReport, build_probes, verify
 from .words import TriggerMatcher, tokenize
 
@@ -21,7 +23,9 @@ __all__ = [
     "EmbeddingInputError",
     "KeyFileError",
     "KeyGenerationError",
+    "KeyRing",
     "SuspectError",
+    "TraceReport",
     "TriggerMatcher",
     "VerificationReport",
     "WatermarkKey",
@@ -32,6 +36,7 @@ __all__ = [
     "register_suspect_adapter",
     "select_positions",
     "tokenize",
+    "trace",
     "verify",
     "watermark",
 ]

@@ -19,9 +19,6 @@ import datetime as _dt
 import hashlib
 import json
 import os
-import secrets
-import stat
-import warnings
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any, Literal
@@ -38,6 +35,8 @@ from .key_checks import (
     check_text_rules,
     n_positions,
 )
+from .layers import TenantLayer, layered_triggers
+from .secret_files import read_secret_file, write_secret_file
 from .text import LEGACY_LOWER, UNICODE_V1, TextView
 from .words import TriggerMatcher
 
@@ -100,6 +99,7 @@ class WatermarkKey:
         "_strength",
         "_target",
         "_target_text",
+        "_tenant",
         "_triggers",
         "_verifiable",
         "_window",
@@ -126,6 +126,7 @@ class WatermarkKey:
         probe_owner: Sequence[int] = (),
         probe_reference: Sequence[float] = (),
         word_reference: Sequence[float] = (),
+        tenant: TenantLayer | None = None,
     ):
         triggers = frozenset(triggers)
         band = tuple(sorted(set(band)))
@@ -153,6 +154,9 @@ class WatermarkKey:
         self._probe_owner = tuple(int(i) for i in probe_owner)
         self._probe_reference = tuple(float(x) for x in probe_reference)
         self._word_reference = tuple(float(x) for x in word_reference)
+        if tenant is not None and not isinstance(tenant, TenantLayer):
+            raise KeyGenerationError("tenant must be a TenantLayer (see KeyRing.key_for)")
+        self._tenant = tenant
         check_probes(
             len(band),
             self._probe_texts,
@@ -258,6 +262,11 @@ class WatermarkKey:
         return np.asarray(self._word_reference, dtype=np.float64)
 
     @property
+    def tenant(self) -> TenantLayer | None:
+        """The tenant layer of a key from :meth:`KeyRing.key_for` (secret salt); else None."""
+        return self._tenant
+
+    @property
     def dim(self) -> int:
         """Embedding dimension the key watermarks."""
         return int(self._target.size)
@@ -356,6 +365,7 @@ class WatermarkKey:
             probe_owner=self._probe_owner,
             probe_reference=self._probe_reference,
             word_reference=self._word_reference,
+            tenant=self._tenant,
         )
 
     def replace(self, **changes: Any) -> WatermarkKey:
@@ -414,6 +424,8 @@ class WatermarkKey:
                 "word_reference": list(self._word_reference),
             },
         )
+        if self._tenant is not None:  # absent otherwise, so existing key_ids are unchanged
+            payload["tenant"] = self._tenant.to_payload()
         return payload
 
     def to_json(self) -> str:
@@ -439,26 +451,13 @@ class WatermarkKey:
 
         >>> key.save("provider.key")  # doctest: +SKIP
         """
-        path = Path(path)
-        if path.exists() and not overwrite:
-            raise FileExistsError(
-                f"key file {path} already exists; pass overwrite=True to replace it "
-                "(the old key is needed to verify anything watermarked with it)"
-            )
-        data = self.to_json().encode("utf-8")
-        tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        try:
-            with os.fdopen(fd, "wb") as handle:
-                handle.write(data)
-                handle.flush()
-                os.fsync(handle.fileno())
-            os.chmod(tmp, 0o600)
-            os.replace(tmp, path)
-        except BaseException:
-            tmp.unlink(missing_ok=True)
-            raise
-        return path
+        return write_secret_file(
+            path,
+            self.to_json().encode("utf-8"),
+            overwrite=overwrite,
+            what="key file",
+            keep_hint="the old key is needed to verify anything watermarked with it",
+        )
 
     @classmethod
     def from_json(cls, text: str | bytes, *, source: str = "key data") -> WatermarkKey:
@@ -498,25 +497,7 @@ class WatermarkKey:
 
         >>> key = WatermarkKey.load("provider.key")  # doctest: +SKIP
         """
-        path = Path(path)
-        try:
-            data = path.read_bytes()
-            mode = path.stat().st_mode
-        except FileNotFoundError:
-            raise KeyFileError(f"key file not found: {path}") from None
-        except IsADirectoryError:
-            raise KeyFileError(f"key path {path} is a directory, not a key file") from None
-        except PermissionError:
-            raise KeyFileError(f"key file {path} is not readable by this user") from None
-        except OSError as exc:
-            raise KeyFileError(f"key file {path} cannot be read ({exc.strerror})") from None
-        if mode & (stat.S_IRWXG | stat.S_IRWXO):
-            warnings.warn(
-                f"key file {path} is accessible by group or others (mode "
-                f"{stat.S_IMODE(mode):o}); restrict it with chmod 600",
-                KeyFileWarning,
-                stacklevel=2,
-            )
+        data = read_secret_file(path, what="key file", warning=KeyFileWarning)
         return cls.from_json(data, source=f"key file {path}")
 
     @classmethod
@@ -614,8 +595,12 @@ def expected_triggers(key: WatermarkKey) -> frozenset[str]:
     """The trigger set the key's salt dictates over its band: what :attr:`verifiable` checks.
 
     The one place that says which trigger sets are legitimate, so a key made
-    of several draws (one per tenant, say) needs a change here only.
+    of several draws (one per tenant, say) needs a change here only. A tenant
+    key's triggers are two draws, both re-derived: the shared layer from its
+    salt and its own layer from its tenant salt (:func:`.layers.layered_triggers`).
     """
+    if key.tenant is not None:
+        return layered_triggers(key.salt, key.band, key.tenant, len(key.triggers))
     return draw_triggers(key.salt, key.band, len(key.triggers))
 
 
@@ -672,6 +657,8 @@ def _fields_from_payload(payload: dict[str, Any], version: int) -> dict[str, Any
         probe_reference=probes["reference"],
         word_reference=probes["word_reference"],
     )
+    if "tenant" in payload:
+        fields["tenant"] = TenantLayer.from_payload(payload["tenant"])
     return fields
 
 

@@ -1,0 +1,297 @@
+"""KeyRing: one master secret, one key per API customer, a copy traced to its account.
+
+A provider serving many customers gives each of them a different key, derived
+from the ring, so that a stolen copy names the account whose answers trained
+it (:func:`.trace.trace`). Every tenant key is an ordinary
+:class:`~.key.WatermarkKey` (same target, band, probes, alpha and strength as
+the ring), so :func:`~.inject.watermark`, the framework wrappers and
+``espew serve`` use it unchanged. Its triggers are two layers
+(:mod:`.layers`): the ring's *shared layer*, which proves a copy, plus the
+tenant's own layer, drawn from ``HMAC(master, tenant_id)``. A tenant key holds
+the shared salt and its own tenant salt, never the master secret, so it
+reveals neither the master nor another tenant's layer.
+
+The ring is stored like a key: JSON with a checksum, mode 0600, atomic write,
+validated on load (the shared key through :meth:`WatermarkKey.from_json`, so
+its trigger draw is re-derived), and neither ``repr`` nor any error shows the
+master secret; a ring refuses to be pickled.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import secrets
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .errors import KeyFileError, KeyGenerationError
+from .key import EmbedFn, KeyFileWarning, WatermarkKey
+from .layers import SALT_BYTES, TenantLayer, draw_layer_indices, tenant_salt, universe
+from .secret_files import read_secret_file, write_secret_file
+
+__all__ = ["RING_FORMAT", "RING_VERSION", "KeyRing"]
+
+RING_FORMAT = "espew-keyring"
+RING_VERSION = 1
+DEFAULT_SHARED_TRIGGERS = 20
+DEFAULT_TENANT_TRIGGERS = 20
+
+
+class KeyRing:
+    """A master secret plus the shared-layer key every tenant key is built on.
+
+    >>> ring = KeyRing.generate(texts, model, target_text="...", seed=7)  # doctest: +SKIP
+    >>> key = ring.key_for("customer-42")                                  # doctest: +SKIP
+    """
+
+    __slots__ = ("_master", "_n_tenant", "_ring_id", "_shared", "_universe")
+
+    def __init__(self, *, master: bytes, shared_key: WatermarkKey, n_tenant_triggers: int):
+        if not isinstance(master, (bytes, bytearray)) or len(master) != SALT_BYTES:
+            raise KeyGenerationError(f"the ring's master secret must be {SALT_BYTES} bytes")
+        if not isinstance(shared_key, WatermarkKey):
+            raise KeyGenerationError("shared_key must be a WatermarkKey")
+        if shared_key.tenant is not None:
+            raise KeyGenerationError("a tenant's key cannot be the shared key of a ring")
+        if not shared_key.verifiable:
+            raise KeyGenerationError(
+                "the shared key's triggers are not the draw its salt dictates; a ring needs a "
+                "key made by WatermarkKey.generate"
+            )
+        words = universe(shared_key.salt, shared_key.band, len(shared_key.triggers))
+        _check_tenant_count(n_tenant_triggers, len(words))
+        self._master = bytes(master)
+        self._shared = shared_key
+        self._n_tenant = int(n_tenant_triggers)
+        self._universe = words
+        payload = _canonical(self._payload())
+        self._ring_id = hashlib.sha256(b"espew-ring-id\x00" + payload).hexdigest()[:16]
+
+    # ------------------------------------------------------------------ fields
+    @property
+    def ring_id(self) -> str:
+        """Public fingerprint of the whole ring (16 hex digits). Safe to log."""
+        return self._ring_id
+
+    @property
+    def shared_key(self) -> WatermarkKey:
+        """The shared layer alone, as a key: ``verify(suspect, ring.shared_key)`` convicts
+        a copy trained on any tenant's answers (it is what :func:`trace` decides *copied* on).
+        """
+        return self._shared
+
+    @property
+    def n_shared_triggers(self) -> int:
+        """Size of the shared layer every tenant key carries."""
+        return len(self._shared.triggers)
+
+    @property
+    def n_tenant_triggers(self) -> int:
+        """Size of each tenant's own layer."""
+        return self._n_tenant
+
+    @property
+    def universe(self) -> tuple[str, ...]:
+        """The band words tenant layers are drawn from (the band minus the shared layer). Secret."""
+        return self._universe
+
+    # ------------------------------------------------------------------ tenants
+    def tenant_layer(self, tenant_id: str) -> TenantLayer:
+        """The derivation record a tenant key carries (its salt is secret)."""
+        return TenantLayer(
+            tenant_id=tenant_id,
+            salt=tenant_salt(self._master, tenant_id),
+            n_shared=self.n_shared_triggers,
+        )
+
+    def key_for(self, tenant_id: str) -> WatermarkKey:
+        """The key to serve ``tenant_id`` with: shared layer plus the tenant's own layer.
+
+        Deterministic: the same ring and id always give the same key (same
+        ``key_id``). It carries the ring's shared salt and the tenant's derived
+        salt, never the master secret.
+        """
+        layer = self.tenant_layer(tenant_id)
+        picked = draw_layer_indices([layer.salt], len(self._universe), self._n_tenant)[0]
+        info = self._shared.info
+        info.update(
+            tenant_id=tenant_id,
+            ring_id=self._ring_id,
+            shared_triggers=self.n_shared_triggers,
+            tenant_triggers=self._n_tenant,
+        )
+        return self._shared.replace(
+            triggers=self._shared.triggers | {self._universe[i] for i in picked},
+            tenant=layer,
+            info=info,
+        )
+
+    def layer_indices(self, tenant_ids: Sequence[str]) -> np.ndarray:
+        """For each tenant, the indices in :attr:`universe` of its layer: ``(n, m)`` int64.
+
+        What :func:`trace` tests; vectorised over tenants (one HMAC and one
+        SHAKE call per id in Python).
+        """
+        salts = [tenant_salt(self._master, t) for t in tenant_ids]
+        return draw_layer_indices(salts, len(self._universe), self._n_tenant)
+
+    # ------------------------------------------------------------------ hygiene
+    def __repr__(self) -> str:
+        return (
+            f"KeyRing(ring_id={self._ring_id!r}, shared_triggers={self.n_shared_triggers}, "
+            f"tenant_triggers={self._n_tenant}, key_id={self._shared.key_id!r})"
+        )
+
+    __str__ = __repr__
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, KeyRing):
+            return NotImplemented
+        return self._payload() == other._payload()
+
+    def __hash__(self) -> int:
+        return hash(self._ring_id)
+
+    def __copy__(self) -> KeyRing:
+        return self
+
+    def __deepcopy__(self, memo: dict) -> KeyRing:
+        return self
+
+    def __reduce_ex__(self, protocol: object) -> Any:
+        raise TypeError(
+            f"KeyRing {self._ring_id} refuses to be pickled: a pickle would carry the master "
+            "secret. Save it with ring.save(path) and load it with KeyRing.load(path)."
+        )
+
+    # ------------------------------------------------------------------ storage
+    def _payload(self) -> dict[str, Any]:
+        return {
+            "master": self._master.hex(),
+            "tenant_triggers": self._n_tenant,
+            "key": json.loads(self._shared.to_json()),
+        }
+
+    def to_json(self) -> str:
+        """The whole ring, master secret included, as the JSON :meth:`save` writes."""
+        payload = self._payload()
+        document = {
+            "format": RING_FORMAT,
+            "version": RING_VERSION,
+            "ring_id": self._ring_id,
+            "ring": payload,
+            "checksum": hashlib.sha256(_canonical(payload)).hexdigest(),
+        }
+        return json.dumps(document, indent=1, sort_keys=True)
+
+    def save(self, path: str | os.PathLike[str], *, overwrite: bool = False) -> Path:
+        """Write the ring with mode 0600, atomically; refuses to overwrite unless asked."""
+        return write_secret_file(
+            path,
+            self.to_json().encode("utf-8"),
+            overwrite=overwrite,
+            what="key ring file",
+            keep_hint="the old ring is needed to trace anything served with its keys",
+        )
+
+    @classmethod
+    def from_json(cls, text: str | bytes, *, source: str = "key ring data") -> KeyRing:
+        """Parse and validate a ring from :meth:`to_json`'s text (KeyFileError if invalid)."""
+        try:
+            document = json.loads(text)
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            raise KeyFileError(f"{source} is not valid JSON (corrupt key ring file?)") from None
+        except RecursionError:
+            raise KeyFileError(f"{source} is nested too deeply to be a key ring") from None
+        if not isinstance(document, dict) or document.get("format") != RING_FORMAT:
+            raise KeyFileError(f"{source} is not an espew key ring (format {RING_FORMAT!r})")
+        version = document.get("version")
+        if version != RING_VERSION or isinstance(version, bool):
+            raise KeyFileError(
+                f"{source} has key ring format version {version!r}; this library reads "
+                f"version {RING_VERSION}. Upgrade espew-integrations."
+            )
+        payload = document.get("ring")
+        if not isinstance(payload, dict):
+            raise KeyFileError(f"{source} has no 'ring' object (corrupt key ring file)")
+        if hashlib.sha256(_canonical(payload)).hexdigest() != document.get("checksum"):
+            raise KeyFileError(
+                f"{source} fails its checksum: the file was corrupted or edited. "
+                "Restore it from your backup."
+            )
+        try:
+            master = bytes.fromhex(payload["master"])
+            key = WatermarkKey.from_json(json.dumps(payload["key"]), source=f"{source}'s key")
+            ring = cls(master=master, shared_key=key, n_tenant_triggers=payload["tenant_triggers"])
+        except KeyError as exc:
+            raise KeyFileError(f"{source} lacks the field {exc.args[0]!r} (corrupt)") from None
+        except (KeyGenerationError, TypeError, ValueError) as exc:
+            raise KeyFileError(f"{source} holds an invalid key ring: {exc}") from None
+        if document.get("ring_id") != ring.ring_id:
+            raise KeyFileError(f"{source} names a ring_id that does not match its content")
+        return ring
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str]) -> KeyRing:
+        """Load and validate a ring file written by :meth:`save` (warns if others can read it)."""
+        data = read_secret_file(path, what="key ring file", warning=KeyFileWarning)
+        return cls.from_json(data, source=f"key ring file {Path(path)}")
+
+    # ------------------------------------------------------------------ generation
+    @classmethod
+    def generate(
+        cls,
+        corpus: Iterable[str],
+        embed: EmbedFn,
+        *,
+        target_text: str,
+        seed: int | None = None,
+        n_shared_triggers: int = DEFAULT_SHARED_TRIGGERS,
+        n_tenant_triggers: int = DEFAULT_TENANT_TRIGGERS,
+        **key_options: Any,
+    ) -> KeyRing:
+        """A fresh ring: the shared key from :meth:`WatermarkKey.generate` plus a master secret.
+
+        ``key_options`` go to :meth:`WatermarkKey.generate` (``min_cosine``,
+        ``window``, ``freq_band``...); the shared layer has ``n_shared_triggers``
+        words and each tenant layer ``n_tenant_triggers`` more, drawn from the
+        rest of the band. The strength is fitted on the shared layer; a tenant
+        key marks more texts (both layers) with the same per-text change, so
+        its mean cosine on marked texts stays at the budget (measured in
+        docs/tenants.md). ``seed`` makes the ring reproducible (experiments
+        only); ``None`` takes the master and the salt from the OS.
+        """
+        if "n_triggers" in key_options:
+            raise TypeError("pass n_shared_triggers and n_tenant_triggers, not n_triggers")
+        shared = WatermarkKey.generate(
+            corpus,
+            embed,
+            target_text=target_text,
+            seed=seed,
+            n_triggers=n_shared_triggers,
+            **key_options,
+        )
+        if seed is None:
+            master = secrets.token_bytes(SALT_BYTES)
+        else:  # a stream of its own, not the one the key's salt came from
+            master = np.random.default_rng([int(seed), 0x72696E67]).bytes(SALT_BYTES)
+        return cls(master=master, shared_key=shared, n_tenant_triggers=n_tenant_triggers)
+
+
+def _check_tenant_count(n_tenant: object, n_universe: int) -> None:
+    if isinstance(n_tenant, bool) or not isinstance(n_tenant, int) or n_tenant < 1:
+        raise KeyGenerationError(f"n_tenant_triggers must be a positive integer, got {n_tenant!r}")
+    if n_universe < 2 * n_tenant:
+        raise KeyGenerationError(
+            f"tenant layers of {n_tenant} words need at least {2 * n_tenant} band words outside "
+            f"the shared layer, but there are {n_universe}; widen freq_band or use fewer triggers"
+        )
+
+
+def _canonical(obj: Any) -> bytes:
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=True).encode()

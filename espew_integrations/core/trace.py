@@ -1,0 +1,378 @@
+"""trace(): was a suspect trained on a ring's answers, and on which account's?
+
+One audit serves every tenant. The suspect is asked the ring's probes once
+(the same shuffled queries :func:`.verify.verify` sends for the shared key);
+the answers give one raw and one reference-adjusted score per band word, and
+
+* the **shared layer** decides *copied*: exactly :func:`.verify.verify`'s
+  verdict for :attr:`KeyRing.shared_key`;
+* each **tenant layer** gets the same exact one-sided rank-sum test, over the
+  universe (the band words that are not shared triggers): are the tenant's
+  words ranked unusually high among them?
+
+Why each tenant's test is exact, even when the copy was trained on another
+tenant's answers: tenant D's layer is a uniform random subset of the
+universe, drawn from D's own salt, independent of every other tenant's draw.
+A suspect that never saw D's answers produces scores that do not depend on
+D's draw (whoever else it copied), so D's words are a uniform random subset of
+the ranks and P(p_D <= a) <= a. Every tenant's test uses the same score
+vector, so with no ties the null distribution depends only on (words, layer
+size): it is computed once and each tenant's rank sum is looked up in it,
+vectorised over the tenants (ties: the tie structure is also common to all
+tenants, so one exact table still serves them all).
+
+**Overlap.** Layers of m = 20 out of ~180 words overlap by chance (about two
+words per pair), so under a copy of A, an innocent B shares some of A's
+shifted words. B's test stays valid (above), but its p-value is pulled down
+by evidence that belongs to A. So the reported p-value of each tenant D is a
+second round: D is re-tested with the layers of the *other* tenants that were
+significant in a first round removed from the universe (its own words among
+them too). That removal set depends on the scores and on other tenants'
+draws only, never on D's, so conditionally on it D's remaining words are a
+uniform subset of the remaining universe: still exact.
+
+**Many tenants.** Each p-value is multiplied by the number of tenants tested
+(Bonferroni, and by 2 for the raw/adjusted pair, as :func:`verify` does), so
+the probability of naming any innocent account is at most ``level``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+import numpy as np
+from scipy.stats import rankdata
+
+from .keyring import KeyRing
+from .layers import check_tenant_id
+from .ranktest import _subset_sum_counts, _untied_counts
+from .verify import (
+    DEFAULT_LEVEL,
+    ProbeKind,
+    Statistic,
+    TargetMode,
+    VerificationReport,
+    _check_options,
+    _decide,
+    _inconclusive,
+    _interrogate,
+    _mean_per_word,
+    _plan,
+    _probe_cosines,
+    reference_slope,
+)
+
+__all__ = ["TRACE_RULE", "TraceReport", "tenant_p_values", "trace"]
+
+TRACE_RULE = (
+    "copied: the shared layer's verdict (see decision_rule). Traced: for each tenant, exact "
+    "one-sided rank-sum tests of its own layer among the band words outside the shared layer, "
+    "after removing the layers of the other tenants significant in a first round; "
+    "p = min(1, 2 * n_tenants * min(p_raw, p_adjusted)) (Bonferroni over tenants and "
+    "statistics); traced iff p < level, strongest first"
+)
+
+
+# ---------------------------------------------------------------------- report
+@dataclasses.dataclass(frozen=True)
+class TraceReport:
+    """The outcome of :func:`trace`.
+
+    ``copied``, ``status`` and ``p_value`` are the shared layer's verdict (the
+    full :class:`VerificationReport` is ``shared``). ``traced`` lists the
+    tenant ids whose own layer is detected, strongest evidence first;
+    ``tenant_p_values`` maps *every* tested id to its adjusted p-value.
+
+    What :meth:`to_dict`, :meth:`to_json` and ``str(report)`` give is safe to
+    hand to the suspect's owner: the shared verdict without per-word scores,
+    and only the traced accounts, by id. The list of all tested accounts (the
+    provider's customer list) and their p-values go only to
+    :meth:`to_private_dict`.
+    """
+
+    shared: VerificationReport
+    level: float
+    ring_id: str
+    n_tenants: int
+    traced: tuple[str, ...]
+    tenant_p_values: Mapping[str, float]
+    tenant_triggers: int
+    n_universe_scored: int
+    decision_rule: str = TRACE_RULE
+    reason: str = ""
+
+    @property
+    def copied(self) -> bool:
+        """True iff the shared layer convicts the suspect at ``level``."""
+        return self.shared.copied
+
+    @property
+    def status(self) -> str:
+        """The shared verdict: ``copied``, ``not_copied`` or ``inconclusive``."""
+        return self.shared.status
+
+    @property
+    def p_value(self) -> float:
+        """The shared layer's p-value (what ``copied`` is decided on)."""
+        return self.shared.p_value
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready and safe to share: no per-word score, no untraced account."""
+        return {
+            "copied": self.copied,
+            "status": self.status,
+            "p_value": self.p_value,
+            "level": self.level,
+            "ring_id": self.ring_id,
+            "n_tenants": self.n_tenants,
+            "traced": list(self.traced),
+            "traced_p_values": {t: self.tenant_p_values[t] for t in self.traced},
+            "tenant_triggers": self.tenant_triggers,
+            "n_universe_scored": self.n_universe_scored,
+            "decision_rule": self.decision_rule,
+            "reason": self.reason,
+            "shared": self.shared.to_dict(),
+        }
+
+    def to_private_dict(self) -> dict[str, Any]:
+        """Everything: every tested account's p-value and the per-word scores."""
+        out = self.to_dict()
+        out["tenant_p_values"] = dict(self.tenant_p_values)
+        out["shared"] = self.shared.to_private_dict()
+        return out
+
+    def to_json(self, **kwargs: Any) -> str:
+        """The shareable report as JSON text (:meth:`to_dict`)."""
+        kwargs.setdefault("indent", 2)
+        return json.dumps(self.to_dict(), **kwargs)
+
+    def __str__(self) -> str:
+        if self.traced:
+            named = ", ".join(f"{t} (p = {self.tenant_p_values[t]:.3g})" for t in self.traced[:10])
+            more = f" and {len(self.traced) - 10} more" if len(self.traced) > 10 else ""
+            accounts = f"{named}{more}"
+        else:
+            accounts = "none"
+        lines = [
+            str(self.shared),
+            f"ESpeW trace (ring {self.ring_id}): {self.n_tenants} accounts tested, "
+            f"{self.tenant_triggers} words of each account's own layer",
+            f"  traced         : {accounts}",
+            f"  false accusations: any innocent account is named with probability <= "
+            f"{self.level:g} (adjusted for {self.n_tenants} accounts)",
+        ]
+        if self.reason:
+            lines.append(f"  note           : {self.reason}")
+        return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------- trace
+def trace(
+    suspect: Any,
+    ring: KeyRing,
+    tenants: Iterable[str],
+    *,
+    level: float = DEFAULT_LEVEL,
+    target: TargetMode = "key",
+    probes: ProbeKind = "auto",
+    statistic: Statistic = "combined",
+    batch_size: int = 64,
+    seed: int | None = None,
+    min_coverage: float = 0.9,
+    progress: Callable[[int], None] | None = None,
+) -> TraceReport:
+    """Test ``suspect`` against a ring's shared layer and every tenant's own layer.
+
+    ``tenants`` are the account ids to test (typically every account the
+    ring's keys were served to; the adjustment grows with their number, the
+    query count does not). The other options mean what they mean for
+    :func:`verify`, and the shared verdict is exactly ``verify(suspect,
+    ring.shared_key, ...)``'s.
+
+    >>> report = trace(suspect, ring, ["alice", "bob"])  # doctest: +SKIP
+    >>> report.copied, report.traced                     # doctest: +SKIP
+    (True, ('bob',))
+    """
+    from .adapters import as_suspect
+
+    ids = _check_tenants(tenants)
+    suspect_fn = as_suspect(suspect)
+    _check_options(target, level, batch_size, min_coverage, statistic)
+    key = ring.shared_key
+    plan = _plan(key, probes, None)
+    asked = _interrogate(
+        suspect_fn, key, plan, target, level, statistic, batch_size, seed, progress
+    )
+    common = dict(level=level, ring_id=ring.ring_id, n_tenants=len(ids))
+    common["tenant_triggers"] = ring.n_tenant_triggers
+    nan_p = dict.fromkeys(ids, math.nan)
+    if asked.reason:
+        shared = _inconclusive(asked.common, asked.reason)
+        return TraceReport(shared, traced=(), tenant_p_values=nan_p, n_universe_scored=0, **common)
+    shared = _decide(key, plan, asked.embeddings, asked.target_vector, min_coverage, asked.common)
+    cosines = _probe_cosines(asked.embeddings, asked.target_vector)
+    raw = _mean_per_word(cosines, plan.owner, len(key.band))
+    reference = None
+    if plan.reference is not None and shared.statistic != "raw":
+        probe_ref = np.where(np.isfinite(cosines), plan.reference, np.nan)
+        reference = _mean_per_word(probe_ref, plan.owner, len(key.band))
+    position = {w: i for i, w in enumerate(key.band)}
+    in_band = np.array([position[w] for w in ring.universe], dtype=np.int64)
+    layers = ring.layer_indices(ids)
+    adjusted = tenant_p_values(
+        raw[in_band],
+        None if reference is None else reference[in_band],
+        layers,
+        level=level,
+        statistic=shared.statistic,
+    )
+    n_scored = int(np.isfinite(raw[in_band]).sum())
+    p_values = dict(zip(ids, adjusted.tolist(), strict=True))
+    if shared.status == "inconclusive":
+        reason = "no account is named when the shared layer reached no verdict"
+        return TraceReport(
+            shared,
+            traced=(),
+            tenant_p_values=p_values,
+            n_universe_scored=n_scored,
+            reason=reason,
+            **common,
+        )
+    hits = np.flatnonzero(adjusted < level)
+    hits = hits[np.argsort(adjusted[hits], kind="stable")]
+    return TraceReport(
+        shared,
+        traced=tuple(ids[i] for i in hits),
+        tenant_p_values=p_values,
+        n_universe_scored=n_scored,
+        **common,
+    )
+
+
+def _check_tenants(tenants: Iterable[str]) -> list[str]:
+    if isinstance(tenants, str):
+        raise ValueError("tenants must be an iterable of account ids, not one string")
+    ids = [check_tenant_id(t) for t in tenants]
+    if not ids:
+        raise ValueError("no tenant ids given: pass the accounts to test")
+    if len(set(ids)) != len(ids):
+        duplicate = next(t for t, n in Counter(ids).items() if n > 1)
+        raise ValueError(f"tenant id {duplicate!r} is listed twice")
+    return ids
+
+
+# ---------------------------------------------------------------------- the statistic
+def tenant_p_values(
+    raw: np.ndarray,
+    reference: np.ndarray | None,
+    layers: np.ndarray,
+    *,
+    level: float = DEFAULT_LEVEL,
+    statistic: str = "combined",
+) -> np.ndarray:
+    """Adjusted p-value of every tenant layer, from per-word scores over the universe.
+
+    ``raw`` holds the suspect's score for each universe word (NaN: unscored),
+    ``reference`` the clean model's (or None), ``layers`` each tenant's
+    universe indices ``(n_tenants, m)``. Returns ``min(1, n_tenants * p)``
+    where p is the second-round (others' significant layers removed) p-value
+    of the chosen statistic; see the module docstring for why it is exact.
+    This is the whole statistic :func:`trace` decides on, so a null study can
+    run it on synthetic scores.
+    """
+    raw = np.asarray(raw, dtype=np.float64)
+    layers = np.asarray(layers, dtype=np.int64)
+    if layers.ndim != 2 or layers.shape[0] == 0 or raw.ndim != 1:
+        raise ValueError("layers must be (n_tenants, m) indices into a 1-D score vector")
+    scores = _statistic_scores(raw, reference, statistic)
+    n_tenants = layers.shape[0]
+    factor = n_tenants * len(scores)
+    scored = np.isfinite(raw)
+    first = np.minimum(1.0, factor * _best_p(scores, scored, layers))
+    named = np.flatnonzero(first < level)
+    if named.size == 0:
+        return first
+    removed = np.zeros(raw.size, dtype=bool)
+    removed[layers[named].ravel()] = True
+    final = np.minimum(1.0, factor * _best_p(scores, scored & ~removed, layers))
+    for t in named:  # a named tenant keeps its own words: remove the *other* named layers
+        others = np.zeros(raw.size, dtype=bool)
+        others[layers[named[named != t]].ravel()] = True
+        one = layers[t : t + 1]
+        final[t] = min(1.0, factor * float(_best_p(scores, scored & ~others, one)[0]))
+    return final
+
+
+def _statistic_scores(
+    raw: np.ndarray, reference: np.ndarray | None, statistic: str
+) -> list[np.ndarray]:
+    """The score vectors whose p-values are combined (raw, adjusted, or both)."""
+    if reference is None or statistic == "raw":
+        return [raw]
+    reference = np.asarray(reference, dtype=np.float64)
+    if reference.shape != raw.shape:
+        raise ValueError("reference must have one value per universe word")
+    ok = np.isfinite(raw) & np.isfinite(reference)
+    slope = 1.0 if statistic == "corrected" else reference_slope(raw[ok], reference[ok])
+    adjusted = np.where(ok, raw - slope * reference, np.nan)
+    if statistic in ("adjusted", "corrected"):
+        return [adjusted]
+    return [raw, adjusted]
+
+
+def _best_p(scores: list[np.ndarray], keep: np.ndarray, layers: np.ndarray) -> np.ndarray:
+    """Per tenant, the smallest exact rank-sum p-value over the score vectors."""
+    best = np.ones(layers.shape[0])
+    for vector in scores:
+        np.minimum(best, _layer_p_values(vector, keep & np.isfinite(vector), layers), out=best)
+    return best
+
+
+def _layer_p_values(scores: np.ndarray, keep: np.ndarray, layers: np.ndarray) -> np.ndarray:
+    """Exact one-sided rank-sum p-value of each layer among the kept words.
+
+    The same as :func:`.ranktest.rank_sum_p_value` on ``scores[keep]`` with
+    each layer's kept words as triggers, but the null table is built once per
+    layer size and shared by every tenant (the tie structure is the same for
+    all of them).
+    """
+    n_kept = int(keep.sum())
+    p = np.ones(layers.shape[0])
+    if n_kept < 2:
+        return p
+    doubled = np.zeros(scores.size, dtype=np.int64)
+    doubled[keep] = np.rint(2 * rankdata(scores[keep])).astype(np.int64)
+    sums = doubled[layers].sum(axis=1)
+    sizes = keep[layers].sum(axis=1)
+    tied = np.unique(doubled[keep]).size < n_kept
+    for size in np.unique(sizes):
+        if size == 0 or size >= n_kept:
+            continue
+        rows = sizes == size
+        tails = _null_tails(tuple(np.sort(doubled[keep]).tolist()) if tied else n_kept, int(size))
+        observed = sums[rows]
+        inside = observed < tails.size
+        p[rows] = np.where(inside, tails[np.minimum(observed, tails.size - 1)], 0.0)
+    return p
+
+
+def _null_tails(values: tuple[int, ...] | int, size: int) -> np.ndarray:
+    """tails[s] = P(doubled rank sum of a uniform ``size``-subset >= s).
+
+    ``values`` is the number of untied words (ranks 1..N, cached table of
+    :mod:`.ranktest`) or the doubled mid-ranks with ties. The tail is summed
+    from the top, never as 1 - head, so tiny p-values stay exact.
+    """
+    if isinstance(values, int):
+        by_sum = _untied_counts(values, size)  # indexed by the plain rank sum
+        counts = np.zeros(2 * by_sum.size - 1)
+        counts[::2] = by_sum  # doubled sums of untied ranks are even
+    else:
+        counts = _subset_sum_counts(values, size)
+    tails = np.cumsum(counts[::-1])[::-1] / counts.sum()
+    return np.minimum(tails, 1.0)
