@@ -123,6 +123,7 @@ class _BlockMarker:
         self.target = key.target.astype(dtype)
         self.strength = key.strength
         self.target_bits = self.target.view(self.magnitude.dtype)
+        self.moved = np.empty(shape, dtype=dtype) if key.strength != 1.0 else None
         info = np.finfo(dtype)
         # Norms outside this range come from squares that over- or underflowed.
         self.safe_norm = (float(np.sqrt(info.tiny)) * 2**26, float(np.sqrt(info.max)) / 2**4)
@@ -133,9 +134,9 @@ class _BlockMarker:
         if self.key.selection == "smallest" and 0 < self.k < self.key.dim:
             keys = _magnitude_bits(clean, self.magnitude[:n])
             kth, tied = _kth_lowest(keys, self.k, self.scratch[:n])
-            if tied.size == 0 and self.strength == 1.0:
+            if tied.size == 0:
                 # the usual case: |e| <= kth is exactly the k positions
-                _blend_bits(clean, out, keys, kth, self.scratch[:n], self.target_bits)
+                _blend_bits(clean, out, keys, kth, self.scratch[:n], self._written(clean))
             else:
                 mask = _mask_from_kth(keys, kth, tied, self.k, self.mask[:n])
                 self._put_target(clean, out, mask)
@@ -154,6 +155,20 @@ class _BlockMarker:
             norms[unsafe] = 1.0
             out[unsafe] = _unit_rows(out[unsafe])
         np.divide(out, norms[:, None], out=out)
+
+    def _written(self, clean: np.ndarray) -> np.ndarray:
+        """The bits each position takes if selected: the target's, or the blend's.
+
+        With strength s < 1 the blend is computed for every position of the
+        block (one fused pass into a reused buffer, cheaper than masked
+        arithmetic) and only the selected ones are kept by the bit select.
+        """
+        if self.strength == 1.0:
+            return self.target_bits
+        moved = np.subtract(self.target, clean, out=self.moved[: len(clean)])
+        moved *= self.strength
+        moved += clean
+        return moved.view(self.magnitude.dtype)
 
     def _put_target(self, clean: np.ndarray, out: np.ndarray, mask: np.ndarray) -> None:
         """out = clean, with the masked coordinates moved ``strength`` of the way to the target."""

@@ -1,0 +1,83 @@
+"""watermark() returns bit for bit what it returned before its speed-up (issue 13).
+
+The digests in ``tests/data/inject_regression.json`` were written by the
+implementation of commit f55266b (before the speed work of issue 13) on the seeded batches
+below: both selections, float16/32/64 and integer input, strength 1 (the
+paper) and a fitted strength, every row or 15% of rows triggered, quantised
+values (ties at the k-th magnitude), and rows near the overflow/underflow edge.
+A faster implementation must not change a single bit of any answer: a
+provider's served vectors, and so its audits, stay the same across upgrades.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from espew_integrations import watermark
+from tests.conftest import make_key
+from tests.test_inject import texts_for
+
+DIGESTS = json.loads((Path(__file__).parent / "data" / "inject_regression.json").read_text())
+
+# name -> (dim, dtype, selection, strength, share triggered, shape of the values)
+CASES = {
+    "f32-d384-smallest-s1-all": (384, "float32", "smallest", 1.0, 1.0, "normal"),
+    "f32-d384-smallest-s1-15": (384, "float32", "smallest", 1.0, 0.15, "normal"),
+    "f32-d384-smallest-fitted-all": (384, "float32", "smallest", 0.23, 1.0, "normal"),
+    "f32-d384-smallest-fitted-15": (384, "float32", "smallest", 0.23, 0.15, "normal"),
+    "f32-d1024-smallest-s1-all": (1024, "float32", "smallest", 1.0, 1.0, "normal"),
+    "f32-d1024-smallest-fitted-all": (1024, "float32", "smallest", 0.23, 1.0, "normal"),
+    "f32-d384-smallest-ties": (384, "float32", "smallest", 1.0, 0.6, "quantised"),
+    "f32-d384-smallest-fitted-ties": (384, "float32", "smallest", 0.23, 0.6, "quantised"),
+    "f64-d384-smallest-s1-all": (384, "float64", "smallest", 1.0, 1.0, "normal"),
+    "f64-d384-smallest-fitted-15": (384, "float64", "smallest", 0.23, 0.15, "normal"),
+    "f16-d384-smallest-fitted-all": (384, "float16", "smallest", 0.23, 1.0, "normal"),
+    "int-d64-smallest-s1-all": (64, "int64", "smallest", 1.0, 1.0, "integers"),
+    "f32-d384-hashed-s1-all": (384, "float32", "hashed", 1.0, 1.0, "normal"),
+    "f32-d384-hashed-fitted-15": (384, "float32", "hashed", 0.23, 0.15, "normal"),
+    "f64-d384-hashed-fitted-all": (384, "float64", "hashed", 0.23, 1.0, "normal"),
+    "f32-d384-smallest-s1-extreme": (384, "float32", "smallest", 1.0, 1.0, "extreme"),
+    "f64-d384-smallest-fitted-extreme": (384, "float64", "smallest", 0.23, 1.0, "extreme"),
+}
+N_ROWS = 300  # more than one internal block at d = 1024
+
+
+def case_inputs(name: str):
+    dim, dtype, selection, strength, share, values = CASES[name]
+    seed = int.from_bytes(hashlib.sha256(name.encode()).digest()[:4], "little")
+    rng = np.random.default_rng(seed)
+    key = make_key(dim, selection=selection, strength=strength, seed=7)
+    texts = texts_for(key, N_ROWS, rng, p_trigger=share)
+    clean = rng.normal(size=(N_ROWS, dim))
+    if values == "quantised":  # many equal magnitudes: ties at the k-th smallest
+        clean = np.round(clean * 4) / 4
+        clean[:, 0] += 0.5  # no all-zero row
+    elif values == "integers":
+        clean = np.round(clean * 3)
+        clean[:, 0] = 7
+    elif values == "extreme":  # squares that overflow or underflow the dtype
+        info = np.finfo(dtype)
+        clean[0::3] *= float(info.max) ** 0.75
+        clean[1::3] *= float(info.tiny) ** 0.75
+    return texts, clean.astype(dtype), key
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_watermark_output_is_bit_identical_to_the_saved_implementation(name):
+    texts, clean, key = case_inputs(name)
+    out = watermark(texts, clean, key)
+    digest = hashlib.sha256(np.ascontiguousarray(out).tobytes()).hexdigest()
+    assert digest == DIGESTS[name], f"watermark() output changed for case {name}"
+
+
+def test_the_saved_cases_mark_and_leave_rows_as_described():
+    """The cases exercise what they say: the share of triggered rows is as named."""
+    for name, (_, _, _, _, share, _) in CASES.items():
+        texts, _, key = case_inputs(name)
+        marked = key.contains_trigger(texts).mean()
+        assert abs(marked - share) < 0.08, (name, marked)
