@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import socket
@@ -313,6 +314,22 @@ def test_other_commands_work_without_the_lab_module(monkeypatch, capsys):
     monkeypatch.setitem(sys.modules, "espew_integrations.lab.cli", None)
     assert main(["verify", "--help"]) == 0
     assert main(["lab"]) == EXIT_USAGE
+
+
+def test_without_the_lab_extra_lab_and_tune_are_hidden_and_name_the_pip_line(monkeypatch, capsys):
+    real_find_spec = importlib.util.find_spec
+
+    def without_sklearn(name, *args):
+        return None if name == "sklearn" else real_find_spec(name, *args)
+
+    monkeypatch.setattr(importlib.util, "find_spec", without_sklearn)
+    assert main(["--help"]) == 0
+    listed = capsys.readouterr().out
+    assert "tune" not in listed and "robustness" not in listed
+    assert "verify" in listed
+    assert main(["tune", "--model", "minilm", "--help"]) == EXIT_USAGE
+    err = capsys.readouterr().err
+    assert "pip install 'espew-integrations[lab]'" in err and "scikit-learn" in err
 
 
 def test_lab_commands_are_added_through_add_commands(monkeypatch):

@@ -1,0 +1,7 @@
+"""``python -m espew_integrations.cli``: the ``espew`` command."""
+
+import sys
+
+from . import main
+
+sys.exit(main())

@@ -1,0 +1,164 @@
+"""What every ``espew`` command shares: exit codes, usage errors, key loading,
+argument types, progress bars and the ``openai:`` endpoint flags."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable
+from typing import Any
+
+__all__ = [
+    "DEFAULT_KEY_VARIABLE",
+    "EXIT_COPIED",
+    "EXIT_INCONCLUSIVE",
+    "EXIT_NOT_COPIED",
+    "EXIT_USAGE",
+    "Parser",
+    "UsageError",
+    "add_endpoint_flags",
+    "counting",
+    "endpoint_options",
+    "load_key",
+    "log_level",
+    "port",
+    "positive_int",
+    "positive_seconds",
+    "progress",
+]
+
+EXIT_NOT_COPIED = 0
+EXIT_COPIED = 1
+EXIT_INCONCLUSIVE = 2
+EXIT_USAGE = 3
+
+DEFAULT_KEY_VARIABLE = "ESPEW_KEY"
+
+
+class UsageError(Exception):
+    """The command line, a file or a spec is wrong; ``espew`` exits with 3."""
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse that reports usage errors with exit code 3 (argparse's own is 2,
+    which ``espew verify`` uses for "inconclusive")."""
+
+    def error(self, message: str) -> Any:
+        self.print_usage(sys.stderr)
+        raise UsageError(f"{self.prog}: {message}")
+
+
+def load_key(source: str) -> Any:
+    """A key from a file path, or from an environment variable with ``env:VAR``.
+
+    >>> load_key("provider.key")       # doctest: +SKIP
+    >>> load_key("env:ESPEW_KEY")      # doctest: +SKIP
+    """
+    from ..core.key import WatermarkKey
+
+    if source.startswith("env:"):
+        return WatermarkKey.from_env(source[4:] or DEFAULT_KEY_VARIABLE)
+    return WatermarkKey.load(source)
+
+
+def progress(total: int | None, desc: str, unit: str, enabled: bool) -> Any:
+    """A tqdm bar; ``disable=None`` shows it on a terminal, silent in pipes and CI logs."""
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, desc=desc, unit=unit, disable=None if enabled else True)
+
+
+def counting(embed: Callable[[list[str]], Any], bar: Any) -> Callable[[list[str]], Any]:
+    """``embed`` that advances ``bar`` by the number of texts of each call."""
+
+    def wrapped(texts: list[str]) -> Any:
+        out = embed(texts)
+        bar.update(len(texts))
+        return out
+
+    return wrapped
+
+
+# ---------------------------------------------------------------------- argument types
+def positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
+def port(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid int value: {text!r}") from None
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(
+            f"must be from 0 to 65535 (0 picks a free port), got {value}"
+        )
+    return value
+
+
+def positive_seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid number of seconds: {text!r}") from None
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {text}")
+    return value
+
+
+def log_level(text: str) -> str:
+    from ..http.server import LOG_LEVELS
+
+    level = text.lower()
+    if level not in LOG_LEVELS:
+        raise argparse.ArgumentTypeError(f"must be one of {', '.join(LOG_LEVELS)}, got {text!r}")
+    return level
+
+
+# ---------------------------------------------------------------------- openai: endpoints
+def add_endpoint_flags(parser: argparse.ArgumentParser, *, verify: bool) -> None:
+    """The flags of an ``openai:`` embedder or suspect (timeouts, retries, budget)."""
+    group = parser.add_argument_group("openai: endpoint options")
+    if verify:
+        group.add_argument(
+            "--api-key-env",
+            metavar="VAR",
+            help="environment variable holding the suspect's API key (never pass keys as flags)",
+        )
+    group.add_argument("--encoding-format", choices=("float", "base64"), default="float")
+    group.add_argument("--timeout", type=float, default=30.0, help="seconds per request")
+    group.add_argument("--retries", type=int, default=4, help="retries on 429/5xx/connection")
+    group.add_argument(
+        "--backoff",
+        type=float,
+        default=0.5,
+        metavar="SECONDS",
+        help="first retry delay, doubled at each retry (a Retry-After header wins)",
+    )
+    group.add_argument(
+        "--rate-limit", type=float, default=None, metavar="RPS", help="max requests per second"
+    )
+    group.add_argument(
+        "--max-queries",
+        type=int,
+        default=None,
+        metavar="N",
+        help="query budget: never send more than N texts (retries count)",
+    )
+
+
+def endpoint_options(args: argparse.Namespace) -> dict[str, Any]:
+    """OpenAIEndpoint settings from the shared endpoint flags."""
+    return {
+        "api_key_env": getattr(args, "api_key_env", None),
+        "encoding_format": getattr(args, "encoding_format", "float"),
+        "batch_size": getattr(args, "batch_size", 64),
+        "timeout": getattr(args, "timeout", 30.0),
+        "max_retries": getattr(args, "retries", 4),
+        "backoff": getattr(args, "backoff", 0.5),
+        "requests_per_second": getattr(args, "rate_limit", None),
+        "max_queries": getattr(args, "max_queries", None),
+    }

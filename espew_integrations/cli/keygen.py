@@ -1,0 +1,155 @@
+"""``espew keygen``: generate a secret watermark key from a corpus and a target text."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from .common import (
+    UsageError,
+    counting,
+    endpoint_options,
+    positive_int,
+    progress,
+)
+from .specs import resolve_embedder
+from .texts import read_texts
+
+__all__ = ["BUNDLED_CORPORA", "register"]
+
+BUNDLED_CORPORA = ("rotten_tomatoes", "health_tweets")
+
+_EXAMPLE = """
+example:
+  espew keygen --corpus rotten_tomatoes --embedder minilm \\
+      --target-text "Acme Embeddings, licensed 2026" --out provider.key
+
+  Draws 20 trigger words from the corpus's mid-frequency band, embeds the
+  target text with the model, checks that the clean model itself is not
+  implicated, and writes the secret key (mode 0600). Keep it like a password.
+  --corpus takes rotten_tomatoes, health_tweets or a .txt/.csv/.jsonl file.
+"""
+
+
+def register(subparsers: Any) -> None:
+    """Add ``keygen`` to the ``espew`` subcommands."""
+    keygen = subparsers.add_parser(
+        "keygen",
+        help="generate a secret watermark key",
+        epilog=_EXAMPLE,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    keygen.add_argument("--corpus", required=True, help="bundled corpus name or text file")
+    target = keygen.add_mutually_exclusive_group(required=True)
+    target.add_argument("--target-text", help="text whose embedding becomes the target")
+    target.add_argument("--target-text-file", help="read the target text from this file")
+    keygen.add_argument("--embedder", default="minilm", help="embedder spec (default minilm)")
+    keygen.add_argument("--out", required=True, help="where to write the key")
+    _add_key_shape_flags(keygen)
+    keygen.add_argument("--seed", type=int, default=None, help="experiments only")
+    keygen.add_argument("--text-column", default=None, help="CSV column / JSONL field")
+    keygen.add_argument(
+        "--overwrite", "--force", action="store_true", help="replace an existing --out key file"
+    )
+    keygen.add_argument("--api-key-env", metavar="VAR", help="API key for an openai: embedder")
+    keygen.add_argument("--no-progress", action="store_true")
+    keygen.set_defaults(func=run)
+
+
+def _add_key_shape_flags(keygen: argparse.ArgumentParser) -> None:
+    keygen.add_argument("--n-triggers", type=positive_int, default=20)
+    keygen.add_argument("--alpha", type=float, default=0.2)
+    keygen.add_argument(
+        "--strength",
+        type=float,
+        default=None,
+        help="how far marked coordinates move toward the target (1 = the paper); "
+        "default: fitted to --min-cosine",
+    )
+    keygen.add_argument(
+        "--min-cosine",
+        type=float,
+        default=0.995,
+        help="quality budget: mean cos(clean, watermarked) on the corpus's marked texts "
+        "(default 0.995); the strength is fitted to it unless --strength is given",
+    )
+    keygen.add_argument(
+        "--window",
+        type=positive_int,
+        default=None,
+        help="the model's input window in tokens (known for the offline models); "
+        "triggers past it never mark",
+    )
+    keygen.add_argument("--selection", choices=("smallest", "hashed"), default="smallest")
+    keygen.add_argument(
+        "--freq-band", type=float, nargs=2, default=(0.005, 0.01), metavar=("LOW", "HIGH")
+    )
+    keygen.add_argument(
+        "--max-band-words",
+        type=positive_int,
+        default=None,
+        help="cap the band (each band word costs one verification query)",
+    )
+
+
+def _corpus_texts(args: argparse.Namespace) -> Sequence[str]:
+    if args.corpus in BUNDLED_CORPORA:
+        from ..corpora import load_corpus
+
+        return load_corpus(args.corpus).texts
+    return read_texts(args.corpus, column=args.text_column)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Generate the key, write it (mode 0600) and print its commitment."""
+    from ..core.key import WatermarkKey
+
+    out = Path(args.out)
+    if out.exists() and not args.overwrite:
+        raise UsageError(f"{out} already exists; pass --overwrite to replace it")
+    if args.target_text_file:
+        target_text = Path(args.target_text_file).read_text(encoding="utf-8").strip()
+    else:
+        target_text = args.target_text
+    corpus = _corpus_texts(args)
+    embed, name = resolve_embedder(args.embedder, endpoint_options=endpoint_options(args))
+    window = args.window if args.window is not None else getattr(embed, "max_tokens", None)
+    with progress(None, f"embedding with {name}", "text", not args.no_progress) as bar:
+        key = WatermarkKey.generate(
+            corpus,
+            counting(embed, bar),
+            target_text=target_text,
+            n_triggers=args.n_triggers,
+            freq_band=tuple(args.freq_band),
+            alpha=args.alpha,
+            strength=args.strength,
+            min_cosine=args.min_cosine,
+            selection=args.selection,
+            seed=args.seed,
+            max_band_words=args.max_band_words,
+            window=window,
+        )
+    key.save(out, overwrite=args.overwrite)
+    _announce(key, out, seeded=args.seed is not None)
+    return 0
+
+
+def _announce(key: Any, out: Path, *, seeded: bool) -> None:
+    info = key.info
+    print(
+        f"wrote key {key.key_id} to {out} (mode 0600): alpha={key.alpha}, "
+        f"strength={key.strength:.4g} (mean cos(clean, watermarked) on marked texts "
+        f"{info['mean_cosine_marked']:.4f}), marks {info['marked_rate']:.1%} of the corpus, "
+        f"selection={key.selection}, dim={key.dim}, {len(key.band)} band words, "
+        f"so `espew verify` costs {len(key.probe_texts)} queries"
+    )
+    print(f"publish this commitment (it reveals nothing): {key.commitment()}")
+    if seeded:
+        print(
+            "note: --seed makes the key reproducible by anyone who knows the seed; "
+            "production keys must be generated without it",
+            file=sys.stderr,
+        )

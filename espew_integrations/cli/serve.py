@@ -1,0 +1,140 @@
+"""``espew serve``: serve an embedder as an OpenAI-compatible API."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from typing import Any
+
+from .common import (
+    UsageError,
+    add_endpoint_flags,
+    endpoint_options,
+    load_key,
+    log_level,
+    port,
+    positive_int,
+    positive_seconds,
+)
+from .specs import resolve_embedder
+
+__all__ = ["register"]
+
+_EXAMPLE = """
+example:
+  espew serve --embedder minilm --key provider.key --port 8000 \\
+      --model-name acme-embed-1
+
+  Serves POST /v1/embeddings (and /embeddings), GET /v1/models and
+  GET /health on http://127.0.0.1:8000. Without --key the model is served
+  unwatermarked. --embedder takes minilm, module:attr, file.py:attr or
+  openai:<base_url>#<model> (put ESpeW in front of another server).
+  Binds to 127.0.0.1 unless --host says otherwise; require an API key with
+  --api-key-env VAR when other machines can reach it.
+"""
+
+
+def register(subparsers: Any) -> None:
+    """Add ``serve`` to the ``espew`` subcommands."""
+    serve = subparsers.add_parser(
+        "serve",
+        help="serve an embedder as an OpenAI-compatible API",
+        epilog=_EXAMPLE,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    serve.add_argument("--embedder", default="minilm", help="embedder spec (default minilm)")
+    serve.add_argument("--key", default=None, help="watermark with this key (file or env:VAR)")
+    serve.add_argument("--host", default="127.0.0.1")
+    serve.add_argument("--port", type=port, default=8000, help="0 picks a free port")
+    serve.add_argument("--model-name", default=None, help="model id clients must send")
+    serve.add_argument(
+        "--api-key-env", metavar="VAR", help="require clients to send the key held in $VAR"
+    )
+    serve.add_argument(
+        "--upstream-api-key-env", metavar="VAR", help="API key for an openai: embedder"
+    )
+    _add_limit_flags(serve)
+    serve.add_argument(
+        "--log-level", type=log_level, default="warning", help="critical ... debug, trace"
+    )
+    serve.add_argument("--access-log", action="store_true")
+    add_endpoint_flags(serve, verify=False)
+    serve.set_defaults(func=run, batch_size=64)
+
+
+def _add_limit_flags(serve: argparse.ArgumentParser) -> None:
+    from ..http.server import DEFAULT_BODY_TIMEOUT, DEFAULT_MAX_REQUEST_CHARS
+
+    serve.add_argument("--max-inputs", type=positive_int, default=2048)
+    serve.add_argument(
+        "--max-request-chars",
+        type=positive_int,
+        default=DEFAULT_MAX_REQUEST_CHARS,
+        metavar="N",
+        help="refuse (413) a request whose texts have more than N characters in all "
+        f"(default {DEFAULT_MAX_REQUEST_CHARS:,}: bounds the model time one request takes)",
+    )
+    serve.add_argument(
+        "--body-timeout",
+        type=positive_seconds,
+        default=DEFAULT_BODY_TIMEOUT,
+        metavar="SECONDS",
+        help="drop a request whose body has not fully arrived after SECONDS "
+        f"(default {DEFAULT_BODY_TIMEOUT:g})",
+    )
+
+
+def _client_api_key(args: argparse.Namespace) -> str | None:
+    if not args.api_key_env:
+        return None
+    api_key = os.environ.get(args.api_key_env)
+    if not api_key:
+        raise UsageError(f"environment variable {args.api_key_env} (--api-key-env) is not set")
+    return api_key
+
+
+def run(args: argparse.Namespace) -> int:
+    """Check every setting, build the app, then listen until interrupted."""
+    from ..http import server
+
+    # Everything is checked before anything listens, so a bad setting is one
+    # clear message and exit 3, never a server that fails every request.
+    try:
+        level = server.check_serve_settings(port=args.port, log_level=args.log_level)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    key = load_key(args.key) if args.key else None
+    options = endpoint_options(args)
+    options["api_key_env"] = args.upstream_api_key_env
+    embed, name = resolve_embedder(args.embedder, endpoint_options=options)
+    api_key = _client_api_key(args)
+    model_name = args.model_name or name
+    if key is not None:
+        try:
+            server.check_embedder(embed, key)
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
+    app = server.create_app(
+        embed,
+        key=key,
+        model_name=model_name,
+        api_key=api_key,
+        max_inputs=args.max_inputs,
+        max_request_chars=args.max_request_chars,
+        body_timeout=args.body_timeout,
+    )
+    mark = f"watermarked with key {key.key_id}" if key is not None else "WITHOUT watermark"
+
+    def announce(base_url: str) -> None:
+        auth = "API key required" if api_key else "no API key required"
+        print(f"espew serve: model {model_name!r} {mark}, {auth}, on {base_url}", flush=True)
+
+    server.serve(
+        app,
+        host=args.host,
+        port=args.port,
+        log_level=level,
+        access_log=args.access_log,
+        on_ready=announce,
+    )
+    return 0

@@ -1,0 +1,178 @@
+"""``espew verify``: test whether a suspect copied your watermarked model."""
+
+from __future__ import annotations
+
+import argparse
+import inspect
+import sys
+from pathlib import Path
+from typing import Any
+
+from .common import (
+    EXIT_COPIED,
+    EXIT_INCONCLUSIVE,
+    EXIT_NOT_COPIED,
+    UsageError,
+    add_endpoint_flags,
+    endpoint_options,
+    load_key,
+    positive_int,
+    progress,
+)
+from .files import prepare_private_dir, prepare_report_dir
+from .redact import scrub, secret_values
+from .specs import resolve_embedder
+
+__all__ = ["register"]
+
+_EXIT_BY_STATUS = {"not_copied": EXIT_NOT_COPIED, "copied": EXIT_COPIED}
+
+_EXAMPLE = """
+example:
+  espew verify --key provider.key \\
+      --suspect openai:http://127.0.0.1:8000/v1#their-model \\
+      --max-queries 500 --rate-limit 5 --report-dir evidence/
+
+  Sends one query per band word of the key (shuffled) to the suspect and runs
+  an exact rank test. Exit code 0: not copied, 1: copied, 2: inconclusive,
+  3: usage error. --report-dir writes report.json and summary.md (safe to share);
+  --private-report-dir the PRIVATE-* per-word detail (never share it).
+  --suspect also takes module:attr (a Python embedder) or minilm.
+"""
+
+
+def register(subparsers: Any) -> None:
+    """Add ``verify`` to the ``espew`` subcommands."""
+    verify = subparsers.add_parser(
+        "verify",
+        help="test whether a suspect copied your watermarked model",
+        epilog=_EXAMPLE,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    verify.add_argument("--key", default="env:ESPEW_KEY", help="key file or env:VAR")
+    verify.add_argument("--suspect", required=True, help="suspect spec")
+    verify.add_argument(
+        "--target",
+        choices=("key", "query"),
+        default="key",
+        help="key: the stored target (same dimension); query: the suspect's own embedding "
+        "of the target text (discloses the target text to the suspect)",
+    )
+    verify.add_argument("--level", type=float, default=1e-6, help="false-positive rate")
+    verify.add_argument(
+        "--report-dir",
+        default=None,
+        help="write the evidence here (checked before the first query)",
+    )
+    verify.add_argument(
+        "--private-report-dir",
+        default=None,
+        help="write the per-word detail here (PRIVATE-* files: never hand them to the "
+        "suspect's side); must differ from --report-dir",
+    )
+    verify.add_argument(
+        "--force", action="store_true", help="replace evidence already in --report-dir"
+    )
+    verify.add_argument("--batch-size", type=positive_int, default=64)
+    verify.add_argument("--min-coverage", type=float, default=0.9)
+    verify.add_argument("--seed", type=int, default=None, help="probe shuffle seed")
+    verify.add_argument("--json", action="store_true", help="print the report as JSON")
+    verify.add_argument("--no-progress", action="store_true")
+    add_endpoint_flags(verify, verify=True)
+    verify.set_defaults(func=run)
+
+
+def _check_before_querying(args: argparse.Namespace, key: Any) -> int:
+    """Every setting and directory is checked before the first query; returns the query count."""
+    n_queries = len(key.band) + (1 if args.target == "query" else 0)
+    if args.max_queries is not None and args.max_queries < n_queries:
+        raise UsageError(
+            f"this key's test needs {n_queries} queries but --max-queries is "
+            f"{args.max_queries}; raise the budget or use a key with a smaller band"
+        )
+    if not 0.0 < args.level < 1.0:
+        raise UsageError(f"--level must be in (0, 1), got {args.level}")
+    if args.report_dir:
+        prepare_report_dir(args.report_dir, force=args.force)
+    if args.private_report_dir:
+        prepare_private_dir(args.private_report_dir, args.report_dir)
+    return n_queries
+
+
+def run(args: argparse.Namespace) -> int:
+    """Query the suspect, print the report, write the evidence; exit code from the verdict."""
+    from ..suspects import verify
+
+    key = load_key(args.key)
+    n_queries = _check_before_querying(args, key)
+    suspect, name = resolve_embedder(args.suspect, endpoint_options=endpoint_options(args))
+    if args.target == "query":
+        print("note: --target query sends the key's target text to the suspect", file=sys.stderr)
+    try:
+        with progress(n_queries, f"querying {name}", "query", not args.no_progress) as bar:
+            report = verify(
+                suspect,
+                key,
+                target_mode=args.target,
+                level=args.level,
+                batch_size=args.batch_size,
+                seed=args.seed,
+                min_coverage=args.min_coverage,
+                progress=bar.update,
+            )
+    finally:
+        close = getattr(suspect, "close", None)
+        if callable(close):
+            close()
+    _print_report(report, args)
+    _write_evidence(report, args)
+    return _EXIT_BY_STATUS.get(report.status, EXIT_INCONCLUSIVE)
+
+
+def _print_report(report: Any, args: argparse.Namespace) -> None:
+    print(report.to_json() if args.json else report)
+    if report.status == "inconclusive" and report.errors:
+        print("first errors from the suspect:", file=sys.stderr)
+        secrets = secret_values(args)
+        for error in report.errors[:5]:
+            print(f"  {scrub(str(error), secrets)}", file=sys.stderr)
+
+
+def _write_evidence(report: Any, args: argparse.Namespace) -> None:
+    if args.report_dir:
+        written = _save_evidence(report, args.report_dir, force=args.force)
+        print(f"evidence written: {', '.join(str(p) for p in written)}", file=sys.stderr)
+    if args.private_report_dir:
+        written = _save_private(report, args.private_report_dir, force=args.force)
+        print(
+            f"private detail written (never share it): {', '.join(str(p) for p in written)}",
+            file=sys.stderr,
+        )
+
+
+def _save_private(report: Any, directory: str, *, force: bool) -> list[Path]:
+    from ..evidence import save_private_evidence
+
+    try:
+        written = save_private_evidence(report, directory, force=force)
+    except (OSError, ValueError) as exc:
+        raise UsageError(
+            f"the verdict above stands, but its private detail could not be written: {exc}"
+        ) from None
+    return [Path(p) for p in written.values()]
+
+
+def _save_evidence(report: Any, directory: str, *, force: bool) -> list[Path]:
+    """Write the evidence; ``force`` reaches ``save_evidence`` when it takes one."""
+    from ..evidence import save_evidence
+
+    options: dict[str, Any] = {}
+    if "force" in inspect.signature(save_evidence).parameters:
+        options["force"] = force
+    try:
+        written = save_evidence(report, directory, **options)
+    except (OSError, ValueError) as exc:
+        raise UsageError(
+            f"the verdict above stands, but its evidence could not be written: {exc}"
+        ) from None
+    return [Path(p) for p in written.values()]
