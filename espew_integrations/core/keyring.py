@@ -30,8 +30,11 @@ from typing import Any
 import numpy as np
 
 from .errors import KeyFileError, KeyGenerationError
-from .key import EmbedFn, KeyFileWarning, WatermarkKey
+from .inject import watermark
+from .key import DEFAULT_MIN_COSINE, EmbedFn, KeyFileWarning, WatermarkKey
+from .keygen import _embed_marked, _fit_strength, _materialise_corpus, _mean_cosine
 from .layers import SALT_BYTES, TenantLayer, draw_layer_indices, tenant_salt, universe
+from .probes import row_cosines
 from .secret_files import read_secret_file, write_secret_file
 
 __all__ = ["RING_FORMAT", "RING_VERSION", "KeyRing"]
@@ -40,6 +43,9 @@ RING_FORMAT = "espew-keyring"
 RING_VERSION = 1
 DEFAULT_SHARED_TRIGGERS = 20
 DEFAULT_TENANT_TRIGGERS = 20
+#: Tenants whose keys' marked texts the strength is fitted on (their union
+#: covers most of the band, so the fit speaks for any tenant).
+_QUALITY_SAMPLE_TENANTS = 8
 
 
 class KeyRing:
@@ -260,16 +266,21 @@ class KeyRing:
         ``key_options`` go to :meth:`WatermarkKey.generate` (``min_cosine``,
         ``window``, ``freq_band``...); the shared layer has ``n_shared_triggers``
         words and each tenant layer ``n_tenant_triggers`` more, drawn from the
-        rest of the band. The strength is fitted on the shared layer; a tenant
-        key marks more texts (both layers) with the same per-text change, so
-        its mean cosine on marked texts stays at the budget (measured in
-        docs/tenants.md). ``seed`` makes the ring reproducible (experiments
+        rest of the band. ``seed`` makes the ring reproducible (experiments
         only); ``None`` takes the master and the salt from the OS.
+
+        **Quality budget.** Customers are served tenant keys, not the shared
+        key, and a tenant key marks other texts (those with a word of either
+        layer). So unless ``strength`` is given, the strength is fitted again
+        after keygen, to ``min_cosine`` over the corpus texts that the keys of
+        a sample of tenants mark (:func:`.keygen._fit_quality`, the same fit
+        keygen uses); the result is in ``ring.shared_key.info``.
         """
         if "n_triggers" in key_options:
             raise TypeError("pass n_shared_triggers and n_tenant_triggers, not n_triggers")
+        texts = _materialise_corpus(corpus)
         shared = WatermarkKey.generate(
-            corpus,
+            texts,
             embed,
             target_text=target_text,
             seed=seed,
@@ -280,7 +291,48 @@ class KeyRing:
             master = secrets.token_bytes(SALT_BYTES)
         else:  # a stream of its own, not the one the key's salt came from
             master = np.random.default_rng([int(seed), 0x72696E67]).bytes(SALT_BYTES)
-        return cls(master=master, shared_key=shared, n_tenant_triggers=n_tenant_triggers)
+        ring = cls(master=master, shared_key=shared, n_tenant_triggers=n_tenant_triggers)
+        if key_options.get("strength") is not None:
+            return ring
+        budget = key_options.get("min_cosine", DEFAULT_MIN_COSINE)
+        rng = np.random.default_rng(None if seed is None else [int(seed), 0x66697421])
+        return ring._refit_for_tenants(texts, embed, rng, budget)
+
+    def _refit_for_tenants(
+        self, texts: list[str], embed: EmbedFn, rng: np.random.Generator, budget: float
+    ) -> KeyRing:
+        """The same ring with the strength fitted on the texts tenant keys mark.
+
+        Every key of a ring moves a marked text the same way (same positions,
+        target and strength), so a text's cosine does not depend on which
+        tenant's key marked it; tenants differ only in *which* texts they
+        mark. The fit embeds a sample of the texts any of 8 sample tenants
+        marks, finds the tenant whose texts lose the most at keygen's
+        strength, and fits to the budget on that tenant's texts: a margin
+        for the tenants not in the sample.
+        """
+        keys = [self.key_for(f"quality-sample-{i}") for i in range(_QUALITY_SAMPLE_TENANTS)]
+        union = self._shared.replace(triggers=frozenset().union(*(k.triggers for k in keys)))
+        sample, clean = _embed_marked(embed, texts, union.contains_trigger(texts), rng, union.dim)
+        members = [np.flatnonzero(k.contains_trigger(sample)) for k in keys]
+        members = [rows for rows in members if rows.size]
+        cosines = row_cosines(clean, watermark(sample, clean, union))
+        worst = min(members, key=lambda rows: float(cosines[rows].mean()))
+        worst_texts, worst_clean = [sample[i] for i in worst], clean[worst]
+        strength = _fit_strength(union, worst_texts, worst_clean, budget)
+        info = self._shared.info
+        info.update(
+            strength=strength,
+            strength_fitted_to_min_cosine=budget,
+            strength_fitted_on=(
+                f"the texts of the worst of {len(keys)} sample tenants' keys "
+                f"({worst.size} of {len(sample)} sampled marked texts)"
+            ),
+            mean_cosine_marked=_mean_cosine(union.replace(strength=strength), sample, clean),
+            cosine_sample_texts=len(sample),
+        )
+        shared = self._shared.replace(strength=strength, info=info)
+        return KeyRing(master=self._master, shared_key=shared, n_tenant_triggers=self._n_tenant)
 
 
 def _check_tenant_count(n_tenant: object, n_universe: int) -> None:
