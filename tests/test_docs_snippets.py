@@ -232,6 +232,23 @@ def project_closure(extras: frozenset[str]) -> set[str]:
 
 
 @cache
+def expand_extras(extras: frozenset[str]) -> set[str]:
+    """The extras named and those they pull in (``cli`` brings ``minilm`` and ``http``)."""
+    optional = pyproject()["project"]["optional-dependencies"]
+    seen, todo = set(), list(extras)
+    while todo:
+        extra = todo.pop()
+        if extra in seen or extra not in optional:
+            continue
+        seen.add(extra)
+        for text in optional[extra]:
+            req = Requirement(text)
+            if canonicalize_name(req.name) == PROJECT:
+                todo.extend(req.extras)
+    return seen
+
+
+@cache
 def installed_closure(name: str) -> frozenset[str]:
     """A distribution and everything it requires, from the installed metadata."""
     seen, todo = set(), [canonicalize_name(name)]
@@ -256,7 +273,7 @@ def named_on_pip_lines(lines: list[str]) -> tuple[set[str], set[str]]:
     """(extras of this project, other packages) that the page's pip lines install."""
     extras, packages = set(), set()
     for line in lines:
-        for token in line.split():
+        for token in line.split("#")[0].split():
             token = token.strip("'\"\\")
             if not token or token.startswith("-") or "://" in token:
                 continue
@@ -294,12 +311,27 @@ def page_imports(blocks: list[Block]) -> tuple[set[str], set[str]]:
                     for n in imported:
                         needs |= {v for k, v in MODULE_NEEDS.items() if k == f"{module}.{n}"}
                 else:
-                    modules.add(module.split(".")[0])
-    return modules - set(sys.stdlib_module_names) - {"__future__"}, needs
+                    modules.add(module)
+    stdlib = set(sys.stdlib_module_names) | {"__future__"}
+    return {m for m in modules if m.split(".")[0] not in stdlib}, needs
 
 
 def distributions_of(module: str) -> set[str]:
-    return {canonicalize_name(d) for d in metadata.packages_distributions().get(module, [])}
+    """The installed distributions that provide a (dotted) module. For a namespace shared
+    by several distributions (``llama_index``), only those whose files hold the module."""
+    top = module.split(".")[0]
+    candidates = metadata.packages_distributions().get(top, [])
+    if len(candidates) > 1 and "." in module:
+        path = module.replace(".", "/")
+        candidates = [
+            d
+            for d in candidates
+            if any(
+                str(f).startswith(path + "/") or str(f) == path + ".py"
+                for f in metadata.distribution(d).files or []
+            )
+        ]
+    return {canonicalize_name(d) for d in candidates}
 
 
 def pip_pages() -> list[Path]:
@@ -323,9 +355,7 @@ def test_page_pip_line_covers_its_imports(page: Path):
             "the command that installs the offline corpora"
         )
         needs.discard("data")
-    missing_extras = needs - extras - {"all"}
-    if "all" in extras:
-        missing_extras = set()
+    missing_extras = needs - expand_extras(frozenset(extras))
     assert not missing_extras, (
         f"{page_id(page)} imports modules that need extras {sorted(missing_extras)}, but its "
         f"pip line{'s' if len(lines) != 1 else ''} {lines or '(none)'} name only {sorted(extras)}"
@@ -351,5 +381,14 @@ def test_pip_line_parser():
     )
     assert extras == {"langchain", "minilm", "dev"}
     assert packages == {"langchain-openai"}
+    assert named_on_pip_lines(["'espew-integrations[cli]'  # the offline MiniLM"]) == (
+        {"cli"},
+        set(),
+    )
+    assert {"minilm", "http", "cli"} <= expand_extras(frozenset({"cli"}))
     assert "langchain-chroma" in project_closure(frozenset({"langchain"}))
     assert "chromadb" in installed_closure("langchain-chroma")
+    assert distributions_of("llama_index.vector_stores.chroma") == {
+        "llama-index-vector-stores-chroma"
+    }
+    assert distributions_of("llama_index.no_such_module") == set()

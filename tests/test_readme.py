@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -29,3 +30,55 @@ def test_the_one_screen_example_ends_copied_on_the_watermarked_service(tmp_path)
         "summary.md",
     ]
     assert (tmp_path / "provider.key").stat().st_mode & 0o077 == 0
+
+
+REPO_BLOB = "https://github.com/espew-integrations/espew-integrations/blob/main/"
+
+
+def test_readme_links_are_absolute_and_point_at_files_in_the_repository():
+    """The README is the package index's long description, where relative links break."""
+    links = re.findall(r"\]\(([^)\s]+)\)", (ROOT / "README.md").read_text())
+    assert links, "the README links to its docs"
+    relative = [link for link in links if not link.startswith(("https://", "http://", "#"))]
+    assert not relative, f"relative links break on the package index: {relative}"
+    for link in links:
+        if link.startswith(REPO_BLOB):
+            path = link[len(REPO_BLOB) :].split("#")[0]
+            assert (ROOT / path).is_file(), f"{link} names no file in the repository"
+
+
+def test_readme_opens_with_make_demo_and_make_test():
+    first = re.search(r"```sh\n(.*?)```", (ROOT / "README.md").read_text(), flags=re.DOTALL)
+    commands = [line.split("#")[0].strip() for line in first.group(1).splitlines()]
+    assert commands == ["make demo", "make test"]
+
+
+def test_the_wheel_ships_the_license(tmp_path):
+    built = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "-q",
+            "-w",
+            str(tmp_path),
+            str(ROOT),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert built.returncode == 0, built.stderr[-3000:]
+    (wheel,) = tmp_path.glob("espew_integrations-*.whl")
+    with zipfile.ZipFile(wheel) as archive:
+        names = archive.namelist()
+        licenses = [n for n in names if n.endswith(".dist-info/licenses/LICENSE")]
+        assert licenses, names
+        assert archive.read(licenses[0]) == (ROOT / "LICENSE").read_bytes()
+        meta = next(n for n in names if n.endswith(".dist-info/METADATA"))
+        assert "License-Expression: Apache-2.0" in archive.read(meta).decode()
+    assert "Apache License" in (ROOT / "LICENSE").read_text()
+    assert "Version 2.0" in (ROOT / "LICENSE").read_text()
