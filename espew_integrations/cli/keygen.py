@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from ..models import resolve_embedder
 from .common import (
     UsageError,
     counting,
@@ -15,7 +16,6 @@ from .common import (
     positive_int,
     progress,
 )
-from .specs import resolve_embedder
 from .texts import read_texts
 
 __all__ = ["BUNDLED_CORPORA", "register"]
@@ -115,7 +115,7 @@ def run(args: argparse.Namespace) -> int:
     else:
         target_text = args.target_text
     corpus = _corpus_texts(args)
-    embed, name = resolve_embedder(args.embedder, endpoint_options=endpoint_options(args))
+    embed, name = resolve_embedder(args.embedder, **endpoint_options(args))
     window = args.window if args.window is not None else getattr(embed, "max_tokens", None)
     with progress(None, f"embedding with {name}", "text", not args.no_progress) as bar:
         key = WatermarkKey.generate(

@@ -6,6 +6,7 @@ import argparse
 import os
 from typing import Any
 
+from ..models import resolve_embedder
 from .common import (
     UsageError,
     add_endpoint_flags,
@@ -16,7 +17,6 @@ from .common import (
     positive_int,
     positive_seconds,
 )
-from .specs import resolve_embedder
 
 __all__ = ["register"]
 
@@ -106,7 +106,7 @@ def run(args: argparse.Namespace) -> int:
     key = load_key(args.key) if args.key else None
     options = endpoint_options(args)
     options["api_key_env"] = args.upstream_api_key_env
-    embed, name = resolve_embedder(args.embedder, endpoint_options=options)
+    embed, name = resolve_embedder(args.embedder, **options)
     api_key = _client_api_key(args)
     model_name = args.model_name or name
     if key is not None:

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from ..models import resolve_embedder
 from .common import (
     EXIT_COPIED,
     EXIT_INCONCLUSIVE,
@@ -21,7 +22,6 @@ from .common import (
 )
 from .files import prepare_private_dir, prepare_report_dir
 from .redact import scrub, secret_values
-from .specs import resolve_embedder
 
 __all__ = ["register"]
 
@@ -105,7 +105,7 @@ def run(args: argparse.Namespace) -> int:
 
     key = load_key(args.key)
     n_queries = _check_before_querying(args, key)
-    suspect, name = resolve_embedder(args.suspect, endpoint_options=endpoint_options(args))
+    suspect, name = resolve_embedder(args.suspect, **endpoint_options(args))
     if args.target == "query":
         print("note: --target query sends the key's target text to the suspect", file=sys.stderr)
     try:
