@@ -28,7 +28,13 @@ import numpy as np
 from .errors import EmbeddingInputError
 from .key import WatermarkKey
 
-__all__ = ["as_embedding_matrix", "check_texts", "select_positions", "watermark"]
+__all__ = [
+    "as_embedding_matrix",
+    "check_texts",
+    "select_positions",
+    "watermark",
+    "watermark_and_mask",
+]
 
 
 def watermark(
@@ -55,6 +61,21 @@ def watermark(
     >>> (wm[1] == clean[1]).all()                                   # doctest: +SKIP
     True
     """
+    return watermark_and_mask(texts, embeddings, key, view=view)[0]
+
+
+def watermark_and_mask(
+    texts: Iterable[str],
+    embeddings: Any,
+    key: WatermarkKey,
+    *,
+    view: Callable[[Sequence[str]], Sequence[str]] | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`watermark`, plus the boolean mask of the rows it marked.
+
+    For servers that count marked texts (the live marked rate of ``/metrics``)
+    without matching the triggers a second time.
+    """
     texts, blank = _materialise_texts(texts, allow_empty=True)
     if key.n_positions < 1:
         raise EmbeddingInputError(
@@ -66,9 +87,9 @@ def watermark(
     if blank:
         marked = np.array(marked, dtype=bool)
         marked[blank] = False
-    rows = np.flatnonzero(marked)
-    out = _mark_rows(matrix, rows, key)
-    return out if out.dtype == out_dtype else out.astype(out_dtype)
+    marked = np.asarray(marked, dtype=bool)
+    out = _mark_rows(matrix, np.flatnonzero(marked), key)
+    return (out if out.dtype == out_dtype else out.astype(out_dtype)), marked
 
 
 def _mark_rows(matrix: np.ndarray, rows: np.ndarray, key: WatermarkKey) -> np.ndarray:

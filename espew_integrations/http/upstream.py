@@ -1,0 +1,273 @@
+"""AsyncUpstream: the embedding server ``espew serve`` sits in front of, called without threads.
+
+Why a second client next to :class:`~.client.OpenAIEndpoint`: that one is an
+auditor's tool (synchronous, a query budget, patient retries). A proxy in a
+provider's serving path needs the opposite trade-offs: every request of every
+client goes through it, so it must not tie up a thread per request, must reuse
+keep-alive connections, and must not turn vectors into Python floats and back.
+So this client
+
+- runs on the server's event loop with one pooled ``httpx.AsyncClient`` per
+  loop (HTTP keep-alive, ``max_connections`` in flight);
+- asks the upstream for ``base64`` by default and decodes the answer straight
+  into one float32 numpy matrix (``float`` answers are accepted too);
+- validates the answer as strictly as the auditor's client does (one row per
+  input, each index once, one common dimension, finite values) and raises
+  :class:`UpstreamError` with a message free of the upstream's API key.
+
+>>> upstream = AsyncUpstream("http://gpu-box:8080/v1", "bge-large")   # doctest: +SKIP
+>>> app = create_app(upstream, key=key, model_name="acme-embed-1")    # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import json
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from ..core.untrusted import printable
+from .client import OpenAIEndpoint, _error_message
+
+__all__ = ["AsyncUpstream", "UpstreamError"]
+
+#: Statuses that a retry may cure: the upstream restarting or overloaded.
+_RETRY_STATUSES = frozenset({502, 503, 504})
+#: Client mistakes the upstream reports that the proxy's client should see as such.
+_PASSED_THROUGH = frozenset({400, 404, 413, 422, 429})
+
+
+class UpstreamError(Exception):
+    """The upstream failed or sent something that is not an embeddings answer.
+
+    ``status`` is what the proxy answers its own client: the upstream's status
+    for a client mistake it reports (400, 413, 429...), 502 otherwise.
+    """
+
+    def __init__(self, message: str, *, status: int = 502):
+        super().__init__(message)
+        self.status = status
+
+
+class AsyncUpstream:
+    """An OpenAI-compatible embeddings API, awaited as ``await upstream.embed(texts)``.
+
+    ``embed`` returns a C-contiguous float32 ``(n, d)`` matrix (what the
+    upstream sent, bit for bit, when it answers in base64). Calling the
+    object synchronously (``upstream(texts)``) runs one request on a private
+    event loop: for start-up checks and scripts, never inside a running loop.
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        model: str,
+        api_key: str | None = None,
+        *,
+        encoding_format: str = "base64",
+        timeout: float = 30.0,
+        max_connections: int = 64,
+        max_retries: int = 2,
+        max_batch: int = 2048,
+        max_response_bytes: int = 256 * 2**20,
+    ):
+        if not isinstance(base_url, str) or not base_url.startswith(("http://", "https://")):
+            raise ValueError(f"base_url must start with http:// or https://, got {base_url!r}")
+        if not isinstance(model, str) or not model:
+            raise ValueError("model must be a non-empty string (the upstream's model name)")
+        if encoding_format not in ("float", "base64"):
+            raise ValueError(f"encoding_format must be float or base64, got {encoding_format!r}")
+        for name, value in (
+            ("max_connections", max_connections),
+            ("max_batch", max_batch),
+            ("max_response_bytes", max_response_bytes),
+        ):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        if isinstance(max_retries, bool) or not isinstance(max_retries, int) or max_retries < 0:
+            raise ValueError(f"max_retries must be an integer >= 0, got {max_retries!r}")
+        if not (isinstance(timeout, (int, float)) and 0 < timeout < float("inf")):
+            raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
+        self.base_url = base_url.rstrip("/")
+        self.model = model
+        self.encoding_format = encoding_format
+        self.timeout = float(timeout)
+        self.max_connections = max_connections
+        self.max_retries = max_retries
+        self.max_batch = max_batch
+        self.max_response_bytes = max_response_bytes
+        self._api_key = api_key or None
+        self._clients: dict[int, Any] = {}  # one pool per event loop (per worker process)
+
+    @classmethod
+    def from_endpoint(cls, endpoint: OpenAIEndpoint, **options: Any) -> AsyncUpstream:
+        """The same upstream as an ``openai:`` embedder (URL, model, API key, timeout)."""
+        api_key = endpoint._api_key.reveal() if endpoint._api_key is not None else None
+        options.setdefault("timeout", endpoint.timeout)
+        return cls(endpoint.base_url, endpoint.model, api_key, **options)
+
+    @property
+    def url(self) -> str:
+        """The full embeddings URL."""
+        return f"{self.base_url}/embeddings"
+
+    def __repr__(self) -> str:
+        key = "'***'" if self._api_key else "None"
+        return (
+            f"AsyncUpstream(base_url={self.base_url!r}, model={self.model!r}, api_key={key}, "
+            f"encoding_format={self.encoding_format!r})"
+        )
+
+    def __reduce_ex__(self, protocol: object) -> Any:
+        raise TypeError("AsyncUpstream refuses to be pickled (it may hold an API key)")
+
+    # ------------------------------------------------------------------ calling
+    async def embed(self, texts: Sequence[str]) -> np.ndarray:
+        """float32 ``(len(texts), d)``: the upstream's embeddings, in input order.
+
+        Requests larger than ``max_batch`` texts go out as concurrent batches.
+        """
+        texts = list(texts)
+        if not texts:
+            raise ValueError("embed needs at least one text")
+        if len(texts) <= self.max_batch:
+            return await self._embed_batch(texts)
+        parts = await asyncio.gather(
+            *(
+                self._embed_batch(texts[start : start + self.max_batch])
+                for start in range(0, len(texts), self.max_batch)
+            )
+        )
+        if len({p.shape[1] for p in parts}) != 1:
+            raise UpstreamError(f"{self.url} returned different dimensions for one request")
+        return np.concatenate(parts)
+
+    def __call__(self, texts: Sequence[str]) -> np.ndarray:
+        """Synchronous :meth:`embed` on a private event loop (start-up checks, scripts)."""
+
+        async def once() -> np.ndarray:
+            try:
+                return await self.embed(texts)
+            finally:
+                await self.aclose()
+
+        return asyncio.run(once())
+
+    async def aclose(self) -> None:
+        """Close the connection pool of the running event loop."""
+        client = self._clients.pop(id(asyncio.get_running_loop()), None)
+        if client is not None:
+            await client.aclose()
+
+    # ------------------------------------------------------------------ internals
+    def _client(self) -> Any:
+        import httpx
+
+        loop = id(asyncio.get_running_loop())
+        client = self._clients.get(loop)
+        if client is None:
+            headers = {"Content-Type": "application/json"}
+            if self._api_key:
+                headers["Authorization"] = f"Bearer {self._api_key}"
+            client = httpx.AsyncClient(
+                headers=headers,
+                timeout=httpx.Timeout(self.timeout, connect=min(self.timeout, 10.0)),
+                limits=httpx.Limits(
+                    max_connections=self.max_connections,
+                    max_keepalive_connections=self.max_connections,
+                ),
+                follow_redirects=False,
+            )
+            self._clients[loop] = client
+        return client
+
+    async def _embed_batch(self, texts: list[str]) -> np.ndarray:
+        import httpx
+
+        payload = json.dumps(
+            {"model": self.model, "input": texts, "encoding_format": self.encoding_format},
+            ensure_ascii=False,
+        ).encode("utf-8")
+        problem = ""
+        for attempt in range(self.max_retries + 1):
+            if attempt:
+                await asyncio.sleep(min(0.05 * 2**attempt, 1.0))
+            try:
+                response = await self._client().post(self.url, content=payload)
+            except httpx.TimeoutException:
+                problem = f"timed out after {self.timeout:g} s"
+                continue
+            except httpx.TransportError as exc:
+                problem = f"connection failed ({type(exc).__name__})"
+                continue
+            body = response.content
+            if len(body) > self.max_response_bytes:
+                raise UpstreamError(f"{self.url} sent more than {self.max_response_bytes} bytes")
+            if response.status_code == 200:
+                return self._rows(body, len(texts))
+            message = self._clean(_error_message(body, response.reason_phrase))
+            if response.status_code in _PASSED_THROUGH:
+                raise UpstreamError(f"upstream: {message}", status=response.status_code)
+            problem = f"HTTP {response.status_code}: {message}"
+            if response.status_code not in _RETRY_STATUSES:
+                break
+        raise UpstreamError(f"{self.url} failed: {problem}")
+
+    def _clean(self, text: object) -> str:
+        return printable(text, secrets=(self._api_key,) if self._api_key else ())
+
+    def _rows(self, body: bytes, n_expected: int) -> np.ndarray:
+        problem: str
+        try:
+            return decode_embeddings(body, n_expected)
+        except UpstreamError as exc:
+            problem = str(exc)
+        except Exception as exc:  # a broken body must never escape as anything else
+            problem = f"not an OpenAI embeddings answer ({type(exc).__name__})"
+        raise UpstreamError(self._clean(f"{self.url} returned {problem}"))
+
+
+def decode_embeddings(body: bytes, n_expected: int) -> np.ndarray:
+    """The float32 ``(n_expected, d)`` rows of an OpenAI embeddings answer, in input order.
+
+    base64 rows are concatenated as bytes and read by one ``np.frombuffer``:
+    no Python float is ever made. Raises :class:`UpstreamError` naming the defect.
+    """
+    answer = json.loads(body)
+    items = answer.get("data") if isinstance(answer, dict) else None
+    if not isinstance(items, list) or len(items) != n_expected:
+        found = len(items) if isinstance(items, list) else "no"
+        raise UpstreamError(f"{found} embeddings for {n_expected} inputs")
+    order = [item.get("index") if isinstance(item, dict) else None for item in items]
+    if any(type(i) is not int for i in order) or sorted(order) != list(range(n_expected)):
+        raise UpstreamError("indices that are not each of 0..n-1 exactly once")
+    if order != list(range(n_expected)):
+        items = [items[p] for p in np.argsort(order)]
+    values = [item.get("embedding") for item in items]
+    if all(isinstance(v, str) for v in values):
+        try:
+            raw = b"".join(base64.b64decode(v, validate=True) for v in values)
+        except (binascii.Error, ValueError):
+            raise UpstreamError("an embedding that is a string but not base64") from None
+        if not raw or len(raw) % (4 * n_expected):
+            raise UpstreamError("base64 embeddings of unequal or non-float32 lengths")
+        width = len(raw) // (4 * n_expected)
+        if any(len(v) != len(values[0]) for v in values):
+            raise UpstreamError("base64 embeddings of unequal lengths")
+        matrix = np.frombuffer(raw, dtype="<f4").reshape(n_expected, width)
+        matrix = matrix.astype(np.float32, copy=False)
+    elif all(isinstance(v, list) and v for v in values):
+        if len({len(v) for v in values}) != 1:
+            raise UpstreamError("embeddings of mixed lengths")
+        if any(type(x) not in (float, int) for v in values for x in v):
+            raise UpstreamError("an embedding value that is not a number")
+        matrix = np.asarray(values, dtype=np.float32)
+    else:
+        raise UpstreamError("embeddings that are neither all base64 nor all lists of numbers")
+    if not np.isfinite(matrix).all():
+        raise UpstreamError("NaN or infinite embedding values")
+    return matrix
