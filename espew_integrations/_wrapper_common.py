@@ -1,17 +1,26 @@
-"""What the LangChain, LlamaIndex and Chroma wrappers share; imports no framework.
+"""Private: what the LangChain, LlamaIndex and Chroma wrappers share. Imports no framework.
 
-Every wrapper follows the same three steps, kept here so they cannot drift
-apart: check the texts *before* the (possibly paid) inner model sees them,
-call the inner model, then hand texts and clean vectors to the core's
-:func:`~espew_integrations.core.inject.watermark`, which validates the vectors.
-The verifier's suspect adapters share :func:`suspect_matrix`, which turns a
-framework's answer into a matrix or raises :class:`~espew_integrations.core.errors.SuspectError`.
+The three wrappers differ only in their framework's method names. Everything
+else lives here once, so they cannot drift apart:
 
-Triggers are matched on the text as the model reads it. A wrapper knows its
-inner model, so it passes that model's view (:func:`resolve_view`) to
-``watermark``: with it, an edit the model's normaliser undoes (a soft hyphen
-inside a trigger) cannot dodge the mark, and a trigger past the model's token
-window, which the model never reads, does not mark.
+- **finding the key** (:func:`resolve_key`): exactly one of ``key``,
+  ``key_path`` or ``key_env``, and a clear error naming the three when none
+  is given. Nothing is read from the environment unless asked by name;
+- **checking texts** (:func:`checked_texts`, :func:`checked_text`) at the
+  wrapper boundary, before the (possibly paid) inner model sees them, with one
+  error type, :class:`~espew_integrations.core.errors.EmbeddingInputError`;
+- **the model's text view** (:func:`resolve_view`, :func:`discover_view`):
+  triggers are matched on the text as the model reads it, so an edit the
+  model's normaliser undoes (a soft hyphen inside a trigger) cannot dodge the
+  mark, and a trigger past the model's token window, which the model never
+  reads, does not mark;
+- **the watermark itself and what a wrapper shows** (:class:`WatermarkingWrapper`):
+  ``watermark(texts, clean, key, view=view)`` from the core, the public
+  ``key_id``, and a repr that names the underlying model and the key_id, never
+  the key.
+
+:func:`suspect_matrix` turns a framework suspect's answer into a matrix or a
+:class:`~espew_integrations.core.errors.SuspectError`, for the verifier's adapters.
 """
 
 from __future__ import annotations
@@ -19,29 +28,16 @@ from __future__ import annotations
 import enum
 import os
 from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, Literal, TypeAlias
 
 import numpy as np
 
-from .core.errors import KeyFileError, SuspectError
-from .core.inject import check_texts
+from .core.errors import EmbeddingInputError, SuspectError
+from .core.inject import check_texts, watermark
 from .core.key import WatermarkKey
 from .core.text import TextView
-
-__all__ = [
-    "DEFAULT_KEY_ENV",
-    "DISCOVER",
-    "ViewArgument",
-    "checked_texts",
-    "discover_view",
-    "resolve_key",
-    "resolve_view",
-    "suspect_matrix",
-]
-
-#: The environment variable a wrapper reads when it is given no key at all.
-DEFAULT_KEY_ENV = "ESPEW_KEY"
 
 
 class _Discover(enum.Enum):
@@ -62,24 +58,100 @@ ViewArgument: TypeAlias = TextView | Literal[_Discover.DISCOVER] | None
 _VIEW_PROBE = ["espew view probe"]
 
 
-def checked_texts(texts: Iterable[str], *, allow_empty: bool = True) -> list[str]:
-    """``texts`` as a list, or the core's :class:`EmbeddingInputError` naming the bad entry.
+# ---------------------------------------------------------------------- the key
+@dataclass(frozen=True, repr=False)
+class KeySource:
+    """The key a wrapper uses and, when it was given by location, that location.
 
-    Runs before the inner model, so a bad input never costs an inner call. Any
-    iterable is read exactly once (a generator gives its items, not ``[]``).
+    ``location`` is what a wrapper may persist instead of the key:
+    ``{"key_path": <absolute path>}``, ``{"key_env": <variable name>}``, or ``{}``
+    for a key object given in memory. ``repr`` names the key_id only.
+    """
+
+    key: WatermarkKey
+    location: dict[str, str]
+
+    def __repr__(self) -> str:
+        return f"KeySource(key_id={self.key.key_id!r}, location={self.location!r})"
+
+
+def resolve_key(
+    key: WatermarkKey | None,
+    *,
+    key_path: str | os.PathLike[str] | None = None,
+    key_env: str | None = None,
+    wrapper: str = "the wrapper",
+) -> KeySource:
+    """The key from exactly one of a key object, a key file or an environment variable.
+
+    One documented way for every wrapper: ``key=WatermarkKey.load(path)`` (in
+    memory), ``key_path="provider.key"`` (the file is loaded and checked now)
+    or ``key_env="ESPEW_KEY"`` (the variable holds a key file path or the key's
+    JSON). Nothing is read from the environment unless its name is given, and
+    two sources are refused rather than reconciled.
+
+    >>> resolve_key(None, key_env="ESPEW_KEY")  # doctest: +SKIP
+    KeySource(key_id='3f2a9c0e51b7d644', location={'key_env': 'ESPEW_KEY'})
+    """
+    sources = {"key": key, "key_path": key_path, "key_env": key_env}
+    given = [name for name, value in sources.items() if value is not None]
+    if not given:
+        raise TypeError(
+            f"{wrapper} needs a watermark key: pass exactly one of key=WatermarkKey.load(path), "
+            "key_path='provider.key' or key_env='ESPEW_KEY' (a variable holding a key file "
+            "path or the key's JSON)"
+        )
+    if len(given) > 1:
+        raise TypeError(f"{wrapper} takes exactly one of key, key_path or key_env; got {given}")
+    if key is not None:
+        if not isinstance(key, WatermarkKey):
+            raise TypeError(
+                f"key must be a WatermarkKey, got {type(key).__name__}; for a key file pass "
+                "key_path=, for an environment variable key_env="
+            )
+        return KeySource(key, {})
+    if key_path is not None:
+        path = Path(key_path)
+        return KeySource(WatermarkKey.load(path), {"key_path": str(path.resolve())})
+    if not isinstance(key_env, str) or not key_env:
+        raise TypeError(f"key_env must be the name of an environment variable, got {key_env!r}")
+    return KeySource(WatermarkKey.from_env(key_env), {"key_env": key_env})
+
+
+# ---------------------------------------------------------------------- texts
+def checked_texts(texts: Iterable[str], *, allow_empty: bool = True) -> list[str]:
+    """``texts`` as a list, or an :class:`EmbeddingInputError` naming the problem.
+
+    The one check of every wrapper, run before the inner model, so a bad input
+    never costs an inner call. ``None``, a single string and a non-string entry
+    (named by its index, never quoted) are refused; ``[]`` is a valid, empty
+    batch. Any iterable is read exactly once (a generator gives its items).
     Empty and whitespace-only texts pass by default: none of LangChain,
     LlamaIndex or Chroma refuses them (LangChain's OpenAI model even embeds
-    ``""``), so the wrappers hand them to the inner model like the bare model
-    would see them, and ``watermark`` returns their rows unmarked. With
-    ``allow_empty=False`` they are refused with an error that names the index
-    and nothing of the key.
+    ``""``), so the inner model sees them as the bare model would, and
+    ``watermark`` returns their rows unmarked. With ``allow_empty=False`` they
+    are refused, naming the index.
 
     >>> checked_texts(t for t in ("a", "b"))
     ['a', 'b']
     """
+    if texts is None:
+        raise EmbeddingInputError("texts is None; pass a list of strings ([] embeds nothing)")
     return check_texts(texts, allow_empty=allow_empty)
 
 
+def checked_text(text: str, *, what: str = "text") -> list[str]:
+    """A single text (a query, say) as a one-item batch, or an :class:`EmbeddingInputError`.
+
+    >>> checked_text("a fine film", what="query")
+    ['a fine film']
+    """
+    if not isinstance(text, str):
+        raise EmbeddingInputError(f"the {what} must be a str, got {type(text).__name__}")
+    return [text]
+
+
+# ---------------------------------------------------------------------- the model's view
 def resolve_view(view: ViewArgument, embedder: Any) -> TextView | None:
     """The text view a wrapper passes to ``watermark``, from its ``view`` argument.
 
@@ -119,63 +191,85 @@ def discover_view(embedder: Any) -> TextView | None:
     if not callable(candidate):
         return None
     where = type(embedder).__name__
+    fix = (
+        "pass view=None to match triggers on the key's normalisation and window, "
+        "or pass the model's view explicitly"
+    )
     try:
         answer = candidate(list(_VIEW_PROBE))
     except Exception as exc:  # any failure means it is not a text view
         raise TypeError(
             f"{where}.view is not a text view (calling it on a list of one text raised "
-            f"{type(exc).__name__}); pass view=None to match triggers on the key's "
-            "normalisation and window, or pass the model's view explicitly"
+            f"{type(exc).__name__}); {fix}"
         ) from None
     if not isinstance(answer, (list, tuple)) or len(answer) != 1 or not isinstance(answer[0], str):
         raise TypeError(
             f"{where}.view is not a text view (for one text it returned "
-            f"{type(answer).__name__}, not a list of one str); pass view=None to match "
-            "triggers on the key's normalisation and window, or pass the model's view "
-            "explicitly"
+            f"{type(answer).__name__}, not a list of one str); {fix}"
         )
     return candidate
 
 
-def resolve_key(
-    key: WatermarkKey | None,
-    *,
-    key_path: str | os.PathLike[str] | None = None,
-    key_env: str | None = None,
-) -> WatermarkKey:
-    """The key to use, from an object, a key file or an environment variable.
+# ---------------------------------------------------------------------- shared behaviour
+class WatermarkingWrapper:
+    """Mixin of the three wrappers: the mark, the public key_id, the view and the repr.
 
-    With neither a key nor a location, reads ``$ESPEW_KEY`` (a path or the JSON).
-    With both a key and a location, they must be the same key: a mismatch
-    means a collection or a deployment would be rebuilt with another key.
-
-    >>> resolve_key(None, key_path="provider.key")  # doctest: +SKIP
-    WatermarkKey(key_id='3f2a9c0e51b7d644', alpha=0.2, selection='smallest', dim=384)
+    A subclass sets ``self._key`` (a :class:`WatermarkKey`) and ``self._view``
+    in its constructor and names its wrapped model in :meth:`_underlying`; the
+    framework's base class comes second in the bases.
     """
-    if key is not None and not isinstance(key, WatermarkKey):
-        raise TypeError(
-            f"key must be a WatermarkKey, got {type(key).__name__}; load one with "
-            "WatermarkKey.load(path) or pass key_path=/key_env="
+
+    def _underlying(self) -> Any:
+        raise NotImplementedError
+
+    @property
+    def key_id(self) -> str:
+        """Public fingerprint of the key in use (safe to log)."""
+        return self._key.key_id  # type: ignore[attr-defined, no-any-return]
+
+    @property
+    def view(self) -> TextView | None:
+        """The text view triggers are matched on (None: the key's normalisation and window)."""
+        return self._view  # type: ignore[attr-defined, no-any-return]
+
+    def _mark(self, texts: list[str], clean: Any) -> np.ndarray:
+        """``watermark(texts, clean, key, view=view)``: the core validates ``clean``."""
+        return watermark(texts, clean, self._key, view=self._view)  # type: ignore[attr-defined]
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}(underlying={describe_model(self._underlying())}, "
+            f"key_id={self.key_id!r})"
         )
-    if key_path is not None and key_env is not None:
-        raise ValueError("pass key_path or key_env, not both")
-    if key_path is not None:
-        located = WatermarkKey.load(Path(key_path))
-    elif key_env is not None:
-        located = WatermarkKey.from_env(key_env)
-    elif key is None:
-        located = WatermarkKey.from_env(DEFAULT_KEY_ENV)
-    else:
-        return key
-    if key is not None and key.key_id != located.key_id:
-        where = f"key file {key_path}" if key_path is not None else f"${key_env}"
-        raise KeyFileError(
-            f"the key passed (key_id {key.key_id}) is not the key at {where} "
-            f"(key_id {located.key_id})"
-        )
-    return located
+
+    def __str__(self) -> str:
+        return repr(self)
 
 
+_MODEL_NAME_ATTRIBUTES = ("model_name", "model")
+
+
+def describe_model(model: Any) -> str:
+    """``ClassName(model_name='...')``: enough to tell models apart, never their settings.
+
+    Only the class and a short model-name string are shown. A model's own repr
+    may hold secrets (LlamaIndex's OpenAI embedding keeps its API key in a plain
+    field), so it is never used.
+
+    >>> describe_model(object())
+    'object'
+    """
+    for attribute in _MODEL_NAME_ATTRIBUTES:
+        try:
+            value = getattr(model, attribute, None)
+        except Exception:  # a property that fails tells us nothing
+            continue
+        if isinstance(value, str) and 0 < len(value) <= 120 and value.isprintable():
+            return f"{type(model).__name__}({attribute}={value!r})"
+    return type(model).__name__
+
+
+# ---------------------------------------------------------------------- suspects
 def suspect_matrix(rows: Any, n_texts: int, source: str) -> np.ndarray:
     """A suspect's answer as a float64 (n, d) matrix, or a :class:`SuspectError` saying why not.
 

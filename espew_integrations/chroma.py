@@ -24,7 +24,6 @@ from __future__ import annotations
 import os
 import warnings
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -37,6 +36,7 @@ from chromadb.utils.embedding_functions import (
 from ._wrapper_common import (
     DISCOVER,
     ViewArgument,
+    WatermarkingWrapper,
     checked_texts,
     discover_view,
     resolve_key,
@@ -45,21 +45,24 @@ from ._wrapper_common import (
 )
 from .core.adapters import register_suspect_adapter
 from .core.errors import ESpeWError, KeyFileError
-from .core.inject import watermark
 from .core.key import WatermarkKey
 from .core.text import TextView
 
 __all__ = ["ESpeWEmbeddingFunction", "MiniLMEmbeddingFunction"]
 
 
-class ESpeWEmbeddingFunction(EmbeddingFunction[Documents]):
+class ESpeWEmbeddingFunction(WatermarkingWrapper, EmbeddingFunction[Documents]):
     """A Chroma embedding function returning ``watermark(texts, inner(texts), key, view=view)``.
 
-    Give the key by location (``key_path`` or ``key_env``) for a collection
-    that must be reopened: that location is what gets persisted. A key object
-    alone works for embedding, but such a function cannot be persisted and
-    :meth:`get_config` says so. ``inner`` must itself be a registered
-    (non-legacy) Chroma embedding function for the collection to reopen.
+    The key comes from exactly one of ``key`` (a loaded
+    :class:`~espew_integrations.WatermarkKey`), ``key_path`` (a key file) or
+    ``key_env`` (the name of an environment variable holding a key file path
+    or the key's JSON, conventionally ``"ESPEW_KEY"``), as in every wrapper.
+    Give it by location for a collection that must be reopened: that location
+    is what gets persisted. A key object works for embedding, but such a
+    function cannot be persisted and :meth:`get_config` says so. ``inner``
+    must itself be a registered (non-legacy) Chroma embedding function for the
+    collection to reopen.
 
     ``view`` decides which text the triggers are matched on. By default it is
     the inner function's own ``.view`` (:class:`MiniLMEmbeddingFunction` has
@@ -69,10 +72,10 @@ class ESpeWEmbeddingFunction(EmbeddingFunction[Documents]):
     (persisted as ``"view": "off"``). A custom callable works for embedding
     but cannot be persisted, unless it is the inner function's own view.
 
-    A non-string text raises :class:`~espew_integrations.EmbeddingInputError`
-    naming its index before the inner function runs; empty and whitespace-only
-    documents go to the inner function as Chroma would send them (Chroma
-    accepts them) and come back unmarked.
+    A bad input raises :class:`~espew_integrations.EmbeddingInputError` naming
+    the problem (and a bad text's index) before the inner function runs; empty
+    and whitespace-only documents go to the inner function as Chroma would
+    send them (Chroma accepts them) and come back unmarked.
 
     >>> ef = ESpeWEmbeddingFunction(inner, key_env="ESPEW_KEY")  # doctest: +SKIP
     >>> ef(["a fine film"])[0].shape  # doctest: +SKIP
@@ -90,38 +93,22 @@ class ESpeWEmbeddingFunction(EmbeddingFunction[Documents]):
     ) -> None:
         if not callable(inner):
             raise TypeError(f"inner must be a Chroma EmbeddingFunction, got {type(inner).__name__}")
-        if key is None and key_path is None and key_env is None:
-            raise ValueError(
-                "pass key_path= or key_env= (persistable) or key= (in-memory only) "
-                "to ESpeWEmbeddingFunction"
-            )
-        self._key = resolve_key(key, key_path=key_path, key_env=key_env)
+        found = resolve_key(
+            key, key_path=key_path, key_env=key_env, wrapper="ESpeWEmbeddingFunction"
+        )
+        self._key = found.key
+        self._key_location = found.location
         self._inner = inner
         self._view = resolve_view(view, inner)
         self._view_mode = "inner" if view is DISCOVER else "off" if view is None else "custom"
-        self._key_path = str(Path(key_path).resolve()) if key_path is not None else None
-        self._key_env = key_env
 
     @property
     def inner(self) -> EmbeddingFunction[Documents]:
         """The wrapped (clean) embedding function."""
         return self._inner
 
-    @property
-    def key_id(self) -> str:
-        """Public fingerprint of the key in use (safe to log)."""
-        return self._key.key_id
-
-    @property
-    def view(self) -> TextView | None:
-        """The text view triggers are matched on (None: the key's normalisation and window)."""
-        return self._view
-
-    def __repr__(self) -> str:
-        return (
-            f"ESpeWEmbeddingFunction(inner={type(self._inner).__name__}, "
-            f"key_id={self._key.key_id!r})"
-        )
+    def _underlying(self) -> EmbeddingFunction[Documents]:
+        return self._inner
 
     # ------------------------------------------------------------------ embedding
     def __call__(self, input: Documents) -> Embeddings:
@@ -133,7 +120,7 @@ class ESpeWEmbeddingFunction(EmbeddingFunction[Documents]):
         texts = checked_texts(input)
         if not texts:
             return []
-        return list(watermark(texts, _as_matrix(self._inner(texts)), self._key, view=self._view))
+        return list(self._mark(texts, _as_matrix(self._inner(texts))))
 
     def embed_query(self, input: Documents) -> Embeddings:
         texts = checked_texts(input)
@@ -142,7 +129,7 @@ class ESpeWEmbeddingFunction(EmbeddingFunction[Documents]):
         # Some models embed queries differently from documents: keep the inner's choice.
         embed_query = getattr(self._inner, "embed_query", None)
         clean = embed_query(texts) if callable(embed_query) else self._inner(texts)
-        return list(watermark(texts, _as_matrix(clean), self._key, view=self._view))
+        return list(self._mark(texts, _as_matrix(clean)))
 
     # ------------------------------------------------------------------ persistence
     @staticmethod
@@ -151,7 +138,7 @@ class ESpeWEmbeddingFunction(EmbeddingFunction[Documents]):
 
     def get_config(self) -> dict[str, Any]:
         """Where the key lives, its public key_id, and the inner function's name and config."""
-        if self._key_path is None and self._key_env is None:
+        if not self._key_location:
             raise ESpeWError(
                 "this ESpeWEmbeddingFunction holds an in-memory key, which a collection "
                 "cannot persist; build it with key_path= or key_env= instead"
@@ -169,11 +156,7 @@ class ESpeWEmbeddingFunction(EmbeddingFunction[Documents]):
                 "collection cannot persist; expose it as the inner function's .view, or build "
                 "with the default view (the inner function's) or view=None"
             )
-        config: dict[str, Any] = {"key_id": self._key.key_id}
-        if self._key_path is not None:
-            config["key_path"] = self._key_path
-        else:
-            config["key_env"] = self._key_env
+        config: dict[str, Any] = {"key_id": self._key.key_id, **self._key_location}
         if self._view_mode == "off":
             config["view"] = "off"
         config["inner"] = {"name": inner_name, "config": inner_config}
@@ -270,6 +253,11 @@ class MiniLMEmbeddingFunction(EmbeddingFunction[Documents]):
 
     def __call__(self, input: Documents) -> Embeddings:
         return list(self._encoder(list(input)))
+
+    @property
+    def model(self) -> str:
+        """The bundled model's spec, as given to the constructor and persisted."""
+        return self._model
 
     @property
     def view(self) -> TextView:

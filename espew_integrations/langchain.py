@@ -1,8 +1,7 @@
 """ESpeW inside LangChain: one line turns any ``Embeddings`` into a watermarked one.
 
 >>> from espew_integrations.langchain import ESpeWEmbeddings, MiniLMEmbeddings
->>> key = WatermarkKey.load("provider.key")  # doctest: +SKIP
->>> embeddings = ESpeWEmbeddings(MiniLMEmbeddings(), key)  # doctest: +SKIP
+>>> embeddings = ESpeWEmbeddings(MiniLMEmbeddings(), key_path="provider.key")  # doctest: +SKIP
 
 Everything else about the user's code stays the same: vector stores,
 retrievers and caches see an ordinary ``Embeddings``. Importing this module
@@ -13,6 +12,7 @@ also registers the verifier's adapter for LangChain suspects, so
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from typing import Any
 
@@ -22,30 +22,37 @@ from langchain_core.embeddings import Embeddings
 from ._wrapper_common import (
     DISCOVER,
     ViewArgument,
+    WatermarkingWrapper,
+    checked_text,
     checked_texts,
+    discover_view,
     resolve_key,
     resolve_view,
     suspect_matrix,
 )
 from .core.adapters import register_suspect_adapter
-from .core.inject import watermark
 from .core.key import WatermarkKey
 from .core.text import TextView
 
 __all__ = ["ESpeWEmbeddings", "MiniLMEmbeddings"]
 
 
-class ESpeWEmbeddings(Embeddings):
+class ESpeWEmbeddings(WatermarkingWrapper, Embeddings):
     """A LangChain ``Embeddings`` that watermarks what ``embeddings`` returns.
 
     Each method calls the underlying model's matching method (the async ones
     stay async) and returns ``watermark(texts, clean, key, view=view)`` as
     Python floats. Texts are checked before the underlying model is called, so
-    a non-string text raises :class:`~espew_integrations.EmbeddingInputError`
-    naming its index without spending a call. Empty and whitespace-only texts
-    go to the underlying model as LangChain would send them (its contract
-    allows them) and come back unmarked. With ``key=None`` the key is read from
-    ``$ESPEW_KEY`` (a key file path or the key's JSON).
+    a bad input raises :class:`~espew_integrations.EmbeddingInputError` naming
+    the problem (and a bad text's index) without spending a call. Empty and
+    whitespace-only texts go to the underlying model as LangChain would send
+    them (its contract allows them) and come back unmarked.
+
+    The key comes from exactly one of ``key`` (a loaded
+    :class:`~espew_integrations.WatermarkKey`), ``key_path`` (a key file) or
+    ``key_env`` (the name of an environment variable holding a key file path
+    or the key's JSON, conventionally ``"ESPEW_KEY"``). Nothing is read from
+    the environment unless it is named.
 
     ``view`` decides which text the triggers are matched on. By default it is
     the underlying model's own ``.view`` (an
@@ -56,7 +63,7 @@ class ESpeWEmbeddings(Embeddings):
     ``list[str] -> list[str]`` for a model that does not expose one, or
     ``None`` to match on the key's Unicode normalisation and window.
 
-    >>> wm = ESpeWEmbeddings(MiniLMEmbeddings(), key)      # doctest: +SKIP
+    >>> wm = ESpeWEmbeddings(MiniLMEmbeddings(), key_path="provider.key")  # doctest: +SKIP
     >>> vectors = wm.embed_documents(["a fine film", "a dull one"])  # doctest: +SKIP
     """
 
@@ -65,6 +72,8 @@ class ESpeWEmbeddings(Embeddings):
         embeddings: Embeddings,
         key: WatermarkKey | None = None,
         *,
+        key_path: str | os.PathLike[str] | None = None,
+        key_env: str | None = None,
         view: ViewArgument = DISCOVER,
     ) -> None:
         if not hasattr(embeddings, "embed_documents") or not hasattr(embeddings, "embed_query"):
@@ -72,48 +81,35 @@ class ESpeWEmbeddings(Embeddings):
                 f"embeddings must be a LangChain Embeddings, got {type(embeddings).__name__}"
             )
         self.underlying_embeddings = embeddings
-        self._key = resolve_key(key)
+        found = resolve_key(key, key_path=key_path, key_env=key_env, wrapper="ESpeWEmbeddings")
+        self._key = found.key
         self._view = resolve_view(view, embeddings)
 
-    @property
-    def key_id(self) -> str:
-        """Public fingerprint of the key in use (safe to log)."""
-        return self._key.key_id
-
-    @property
-    def view(self) -> TextView | None:
-        """The text view triggers are matched on (None: the key's normalisation and window)."""
-        return self._view
-
-    def __repr__(self) -> str:
-        return (
-            f"ESpeWEmbeddings(underlying={type(self.underlying_embeddings).__name__}, "
-            f"key_id={self._key.key_id!r})"
-        )
+    def _underlying(self) -> Embeddings:
+        return self.underlying_embeddings
 
     def embed_documents(self, texts: list[str]) -> list[list[float]]:
         texts = checked_texts(texts)
         if not texts:
             return []
-        clean = self.underlying_embeddings.embed_documents(texts)
-        return watermark(texts, clean, self._key, view=self._view).tolist()
+        return self._mark(texts, self.underlying_embeddings.embed_documents(texts)).tolist()
 
     def embed_query(self, text: str) -> list[float]:
-        texts = checked_texts([text])
+        texts = checked_text(text, what="query")
         clean = self.underlying_embeddings.embed_query(text)
-        return watermark(texts, [clean], self._key, view=self._view)[0].tolist()
+        return self._mark(texts, [clean])[0].tolist()
 
     async def aembed_documents(self, texts: list[str]) -> list[list[float]]:
         texts = checked_texts(texts)
         if not texts:
             return []
         clean = await self.underlying_embeddings.aembed_documents(texts)
-        return watermark(texts, clean, self._key, view=self._view).tolist()
+        return self._mark(texts, clean).tolist()
 
     async def aembed_query(self, text: str) -> list[float]:
-        texts = checked_texts([text])
+        texts = checked_text(text, what="query")
         clean = await self.underlying_embeddings.aembed_query(text)
-        return watermark(texts, [clean], self._key, view=self._view)[0].tolist()
+        return self._mark(texts, [clean])[0].tolist()
 
 
 class MiniLMEmbeddings(Embeddings):
@@ -135,15 +131,20 @@ class MiniLMEmbeddings(Embeddings):
 
             encoder = minilm()
         self.encoder = encoder
+        self._view = discover_view(encoder)
 
     def __repr__(self) -> str:
         return f"MiniLMEmbeddings(encoder={self.encoder!r})"
 
     @property
+    def model_name(self) -> str:
+        """The encoder's name (its class name when it has none)."""
+        return str(getattr(self.encoder, "name", type(self.encoder).__name__))
+
+    @property
     def view(self) -> TextView | None:
         """The encoder's text view (its normaliser and window), or None if it has none."""
-        view = getattr(self.encoder, "view", None)
-        return view if callable(view) else None
+        return self._view
 
     def embed_documents(self, texts: list[str]) -> list[list[float]]:
         if not texts:

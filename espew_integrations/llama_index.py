@@ -1,7 +1,8 @@
 """ESpeW inside LlamaIndex: one line turns any ``BaseEmbedding`` into a watermarked one.
 
 >>> from espew_integrations.llama_index import ESpeWEmbedding, MiniLMEmbedding
->>> Settings.embed_model = ESpeWEmbedding(MiniLMEmbedding(), key)  # doctest: +SKIP
+>>> embed_model = ESpeWEmbedding(MiniLMEmbedding(), key_path="provider.key")  # doctest: +SKIP
+>>> Settings.embed_model = embed_model  # doctest: +SKIP
 
 The wrapper calls the inner model's *private* batch methods
 (``_get_text_embeddings`` and friends), not its public ones: LlamaIndex's
@@ -21,6 +22,7 @@ registers the verifier's adapter for LlamaIndex suspects.
 from __future__ import annotations
 
 import asyncio
+import os
 from collections.abc import Callable
 from typing import Any
 
@@ -31,30 +33,38 @@ from llama_index.core.bridge.pydantic import PrivateAttr
 from ._wrapper_common import (
     DISCOVER,
     ViewArgument,
+    WatermarkingWrapper,
+    checked_text,
     checked_texts,
+    discover_view,
     resolve_key,
     resolve_view,
     suspect_matrix,
 )
 from .core.adapters import register_suspect_adapter
-from .core.inject import watermark
 from .core.key import WatermarkKey
 from .core.text import TextView
 
 __all__ = ["ESpeWEmbedding", "MiniLMEmbedding"]
 
 
-class ESpeWEmbedding(BaseEmbedding):
+class ESpeWEmbedding(WatermarkingWrapper, BaseEmbedding):
     """A LlamaIndex ``BaseEmbedding`` that watermarks what ``embed_model`` returns.
 
     Query, text, batch and async paths all return
     ``watermark(texts, clean, key, view=view)``; a batch of texts is one inner
     batch call. ``model_name`` is the inner model's, so code that keys on it
-    keeps working. With ``key=None`` the key is read from ``$ESPEW_KEY``.
-    A non-string text raises :class:`~espew_integrations.EmbeddingInputError`
-    naming its index before the inner model runs; empty and whitespace-only
+    keeps working. A bad input raises
+    :class:`~espew_integrations.EmbeddingInputError` naming the problem (and a
+    bad text's index) before the inner model runs; empty and whitespace-only
     texts go to the inner model as LlamaIndex would send them (its contract
     allows them) and come back unmarked.
+
+    The key comes from exactly one of ``key`` (a loaded
+    :class:`~espew_integrations.WatermarkKey`), ``key_path`` (a key file) or
+    ``key_env`` (the name of an environment variable holding a key file path
+    or the key's JSON, conventionally ``"ESPEW_KEY"``). Nothing is read from
+    the environment unless it is named.
 
     ``view`` decides which text the triggers are matched on. By default it is
     the inner model's own ``.view`` (:class:`MiniLMEmbedding` passes on its
@@ -64,8 +74,8 @@ class ESpeWEmbedding(BaseEmbedding):
     model that does not expose one, or ``None`` to match on the key's Unicode
     normalisation and window. Like the key, it is a private attribute.
 
-    >>> embed_model = ESpeWEmbedding(MiniLMEmbedding(), key)              # doctest: +SKIP
-    >>> index = VectorStoreIndex(nodes, embed_model=embed_model)           # doctest: +SKIP
+    >>> embed_model = ESpeWEmbedding(MiniLMEmbedding(), key_path="provider.key")  # doctest: +SKIP
+    >>> index = VectorStoreIndex(nodes, embed_model=embed_model)  # doctest: +SKIP
     """
 
     _inner: BaseEmbedding = PrivateAttr()
@@ -77,6 +87,8 @@ class ESpeWEmbedding(BaseEmbedding):
         embed_model: BaseEmbedding,
         key: WatermarkKey | None = None,
         *,
+        key_path: str | os.PathLike[str] | None = None,
+        key_env: str | None = None,
         view: ViewArgument = DISCOVER,
         **kwargs: Any,
     ) -> None:
@@ -84,16 +96,13 @@ class ESpeWEmbedding(BaseEmbedding):
             raise TypeError(
                 f"embed_model must be a LlamaIndex BaseEmbedding, got {type(embed_model).__name__}"
             )
-        resolved = resolve_key(key)
+        found = resolve_key(key, key_path=key_path, key_env=key_env, wrapper="ESpeWEmbedding")
         resolved_view = resolve_view(view, embed_model)
-        kwargs.setdefault("model_name", embed_model.model_name)
-        kwargs.setdefault("embed_batch_size", embed_model.embed_batch_size)
-        kwargs.setdefault("callback_manager", embed_model.callback_manager)
-        kwargs.setdefault("num_workers", embed_model.num_workers)
-        kwargs.setdefault("rate_limiter", embed_model.rate_limiter)
+        for setting in _INHERITED_SETTINGS:
+            kwargs.setdefault(setting, getattr(embed_model, setting))
         super().__init__(**kwargs)
         self._inner = embed_model
-        self._key = resolved
+        self._key = found.key
         self._view = resolved_view
 
     @classmethod
@@ -105,15 +114,8 @@ class ESpeWEmbedding(BaseEmbedding):
         """The wrapped (clean) model."""
         return self._inner
 
-    @property
-    def key_id(self) -> str:
-        """Public fingerprint of the key in use (safe to log)."""
-        return self._key.key_id
-
-    @property
-    def view(self) -> TextView | None:
-        """The text view triggers are matched on (None: the key's normalisation and window)."""
-        return self._view
+    def _underlying(self) -> BaseEmbedding:
+        return self._inner
 
     def to_payload(self) -> dict[str, Any]:
         """Instrumentation payload: the base fields plus the inner class and the public key_id."""
@@ -127,41 +129,52 @@ class ESpeWEmbedding(BaseEmbedding):
         # this wrapper that would be the key, leaving an object that fails later.
         raise TypeError(
             "ESpeWEmbedding holds a secret WatermarkKey and refuses to be pickled; "
-            "build it in each process from WatermarkKey.load(path)"
+            "build it in each process with key_path= or key_env="
         )
 
     # ------------------------------------------------------------------ sync paths
     def _get_query_embedding(self, query: str) -> Embedding:
-        texts = checked_texts([query])
-        return self._mark(texts, [self._inner._get_query_embedding(query)])[0]
+        texts = checked_text(query, what="query")
+        return self._rows(texts, [self._inner._get_query_embedding(query)])[0]
 
     def _get_text_embedding(self, text: str) -> Embedding:
-        texts = checked_texts([text])
-        return self._mark(texts, [self._inner._get_text_embedding(text)])[0]
+        texts = checked_text(text)
+        return self._rows(texts, [self._inner._get_text_embedding(text)])[0]
 
     def _get_text_embeddings(self, texts: list[str]) -> list[Embedding]:
         texts = checked_texts(texts)
         if not texts:
             return []
-        return self._mark(texts, self._inner._get_text_embeddings(texts))
+        return self._rows(texts, self._inner._get_text_embeddings(texts))
 
     # ------------------------------------------------------------------ async paths
     async def _aget_query_embedding(self, query: str) -> Embedding:
-        texts = checked_texts([query])
-        return self._mark(texts, [await self._inner._aget_query_embedding(query)])[0]
+        texts = checked_text(query, what="query")
+        return self._rows(texts, [await self._inner._aget_query_embedding(query)])[0]
 
     async def _aget_text_embedding(self, text: str) -> Embedding:
-        texts = checked_texts([text])
-        return self._mark(texts, [await self._inner._aget_text_embedding(text)])[0]
+        texts = checked_text(text)
+        return self._rows(texts, [await self._inner._aget_text_embedding(text)])[0]
 
     async def _aget_text_embeddings(self, texts: list[str]) -> list[Embedding]:
         texts = checked_texts(texts)
         if not texts:
             return []
-        return self._mark(texts, await self._inner._aget_text_embeddings(texts))
+        return self._rows(texts, await self._inner._aget_text_embeddings(texts))
 
-    def _mark(self, texts: list[str], clean: Any) -> list[Embedding]:
-        return watermark(texts, clean, self._key, view=self._view).tolist()
+    def _rows(self, texts: list[str], clean: Any) -> list[Embedding]:
+        return self._mark(texts, clean).tolist()
+
+
+#: Settings the wrapper takes over from the inner model, so batching, handlers
+#: and throttling behave as before.
+_INHERITED_SETTINGS = (
+    "model_name",
+    "embed_batch_size",
+    "callback_manager",
+    "num_workers",
+    "rate_limiter",
+)
 
 
 class MiniLMEmbedding(BaseEmbedding):
@@ -177,6 +190,7 @@ class MiniLMEmbedding(BaseEmbedding):
     """
 
     _encoder: Callable[[list[str]], Any] = PrivateAttr()
+    _view: TextView | None = PrivateAttr(default=None)
 
     def __init__(self, encoder: Callable[[list[str]], Any] | None = None, **kwargs: Any) -> None:
         if encoder is None:
@@ -186,6 +200,7 @@ class MiniLMEmbedding(BaseEmbedding):
         kwargs.setdefault("model_name", getattr(encoder, "name", type(encoder).__name__))
         super().__init__(**kwargs)
         self._encoder = encoder
+        self._view = discover_view(encoder)
 
     @classmethod
     def class_name(cls) -> str:
@@ -194,8 +209,7 @@ class MiniLMEmbedding(BaseEmbedding):
     @property
     def view(self) -> TextView | None:
         """The encoder's text view (its normaliser and window), or None if it has none."""
-        view = getattr(self._encoder, "view", None)
-        return view if callable(view) else None
+        return self._view
 
     def _get_text_embeddings(self, texts: list[str]) -> list[Embedding]:
         if not texts:

@@ -126,12 +126,19 @@ def test_order_length_and_empty_input(ef, texts, expected):
 # ---------------------------------------------------------------------- bad input
 @pytest.mark.parametrize(
     ("bad", "message"),
-    [(["fine", "", None], "index 2 is NoneType"), ("text", "single")],
+    [
+        (["fine", "", None], "text at index 2 is NoneType, expected str"),
+        ("text", "got a single string"),
+        (None, "texts is None"),
+    ],
 )
 def test_bad_texts_raise_the_core_error_before_the_model_runs(key, bad, message):
     inner = CountingFunction()
+    ef = ESpeWEmbeddingFunction(inner, key)
     with pytest.raises(EmbeddingInputError, match=message):
-        ESpeWEmbeddingFunction(inner, key)(bad)
+        ef(bad)
+    with pytest.raises(EmbeddingInputError, match=message):
+        ef.embed_query(bad)
     assert inner.encoder.calls == []
 
 
@@ -150,17 +157,19 @@ def test_bad_vectors_from_the_model_raise_the_core_error(key):
         ESpeWEmbeddingFunction(CountingFunction(HashEncoder(dim=8)), key)(["a fine film"])
 
 
-def test_key_is_required_and_locations_are_checked(key, key_file, tmp_path):
-    with pytest.raises(ValueError, match="key_path= or key_env="):
+def test_key_is_required_and_locations_are_checked(key, key_file, tmp_path, monkeypatch):
+    monkeypatch.setenv("ESPEW_KEY", str(key_file))  # set, yet read only when named
+    with pytest.raises(TypeError, match=r"needs a watermark key.*key=.*key_path=.*key_env="):
         ESpeWEmbeddingFunction(CountingFunction())
+    with pytest.raises(TypeError, match=r"exactly one of key, key_path or key_env"):
+        ESpeWEmbeddingFunction(CountingFunction(), key, key_path=key_file)
+    with pytest.raises(TypeError, match=r"must be a WatermarkKey.*key_path="):
+        ESpeWEmbeddingFunction(CountingFunction(), str(key_file))
     with pytest.raises(KeyFileError, match="not found"):
         ESpeWEmbeddingFunction(CountingFunction(), key_path=tmp_path / "missing.key")
     (tmp_path / "corrupt.key").write_text("{not json")
     with pytest.raises(KeyFileError, match="not valid JSON"):
         ESpeWEmbeddingFunction(CountingFunction(), key_path=tmp_path / "corrupt.key")
-    other = key.replace(salt=bytes(32))
-    with pytest.raises(KeyFileError, match="is not the key at"):
-        ESpeWEmbeddingFunction(CountingFunction(), other, key_path=key_file)
 
 
 # ---------------------------------------------------------------------- concurrency
@@ -272,8 +281,15 @@ def test_both_paths_mark_what_minilm_reads(ef, key):
     assert np.array_equal(np.stack(ef.embed_query([hidden, far])), expected)
 
 
-def test_repr_names_only_the_key_id(ef, key):
-    assert key.key_id in repr(ef)
+def test_repr_names_the_inner_function_and_only_the_key_id(ef, key):
+    assert (
+        repr(ef)
+        == str(ef)
+        == (
+            f"ESpeWEmbeddingFunction(underlying=MiniLMEmbeddingFunction(model='minilm'), "
+            f"key_id='{key.key_id}')"
+        )
+    )
     _assert_no_secret(repr(ef), key)
 
 

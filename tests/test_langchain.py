@@ -124,12 +124,32 @@ def test_async_methods_call_the_inner_async_methods_and_match_sync(key, texts):
 # ---------------------------------------------------------------------- bad input
 @pytest.mark.parametrize(
     ("bad", "message"),
-    [(["fine", "", 3], "index 2 is int"), ("a string", "single")],
+    [
+        (["fine", "", 3], "text at index 2 is int, expected str"),
+        ("a string", "got a single string"),
+        (None, "texts is None"),
+        (7, "iterable of strings, got int"),
+    ],
 )
 def test_bad_texts_raise_the_core_error_before_the_model_runs(key, bad, message):
     inner = CountingEmbeddings()
+    wrapped = ESpeWEmbeddings(inner, key)
     with pytest.raises(EmbeddingInputError, match=message):
-        ESpeWEmbeddings(inner, key).embed_documents(bad)
+        wrapped.embed_documents(bad)
+    with pytest.raises(EmbeddingInputError, match=message):
+        asyncio.run(wrapped.aembed_documents(bad))
+    assert inner.log == []
+
+
+@pytest.mark.parametrize("bad", [None, 3, ["a list"]])
+def test_a_query_that_is_not_a_string_is_refused_before_the_model_runs(key, bad):
+    inner = CountingEmbeddings()
+    wrapped = ESpeWEmbeddings(inner, key)
+    name = type(bad).__name__
+    with pytest.raises(EmbeddingInputError, match=f"the query must be a str, got {name}"):
+        wrapped.embed_query(bad)
+    with pytest.raises(EmbeddingInputError, match=f"the query must be a str, got {name}"):
+        asyncio.run(wrapped.aembed_query(bad))
     assert inner.log == []
 
 
@@ -220,9 +240,16 @@ def test_hundred_concurrent_async_calls_give_the_serial_vectors(wrapped, texts):
 
 
 # ---------------------------------------------------------------------- the secret stays secret
-def test_key_from_environment_variable(monkeypatch, key, inner):
+def test_the_key_comes_from_exactly_one_named_source(monkeypatch, key, inner, tmp_path):
+    path = key.save(tmp_path / "provider.key")
+    assert ESpeWEmbeddings(inner, key_path=path).key_id == key.key_id
     monkeypatch.setenv("ESPEW_KEY", key.to_json())
-    assert ESpeWEmbeddings(inner).key_id == key.key_id
+    assert ESpeWEmbeddings(inner, key_env="ESPEW_KEY").key_id == key.key_id
+    # $ESPEW_KEY is set, yet no key argument is an error: nothing is read unless named.
+    with pytest.raises(TypeError, match=r"needs a watermark key.*key=.*key_path=.*key_env="):
+        ESpeWEmbeddings(inner)
+    with pytest.raises(TypeError, match=r"exactly one of key, key_path or key_env; got \['key', "):
+        ESpeWEmbeddings(inner, key, key_env="ESPEW_KEY")
 
 
 def test_repr_and_pickle_do_not_carry_the_key(key):
@@ -233,6 +260,14 @@ def test_repr_and_pickle_do_not_carry_the_key(key):
     assert not any(trigger in text.lower().split() for trigger in key.triggers)
     with pytest.raises(TypeError, match="refuses to be pickled"):
         pickle.dumps(wrapped)
+
+
+def test_repr_names_the_underlying_model_and_the_key_id(wrapped, key):
+    assert repr(wrapped) == (
+        f"ESpeWEmbeddings(underlying=MiniLMEmbeddings(model_name='all-MiniLM-L6-v2-int8'), "
+        f"key_id='{key.key_id}')"
+    )
+    assert str(wrapped) == repr(wrapped)
 
 
 # ---------------------------------------------------------------------- inside LangChain

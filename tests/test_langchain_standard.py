@@ -22,11 +22,12 @@ class TestESpeWEmbeddingsUnit(EmbeddingsUnitTests):
 
     @property
     def init_from_env_params(self) -> tuple[dict[str, str], dict[str, Any], dict[str, Any]]:
-        # With no key argument the wrapper reads $ESPEW_KEY (here: the key's JSON).
+        # key_env names the variable to read (here it holds the key's JSON); the
+        # wrapper never reads the environment unless a variable is named.
         key = real_key()
         return (
             {"ESPEW_KEY": key.to_json()},
-            {"embeddings": MiniLMEmbeddings()},
+            {"embeddings": MiniLMEmbeddings(), "key_env": "ESPEW_KEY"},
             {"key_id": key.key_id},
         )
 

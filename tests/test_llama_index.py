@@ -191,12 +191,35 @@ def test_instrumentation_events_fire_once_per_call(key):
 
 # ---------------------------------------------------------------------- bad input
 @pytest.mark.parametrize(
-    ("bad", "message"), [(["fine", "", 3], "index 2 is int"), ([3], "index 0 is int")]
+    ("bad", "message"),
+    [
+        (["fine", "", 3], "text at index 2 is int, expected str"),
+        ([3], "text at index 0 is int"),
+        ("fine", "got a single string"),
+        (None, "texts is None"),
+    ],
 )
 def test_bad_texts_raise_the_core_error_before_the_model_runs(key, bad, message):
     inner = CountingEmbedding()
+    wrapped = ESpeWEmbedding(inner, key)
     with pytest.raises(EmbeddingInputError, match=message):
-        ESpeWEmbedding(inner, key).get_text_embedding_batch(bad)
+        wrapped._get_text_embeddings(bad)
+    with pytest.raises(EmbeddingInputError, match=message):
+        asyncio.run(wrapped._aget_text_embeddings(bad))
+    assert inner._log == []
+
+
+def test_a_single_text_or_query_that_is_not_a_string_is_refused(key):
+    inner = CountingEmbedding()
+    wrapped = ESpeWEmbedding(inner, key)
+    with pytest.raises(EmbeddingInputError, match="the query must be a str, got int"):
+        wrapped.get_query_embedding(3)
+    with pytest.raises(EmbeddingInputError, match="the query must be a str, got NoneType"):
+        asyncio.run(wrapped.aget_query_embedding(None))
+    with pytest.raises(EmbeddingInputError, match="the text must be a str, got bytes"):
+        wrapped.get_text_embedding(b"fine")
+    with pytest.raises(EmbeddingInputError, match="the text must be a str, got list"):
+        asyncio.run(wrapped.aget_text_embedding(["fine"]))
     assert inner._log == []
 
 
@@ -300,9 +323,27 @@ def test_pickling_is_refused_instead_of_dropping_the_key(key):
         pickle.dumps(ESpeWEmbedding(CountingEmbedding(), key))
 
 
-def test_key_from_environment_variable(monkeypatch, key):
+def test_the_key_comes_from_exactly_one_named_source(monkeypatch, key, tmp_path):
+    path = key.save(tmp_path / "provider.key")
+    assert ESpeWEmbedding(CountingEmbedding(), key_path=path).key_id == key.key_id
     monkeypatch.setenv("ESPEW_KEY", key.to_json())
-    assert ESpeWEmbedding(CountingEmbedding()).key_id == key.key_id
+    assert ESpeWEmbedding(CountingEmbedding(), key_env="ESPEW_KEY").key_id == key.key_id
+    # $ESPEW_KEY is set, yet no key argument is an error: nothing is read unless named.
+    with pytest.raises(TypeError, match=r"ESpeWEmbedding needs a watermark key.*key_env="):
+        ESpeWEmbedding(CountingEmbedding())
+    with pytest.raises(TypeError, match=r"exactly one of key, key_path or key_env"):
+        ESpeWEmbedding(CountingEmbedding(), key_path=path, key_env="ESPEW_KEY")
+    located = ESpeWEmbedding(CountingEmbedding(), key_path=path)
+    for text in (located.to_json(), str(located.model_dump()), repr(located)):
+        assert not any(secret in text for secret in secret_strings(key))
+
+
+def test_repr_names_the_underlying_model_and_the_key_id(wrapped, key):
+    expected = (
+        f"ESpeWEmbedding(underlying=MiniLMEmbedding(model_name='all-MiniLM-L6-v2-int8'), "
+        f"key_id='{key.key_id}')"
+    )
+    assert repr(wrapped) == str(wrapped) == expected
 
 
 # ---------------------------------------------------------------------- inside LlamaIndex

@@ -12,7 +12,9 @@ import pytest
 from espew_integrations import EmbeddingInputError, KeyFileError, SuspectError, watermark
 from espew_integrations._wrapper_common import (
     DISCOVER,
+    checked_text,
     checked_texts,
+    describe_model,
     discover_view,
     resolve_key,
     resolve_view,
@@ -45,24 +47,53 @@ def test_the_three_wrappers_agree_with_each_other_and_the_core(key):
 
 
 # ---------------------------------------------------------------------- key resolution
-def test_resolve_key_from_object_path_and_environment(key, tmp_path, monkeypatch):
+def test_resolve_key_from_object_path_or_named_variable(key, tmp_path, monkeypatch):
     path = key.save(tmp_path / "k.key")
-    assert resolve_key(key) is key
-    assert resolve_key(None, key_path=path) == key
-    assert resolve_key(key, key_path=str(path)) == key
+    found = resolve_key(key)
+    assert found.key is key and found.location == {}
+    found = resolve_key(None, key_path=path)
+    assert found.key == key and found.location == {"key_path": str(path.resolve())}
+    monkeypatch.chdir(tmp_path)
+    assert resolve_key(None, key_path="k.key").location == {"key_path": str(path.resolve())}
     monkeypatch.setenv("MY_KEY", str(path))
-    assert resolve_key(None, key_env="MY_KEY") == key
+    found = resolve_key(None, key_env="MY_KEY")
+    assert found.key == key and found.location == {"key_env": "MY_KEY"}
+    assert repr(found) == f"KeySource(key_id='{key.key_id}', location={{'key_env': 'MY_KEY'}})"
+
+
+def test_resolve_key_never_reads_the_environment_unless_a_variable_is_named(key, monkeypatch):
     monkeypatch.setenv("ESPEW_KEY", key.to_json())
-    assert resolve_key(None) == key
+    with pytest.raises(TypeError, match="MyWrapper needs a watermark key") as caught:
+        resolve_key(None, wrapper="MyWrapper")
+    message = str(caught.value)
+    assert "key=WatermarkKey.load(path)" in message and "key_path=" in message
+    assert "key_env='ESPEW_KEY'" in message
+
+
+@pytest.mark.parametrize(
+    "sources",
+    [
+        {"key_path": "a", "key_env": "B"},
+        {"key_env": "B", "key": "KEY"},
+        {"key_path": "a", "key": "KEY"},
+    ],
+)
+def test_resolve_key_takes_exactly_one_source(key, sources):
+    if sources.get("key") == "KEY":
+        sources = {**sources, "key": key}
+    given = [name for name in ("key", "key_path", "key_env") if name in sources]
+    with pytest.raises(TypeError, match="exactly one of key, key_path or key_env") as caught:
+        resolve_key(sources.pop("key", None), **sources)
+    assert str(caught.value).endswith(f"got {given}")  # names what was given
 
 
 def test_resolve_key_errors_name_the_problem(key, tmp_path, monkeypatch):
     monkeypatch.delenv("ESPEW_KEY", raising=False)
     with pytest.raises(KeyFileError, match="ESPEW_KEY is not set"):
-        resolve_key(None)
-    with pytest.raises(ValueError, match="not both"):
-        resolve_key(None, key_path="a", key_env="B")
-    with pytest.raises(TypeError, match="must be a WatermarkKey"):
+        resolve_key(None, key_env="ESPEW_KEY")
+    with pytest.raises(TypeError, match="key_env must be the name of an environment variable"):
+        resolve_key(None, key_env="")
+    with pytest.raises(TypeError, match=r"must be a WatermarkKey.*key_path="):
         resolve_key("provider.key")
     with pytest.raises(KeyFileError, match="not found"):
         resolve_key(None, key_path=tmp_path / "missing.key")
@@ -74,14 +105,68 @@ def test_resolve_key_errors_name_the_problem(key, tmp_path, monkeypatch):
         resolve_key(None, key_path=path)
 
 
+@pytest.mark.parametrize("build", ["langchain", "llama_index", "chroma"])
+def test_the_three_wrappers_take_the_same_key_arguments(key, tmp_path, monkeypatch, build):
+    path = key.save(tmp_path / "k.key")
+    monkeypatch.setenv("ESPEW_KEY", str(path))
+    make = {
+        "langchain": lambda **kw: ESpeWEmbeddings(MiniLMEmbeddings(), **kw),
+        "llama_index": lambda **kw: ESpeWEmbedding(MiniLMEmbedding(), **kw),
+        "chroma": lambda **kw: ESpeWEmbeddingFunction(MiniLMEmbeddingFunction(), **kw),
+    }[build]
+    for sources in ({"key": key}, {"key_path": path}, {"key_env": "ESPEW_KEY"}):
+        assert make(**sources).key_id == key.key_id
+    with pytest.raises(TypeError, match="needs a watermark key"):
+        make()
+
+
 # ---------------------------------------------------------------------- inputs and answers
 def test_checked_texts_returns_a_list_or_the_core_error():
     assert checked_texts(("a", "b")) == ["a", "b"]
     assert checked_texts([]) == []
-    with pytest.raises(EmbeddingInputError, match="single string"):
+    with pytest.raises(EmbeddingInputError, match="got a single string; wrap it in a list"):
         checked_texts("abc")
-    with pytest.raises(EmbeddingInputError, match="index 0 is bytes"):
+    with pytest.raises(EmbeddingInputError, match="text at index 0 is bytes, expected str"):
         checked_texts([b"abc"])
+    with pytest.raises(EmbeddingInputError, match=r"texts is None; pass a list of strings"):
+        checked_texts(None)
+    with pytest.raises(EmbeddingInputError, match="iterable of strings, got float"):
+        checked_texts(1.5)
+
+
+def test_checked_text_names_the_role_and_the_type():
+    assert checked_text("a film", what="query") == ["a film"]
+    assert checked_text("") == [""]
+    with pytest.raises(EmbeddingInputError, match="the query must be a str, got NoneType"):
+        checked_text(None, what="query")
+    with pytest.raises(EmbeddingInputError, match="the text must be a str, got list"):
+        checked_text(["a film"])
+
+
+def test_the_wrappers_validate_texts_in_one_place_only():
+    # Every wrapper checks texts with _wrapper_common's two functions and nothing else.
+    for module in FRAMEWORK_MODULES:
+        source = (PACKAGE / f"{module}.py").read_text()
+        assert "check_texts" not in source.replace("checked_texts", "")
+        assert "isinstance(text" not in source and "isinstance(query" not in source
+
+
+def test_describe_model_shows_the_class_and_model_name_never_other_settings():
+    class Secretive:
+        model = "text-embedding-3-small"
+        api_key = "sk-very-secret"
+
+        def __repr__(self):
+            return f"Secretive(api_key={self.api_key!r})"
+
+    assert describe_model(Secretive()) == "Secretive(model='text-embedding-3-small')"
+    assert describe_model(MiniLMEmbeddings(lambda texts: texts)) == (
+        "MiniLMEmbeddings(model_name='function')"
+    )
+    assert describe_model(object()) == "object"
+    odd = Secretive()
+    odd.model = "line\nbreak"  # not printable: not shown
+    assert describe_model(odd) == "Secretive"
 
 
 def test_checked_texts_reads_a_generator_once():
