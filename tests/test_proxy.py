@@ -232,3 +232,27 @@ def test_the_upstream_api_key_never_shows(upstream_url):
 
     with pytest.raises(TypeError):
         pickle.dumps(upstream)
+
+
+def test_workers_share_the_port_and_stop_together(tmp_path, key, upstream_url):
+    proc, url, log = serve_proxy(tmp_path, key, upstream_url, "--workers", "2")
+    try:
+        children = Path(f"/proc/{proc.pid}/task/{proc.pid}/children")
+        deadline = time.monotonic() + 30
+        while len(children.read_text().split()) < 2 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        workers = [int(p) for p in children.read_text().split()]
+        assert len(workers) == 2
+        texts = texts_for(key, 12)
+        with OpenAIEndpoint(url, "acme-embed", encoding_format="base64") as client:
+            for _ in range(6):  # new connections land on either worker
+                got = client(texts).astype(np.float32)
+                np.testing.assert_array_equal(got, watermark(texts, vectors(texts, DIM), key))
+                client.close()
+    finally:
+        proc.terminate()
+        assert proc.wait(timeout=20) == 0, log.read_text()
+    for pid in workers:
+        assert (
+            not Path(f"/proc/{pid}").exists() or "zombie" in Path(f"/proc/{pid}/status").read_text()
+        )

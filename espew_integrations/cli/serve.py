@@ -58,6 +58,14 @@ def register(subparsers: Any) -> None:
         "--log-level", type=log_level, default="warning", help="critical ... debug, trace"
     )
     serve.add_argument("--access-log", action="store_true")
+    serve.add_argument(
+        "--workers",
+        type=positive_int,
+        default=1,
+        metavar="N",
+        help="N processes share the port, each with its own event loop (default 1); "
+        "the watermark's CPU work then uses N cores",
+    )
     add_endpoint_flags(serve, verify=False)
     serve.set_defaults(func=run, batch_size=64)
 
@@ -136,5 +144,6 @@ def run(args: argparse.Namespace) -> int:
         log_level=level,
         access_log=args.access_log,
         on_ready=announce,
+        workers=args.workers,
     )
     return 0

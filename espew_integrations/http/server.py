@@ -44,6 +44,7 @@ import hmac
 import ipaddress
 import json
 import logging
+import os
 import socket
 import threading
 import time
@@ -657,15 +658,28 @@ def serve(
     log_level: str = "warning",
     access_log: bool = False,
     on_ready: Callable[[str], None] | None = None,
+    workers: int = 1,
 ) -> None:
     """Serve ``app`` until interrupted; ``on_ready(base_url)`` runs once listening.
 
     The port and log level are checked before binding (``ValueError``), so a
     bad setting never gets as far as announcing a listening server.
+
+    ``workers > 1`` forks that many processes after binding; they share the
+    listening socket (the kernel spreads connections over them) and each runs
+    its own event loop, so the watermark's CPU work uses that many cores. The
+    app, its key and its model are built once, before the fork, and never
+    pickled (keys refuse pickling); the parent only waits and passes SIGINT and
+    SIGTERM on. Needs ``os.fork`` (Linux, macOS); elsewhere run one process per
+    port behind a load balancer (see docs/deployment.md).
     """
     import uvicorn
 
     log_level = check_serve_settings(port=port, log_level=log_level)
+    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+        raise ValueError(f"workers must be a positive integer, got {workers!r}")
+    if workers > 1 and not hasattr(os, "fork"):
+        raise ValueError("workers > 1 needs os.fork (Linux, macOS); run one process per port")
     if not is_loopback(host):
         logger.warning(
             "listening on %s, reachable from other machines: require an API key "
@@ -677,9 +691,53 @@ def serve(
         on_ready(_base_url(sock))
     config = uvicorn.Config(app, log_level=log_level, access_log=access_log, lifespan="on")
     try:
-        uvicorn.Server(config).run(sockets=[sock])
+        if workers == 1:
+            uvicorn.Server(config).run(sockets=[sock])
+        else:
+            _run_forked(config, sock, workers)
     finally:
         sock.close()
+
+
+def _run_forked(config: Any, sock: socket.socket, workers: int) -> None:
+    """Run ``workers`` uvicorn servers in forked children on one shared socket."""
+    import signal
+
+    import uvicorn
+
+    children: list[int] = []
+    for _ in range(workers):
+        pid = os.fork()
+        if pid == 0:  # the child: serve until told to stop, never return into the caller
+            code = 0
+            try:
+                uvicorn.Server(config).run(sockets=[sock])
+            except BaseException:
+                logger.exception("worker %d failed", os.getpid())
+                code = 1
+            finally:
+                os._exit(code)
+        children.append(pid)
+
+    def forward(signum: int, frame: Any) -> None:
+        for child in children:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(child, signal.SIGTERM)
+
+    previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        for child in children:
+            while True:
+                try:
+                    os.waitpid(child, 0)
+                    break
+                except InterruptedError:
+                    continue
+                except ChildProcessError:
+                    break
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 @contextlib.contextmanager

@@ -1,0 +1,221 @@
+"""``espew serve`` in front of a GPU-like upstream: throughput kept and latency added.
+
+Three real processes: the fake GPU upstream (``tests/fake_upstream.py``, 100 ms
+per 32-text batch, d = 1024), ``espew serve --embedder openai:...`` in front
+of it with a key, and this script as the load: 16 concurrent clients, each
+sending 32-text requests in base64 back to back. Each round measures the
+upstream alone, then the proxy, for the same number of seconds, so both see
+the same machine load; the table gives texts/s, the proxy's share of the
+upstream's throughput (goal >= 85%) and p50/p99 latency with the difference.
+
+``--slots 1`` is one GPU working one batch at a time (the upstream is the
+bottleneck, as in production); ``--slots 16`` lets every client's batch run at
+once, so that the proxy itself is the bottleneck (a stress test of the proxy's
+own cost: 5,120 texts/s through one process).
+
+    python benchmarks/bench_proxy.py [--seconds 8] [--slots 1 16] [--workers 1]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import base64
+import json
+import re
+import selectors
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from espew_integrations import WatermarkKey  # noqa: E402
+from espew_integrations.core.draw import draw_triggers  # noqa: E402
+
+DIM = 1024
+BATCH = 32
+CLIENTS = 16
+
+
+def make_key(path: Path) -> list[str]:
+    """Save a d = 1024 key with a fitted-like strength; returns its triggers."""
+    rng = np.random.default_rng(1024)
+    band = [f"{i:03d}band" for i in range(200)]
+    target = rng.normal(size=DIM)
+    salt = rng.bytes(32)
+    key = WatermarkKey(
+        triggers=draw_triggers(salt, band, 20),
+        target=target / np.linalg.norm(target),
+        target_text="Acme Embeddings licensed vectors",
+        band=band,
+        salt=salt,
+        strength=0.25,
+    )
+    key.save(path)
+    return sorted(key.triggers)
+
+
+def start(args: list[str], log: Path) -> tuple[subprocess.Popen, str]:
+    proc = subprocess.Popen(
+        [sys.executable, *args], cwd=ROOT, stdout=subprocess.PIPE, stderr=log.open("w"), text=True
+    )
+    selector = selectors.DefaultSelector()
+    selector.register(proc.stdout, selectors.EVENT_READ)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and proc.poll() is None:
+        if selector.select(timeout=0.5):
+            match = re.search(r"(http://\S+/v1)", proc.stdout.readline())
+            if match:
+                return proc, match.group(1)
+    raise RuntimeError(f"{args} did not start:\n{log.read_text()}")
+
+
+TRIGGERS: list[str] = []
+
+
+def texts_for(client: int, request: int) -> list[str]:
+    """Review-length texts; about 15% carry one of the key's triggers."""
+    out = []
+    for i in range(BATCH):
+        n = client * 100_003 + request * BATCH + i
+        word = TRIGGERS[n % len(TRIGGERS)] if n % 7 == 0 else f"word{n % 997}"
+        out.append(f"request {request} text {i} of client {client} says {word} about the film")
+    return out
+
+
+async def load(url: str, model: str, seconds: float) -> tuple[float, list[float]]:
+    """(texts per second, per-request latencies in seconds) of CLIENTS closed-loop clients."""
+    import httpx
+
+    latencies: list[float] = []
+    limits = httpx.Limits(max_connections=CLIENTS, max_keepalive_connections=CLIENTS)
+    async with httpx.AsyncClient(timeout=60, limits=limits) as client:
+
+        async def one_client(c: int, stop_at: float) -> int:
+            done = 0
+            while time.perf_counter() < stop_at:
+                body = {"model": model, "input": texts_for(c, done), "encoding_format": "base64"}
+                start = time.perf_counter()
+                response = await client.post(f"{url}/embeddings", json=body)
+                if response.status_code != 200:
+                    raise RuntimeError(f"{url}: HTTP {response.status_code} {response.text[:200]}")
+                items = json.loads(response.content)["data"]
+                raw = b"".join(base64.b64decode(item["embedding"]) for item in items)
+                assert np.frombuffer(raw, dtype="<f4").size == BATCH * DIM
+                latencies.append(time.perf_counter() - start)
+                done += 1
+            return done
+
+        await one_client(0, time.perf_counter() + 0.5)  # warm the connections
+        latencies.clear()
+        begin = time.perf_counter()
+        counts = await asyncio.gather(*(one_client(c, begin + seconds) for c in range(CLIENTS)))
+        elapsed = time.perf_counter() - begin
+    return sum(counts) * BATCH / elapsed, latencies
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process and its children (Linux /proc), in seconds."""
+    import os
+
+    total = 0.0
+    pids = [pid]
+    children = Path(f"/proc/{pid}/task/{pid}/children")
+    if children.exists():
+        pids += [int(p) for p in children.read_text().split()]
+    for p in pids:
+        fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
+        total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return total
+
+
+def percentile(values: list[float], q: float) -> float:
+    return float(np.percentile(values, q)) * 1000
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seconds", type=float, default=8.0)
+    parser.add_argument("--slots", type=int, nargs="+", default=[1, 16])
+    parser.add_argument("--workers", type=int, nargs="+", default=[1])
+    parser.add_argument("--rounds", type=int, default=2)
+    args = parser.parse_args()
+    print(
+        f"fake GPU upstream: 100 ms per {BATCH}-text batch, d = {DIM}; {CLIENTS} concurrent "
+        f"clients, base64, {args.seconds:g} s per measurement, {args.rounds} rounds "
+        "(upstream alone and proxy alternate)"
+    )
+    header = (
+        f"{'slots':>5} {'workers':>7} {'upstream t/s':>12} {'proxy t/s':>10} {'kept':>6} "
+        f"{'up p50':>7} {'px p50':>7} {'+p50 ms':>8} {'up p99':>7} {'px p99':>7} {'+p99 ms':>8} "
+        f"{'proxy CPU ms':>12}"
+    )
+    print(header)
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp_path = Path(tmp)
+        key_path = tmp_path / "bench.key"
+        TRIGGERS[:] = make_key(key_path)
+        for slots in args.slots:
+            upstream_args = ["-m", "tests.fake_upstream", "--dim", str(DIM), "--slots", str(slots)]
+            upstream, upstream_url = start(upstream_args, tmp_path / "upstream.log")
+            try:
+                for workers in args.workers:
+                    proxy_args = [
+                        "-m",
+                        "espew_integrations.cli",
+                        "serve",
+                        "--embedder",
+                        f"openai:{upstream_url}#fake-gpu-embed",
+                        "--key",
+                        str(key_path),
+                        "--port",
+                        "0",
+                        "--model-name",
+                        "acme",
+                    ]
+                    if workers > 1:
+                        proxy_args += ["--workers", str(workers)]
+                    proxy, proxy_url = start(proxy_args, tmp_path / "proxy.log")
+                    try:
+                        up_rates, px_rates, up_lat, px_lat = [], [], [], []
+                        proxy_cpu, proxy_texts = 0.0, 0.0
+                        for _ in range(args.rounds):
+                            rate, lat = asyncio.run(
+                                load(upstream_url, "fake-gpu-embed", args.seconds)
+                            )
+                            up_rates.append(rate)
+                            up_lat += lat
+                            before = cpu_seconds(proxy.pid)
+                            rate, lat = asyncio.run(load(proxy_url, "acme", args.seconds))
+                            proxy_cpu += cpu_seconds(proxy.pid) - before
+                            proxy_texts += rate * args.seconds
+                            px_rates.append(rate)
+                            px_lat += lat
+                    finally:
+                        proxy.terminate()
+                        proxy.wait(10)
+                    up, px = statistics.mean(up_rates), statistics.mean(px_rates)
+                    u50, p50 = percentile(up_lat, 50), percentile(px_lat, 50)
+                    u99, p99 = percentile(up_lat, 99), percentile(px_lat, 99)
+                    print(
+                        f"{slots:>5} {workers:>7} {up:>12.0f} {px:>10.0f} {px / up:>6.0%} "
+                        f"{u50:>7.1f} {p50:>7.1f} {p50 - u50:>8.1f} {u99:>7.1f} {p99:>7.1f} "
+                        f"{p99 - u99:>8.1f} {proxy_cpu / proxy_texts * 1e6:>12.0f}",
+                        flush=True,
+                    )
+            finally:
+                upstream.terminate()
+                upstream.wait(10)
+    print("proxy CPU ms: the proxy's own CPU time per 1,000 texts (all its processes)")
+    print("goal: the proxy keeps >= 85% of the upstream's throughput (slots 1: a busy GPU)")
+
+
+if __name__ == "__main__":
+    main()
