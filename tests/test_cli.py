@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import re
 import socket
 import stat
 import subprocess
@@ -23,7 +24,6 @@ from espew_integrations.cli import (
     EXIT_USAGE,
     build_parser,
     main,
-    read_texts,
 )
 from espew_integrations.embedders import minilm
 
@@ -157,11 +157,14 @@ def test_embed_takes_the_key_from_the_environment(tmp_path, key_path, monkeypatc
     assert np.load(out).shape == (2, 384)
 
 
-def test_read_texts_names_a_missing_csv_column(tmp_path):
+def test_a_missing_csv_column_is_named_with_the_columns(tmp_path, key_path, capsys):
     path = tmp_path / "t.csv"
     path.write_text("a,b\n1,2\n")
-    with pytest.raises(Exception, match=r"no column 'text'.*\['a', 'b'\]"):
-        read_texts(path)
+    out = tmp_path / "m.npy"
+    command = ["embed", "--key", str(key_path), "--input", str(path), "--out", str(out)]
+    assert main(command) == EXIT_USAGE
+    assert re.search(r"no column 'text'.*\['a', 'b'\]", capsys.readouterr().err)
+    assert not out.exists()
 
 
 # ---------------------------------------------------------------------- verify

@@ -52,7 +52,6 @@ from .common import (
     load_key,
 )
 from .redact import scrub, secret_values
-from .texts import read_texts
 
 __all__ = [
     "COMMANDS",
@@ -64,7 +63,6 @@ __all__ = [
     "build_parser",
     "load_key",
     "main",
-    "read_texts",
     "resolve_embedder",
 ]
 

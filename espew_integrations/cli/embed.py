@@ -10,9 +10,9 @@ from typing import IO, Any
 import numpy as np
 
 from ..models import resolve_embedder
+from ..textfiles import read_text_file
 from .common import UsageError, endpoint_options, load_key, positive_int, progress
 from .files import prepare_out_file, write_atomically
-from .texts import read_texts
 
 __all__ = ["register"]
 
@@ -58,7 +58,7 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"--out must end in .npy or .jsonl, got {out.name}")
     prepare_out_file(out, force=args.force)
     key = load_key(args.key)
-    texts = read_texts(args.input, column=args.text_column)
+    texts = read_text_file(args.input, text_field=args.text_column).texts
     embed, name = resolve_embedder(args.embedder, **endpoint_options(args))
     parts = []
     with progress(len(texts), f"embedding with {name}", "text", not args.no_progress) as bar:

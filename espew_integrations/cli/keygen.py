@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from ..models import resolve_embedder
+from ..textfiles import read_text_file
 from .common import (
     UsageError,
     counting,
@@ -16,7 +17,6 @@ from .common import (
     positive_int,
     progress,
 )
-from .texts import read_texts
 
 __all__ = ["BUNDLED_CORPORA", "register"]
 
@@ -100,7 +100,7 @@ def _corpus_texts(args: argparse.Namespace) -> Sequence[str]:
         from ..corpora import load_corpus
 
         return load_corpus(args.corpus).texts
-    return read_texts(args.corpus, column=args.text_column)
+    return read_text_file(args.corpus, text_field=args.text_column).texts
 
 
 def run(args: argparse.Namespace) -> int:

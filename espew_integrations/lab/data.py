@@ -10,13 +10,12 @@ ever downloads unless a config names ``hf:``.
 
 from __future__ import annotations
 
-import csv
-import json
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from ..corpora import Corpus, build_corpus, load_corpus
+from ..textfiles import read_text_file
 
 __all__ = ["Corpus", "load_data", "load_file", "load_hf"]
 
@@ -69,49 +68,17 @@ def _looks_like_path(value: str) -> bool:
 def load_file(
     path: str | Path, *, text_field: str | None = None, label_field: str | None = None
 ) -> Corpus:
-    """Read texts (and labels, if any) from a ``.txt``, ``.csv`` or ``.jsonl`` file.
+    """A corpus from a ``.txt``, ``.csv`` or ``.jsonl`` file, read by the library's one
+    reader (:func:`espew_integrations.textfiles.read_text_file`).
 
-    ``.txt``: one text per non-empty line, no labels. ``.csv``/``.jsonl``: the
-    text column is ``text_field`` (default ``"text"``) and the label column
-    ``label_field`` (default ``"label"`` when present). Unlabelled corpora give
-    every text label 0; downstream accuracy is then skipped by the runner.
+    Unlabelled files give every text label 0; downstream accuracy is then
+    skipped by the runner.
 
     >>> load_file("reviews.jsonl", label_field="stars")  # doctest: +SKIP
     """
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"data file not found: {path}")
-    suffix = path.suffix.lower()
-    text_field = text_field or "text"
-    if suffix == ".txt":
-        texts = [line.strip() for line in path.read_text(encoding="utf-8").splitlines()]
-        rows = [(t, "") for t in texts if t]
-        return build_corpus(path.stem, rows)
-    if suffix == ".csv":
-        with path.open(encoding="utf-8", newline="") as handle:
-            records = list(csv.DictReader(handle))
-    elif suffix in (".jsonl", ".json"):
-        records = []
-        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-            if line.strip():
-                try:
-                    records.append(json.loads(line))
-                except json.JSONDecodeError as exc:
-                    raise ValueError(f"{path}:{number} is not valid JSON: {exc.msg}") from None
-    else:
-        raise ValueError(f"unsupported data file type {suffix!r}; use .txt, .csv or .jsonl")
-    if records and text_field not in records[0]:
-        raise ValueError(
-            f"{path} has no column {text_field!r} (columns: {sorted(records[0])}); "
-            "set text_field in the data config"
-        )
-    if label_field is None and records and "label" in records[0]:
-        label_field = "label"
-    rows = [
-        (str(r.get(text_field) or ""), "" if label_field is None else str(r.get(label_field, "")))
-        for r in records
-    ]
-    return build_corpus(path.stem, rows)
+    read = read_text_file(path, text_field=text_field, label_field=label_field)
+    labels = read.labels if read.labels is not None else [""] * len(read.texts)
+    return build_corpus(Path(path).stem, list(zip(read.texts, labels, strict=True)))
 
 
 def load_hf(
