@@ -47,6 +47,7 @@ from .core.adapters import register_suspect_adapter
 from .core.errors import ESpeWError, KeyFileError
 from .core.key import WatermarkKey
 from .core.text import TextView
+from .models import MODEL_NAMES, canonical_model_name, load_model
 
 __all__ = ["ESpeWEmbeddingFunction", "MiniLMEmbeddingFunction"]
 
@@ -231,32 +232,26 @@ class MiniLMEmbeddingFunction(EmbeddingFunction[Documents]):
 
     Chroma's own default function downloads its model at first use; this one
     runs the library's bundled all-MiniLM-L6-v2 (``model="minilm"``) or
-    paraphrase-MiniLM-L3-v2 (``model="paraphrase-minilm-l3"``), and its config
-    rebuilds it in any process. :attr:`view` is the model's text view, which
-    :class:`ESpeWEmbeddingFunction` uses to match triggers on what it reads.
+    paraphrase-MiniLM-L3-v2 (``model="paraphrase-minilm-l3"``), named and
+    loaded by the library's one model registry (:mod:`espew_integrations.models`),
+    and its config rebuilds it in any process. :attr:`view` is the model's text
+    view, which :class:`ESpeWEmbeddingFunction` uses to match triggers on what
+    it reads.
 
     >>> ef = MiniLMEmbeddingFunction()  # doctest: +SKIP
     >>> client.create_collection("docs", embedding_function=ef)  # doctest: +SKIP
     """
 
-    _MODELS = ("minilm", "paraphrase-minilm-l3")
-
     def __init__(self, model: str = "minilm") -> None:
-        if model not in self._MODELS:
-            raise ValueError(f"model must be one of {self._MODELS}, got {model!r}")
-        from . import embedders
-
-        self._model = model
-        self._encoder = (
-            embedders.minilm() if model == "minilm" else embedders.paraphrase_minilm_l3()
-        )
+        self._model = _model_name(model)
+        self._encoder = load_model(self._model)
 
     def __call__(self, input: Documents) -> Embeddings:
         return list(self._encoder(list(input)))
 
     @property
     def model(self) -> str:
-        """The bundled model's spec, as given to the constructor and persisted."""
+        """The bundled model's name in the registry's one spelling, as persisted."""
         return self._model
 
     @property
@@ -278,14 +273,18 @@ class MiniLMEmbeddingFunction(EmbeddingFunction[Documents]):
 
     @staticmethod
     def validate_config(config: dict[str, Any]) -> None:
-        model = config.get("model", "minilm")
-        if model not in MiniLMEmbeddingFunction._MODELS:
-            raise ValueError(
-                f"model must be one of {MiniLMEmbeddingFunction._MODELS}, got {model!r}"
-            )
+        _model_name(config.get("model", "minilm"))
 
     def default_space(self) -> Space:
         return "cosine"  # the encoder returns unit vectors
+
+
+def _model_name(model: Any) -> str:
+    """The registry's canonical spelling of a bundled model, or a ValueError listing them."""
+    canonical = canonical_model_name(model) if isinstance(model, str) else None
+    if canonical is None:
+        raise ValueError(f"model must be one of {MODEL_NAMES}, got {model!r}")
+    return canonical
 
 
 def _as_matrix(embeddings: Any) -> Any:

@@ -207,6 +207,21 @@ def test_registered_and_config_names_only_where_the_key_lives(ef, key, key_file)
     _assert_no_secret(json.dumps(config), key)
 
 
+def test_the_offline_function_names_models_as_the_registry_does():
+    from espew_integrations.models import MODEL_NAMES
+
+    assert MiniLMEmbeddingFunction().get_config() == {"model": "minilm"}
+    for name in MODEL_NAMES:
+        MiniLMEmbeddingFunction.validate_config({"model": name})
+    # The registry's alias spelling is accepted and persisted in the canonical one.
+    MiniLMEmbeddingFunction.validate_config({"model": "paraphrase_minilm_l3"})
+    for bad in ("bert", None, {"config": 1}):
+        with pytest.raises(ValueError, match=r"model must be one of \('minilm', "):
+            MiniLMEmbeddingFunction.validate_config({"model": bad})
+    with pytest.raises(ValueError, match="got 'bert'"):
+        MiniLMEmbeddingFunction("bert")
+
+
 def test_build_from_config_rebuilds_the_same_function(ef, texts, expected):
     rebuilt = ESpeWEmbeddingFunction.build_from_config(ef.get_config())
     assert isinstance(rebuilt.inner, MiniLMEmbeddingFunction)
