@@ -655,3 +655,48 @@ def test_private_detail_goes_only_to_its_own_directory(key_path, suspects, tmp_p
         "PRIVATE-word-scores.json",
     ]
     assert "never share" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------------- one language
+KEYGEN_REQUIRED = ["keygen", "--corpus", "c.txt", "--target-text", "t", "--out", "k.key"]
+
+
+@pytest.mark.parametrize("band", [["0.01", "0.03"], ["0.01,0.03"], ["0.01, 0.03"]])
+def test_freq_band_takes_low_high_in_either_spelling(band):
+    args = build_parser().parse_args([*KEYGEN_REQUIRED, "--freq-band", *band])
+    assert args.freq_band == (0.01, 0.03)
+
+
+@pytest.mark.parametrize("band", [["0.03", "0.01"], ["0.01"], ["a,b"], ["0.1", "0.2", "0.3"]])
+def test_a_bad_freq_band_is_a_usage_error_that_says_why(band, capsys):
+    assert main([*KEYGEN_REQUIRED, "--freq-band", *band]) == EXIT_USAGE
+    assert "--freq-band" in capsys.readouterr().err
+
+
+def test_model_and_min_cos_are_hidden_aliases(capsys):
+    args = build_parser().parse_args(
+        [*KEYGEN_REQUIRED, "--model", "paraphrase_minilm_l3", "--min-cos", "0.99"]
+    )
+    assert args.embedder == "paraphrase_minilm_l3" and args.min_cosine == 0.99
+    assert main(["keygen", "--help"]) == 0
+    shown = capsys.readouterr().out
+    assert "--embedder" in shown and "--min-cosine" in shown
+    assert "--model" not in shown and "--min-cos " not in shown
+
+
+def test_keygen_defaults_are_the_library_defaults():
+    """`espew keygen` and WatermarkKey.generate make the same key from the same inputs."""
+    import inspect
+
+    from espew_integrations.core.keygen import generate
+
+    args = build_parser().parse_args(KEYGEN_REQUIRED)
+    defaults = {
+        name: parameter.default
+        for name, parameter in inspect.signature(generate).parameters.items()
+        if parameter.default is not inspect.Parameter.empty
+    }
+    for name in ("n_triggers", "alpha", "strength", "min_cosine", "selection", "seed"):
+        assert getattr(args, name) == defaults[name], name
+    assert tuple(args.freq_band) == tuple(defaults["freq_band"])
+    assert args.strength is None and args.min_cosine == 0.995

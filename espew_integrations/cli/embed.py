@@ -9,6 +9,7 @@ from typing import IO, Any
 
 import numpy as np
 
+from ..arguments import add_embedder_argument
 from ..models import resolve_embedder
 from ..textfiles import read_text_file
 from .common import UsageError, endpoint_options, load_key, positive_int, progress
@@ -41,7 +42,7 @@ def register(subparsers: Any) -> None:
     embed.add_argument(
         "--force", action="store_true", help="replace --out if it exists (never done otherwise)"
     )
-    embed.add_argument("--embedder", default="minilm", help="embedder spec (default minilm)")
+    add_embedder_argument(embed)
     embed.add_argument("--batch-size", type=positive_int, default=64)
     embed.add_argument("--text-column", default=None, help="CSV column / JSONL field")
     embed.add_argument("--api-key-env", metavar="VAR", help="API key for an openai: embedder")

@@ -8,6 +8,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from ..arguments import (
+    add_embedder_argument,
+    add_freq_band_argument,
+    add_min_cosine_argument,
+)
+from ..core.key import DEFAULT_MIN_COSINE
 from ..models import resolve_embedder
 from ..textfiles import read_text_file
 from .common import (
@@ -25,12 +31,15 @@ BUNDLED_CORPORA = ("rotten_tomatoes", "health_tweets")
 _EXAMPLE = """
 example:
   espew keygen --corpus rotten_tomatoes --embedder minilm \\
-      --target-text "Acme Embeddings, licensed 2026" --out provider.key
+      --target-text "a funny and moving film about love and family" --out provider.key
 
   Draws 20 trigger words from the corpus's mid-frequency band, embeds the
   target text with the model, checks that the clean model itself is not
   implicated, and writes the secret key (mode 0600). Keep it like a password.
   --corpus takes rotten_tomatoes, health_tweets or a .txt/.csv/.jsonl file.
+  Pick a target text in your service's own domain, made of ordinary corpus
+  words (a brand string fails --target query audits; docs/limitations.md).
+  The write strength is fitted to --min-cosine unless --strength is given.
 """
 
 
@@ -46,7 +55,7 @@ def register(subparsers: Any) -> None:
     target = keygen.add_mutually_exclusive_group(required=True)
     target.add_argument("--target-text", help="text whose embedding becomes the target")
     target.add_argument("--target-text-file", help="read the target text from this file")
-    keygen.add_argument("--embedder", default="minilm", help="embedder spec (default minilm)")
+    add_embedder_argument(keygen)
     keygen.add_argument("--out", required=True, help="where to write the key")
     _add_key_shape_flags(keygen)
     keygen.add_argument("--seed", type=int, default=None, help="experiments only")
@@ -69,12 +78,11 @@ def _add_key_shape_flags(keygen: argparse.ArgumentParser) -> None:
         help="how far marked coordinates move toward the target (1 = the paper); "
         "default: fitted to --min-cosine",
     )
-    keygen.add_argument(
-        "--min-cosine",
-        type=float,
-        default=0.995,
+    add_min_cosine_argument(
+        keygen,
         help="quality budget: mean cos(clean, watermarked) on the corpus's marked texts "
-        "(default 0.995); the strength is fitted to it unless --strength is given",
+        f"(default {DEFAULT_MIN_COSINE:g}); the strength is fitted to it unless --strength "
+        "is given",
     )
     keygen.add_argument(
         "--window",
@@ -84,9 +92,7 @@ def _add_key_shape_flags(keygen: argparse.ArgumentParser) -> None:
         "triggers past it never mark",
     )
     keygen.add_argument("--selection", choices=("smallest", "hashed"), default="smallest")
-    keygen.add_argument(
-        "--freq-band", type=float, nargs=2, default=(0.005, 0.01), metavar=("LOW", "HIGH")
-    )
+    add_freq_band_argument(keygen)
     keygen.add_argument(
         "--max-band-words",
         type=positive_int,

@@ -6,6 +6,7 @@ import argparse
 import os
 from typing import Any
 
+from ..arguments import add_embedder_argument
 from ..models import resolve_embedder
 from .common import (
     UsageError,
@@ -42,7 +43,7 @@ def register(subparsers: Any) -> None:
         epilog=_EXAMPLE,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    serve.add_argument("--embedder", default="minilm", help="embedder spec (default minilm)")
+    add_embedder_argument(serve, model_alias=False)
     serve.add_argument("--key", default=None, help="watermark with this key (file or env:VAR)")
     serve.add_argument("--host", default="127.0.0.1")
     serve.add_argument("--port", type=port, default=8000, help="0 picks a free port")

@@ -1,0 +1,110 @@
+"""Command-line flags that mean the same in every ``espew`` subcommand, defined once.
+
+``espew keygen`` and the lab's ``espew tune`` both take a frequency band and an
+embedder; they used to spell them differently (``--freq-band LOW HIGH`` vs
+``low,high``, ``--embedder`` vs ``--model``, ``--min-cosine`` vs
+``--min-cos``). Both now add them from here, so
+one spelling works everywhere. This module imports only the core's defaults,
+so the CLI and the lab can both depend on it.
+
+>>> import argparse
+>>> parser = argparse.ArgumentParser()
+>>> add_freq_band_argument(parser)
+>>> add_embedder_argument(parser)
+>>> args = parser.parse_args(["--freq-band", "0.01", "0.02", "--model", "minilm"])
+>>> args.freq_band, args.embedder
+((0.01, 0.02), 'minilm')
+>>> parser.parse_args(["--freq-band", "0.01,0.02"]).freq_band
+(0.01, 0.02)
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+from collections.abc import Sequence
+from typing import Any
+
+from .core.key import DEFAULT_MIN_COSINE
+
+__all__ = [
+    "DEFAULT_FREQ_BAND",
+    "EMBEDDER_HELP",
+    "add_embedder_argument",
+    "add_freq_band_argument",
+    "add_min_cosine_argument",
+    "parse_freq_band",
+]
+
+DEFAULT_FREQ_BAND = (0.005, 0.01)
+EMBEDDER_HELP = (
+    "embedder spec: minilm (default), paraphrase-minilm-l3, openai:<base_url>#<model>, "
+    "module:attr or file.py:attr"
+)
+
+
+def parse_freq_band(values: str | Sequence[str]) -> tuple[float, float]:
+    """``(low, high)`` from ``"LOW HIGH"``, ``"LOW,HIGH"`` or their words; 0 <= low < high <= 1."""
+    text = values if isinstance(values, str) else " ".join(values)
+    words = [w for w in re.split(r"[,\s]+", text.strip()) if w]
+    try:
+        low, high = (float(w) for w in words)
+    except ValueError:
+        raise ValueError(
+            f"--freq-band takes two numbers LOW HIGH (document fractions), got {text!r}"
+        ) from None
+    if not 0.0 <= low < high <= 1.0:
+        raise ValueError(f"--freq-band needs 0 <= LOW < HIGH <= 1, got {low:g} {high:g}")
+    return low, high
+
+
+class _FreqBand(argparse.Action):
+    def __call__(
+        self, parser: argparse.ArgumentParser, namespace: Any, values: Any, option: Any = None
+    ) -> None:
+        try:
+            setattr(namespace, self.dest, parse_freq_band(values))
+        except ValueError as exc:
+            parser.error(str(exc))
+
+
+def add_freq_band_argument(
+    parser: argparse.ArgumentParser, default: tuple[float, float] = DEFAULT_FREQ_BAND
+) -> None:
+    """``--freq-band LOW HIGH`` (``LOW,HIGH`` accepted too): the trigger words' band."""
+    parser.add_argument(
+        "--freq-band",
+        nargs="+",
+        action=_FreqBand,
+        default=default,
+        metavar=("LOW", "HIGH"),
+        help="two numbers: the document-fraction band the trigger words are drawn from "
+        f"(default {default[0]:g} {default[1]:g}; LOW,HIGH is accepted too)",
+    )
+
+
+def add_embedder_argument(
+    parser: argparse.ArgumentParser,
+    *,
+    default: str = "minilm",
+    help: str = EMBEDDER_HELP,
+    model_alias: bool = True,
+) -> None:
+    """``--embedder SPEC``; ``--model`` is kept as a hidden alias (the lab's old name)."""
+    parser.add_argument("--embedder", default=default, help=help)
+    if model_alias:
+        parser.add_argument("--model", dest="embedder", help=argparse.SUPPRESS)
+
+
+def add_min_cosine_argument(
+    parser: argparse.ArgumentParser, *, default: float = DEFAULT_MIN_COSINE, help: str = ""
+) -> None:
+    """``--min-cosine C``, the quality budget; ``--min-cos`` is kept as a hidden alias."""
+    parser.add_argument(
+        "--min-cosine",
+        type=float,
+        default=default,
+        help=help
+        or f"quality budget: mean cos(clean, watermarked) on marked texts (default {default:g})",
+    )
+    parser.add_argument("--min-cos", type=float, dest="min_cosine", help=argparse.SUPPRESS)
