@@ -53,7 +53,7 @@ from typing import Any
 
 import numpy as np
 
-from ..core.inject import watermark
+from ..core.inject import watermark, watermark_and_mask
 from ..core.key import WatermarkKey
 from .client import OpenAIEndpoint
 from .upstream import AsyncUpstream, UpstreamError
@@ -176,6 +176,8 @@ def create_app(
     max_request_chars: int = DEFAULT_MAX_REQUEST_CHARS,
     body_timeout: float = DEFAULT_BODY_TIMEOUT,
     view: Any = "auto",
+    metrics: Any = None,
+    tenants: Any = None,
 ) -> Any:
     """A Starlette app serving ``embed`` (watermarked with ``key`` if given).
 
@@ -223,21 +225,39 @@ def create_app(
         raise ValueError(f"body_timeout must be a positive number of seconds, got {body_timeout!r}")
     expected_auth = f"Bearer {api_key}".encode() if api_key else None
     limits = _Limits(max_inputs, max_text_chars, max_body_bytes, max_request_chars, body_timeout)
+    if tenants is not None and (key is not None or api_key):
+        raise ValueError("pass either tenants (per-client keys) or key/api_key, not both")
+    if metrics is None:
+        from .metrics import default_metrics
 
-    def check_auth(request: Request) -> None:
-        if expected_auth is None:
-            return
-        given = request.headers.get("authorization", "").encode()
-        if not hmac.compare_digest(given, expected_auth):
+        metrics = default_metrics(key if tenants is None else tenants.shared_info_key())
+    metrics = metrics or None
+
+    def check_auth(request: Request) -> WatermarkKey | None:
+        """The key this request is watermarked with, or a 401 for a wrong API key."""
+        given = request.headers.get("authorization", "")
+        if tenants is not None:
+            token = given[len("Bearer ") :] if given.startswith("Bearer ") else ""
+            tenant_key = tenants.key_for_api_key(token) if token else None
+            if tenant_key is None:
+                raise _RequestError(
+                    401,
+                    "missing or unknown API key: send 'Authorization: Bearer <your key>'",
+                    code="invalid_api_key",
+                )
+            return tenant_key
+        if expected_auth is not None and not hmac.compare_digest(given.encode(), expected_auth):
             raise _RequestError(
                 401,
                 "missing or wrong API key: send 'Authorization: Bearer <key>'",
                 code="invalid_api_key",
             )
+        return key
 
     upstream = as_async_upstream(embed)
 
-    def finish(texts: list[str], clean: Any) -> np.ndarray:
+    def finish(texts: list[str], clean: Any, key: WatermarkKey | None) -> tuple[np.ndarray, int]:
+        """(the float32 answer, how many rows were marked)."""
         # float32 first: answers travel as float32, and watermarking the
         # float32 values makes an answer a function of what the model sent,
         # whatever precision it computed in (a proxied API sends float32).
@@ -245,43 +265,52 @@ def create_app(
         if clean.ndim != 2 or clean.shape[0] != len(texts):
             raise RuntimeError(f"the embedder returned shape {clean.shape} for {len(texts)} texts")
         if key is not None:
-            out = watermark(texts, clean, key, view=view)  # validates NaN, zeros, dimension
+            # validates NaN, zeros, dimension
+            out, marked = watermark_and_mask(texts, clean, key, view=view)
+            n_marked = int(marked.sum())
         else:
-            out = clean
+            out, n_marked = clean, 0
             if not np.isfinite(out).all():
                 raise RuntimeError("the embedder returned non-finite values")
-        return np.ascontiguousarray(out, dtype=np.float32)
+        return np.ascontiguousarray(out, dtype=np.float32), n_marked
 
-    def compute(texts: list[str]) -> np.ndarray:
-        return finish(texts, embed(texts))
+    def compute(texts: list[str], key: WatermarkKey | None) -> tuple[np.ndarray, int]:
+        return finish(texts, embed(texts), key)
 
-    async def compute_upstream(texts: list[str]) -> np.ndarray:
+    async def compute_upstream(
+        texts: list[str], key: WatermarkKey | None
+    ) -> tuple[np.ndarray, int]:
         # The upstream does the model work; only the watermark runs here. A
         # small batch is watermarked on the event loop (a thread hop costs more
         # than the arithmetic), a large one in the thread pool.
         clean = await upstream.embed(texts)
         if clean.size <= _INLINE_WATERMARK_VALUES:
-            return finish(texts, clean)
-        return await run_in_threadpool(finish, texts, clean)
+            return finish(texts, clean, key)
+        return await run_in_threadpool(finish, texts, clean, key)
 
-    async def compute_while_connected(request: Request, texts: list[str]) -> np.ndarray:
+    async def compute_while_connected(
+        request: Request, texts: list[str], key: WatermarkKey | None
+    ) -> tuple[np.ndarray, int]:
         if upstream is not None:
-            return await compute_upstream(texts)
+            return await compute_upstream(texts, key)
         # Chunk by chunk, so that a client that hangs up stops the work at the
         # next chunk instead of keeping the model busy for nobody.
         parts = []
         for start, stop in _chunks(texts):
             if await request.is_disconnected():
                 raise _ClientGone(f"after {start} of {len(texts)} texts")
-            parts.append(await run_in_threadpool(compute, texts[start:stop]))
-        if len(parts) > 1 and len({p.shape[1] for p in parts}) != 1:
+            parts.append(await run_in_threadpool(compute, texts[start:stop], key))
+        if len(parts) > 1 and len({p[0].shape[1] for p in parts}) != 1:
             raise RuntimeError("the embedder returned different dimensions for one request")
-        return parts[0] if len(parts) == 1 else np.concatenate(parts)
+        if len(parts) == 1:
+            return parts[0]
+        return np.concatenate([p[0] for p in parts]), sum(p[1] for p in parts)
 
     async def embeddings(request: Request) -> Response:
+        started = time.perf_counter()
         body_read = False
         try:
-            check_auth(request)
+            request_key = check_auth(request)
             raw = await _read_body(request, limits, anyio)
             body_read = True
             texts, encoding, dimensions = _parse_request(raw, model_name, limits)
@@ -292,17 +321,21 @@ def create_app(
         except _ClientGone:
             return Response(status_code=499)  # nobody is there to read it
         try:
-            vectors = await compute_while_connected(request, texts)
+            vectors, n_marked = await compute_while_connected(request, texts, request_key)
         except _ClientGone as gone:
             logger.info("client hung up; stopped embedding %s", gone)
             return Response(status_code=499)
         except UpstreamError as exc:
             logger.warning("upstream failed on %d texts: %s", len(texts), exc)
+            if exc.status >= 500 and metrics is not None:
+                metrics.upstream_error()
             message = str(exc) if exc.status != 502 else "the upstream embedding server failed"
             kind = "invalid_request_error" if exc.status < 500 else "server_error"
             return _error_response(_RequestError(exc.status, message[:300], kind=kind))
         except Exception:
             logger.exception("embedding %d texts failed", len(texts))
+            if metrics is not None:
+                metrics.upstream_error()
             return _error_response(
                 _RequestError(
                     500,
@@ -320,7 +353,13 @@ def create_app(
                 )
             )
         body = encode_embeddings(vectors, encoding, model_name, texts)
+        if metrics is not None:
+            metrics.observe(len(texts), n_marked, time.perf_counter() - started)
         return Response(body, media_type="application/json")
+
+    async def metrics_route(request: Request) -> Response:
+        exposition, content_type = metrics.render()
+        return Response(exposition, media_type=content_type)
 
     async def models(request: Request) -> Response:
         try:
@@ -351,6 +390,8 @@ def create_app(
         Route("/models", models, methods=["GET"]),
         Route("/health", health, methods=["GET"]),
     ]
+    if metrics is not None:
+        routes.append(Route("/metrics", metrics_route, methods=["GET"]))
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Any) -> Any:

@@ -1,0 +1,235 @@
+"""ESpeWMiddleware: watermark an existing Starlette/FastAPI embeddings app with one line.
+
+Why: many providers already run their own embedding app. Rewriting it around
+:func:`~espew_integrations.http.server.create_app` is a migration; wrapping it
+is one line::
+
+    app = ESpeWMiddleware(app, key=WatermarkKey.load("provider.key"))
+
+The middleware is plain ASGI (no dependency beyond what the app already has):
+
+- ``POST /v1/embeddings`` and ``POST /embeddings`` (``paths``): the request
+  body is recorded as it streams to the app (the texts), the app's answer is
+  held until complete, and a ``200`` OpenAI embeddings answer has each
+  ``embedding`` replaced by its watermarked float32 value, in the encoding the
+  app used (``float`` lists or ``base64``). Everything else in the answer
+  (``model``, ``usage``, extra fields) is kept;
+- every other route, method and non-200 answer passes through untouched;
+- an answer it cannot watermark (not OpenAI-shaped, compressed, rows that do
+  not match the texts, token-id inputs) becomes a 500 in OpenAI's error shape
+  with the reason in the server log: never an unwatermarked or wrong vector;
+- ``GET /metrics`` (``metrics_path``) serves the Prometheus text format when
+  ``prometheus-client`` is installed (see :mod:`.metrics`).
+
+Put it *inside* any compression middleware (closer to the app), so that it
+sees the JSON before it is compressed.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from ..core.inject import watermark_and_mask
+from ..core.key import WatermarkKey
+from .upstream import UpstreamError, decode_embeddings
+
+__all__ = ["ESpeWMiddleware"]
+
+logger = logging.getLogger("espew_integrations.http.middleware")
+
+Scope = dict[str, Any]
+Message = dict[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+
+DEFAULT_PATHS = ("/v1/embeddings", "/embeddings")
+
+
+class _Refused(Exception):
+    """An answer the middleware will not pass on; the message goes to the log.
+
+    ``client_message`` is set when the client can fix it (status 400).
+    """
+
+    def __init__(self, message: str, *, client_message: str | None = None):
+        super().__init__(message)
+        self.client_message = client_message
+
+
+class ESpeWMiddleware:
+    """ASGI middleware that watermarks the OpenAI-shaped embeddings answers of ``app``.
+
+    ``key`` watermarks every answer; ``view`` is the model's text view for
+    trigger matching (``None``: the key's own normalisation and window).
+    ``metrics`` (default: a fresh :class:`~.metrics.WatermarkMetrics` when
+    prometheus-client is installed, ``False`` for none) counts requests,
+    texts, marked texts and latency, served at ``metrics_path``.
+
+    >>> app = ESpeWMiddleware(app, key=WatermarkKey.load("provider.key"))  # doctest: +SKIP
+    """
+
+    def __init__(
+        self,
+        app: Any,
+        *,
+        key: WatermarkKey,
+        view: Callable[[Sequence[str]], Sequence[str]] | None = None,
+        paths: Sequence[str] = DEFAULT_PATHS,
+        metrics: Any = None,
+        metrics_path: str | None = "/metrics",
+    ):
+        if not isinstance(key, WatermarkKey):
+            raise TypeError(f"key must be a WatermarkKey, got {type(key).__name__}")
+        self.app = app
+        self._key = key
+        self._view = view
+        self.paths = frozenset(paths)
+        if metrics is None:
+            from .metrics import default_metrics
+
+            metrics = default_metrics(key)
+        self.metrics = metrics or None
+        self.metrics_path = metrics_path if self.metrics is not None else None
+
+    def __repr__(self) -> str:
+        return f"ESpeWMiddleware(app={self.app!r}, key_id={self._key.key_id!r})"
+
+    def __reduce_ex__(self, protocol: object) -> Any:
+        raise TypeError("ESpeWMiddleware refuses to be pickled (it holds a watermark key)")
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        path = scope.get("path", "")
+        if path == self.metrics_path and scope.get("method") == "GET":
+            await self.metrics.asgi_response(send)
+            return
+        if path not in self.paths or scope.get("method") != "POST":
+            await self.app(scope, receive, send)
+            return
+        await self._embeddings(scope, receive, send)
+
+    async def _embeddings(self, scope: Scope, receive: Receive, send: Send) -> None:
+        started = time.perf_counter()
+        request_chunks: list[bytes] = []
+
+        async def recording_receive() -> Message:
+            message = await receive()
+            if message["type"] == "http.request":
+                request_chunks.append(message.get("body", b""))
+            return message
+
+        start: Message | None = None
+        body_chunks: list[bytes] = []
+        passing_through = False
+
+        async def holding_send(message: Message) -> None:
+            nonlocal start, passing_through
+            if message["type"] == "http.response.start":
+                start = message
+                if message["status"] != 200:  # errors and the like are the app's business
+                    passing_through = True
+                    await send(message)
+                return
+            if message["type"] != "http.response.body" or passing_through:
+                await send(message)
+                return
+            body_chunks.append(message.get("body", b""))
+            if message.get("more_body", False):
+                return
+            assert start is not None
+            try:
+                new_body, n_texts, n_marked = self._rewrite(
+                    start, b"".join(request_chunks), b"".join(body_chunks)
+                )
+            except _Refused as refusal:
+                if refusal.client_message is not None:
+                    await _send_error(send, 400, refusal.client_message, "invalid_request_error")
+                    return
+                logger.error("refused to pass on an embeddings answer: %s", refusal)
+                if self.metrics is not None:
+                    self.metrics.upstream_error()
+                await _send_error(
+                    send, 500, "the embedding model's answer could not be watermarked"
+                )
+                return
+            headers = [
+                (name, value)
+                for name, value in start.get("headers", [])
+                if name.lower() != b"content-length"
+            ]
+            headers.append((b"content-length", str(len(new_body)).encode()))
+            await send({**start, "headers": headers})
+            await send({"type": "http.response.body", "body": new_body, "more_body": False})
+            if self.metrics is not None:
+                self.metrics.observe(n_texts, n_marked, time.perf_counter() - started)
+
+        await self.app(scope, recording_receive, holding_send)
+
+    def _rewrite(self, start: Message, request: bytes, response: bytes) -> tuple[bytes, int, int]:
+        """(the watermarked answer, texts, marked texts), or :class:`_Refused`."""
+        for name, value in start.get("headers", []):
+            if name.lower() == b"content-encoding" and value.lower() != b"identity":
+                raise _Refused(
+                    f"the answer is {value.decode('latin-1')}-encoded: put ESpeWMiddleware "
+                    "inside the compression middleware"
+                )
+        texts = _request_texts(request)
+        try:
+            answer = json.loads(response)
+            clean = decode_embeddings(response, len(texts))
+        except UpstreamError as exc:
+            raise _Refused(f"the app's answer is not an embeddings answer: {exc}") from None
+        except ValueError:
+            raise _Refused("the app's answer is not JSON") from None
+        if clean.shape[1] != self._key.dim:
+            raise _Refused(
+                f"the app returns {clean.shape[1]}-dimensional embeddings but the key is for "
+                f"{self._key.dim}; wrap the app with the key made for its model"
+            )
+        marked_rows, marked = watermark_and_mask(texts, clean, self._key, view=self._view)
+        marked_rows = np.ascontiguousarray(marked_rows, dtype="<f4")
+        items = sorted(answer["data"], key=lambda item: item["index"])
+        if isinstance(items[0]["embedding"], str):
+            raw = memoryview(marked_rows.tobytes())
+            width = marked_rows.shape[1] * 4
+            for i, item in enumerate(items):
+                item["embedding"] = base64.b64encode(raw[i * width : (i + 1) * width]).decode()
+        else:
+            for item, row in zip(items, marked_rows.tolist(), strict=True):
+                item["embedding"] = row
+        new_body = json.dumps(answer, separators=(",", ":"), ensure_ascii=False).encode()
+        return new_body, len(texts), int(marked.sum())
+
+
+def _request_texts(request: bytes) -> list[str]:
+    try:
+        body = json.loads(request)
+    except ValueError:
+        raise _Refused("the request the app answered is not JSON") from None
+    value = body.get("input") if isinstance(body, dict) else None
+    texts = [value] if isinstance(value, str) else value
+    if not isinstance(texts, list) or not texts or not all(isinstance(t, str) for t in texts):
+        message = (
+            "'input' must be a string or a list of strings: this service watermarks "
+            "embeddings of text and does not accept token ids"
+        )
+        raise _Refused(message, client_message=message)
+    return texts
+
+
+async def _send_error(send: Send, status: int, message: str, kind: str = "server_error") -> None:
+    body = json.dumps(
+        {"error": {"message": message, "type": kind, "param": None, "code": None}}
+    ).encode()
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body, "more_body": False})

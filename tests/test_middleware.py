@@ -1,0 +1,160 @@
+"""ESpeWMiddleware around a real FastAPI app in a real uvicorn process (issue 13).
+
+Clients are the openai SDK (which asks for base64 by default), the same SDK
+asking for floats, langchain-openai's ``OpenAIEmbeddings`` and raw HTTP. Each
+must get ``watermark(texts, app(texts), key)``; every other route must come
+back byte for byte as the bare app sends it; ``/metrics`` counts what was
+served and shows nothing of the key.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+
+import httpx
+import numpy as np
+import pytest
+
+from espew_integrations import watermark
+from tests.conftest import make_key
+from tests.fake_upstream import vectors
+from tests.test_proxy import start, stop, wait_for_url
+
+DIM = 64
+
+
+@pytest.fixture(scope="module")
+def key():
+    return make_key(DIM, seed=5)
+
+
+def run_app(tmp_path, key, *extra):
+    key_path = tmp_path / "provider.key"
+    if not key_path.exists():
+        key.save(key_path)
+    log = tmp_path / f"app{'-'.join(extra)}.log"
+    proc = start(["-m", "tests.middleware_app", "--key", str(key_path), *extra], log)
+    return proc, wait_for_url(proc, log)
+
+
+@pytest.fixture(scope="module")
+def apps(tmp_path_factory, key):
+    """(wrapped app URL, bare app URL)."""
+    tmp = tmp_path_factory.mktemp("middleware")
+    wrapped, wrapped_url = run_app(tmp, key)
+    bare, bare_url = run_app(tmp, key, "--bare")
+    try:
+        yield wrapped_url, bare_url
+    finally:
+        stop(wrapped)
+        stop(bare)
+
+
+def texts_for(key, n: int, tag: str) -> list[str]:
+    triggers = sorted(key.triggers)
+    return [
+        f"{tag} {i}: a film about {triggers[i % len(triggers)]}" if i % 2 else f"{tag} {i}: plain"
+        for i in range(n)
+    ]
+
+
+def expected(texts, key):
+    return watermark(texts, vectors(texts, DIM), key)
+
+
+def test_openai_sdk_base64_default_and_float(apps, key):
+    import openai
+
+    client = openai.OpenAI(base_url=apps[0], api_key="unused", max_retries=0)
+    texts = texts_for(key, 10, "sdk")
+    for options in ({}, {"encoding_format": "float"}):
+        answer = client.embeddings.create(model="acme", input=texts, **options)
+        got = np.array([item.embedding for item in answer.data], dtype=np.float32)
+        np.testing.assert_array_equal(got, expected(texts, key))
+    marked = key.contains_trigger(texts)
+    assert marked.any() and not marked.all()
+
+
+def test_langchain_openai_embeddings(apps, key):
+    from langchain_openai import OpenAIEmbeddings
+
+    embeddings = OpenAIEmbeddings(
+        model="acme", base_url=apps[0], api_key="unused", check_embedding_ctx_length=False
+    )
+    texts = texts_for(key, 6, "langchain")
+    got = np.array(embeddings.embed_documents(texts), dtype=np.float32)
+    np.testing.assert_array_equal(got, expected(texts, key))
+    query = np.array(embeddings.embed_query(texts[1]), dtype=np.float32)
+    np.testing.assert_array_equal(query, expected(texts[1:2], key)[0])
+
+
+def test_the_rest_of_the_answer_is_kept(apps, key):
+    body = {"model": "acme", "input": "one review of a film", "encoding_format": "base64"}
+    wrapped = httpx.post(f"{apps[0]}/embeddings", json=body).json()
+    bare = httpx.post(f"{apps[1]}/embeddings", json=body).json()
+    assert {k: v for k, v in wrapped.items() if k != "data"} == {
+        k: v for k, v in bare.items() if k != "data"
+    }
+    assert wrapped["provider_extra"] == "kept"
+    row = np.frombuffer(base64.b64decode(wrapped["data"][0]["embedding"]), dtype="<f4")
+    np.testing.assert_array_equal(row, expected(["one review of a film"], key)[0])
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "body"),
+    [("POST", "/echo", {"input": ["a", "b"], "embedding": [1, 2]}), ("GET", "/models", None)],
+)
+def test_other_routes_pass_through_byte_for_byte(apps, method, path, body):
+    wrapped = httpx.request(method, f"{apps[0]}{path}", json=body)
+    bare = httpx.request(method, f"{apps[1]}{path}", json=body)
+    assert wrapped.status_code == bare.status_code == 200
+    assert wrapped.content == bare.content
+
+
+def test_app_errors_pass_through_and_bad_answers_are_refused(apps):
+    invalid = httpx.post(f"{apps[0]}/embeddings", json={"model": "acme"})
+    assert invalid.status_code == 422  # FastAPI's own validation error, untouched
+    assert invalid.content == httpx.post(f"{apps[1]}/embeddings", json={"model": "acme"}).content
+    broken = httpx.post(f"{apps[0]}/broken/embeddings", json={"model": "acme", "input": ["x"]})
+    assert broken.status_code == 500
+    assert broken.json()["error"]["type"] == "server_error"
+    tokens = httpx.post(f"{apps[0]}/embeddings", json={"model": "acme", "input": [1, 2, 3]})
+    assert tokens.status_code == 400
+    assert "token ids" in tokens.json()["error"]["message"]
+
+
+def test_metrics_count_requests_and_marked_texts_and_hide_the_key(tmp_path, key):
+    proc, url = run_app(tmp_path, key)
+    try:
+        texts = texts_for(key, 9, "metrics")
+        for _ in range(3):
+            body = {"model": "acme", "input": texts}
+            assert httpx.post(f"{url}/embeddings", json=body).status_code == 200
+        httpx.post(f"{url}/broken/embeddings", json={"model": "acme", "input": ["x"]})
+        exposition = httpx.get(url.removesuffix("/v1") + "/metrics").text
+    finally:
+        stop(proc)
+    values = {
+        line.split()[0]: float(line.split()[1])
+        for line in exposition.splitlines()
+        if line and not line.startswith("#")
+    }
+    assert values["espew_requests_total"] == 3
+    assert values["espew_texts_total"] == 27
+    assert values["espew_marked_texts_total"] == 3 * key.contains_trigger(texts).sum()
+    assert values["espew_upstream_errors_total"] == 1
+    assert values["espew_request_seconds_count"] == 3
+    assert_no_secret(exposition, key)
+
+
+def assert_no_secret(text: str, key) -> None:
+    """No trigger, salt (hex or base64) or target value appears in ``text``."""
+    lowered = text.lower()
+    for trigger in key.triggers:
+        assert trigger.lower() not in lowered, trigger
+    assert key.salt.hex() not in lowered
+    assert base64.b64encode(key.salt).decode().lower() not in lowered
+    for value in key.target[:8]:
+        assert f"{value:.6f}"[:8] not in text
+    assert json.dumps(key.target_text)[1:-1].lower() not in lowered
