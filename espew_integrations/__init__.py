@@ -19,17 +19,14 @@ from .core import (
     TriggerMatcher,
     VerificationReport,
     WatermarkKey,
-    as_suspect,
     build_probes,
     min_p_value,
     rank_sum_p_value,
-    register_suspect_adapter,
     select_positions,
     tokenize,
-    trace,
-    verify,
     watermark,
 )
+from .suspects import as_suspect, trace, verify
 
 __version__ = "0.1.0"
 
@@ -63,7 +60,6 @@ __all__ = [
     "build_probes",
     "min_p_value",
     "rank_sum_p_value",
-    "register_suspect_adapter",
     "select_positions",
     "tokenize",
     "trace",

@@ -43,7 +43,6 @@ from ._wrapper_common import (
     resolve_view,
     suspect_matrix,
 )
-from .core.adapters import register_suspect_adapter
 from .core.errors import ESpeWError, KeyFileError
 from .core.key import WatermarkKey
 from .core.text import TextView
@@ -333,6 +332,3 @@ def _query_chroma_embedding_function(
         return suspect_matrix(_as_matrix(suspect(texts)), len(texts), source)
 
     return query
-
-
-register_suspect_adapter(_is_chroma_embedding_function, _query_chroma_embedding_function)

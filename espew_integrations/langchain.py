@@ -30,7 +30,6 @@ from ._wrapper_common import (
     resolve_view,
     suspect_matrix,
 )
-from .core.adapters import register_suspect_adapter
 from .core.key import WatermarkKey
 from .core.text import TextView
 
@@ -169,6 +168,3 @@ def _query_langchain_embeddings(suspect: Embeddings) -> Callable[[list[str]], np
         return suspect_matrix(suspect.embed_documents(texts), len(texts), source)
 
     return query
-
-
-register_suspect_adapter(_is_langchain_embeddings, _query_langchain_embeddings)

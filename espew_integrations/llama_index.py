@@ -41,7 +41,6 @@ from ._wrapper_common import (
     resolve_view,
     suspect_matrix,
 )
-from .core.adapters import register_suspect_adapter
 from .core.key import WatermarkKey
 from .core.text import TextView
 
@@ -246,6 +245,3 @@ def _query_llama_index_embedding(suspect: BaseEmbedding) -> Callable[[list[str]]
         return suspect_matrix(suspect.get_text_embedding_batch(texts), len(texts), source)
 
     return query
-
-
-register_suspect_adapter(_is_llama_index_embedding, _query_llama_index_embedding)

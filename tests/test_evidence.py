@@ -85,7 +85,8 @@ def test_save_evidence_writes_the_public_json_and_summary_only(copied_report, tm
 def test_summary_states_test_queries_verdict_and_false_positive_rate(copied_report):
     text = render_summary(copied_report)
     assert text.startswith("# Watermark check: COPIED")
-    assert f"| Queries sent | {copied_report.n_queries} (0 failed) |" in text
+    n = copied_report.n_queries
+    assert f"| Texts answered | {n} of {n} (0 failed) |" in text
     assert f"{len(TRIGGERS)} of them secret trigger words" in text
     assert "1 in 1,000,000 checks" in text
     assert f"{copied_report.p_value:.3g}" in text
@@ -107,6 +108,10 @@ def test_inconclusive_summary_says_why(inconclusive_report, tmp_path):
     assert "## Why no verdict" in text
     assert "every query to the suspect failed" in text
     assert "endpoint down" in text
+    n = inconclusive_report.n_queries
+    assert f"| Texts answered | none of the {n} texts the check asked for was answered |" in text
+    assert "sent the suspect" not in text and "Queries sent" not in text
+    assert "run the audit again" in text  # the next step, not only the cause
 
 
 def test_report_save_writes_the_public_bundle(copied_report, tmp_path):
@@ -367,7 +372,7 @@ def real_copy_reports(rt_subset, rt_subset_embeddings, minilm_model):
     )
     marked = watermark(rt_subset.texts, rt_subset_embeddings, real_key)
     copy = RidgeStealer(seed=0).fit(rt_subset.texts, marked)
-    reports = {mode: verify(copy, real_key, target=mode, seed=0) for mode in ("key", "query")}
+    reports = {mode: verify(copy, real_key, target_mode=mode, seed=0) for mode in ("key", "query")}
     return real_key, reports
 
 

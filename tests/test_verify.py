@@ -92,7 +92,7 @@ def test_query_target_survives_a_permutation_of_dimensions_and_other_dims():
     permuted_copy = WordSpace(key, pull=1.0, permute=perm)
     by_key = verify(permuted_copy, key, seed=0)
     assert not by_key.copied
-    by_query = verify(permuted_copy, key, target="query", seed=0)
+    by_query = verify(permuted_copy, key, target_mode="query", seed=0)
     assert by_query.copied and by_query.n_queries == 201
     assert key.target_text in [t for b in permuted_copy.calls for t in b]
 
@@ -102,7 +102,7 @@ def test_a_dimension_mismatch_with_the_key_target_is_inconclusive_and_says_why()
     suspect = WordSpace(key, dim=32)
     report = verify(suspect, key, seed=0, batch_size=50)
     assert report.status == "inconclusive" and not report.copied
-    assert "target='query'" in report.reason
+    assert "target_mode='query'" in report.reason
     assert len(suspect.calls) == 1 and report.n_queries == 50  # the budget is spared
 
 
@@ -165,6 +165,54 @@ def test_report_serialises_round_trips_and_reads_well_without_key_material():
     assert len(report.trigger_scores) == 20 and len(report.benign_scores) == 180
 
 
+def test_an_inconclusive_report_prints_its_cause_and_what_to_do_next():
+    """Issue 14: str(report) shows the suspect's error (printable) and a next step."""
+    key = make_key(64, n_band=200, n_triggers=20)
+
+    def refused(texts):
+        raise ConnectionError("refused by 10.0.0.9:443\x1b[31m")
+
+    report = verify(refused, key, seed=0, batch_size=50)
+    text = str(report)
+    assert report.status == "inconclusive" and report.n_answered == 0
+    cause = next(line for line in text.splitlines() if line.lstrip().startswith("cause"))
+    assert "ConnectionError: refused by 10.0.0.9:443" in cause and "\x1b" not in text
+    assert "next step" in text and "run the audit again" in report.next_step
+    # Nothing was delivered, so nothing may be called sent or answered.
+    assert f"none of {report.n_queries} words probe texts was answered" in text
+    assert " sent" not in text and "nan" not in text.split("paper metrics")[0]
+
+
+def test_partly_answered_audits_count_texts_asked_and_answered_apart():
+    key = make_key(64, n_band=200, n_triggers=20)
+    inner = WordSpace(key, pull=1.0)
+    calls = {"n": 0}
+
+    def flaky(texts):
+        calls["n"] += 1
+        if calls["n"] % 2:
+            raise TimeoutError(f"timeout on batch {calls['n']}")
+        return inner(texts)
+
+    report = verify(flaky, key, seed=0, batch_size=10)
+    text = str(report)
+    answered = report.n_queries - report.n_failed_queries
+    assert 0 < answered < report.n_queries and report.n_answered == answered
+    assert f"{answered} of {report.n_queries} words probe texts answered" in text
+    assert f"{report.n_failed_queries} failed" in text
+    # Distinct errors are shown (three at most), then how many more there are.
+    causes = [line for line in text.splitlines() if "TimeoutError" in line]
+    assert len(causes) == 3 and "more in report.errors" in text
+    assert "slow down" in report.next_step
+
+
+def test_a_conclusive_report_has_no_cause_or_next_step():
+    key = make_key(64, n_band=200, n_triggers=20)
+    report = verify(WordSpace(key, pull=1.0), key, seed=0)
+    assert report.status == "copied" and report.next_step == ""
+    assert "cause" not in str(report) and "next step" not in str(report)
+
+
 def test_build_probes_marks_owners():
     probes, owner = build_probes(["a1", "b1"], ("{word}", "the {word}"))
     assert probes == ["a1", "the a1", "b1", "the b1"] and owner.tolist() == [0, 0, 1, 1]
@@ -173,9 +221,26 @@ def test_build_probes_marks_owners():
 def test_bad_arguments_are_rejected():
     key = make_key(64, n_band=100, n_triggers=10)
     suspect = WordSpace(key)
-    with pytest.raises(ValueError, match="target must be"):
-        verify(suspect, key, target="both")
+    with pytest.raises(ValueError, match="target_mode must be"):
+        verify(suspect, key, target_mode="both")
     with pytest.raises(ValueError, match="level"):
         verify(suspect, key, level=0)
     with pytest.raises(TypeError, match="cannot query a suspect"):
         verify(object(), key)
+
+
+def test_the_core_verify_takes_callables_and_names_the_adapter_for_anything_else():
+    from espew_integrations.core import verify as core_verify
+
+    key = make_key(64, n_band=100, n_triggers=10)
+
+    class Embeddings:  # a framework object: not callable
+        def embed_documents(self, texts):
+            return WordSpace(key)(texts)
+
+        def embed_query(self, text):
+            return WordSpace(key)([text])[0]
+
+    with pytest.raises(TypeError, match="espew_integrations.verify"):
+        core_verify(Embeddings(), key)
+    assert verify(Embeddings(), key, seed=0).status == "not_copied"

@@ -1,6 +1,10 @@
-"""The framework-free core: numpy and scipy only."""
+"""The framework-free core: the standard library, numpy and scipy only.
 
-from .adapters import as_suspect, register_suspect_adapter
+Its :func:`verify` takes a callable suspect; the package root's
+:func:`espew_integrations.verify` also takes framework objects (see
+:mod:`espew_integrations.suspects`).
+"""
+
 from .errors import (
     EmbeddingInputError,
     ESpeWError,
@@ -12,8 +16,9 @@ from .inject import select_positions, watermark
 from .key import WatermarkKey
 from .keyring import KeyRing
 from .ranktest import min_p_value, rank_sum_p_value
+from .report import VerificationReport
 from .trace import TraceReport, trace
-from .verify import DEFAULT_LEVEL, DEFAULT_TEMPLATES, VerificationReport, build_probes, verify
+from .verify import DEFAULT_LEVEL, DEFAULT_TEMPLATES, build_probes, verify
 from .words import TriggerMatcher, tokenize
 
 __all__ = [
@@ -29,11 +34,9 @@ __all__ = [
     "TriggerMatcher",
     "VerificationReport",
     "WatermarkKey",
-    "as_suspect",
     "build_probes",
     "min_p_value",
     "rank_sum_p_value",
-    "register_suspect_adapter",
     "select_positions",
     "tokenize",
     "trace",

@@ -64,6 +64,7 @@ from .verify import (
     _mean_per_word,
     _plan,
     _probe_cosines,
+    check_suspect,
     reference_slope,
 )
 
@@ -198,10 +199,9 @@ def trace(
     >>> report.copied, report.traced                     # doctest: +SKIP
     (True, ('bob',))
     """
-    from .adapters import as_suspect
-
     ids = _check_tenants(tenants)
-    suspect_fn = as_suspect(suspect)
+    check_suspect(suspect)
+    suspect_fn = suspect
     _check_options(target, level, batch_size, min_coverage, statistic)
     key = ring.shared_key
     plan = _plan(key, probes, None)

@@ -34,11 +34,8 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as _dt
-import json
 import math
-import os
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
@@ -48,7 +45,9 @@ from .errors import SuspectError
 from .key import WatermarkKey
 from .probes import unit_rows
 from .ranktest import min_p_value, rank_sum_p_value
+from .report import Status, VerificationReport
 from .untrusted import printable
+from .words import tokenize
 
 __all__ = [
     "DEFAULT_LEVEL",
@@ -64,7 +63,6 @@ SuspectFn = Callable[[list[str]], Any]
 TargetMode = Literal["key", "query"]
 ProbeKind = Literal["auto", "sentences", "words"]
 Statistic = Literal["combined", "raw", "adjusted", "corrected"]
-Status = Literal["copied", "not_copied", "inconclusive"]
 
 DEFAULT_LEVEL = 1e-6
 #: One probe per word, the word alone: measured to separate best among word
@@ -77,138 +75,6 @@ DECISION_RULE = (
     "by the provider's clean model (minus a fitted slope times its score for the same "
     "probes); p = min(1, 2 * min(p_raw, p_adjusted)); copied iff p < level"
 )
-_PRIVATE_FIELDS = ("trigger_scores", "benign_scores")
-
-
-# ---------------------------------------------------------------------- report
-@dataclasses.dataclass(frozen=True)
-class VerificationReport:
-    """The outcome of :func:`verify`, with what a reader needs to trust it.
-
-    ``copied`` is True only when ``status == "copied"``. What :meth:`to_dict`,
-    :meth:`to_json`, ``str(report)`` and :meth:`save` produce is safe to hand
-    to the suspect's owner: no word, no per-word score. ``trigger_scores`` and
-    ``benign_scores`` (the words' raw scores; a suspect that logged its own
-    answers could match them to its queries and recover the triggers) stay on
-    the object and go only to :meth:`to_private_dict` and
-    :func:`espew_integrations.evidence.save_private_evidence`.
-    ``ks_p_value``, ``delta_cos`` and ``delta_l2`` are the paper's metrics for
-    comparison only.
-    """
-
-    status: Status
-    p_value: float
-    level: float
-    decision_rule: str
-    key_id: str
-    target_mode: str
-    n_queries: int
-    n_failed_queries: int
-    n_words: int
-    n_words_scored: int
-    n_triggers_scored: int
-    min_possible_p_value: float
-    trigger_scores: tuple[float, ...]
-    benign_scores: tuple[float, ...]
-    ks_p_value: float
-    delta_cos: float
-    delta_l2: float
-    suspect_dim: int | None
-    templates: tuple[str, ...]
-    seed: int | None
-    timestamp: str
-    reason: str = ""
-    errors: tuple[str, ...] = ()
-    probes: str = "words"
-    statistic: str = "raw"
-    p_value_raw: float = math.nan
-    p_value_adjusted: float = math.nan
-    reference_slope: float = math.nan
-    decided_by: str = ""
-
-    @property
-    def copied(self) -> bool:
-        """True iff the suspect is judged a copy at ``level``."""
-        return self.status == "copied"
-
-    def to_dict(self) -> dict[str, Any]:
-        """Plain JSON-ready dict, safe to share: no key material, no per-word scores."""
-        out = self.to_private_dict()
-        for name in _PRIVATE_FIELDS:
-            del out[name]
-        return out
-
-    def to_private_dict(self) -> dict[str, Any]:
-        """Everything, per-word scores included: for the provider's records or an arbiter."""
-        out = dataclasses.asdict(self)
-        out["copied"] = self.copied
-        for name in ("trigger_scores", "benign_scores", "templates", "errors"):
-            out[name] = list(out[name])
-        return out
-
-    def to_json(self, **kwargs: Any) -> str:
-        """The shareable report as JSON text (:meth:`to_dict`)."""
-        kwargs.setdefault("indent", 2)
-        return json.dumps(self.to_dict(), **kwargs)
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> VerificationReport:
-        """Rebuild a report from :meth:`to_dict` (scores empty) or :meth:`to_private_dict`."""
-        fields = {f.name for f in dataclasses.fields(cls)}
-        values = {k: v for k, v in data.items() if k in fields}
-        for name in ("trigger_scores", "benign_scores", "templates", "errors"):
-            values[name] = tuple(values.get(name, ()))
-        return cls(**values)
-
-    def save(self, directory: str | os.PathLike[str], *, force: bool = False) -> Path:
-        """Write the shareable evidence into ``directory``; returns the JSON path.
-
-        Writes ``report.json`` and a plain-language ``summary.md`` (see
-        :func:`espew_integrations.evidence.save_evidence`); existing files are
-        kept unless ``force=True``. Per-word detail goes only to
-        :func:`espew_integrations.evidence.save_private_evidence`. The import
-        is local so the core keeps no dependency beyond numpy and scipy.
-
-        >>> report.save("evidence/")  # doctest: +SKIP
-        PosixPath('evidence/report.json')
-        """
-        from ..evidence import save_evidence
-
-        return save_evidence(self, directory, force=force)["json"]
-
-    def __str__(self) -> str:
-        verdict = {
-            "copied": "COPIED: the suspect carries this key's watermark",
-            "not_copied": "NOT COPIED: no evidence of this key's watermark",
-            "inconclusive": "INCONCLUSIVE: no verdict could be reached",
-        }[self.status]
-        lines = [
-            f"ESpeW verification report (key {self.key_id}, {self.timestamp})",
-            f"  verdict        : {verdict}",
-        ]
-        if self.reason:
-            lines.append(f"  reason         : {self.reason}")
-        delivered = self.n_queries - self.n_failed_queries
-        lines += [
-            f"  p-value        : {self.p_value:.3g}  (copied iff p < {self.level:g}; "
-            f"an innocent service is convicted with probability <= {self.level:g})",
-            f"  statistics     : raw p = {self.p_value_raw:.3g}, reference-adjusted p = "
-            f"{self.p_value_adjusted:.3g} (slope {self.reference_slope:.2f})"
-            + (f"; decided by {self.decided_by}" if self.decided_by else ""),
-            f"  test           : exact one-sided rank test over {self.n_words_scored} band "
-            f"words, {self.n_triggers_scored} of them triggers "
-            f"(smallest reachable p {self.min_possible_p_value:.2g})",
-            f"  queries        : {self.n_queries} {self.probes} probes, {delivered} answered, "
-            f"{self.n_failed_queries} failed; target from {self.target_mode}",
-        ]
-        if self.errors:
-            lines.append(f"  first error    : {self.errors[0]}")
-        lines.append(
-            "  paper metrics  : (comparability only, not the decision) "
-            f"KS p = {self.ks_p_value:.3g}, delta cos = {100 * self.delta_cos:.2f}%, "
-            f"delta l2 = {100 * self.delta_l2:.2f}%"
-        )
-        return "\n".join(lines)
 
 
 # ---------------------------------------------------------------------- probes
@@ -232,8 +98,6 @@ def build_probes(
 
 
 def _check_templates(templates: Sequence[str], key: WatermarkKey) -> None:
-    from .words import tokenize
-
     for template in templates:
         filler = tokenize(template.replace("{word}", " "), key.normalization)
         if set(filler) & set(key.band):
@@ -358,23 +222,29 @@ def _query(
     return matrix, errors, dim
 
 
-def _uninformative(answers: np.ndarray, raw_scores: np.ndarray) -> str:
-    """Why the answers carry no evidence either way ('' if they do)."""
+def _uninformative(answers: np.ndarray, raw_scores: np.ndarray) -> tuple[str, str] | None:
+    """Why the answers carry no evidence either way, and what to do (None if they do)."""
     valid = answers[np.isfinite(answers).all(axis=1)]
+    why = ""
     if len(valid) and np.unique(unit_rows(valid).round(12), axis=0).shape[0] < 2:
-        return "the suspect gave the same embedding for every probe"
-    finite = raw_scores[np.isfinite(raw_scores)]
-    if finite.size and np.ptp(finite) <= 1e-12:
-        return "every scored word got the same score"
-    return ""
+        why = "the suspect gave the same embedding for every probe"
+    elif (finite := raw_scores[np.isfinite(raw_scores)]).size and np.ptp(finite) <= 1e-12:
+        why = "every scored word got the same score"
+    if not why:
+        return None
+    return (
+        f"{why}: such answers are no evidence either way",
+        "check that the suspect really is an embedding service for these texts (a stub or "
+        "a cache error page answers everything alike); re-running will not change this",
+    )
 
 
 # ---------------------------------------------------------------------- verify
 def verify(
-    suspect: SuspectFn | Any,
+    suspect: SuspectFn,
     key: WatermarkKey,
     *,
-    target: TargetMode = "key",
+    target_mode: TargetMode = "key",
     level: float = DEFAULT_LEVEL,
     probes: ProbeKind = "auto",
     statistic: Statistic = "combined",
@@ -386,9 +256,9 @@ def verify(
 ) -> VerificationReport:
     """Test whether ``suspect`` was trained on embeddings watermarked with ``key``.
 
-    ``suspect`` is a callable ``list[str] -> array (n, d')`` or any object an
-    adapter knows (LangChain ``Embeddings``, LlamaIndex ``BaseEmbedding``,
-    Chroma ``EmbeddingFunction``, :class:`OpenAIEndpoint`).
+    ``suspect`` is a callable ``list[str] -> array (n, d')``. The package-root
+    :func:`espew_integrations.verify` also takes LangChain, LlamaIndex and
+    Chroma objects and an :class:`OpenAIEndpoint` (see :mod:`espew_integrations.suspects`).
 
     ``probes="auto"`` (default) sends the natural-text probes stored in the
     key (about 1,600 queries for a 199-word band), or the band words alone
@@ -400,39 +270,52 @@ def verify(
     together (see the module docstring); ``"raw"``, ``"adjusted"`` or
     ``"corrected"`` (slope fixed at 1) use one.
 
-    ``target="key"`` compares with the stored target embedding (needs d' = d).
-    ``target="query"`` compares with the suspect's own embedding of
-    ``key.target_text``: it survives a permutation of dimensions and works for
-    any d', but it shows the target text to the suspect.
+    ``target_mode="key"`` compares with the stored target embedding (needs
+    d' = d). ``target_mode="query"`` compares with the suspect's own embedding
+    of ``key.target_text``: it survives a permutation of dimensions and works
+    for any d', but it shows the target text to the suspect.
 
     Faults of the suspect (exceptions, wrong shapes, NaN) never count as
     evidence: they leave words unscored, and if fewer than ``min_coverage`` of
     the band's words are scored the status is ``"inconclusive"``, as it is for
     uninformative answers (one vector for everything) and for a key whose
-    trigger draw cannot be re-derived (:attr:`WatermarkKey.verifiable`).
+    trigger draw cannot be re-derived (:attr:`WatermarkKey.verifiable`). An
+    inconclusive report says why and what to do next.
 
     >>> report = verify(suspect_model, key)          # doctest: +SKIP
     >>> report.copied, report.p_value               # doctest: +SKIP
     (True, 1.4e-27)
     """
-    from .adapters import as_suspect
-
-    suspect_fn = as_suspect(suspect)
-    _check_options(target, level, batch_size, min_coverage, statistic)
+    check_suspect(suspect)
+    _check_options(target_mode, level, batch_size, min_coverage, statistic)
     plan = _plan(key, probes, templates)
     if statistic in ("adjusted", "corrected") and plan.reference is None:
         raise ValueError(f"statistic={statistic!r} needs the clean reference this key lacks")
     asked = _interrogate(
-        suspect_fn, key, plan, target, level, statistic, batch_size, seed, progress
+        suspect, key, plan, target_mode, level, statistic, batch_size, seed, progress
     )
     if asked.reason:
         return _inconclusive(asked.common, asked.reason)
     return _decide(key, plan, asked.embeddings, asked.target_vector, min_coverage, asked.common)
 
 
+def check_suspect(suspect: object) -> None:
+    """Refuse a suspect the core cannot call, naming the adapter that can."""
+    if not callable(suspect):
+        raise TypeError(
+            f"the core's verify takes a callable list[str] -> embeddings, not a "
+            f"{type(suspect).__name__}; pass it to espew_integrations.verify (which adapts "
+            "LangChain, LlamaIndex, Chroma and OpenAIEndpoint suspects) or wrap it with "
+            "espew_integrations.as_suspect"
+        )
+
+
 @dataclasses.dataclass(frozen=True)
 class _Answers:
-    """The suspect's answers to a plan, in the plan's order, or why there are none."""
+    """The suspect's answers to a plan, in the plan's order, or why there are none.
+
+    When there are none, ``common`` carries the ``reason``'s ``next_step``.
+    """
 
     common: dict[str, Any]
     embeddings: np.ndarray
@@ -444,7 +327,7 @@ def _interrogate(
     suspect_fn: SuspectFn,
     key: WatermarkKey,
     plan: _Plan,
-    target: str,
+    target_mode: str,
     level: float,
     statistic: str,
     batch_size: int,
@@ -452,15 +335,65 @@ def _interrogate(
     progress: Callable[[int], None] | None,
 ) -> _Answers:
     """Ask the suspect the plan's probes once, shuffled; :func:`verify` and ``trace`` share it."""
-    texts = list(plan.texts) + ([key.target_text] if target == "query" else [])
+    texts = list(plan.texts) + ([key.target_text] if target_mode == "query" else [])
     order = np.random.default_rng(seed).permutation(len(texts))  # mix triggers and others
-    expected_dim = key.dim if target == "key" else None
+    expected_dim = key.dim if target_mode == "key" else None
     answers, errors, dim = _query(
         suspect_fn, [texts[i] for i in order], batch_size, progress, expected_dim
     )
-    common = dict(
+    common = _common_fields(key, plan, target_mode, level, statistic, seed, answers, errors, dim)
+    failure = _answer_failure(dim, expected_dim)
+    if failure:
+        return _Answers({**common, "next_step": failure[1]}, answers, key.target, failure[0])
+    embeddings = np.empty_like(answers)
+    embeddings[order] = answers  # back to the original probe order
+    target_vector = key.target
+    if target_mode == "query":
+        target_vector, embeddings = embeddings[-1], embeddings[:-1]
+        if not np.isfinite(target_vector).all():
+            reason = "the suspect failed to embed the target text"
+            common["next_step"] = _NEXT_RETRY
+            return _Answers(common, embeddings, key.target, reason)
+    return _Answers(common, embeddings, target_vector)
+
+
+_NEXT_RETRY = (
+    "the cause above is the suspect's; fix it (reachability, credentials, rate limit) and "
+    "run the audit again. Re-running is sound: a fault is never evidence, and a "
+    "deterministic model gives the same p-value every time"
+)
+
+
+def _answer_failure(dim: int | None, expected_dim: int | None) -> tuple[str, str] | None:
+    """Why the answers cannot be scored at all, and what to do next (None if they can)."""
+    if dim is None:
+        return "every query to the suspect failed", _NEXT_RETRY
+    if expected_dim is not None and dim != expected_dim:
+        return (
+            f"the suspect returns {dim}-dimensional embeddings but the key's target has "
+            f"{expected_dim}; verify with target_mode='query' (querying stopped after the "
+            "first batch)",
+            "run the audit again with target_mode='query' (espew verify --target query); "
+            "it sends the key's target text to the suspect",
+        )
+    return None
+
+
+def _common_fields(
+    key: WatermarkKey,
+    plan: _Plan,
+    target_mode: str,
+    level: float,
+    statistic: str,
+    seed: int | None,
+    answers: np.ndarray,
+    errors: list[str],
+    dim: int | None,
+) -> dict[str, Any]:
+    """The report fields every outcome shares: what was asked, of whom, and how it went."""
+    return dict(
         key_id=key.key_id,
-        target_mode=target,
+        target_mode=target_mode,
         n_queries=len(answers),
         n_failed_queries=int((~np.isfinite(answers).all(axis=1)).sum()),
         n_words=len(key.band),
@@ -474,34 +407,13 @@ def _interrogate(
         probes=plan.kind,
         statistic=statistic if plan.reference is not None else "raw",
     )
-    if dim is None:
-        first = f" (first error: {errors[0]})" if errors else ""
-        return _Answers(common, answers, key.target, f"every query to the suspect failed{first}")
-    if expected_dim is not None and dim != expected_dim:
-        return _Answers(
-            common,
-            answers,
-            key.target,
-            f"the suspect returns {dim}-dimensional embeddings but the key's target has "
-            f"{expected_dim}; verify with target='query' (querying stopped after the first batch)",
-        )
-    embeddings = np.empty_like(answers)
-    embeddings[order] = answers  # back to the original probe order
-    target_vector = key.target
-    if target == "query":
-        target_vector, embeddings = embeddings[-1], embeddings[:-1]
-        if not np.isfinite(target_vector).all():
-            return _Answers(
-                common, embeddings, key.target, "the suspect failed to embed the target text"
-            )
-    return _Answers(common, embeddings, target_vector)
 
 
 def _check_options(
-    target: str, level: float, batch_size: int, min_coverage: float, statistic: str
+    target_mode: str, level: float, batch_size: int, min_coverage: float, statistic: str
 ) -> None:
-    if target not in ("key", "query"):
-        raise ValueError(f"target must be 'key' or 'query', got {target!r}")
+    if target_mode not in ("key", "query"):
+        raise ValueError(f"target_mode must be 'key' or 'query', got {target_mode!r}")
     if not 0.0 < level < 1.0:
         raise ValueError(f"level must be in (0, 1), got {level!r}")
     if batch_size < 1:
@@ -546,60 +458,84 @@ def _decide(
     raw = _mean_per_word(cosines, plan.owner, n_words)
     is_trigger = np.fromiter((w in key.triggers for w in key.band), dtype=bool, count=n_words)
     scored = np.isfinite(raw)
-    n_scored, n_triggers_scored = int(scored.sum()), int((scored & is_trigger).sum())
     partial: dict[str, Any] = dict(
-        n_words_scored=n_scored,
-        n_triggers_scored=n_triggers_scored,
+        n_words_scored=int(scored.sum()),
+        n_triggers_scored=int((scored & is_trigger).sum()),
         trigger_scores=tuple(float(s) for s in raw[scored & is_trigger]),
         benign_scores=tuple(float(s) for s in raw[scored & ~is_trigger]),
     )
-    if n_scored / n_words < min_coverage or n_triggers_scored == 0 or n_scored == n_triggers_scored:
-        return _inconclusive(
-            common,
-            f"only {n_scored} of {n_words} band words could be scored "
-            f"({n_scored / n_words:.0%} < {min_coverage:.0%} required); the suspect failed too "
-            "many queries for a reliable verdict",
-            **partial,
-        )
-    empty = _uninformative(embeddings, raw)
-    if empty:
-        return _inconclusive(common, f"{empty}: such answers are no evidence either way", **partial)
+    unusable = _unusable(partial, n_words, min_coverage) or _uninformative(embeddings, raw)
+    if unusable:
+        return _inconclusive(common, unusable[0], next_step=unusable[1], **partial)
     p_values = _p_values(raw, cosines, plan, is_trigger, scored, common["statistic"])
-    answered = float(np.isfinite(cosines).mean())
-    smallest = min_p_value(n_scored, n_triggers_scored)
+    smallest = min_p_value(partial["n_words_scored"], partial["n_triggers_scored"])
     status: Status = "copied" if p_values["p_value"] < common["level"] else "not_copied"
-    reason = ""
-    if smallest >= common["level"]:
-        status = "inconclusive"
-        reason = (
-            f"with {n_scored} scored words the smallest reachable p-value is {smallest:.2g}, "
-            f"not below the level {common['level']:g}; use a key with a larger band"
-        )
-    elif status == "not_copied" and answered < min_coverage:
-        # A conviction on the probes that arrived is valid (the test is exact on any
-        # subset chosen without the trigger labels); an acquittal on a fraction of
-        # the evidence is not: faults must never clear a suspect.
-        status = "inconclusive"
-        reason = (
-            f"only {answered:.0%} of the probes were answered ({min_coverage:.0%} required "
-            "to clear a suspect); the answered ones show no watermark at this level"
-        )
-    elif not key.verifiable:
-        status = "inconclusive"
-        reason = (
-            "the key's triggers are not the draw its salt dictates (a hand-made key or one "
-            "saved in format version 1), so no third party can check that they were drawn at "
-            "random; generate a new key for verdicts"
-        )
+    answered = float(np.isfinite(cosines).mean())
+    withheld = _withheld(
+        status, partial["n_words_scored"], smallest, answered, min_coverage, key.verifiable, common
+    )
     return VerificationReport(
-        status=status,
-        reason=reason,
+        status="inconclusive" if withheld else status,
+        reason=withheld[0] if withheld else "",
+        next_step=withheld[1] if withheld else "",
         min_possible_p_value=smallest,
         **p_values,
         **_paper_metrics(cosines, plan.owner, is_trigger),
         **partial,
         **common,
     )
+
+
+def _unusable(partial: dict[str, Any], n_words: int, min_coverage: float) -> tuple[str, str] | None:
+    """Why too few words were scored for any test (None if enough were), and what to do."""
+    n_scored, n_triggers = partial["n_words_scored"], partial["n_triggers_scored"]
+    if n_scored / n_words >= min_coverage and 0 < n_triggers < n_scored:
+        return None
+    return (
+        f"only {n_scored} of {n_words} band words could be scored "
+        f"({n_scored / n_words:.0%} < {min_coverage:.0%} required); the suspect failed too "
+        "many queries for a reliable verdict",
+        "the suspect failed part of the queries (see the cause above): slow down "
+        "(requests_per_second, --rate), allow retries, and run the audit again; "
+        "re-running is sound, since a fault is never evidence",
+    )
+
+
+def _withheld(
+    status: str,
+    n_scored: int,
+    smallest: float,
+    answered: float,
+    min_coverage: float,
+    verifiable: bool,
+    common: dict[str, Any],
+) -> tuple[str, str] | None:
+    """Why a computed verdict must not be given (None if it may), and what to do next."""
+    level = common["level"]
+    if smallest >= level:
+        return (
+            f"with {n_scored} scored words the smallest reachable p-value is {smallest:.2g}, "
+            f"not below the level {level:g}; use a key with a larger band",
+            "generate a key with a larger band (a bigger corpus or a wider freq_band)",
+        )
+    if status == "not_copied" and answered < min_coverage:
+        # A conviction on the probes that arrived is valid (the test is exact on any
+        # subset chosen without the trigger labels); an acquittal on a fraction of
+        # the evidence is not: faults must never clear a suspect.
+        return (
+            f"only {answered:.0%} of the probes were answered ({min_coverage:.0%} required "
+            "to clear a suspect); the answered ones show no watermark at this level",
+            "run the audit again once the suspect answers reliably (slow down, allow "
+            "retries); a fault never clears a suspect",
+        )
+    if not verifiable:
+        return (
+            "the key's triggers are not the draw its salt dictates (a hand-made key or one "
+            "saved in format version 1), so no third party can check that they were drawn at "
+            "random; generate a new key for verdicts",
+            "generate a new key (WatermarkKey.generate or espew keygen) and watermark with it",
+        )
+    return None
 
 
 def _p_values(

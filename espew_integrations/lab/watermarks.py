@@ -37,8 +37,10 @@ import numpy as np
 from .. import watermark as espew_watermark
 from ..core.draw import draw_triggers
 from ..core.key import WatermarkKey
-from ..core.verify import DEFAULT_LEVEL, VerificationReport, verify
+from ..core.report import VerificationReport
+from ..core.verify import DEFAULT_LEVEL
 from ..core.words import TriggerMatcher, tokenize
+from ..suspects import verify
 
 __all__ = [
     "METHODS",
@@ -125,7 +127,7 @@ class LabWatermark(abc.ABC):
     ) -> Verdict:
         """Is ``suspect`` a copy of this watermarked service? (the core test with ``self.key``)"""
         report = verify(
-            suspect, self.key, target=target_mode, level=level, templates=templates, seed=seed
+            suspect, self.key, target_mode=target_mode, level=level, templates=templates, seed=seed
         )
         return _verdict(report)
 
@@ -305,7 +307,7 @@ class Warden(LabWatermark):
     ) -> Verdict:
         keys = self.keys if target_mode == "key" else self.keys[:1]
         reports = [
-            verify(suspect, k, target=target_mode, level=level, templates=templates, seed=seed)
+            verify(suspect, k, target_mode=target_mode, level=level, templates=templates, seed=seed)
             for k in keys
         ]
         usable = [r for r in reports if np.isfinite(r.p_value)]
