@@ -18,6 +18,8 @@ from typing import Any
 
 import numpy as np
 
+from ..core.probes import unit_rows
+
 __all__ = [
     "ATTACKS",
     "PAPER_DIM",
@@ -170,8 +172,7 @@ def saa(
     upper = (mode + half + 1 + low) * tolerance
     hit = (x >= lower[None, :]) & (x < upper[None, :])
     out = np.where(hit, 0.0, x)
-    norms = np.linalg.norm(out, axis=1, keepdims=True)
-    return out / np.where(norms == 0, 1.0, norms), float(hit.mean())
+    return unit_rows(out), float(hit.mean())
 
 
 # ---------------------------------------------------------------------- CSE
@@ -186,11 +187,6 @@ def scaled_k(k: int, dim: int, paper_dim: int = PAPER_DIM) -> int:
     if k < dim:
         return k
     return max(1, min(dim - 1, math.floor(k * dim / paper_dim)))
-
-
-def _unit(x: np.ndarray) -> np.ndarray:
-    norms = np.linalg.norm(x, axis=1, keepdims=True)
-    return x / np.where(norms == 0, 1.0, norms)
 
 
 def _cluster_pairs(
@@ -218,6 +214,47 @@ def _pair_cosines(unit: np.ndarray, left: np.ndarray, right: np.ndarray) -> np.n
     return out
 
 
+def _cluster_pair_cosines(
+    victim: np.ndarray,
+    standard: np.ndarray,
+    labels: np.ndarray,
+    n_clusters: int,
+    *,
+    max_pairs: int,
+    seed: int,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, bool]:
+    """Pairs inside each cluster and their cosines under both models (sampled past max_pairs)."""
+    rng = np.random.default_rng(seed)
+    groups = [np.flatnonzero(labels == c) for c in range(n_clusters)]
+    totals = np.array([g.size * (g.size - 1) // 2 for g in groups], dtype=np.float64)
+    sampled = bool(totals.sum() > max_pairs)
+    victim_unit, standard_unit = unit_rows(victim), unit_rows(standard)
+    lefts, rights, victim_sims, standard_sims = [], [], [], []
+    for group, total in zip(groups, totals, strict=False):
+        if total == 0:
+            continue
+        if sampled:
+            count = max(1, round(max_pairs * total / totals.sum()))
+            left, right = _cluster_pairs(group, count, rng)
+            victim_sims.append(_pair_cosines(victim_unit, left, right))
+            standard_sims.append(_pair_cosines(standard_unit, left, right))
+        else:  # every pair: one Gram matrix per cluster (BLAS), upper triangle
+            upper = np.triu_indices(group.size, k=1)
+            left, right = group[upper[0]], group[upper[1]]
+            for unit, sims in ((victim_unit, victim_sims), (standard_unit, standard_sims)):
+                block = unit[group]
+                sims.append((block @ block.T)[upper])
+        lefts.append(left)
+        rights.append(right)
+    return (
+        np.concatenate(lefts),
+        np.concatenate(rights),
+        np.concatenate(victim_sims),
+        np.concatenate(standard_sims),
+        sampled,
+    )
+
+
 def cse_suspicious(
     victim: np.ndarray,
     standard: np.ndarray,
@@ -243,32 +280,9 @@ def cse_suspicious(
         raise ValueError(f"standard embeddings have {standard.shape[0]} rows, expected {n}")
     n_clusters = max(1, min(n_clusters, n // 2))
     labels = KMeans(n_clusters=n_clusters, n_init=3, random_state=seed).fit_predict(victim)
-    rng = np.random.default_rng(seed)
-    groups = [np.flatnonzero(labels == c) for c in range(n_clusters)]
-    totals = np.array([g.size * (g.size - 1) // 2 for g in groups], dtype=np.float64)
-    sampled = totals.sum() > max_pairs
-    victim_unit, standard_unit = _unit(victim), _unit(standard)
-    lefts, rights, victim_sims, standard_sims = [], [], [], []
-    for group, total in zip(groups, totals, strict=False):
-        if total == 0:
-            continue
-        if sampled:
-            count = max(1, round(max_pairs * total / totals.sum()))
-            left, right = _cluster_pairs(group, count, rng)
-            victim_sims.append(_pair_cosines(victim_unit, left, right))
-            standard_sims.append(_pair_cosines(standard_unit, left, right))
-        else:  # every pair: one Gram matrix per cluster (BLAS), upper triangle
-            upper = np.triu_indices(group.size, k=1)
-            left, right = group[upper[0]], group[upper[1]]
-            for unit, sims in ((victim_unit, victim_sims), (standard_unit, standard_sims)):
-                block = unit[group]
-                sims.append((block @ block.T)[upper])
-        lefts.append(left)
-        rights.append(right)
-    left = np.concatenate(lefts)
-    right = np.concatenate(rights)
-    victim_sim = np.concatenate(victim_sims)
-    standard_sim = np.concatenate(standard_sims)
+    left, right, victim_sim, standard_sim, sampled = _cluster_pair_cosines(
+        victim, standard, labels, n_clusters, max_pairs=max_pairs, seed=seed
+    )
     diff = rankdata(victim_sim) / left.size - rankdata(standard_sim) / left.size
     n_keep = min(left.size, max(1, math.ceil(keep_rate * n)))
     top = np.argpartition(-diff, n_keep - 1)[:n_keep]
@@ -291,7 +305,7 @@ def eliminate(x: np.ndarray, components: np.ndarray) -> np.ndarray:
     once and renormalising once; this does the latter, in one matrix product.
     """
     projected = x - (x @ components.T) @ components
-    return _unit(projected)
+    return unit_rows(projected)
 
 
 def cse(

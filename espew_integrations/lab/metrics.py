@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from ..core.probes import row_cosines  # the one row-cosine, re-exported for the lab
+from ..core.probes import row_cosines, unit_rows  # the one row-cosine, re-exported
 
 __all__ = [
     "copy_fidelity",
@@ -26,12 +26,6 @@ __all__ = [
     "row_cosines",
     "split_indices",
 ]
-
-
-def _unit(x: np.ndarray) -> np.ndarray:
-    x = np.asarray(x, dtype=np.float64)
-    norms = np.linalg.norm(x, axis=1, keepdims=True)
-    return x / np.where(norms == 0, 1.0, norms)
 
 
 def mean_cosine(clean: np.ndarray, changed: np.ndarray, rows: np.ndarray | None = None) -> float:
@@ -102,7 +96,7 @@ def retrieval_overlap(
     >>> retrieval_overlap(x, x, n_queries=10)
     1.0
     """
-    clean_u, changed_u = _unit(clean), _unit(changed)
+    clean_u, changed_u = unit_rows(clean), unit_rows(changed)
     n = clean_u.shape[0]
     k = min(k, n - 1)
     queries = np.random.default_rng(seed).choice(n, size=min(n_queries, n), replace=False)

