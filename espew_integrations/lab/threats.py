@@ -29,6 +29,10 @@ from typing import Any
 
 import numpy as np
 
+from ..core.inject import watermark
+from ..core.probes import row_cosines, unit_rows
+from .context import LabContext, draw_key, seed_for, watermark_for
+
 __all__ = [
     "THREATS",
     "aggregate",
@@ -87,12 +91,6 @@ def join_chunks(texts: Sequence[str], size: int, *, seed: int = 0) -> list[str]:
     return [" ".join(texts[i] for i in order[c * size : (c + 1) * size]) for c in range(n)]
 
 
-def _unit(x: np.ndarray) -> np.ndarray:
-    x = np.asarray(x, dtype=np.float64)
-    norms = np.linalg.norm(x, axis=1, keepdims=True)
-    return x / np.where(norms == 0, 1.0, norms)
-
-
 def recall_at_k(
     clean_queries: np.ndarray,
     clean_index: np.ndarray,
@@ -113,7 +111,7 @@ def recall_at_k(
     k = min(k, len(clean_index))
 
     def top(queries: np.ndarray, index: np.ndarray) -> np.ndarray:
-        sims = _unit(queries) @ _unit(index).T
+        sims = unit_rows(queries) @ unit_rows(index).T
         return np.argpartition(-sims, k - 1, axis=1)[:, :k]
 
     a = top(clean_queries, clean_index)
@@ -144,8 +142,6 @@ def long_text_study(
     cos(clean, watermarked) on marked chunks; and recall@k of the watermarked
     index against the clean one.
     """
-    from .. import watermark
-
     queries = list(queries)
     clean_q = (
         np.asarray(embed(queries), dtype=np.float64)
@@ -165,7 +161,7 @@ def long_text_study(
         clean = np.asarray(embed(chunks), dtype=np.float64)
         marked = key.contains_trigger(chunks)
         wm = np.asarray(watermark(chunks, clean, key), dtype=np.float64)
-        cos = np.einsum("ij,ij->i", _unit(clean), _unit(wm))
+        cos = row_cosines(clean, wm)
         rows.append(
             {
                 "size": int(size),
@@ -180,14 +176,11 @@ def long_text_study(
 
 
 # ---------------------------------------------------------------------- lab cells
-def seeded_context(ctx: Any, seed: int) -> Any:
+def seeded_context(ctx: LabContext, seed: int) -> LabContext:
     """The run's context with a key drawn with ``seed`` (data, splits and embeddings shared)."""
-    if int(seed) == int(ctx.config["seed"]):
+    if seed == ctx.config.seed:
         return ctx
-    from .runner import draw_key
-
-    config = dict(ctx.config)
-    config["seed"] = int(seed)
+    config = dataclasses.replace(ctx.config, seed=seed)
     return dataclasses.replace(
         ctx,
         config=config,
@@ -198,28 +191,9 @@ def seeded_context(ctx: Any, seed: int) -> Any:
     )
 
 
-def _clean_embed(ctx: Any) -> Callable[[list[str]], np.ndarray]:
-    from .cache import cached_embed
-    from .runner import model_name
-
-    name = model_name(ctx.victim, ctx.config["victim"])
-
-    def embed(texts: list[str]) -> np.ndarray:
-        return cached_embed(ctx.victim, texts, model_name=name).astype(np.float64)
-
-    return embed
-
-
-def _verify(ctx: Any, made: Any, suspect: Any, seed: int) -> dict[str, Any]:
-    from .runner import verify_templates
-
-    verify_cfg = ctx.config["verify"]
-    verdict = made.verify(
-        suspect,
-        level=float(verify_cfg["level"]),
-        templates=verify_templates(verify_cfg),
-        seed=seed,
-    )
+def _verify(ctx: LabContext, made: Any, suspect: Any, seed: int) -> dict[str, Any]:
+    settings = ctx.config.verify
+    verdict = made.verify(suspect, level=settings.level, templates=settings.templates, seed=seed)
     return {
         "p_value": verdict.p_value,
         "copied": verdict.copied,
@@ -229,100 +203,114 @@ def _verify(ctx: Any, made: Any, suspect: Any, seed: int) -> dict[str, Any]:
 
 
 def run_threat(
-    ctx: Any, spec: str, seed: int, *, contexts: dict[int, Any] | None = None
+    ctx: LabContext, spec: str, seed: int, *, contexts: dict[int, LabContext] | None = None
 ) -> dict[str, Any]:
     """One threat cell for one seed: its verdict (if it has a copy) and its own metrics.
 
-    ``contexts`` caches the per-seed contexts (keys) across calls.
+    ``ctx`` is the run's context; ``contexts`` caches the per-seed contexts
+    (keys) across calls.
     """
-    from .metrics import row_cosines
-    from .runner import _seed_for, watermark_for
-
     name, args = parse_threat(spec)
-    threats = ctx.config["threats"]
     contexts = {} if contexts is None else contexts
-    if int(seed) not in contexts:
-        contexts[int(seed)] = seeded_context(ctx, seed)
-    sctx = contexts[int(seed)]
-    wm_name = str(threats["watermark"])
-    made = watermark_for(sctx, wm_name)
-    cell_seed = _seed_for(int(seed), f"threat:{spec}")
-    record: dict[str, Any] = {"threat": spec, "seed": int(seed), "watermark": wm_name}
-    texts = sctx.corpus.texts
-    rows = sctx.stealer_rows
-    train_texts = [texts[i] for i in rows]
-    holdout = [texts[i] for i in sctx.holdout_rows]
-    clean_holdout = sctx.clean[sctx.holdout_rows]
-
+    if seed not in contexts:
+        contexts[seed] = seeded_context(ctx, seed)
+    sctx = contexts[seed]
+    record: dict[str, Any] = {
+        "threat": spec,
+        "seed": seed,
+        "watermark": ctx.config.threats.watermark,
+    }
     if name == "chunks":
-        lt = threats["long_texts"]
-        rng = np.random.default_rng(_seed_for(int(ctx.config["seed"]), "long_texts"))
-        n_queries = min(int(lt["queries"]), len(sctx.holdout_rows))
-        query_rows = np.sort(rng.choice(sctx.holdout_rows, size=n_queries, replace=False))
-        n_reviews = min(int(lt["n_reviews"]), len(rows))
-        review_rows = np.sort(rng.choice(rows, size=n_reviews, replace=False))
-        (result,) = long_text_study(
-            [texts[i] for i in review_rows],
-            [texts[i] for i in query_rows],
-            _clean_embed(sctx),
-            sctx.key,
-            sizes=(args[0],),
-            seed=int(ctx.config["seed"]),
-            query_embeddings=sctx.clean[query_rows],
-        )
-        record.update(result)
+        record.update(_chunks_cell(sctx, size=args[0], run_seed=ctx.config.seed))
         return record
-
-    stealer_name = str(threats["stealer"])
-    options = dict(ctx.config["stealer_options"].get(stealer_name, {}))
-    stealer = _make_stealer(sctx, stealer_name, cell_seed, options)
-
+    cell_seed = seed_for(seed, f"threat:{spec}")
+    settings = ctx.config.threats
+    options = dict(ctx.config.stealer_options.get(settings.stealer, {}))
+    stealer = _make_stealer(sctx, settings.stealer, cell_seed, options)
     if name == "router":
-        from .router import AuditHistory, AuditRouter, detector_rates
-
-        stealer.fit(train_texts, sctx.answers[wm_name][rows])
-        honest = sctx.victim if args[0] == "twin" else _require_standard(sctx)
-        history = AuditHistory.from_texts(train_texts)
-        rates = detector_rates(history, holdout, list(made.key.band), seed=cell_seed)
-        router = AuditRouter(stealer, honest, history=history)
-        direct = _verify(sctx, made, stealer, cell_seed)
-        record.update(_verify(sctx, made, router, cell_seed))
+        record.update(_router_cell(sctx, stealer, honest=args[0], cell_seed=cell_seed))
+    else:
         record.update(
-            p_value_direct=direct["p_value"],
-            copied_direct=direct["copied"],
-            catch_rate=router.routed_fraction,
-            false_positive_rate=rates["false_positive_rate"],
-            single_word_catch_rate=rates["catch_rate"],
-            copy_fidelity=float(row_cosines(stealer(holdout), clean_holdout).mean()),
+            _paraphrase_cell(sctx, stealer, args, cell_seed=cell_seed, run_seed=ctx.config.seed)
         )
-        return record
+    return record
 
+
+def _chunks_cell(sctx: LabContext, *, size: int, run_seed: int) -> dict[str, Any]:
+    """The long-text study for one chunk size; the reviews and queries are drawn per run."""
+    settings = sctx.config.threats.long_texts
+    texts, rows = sctx.corpus.texts, sctx.stealer_rows
+    rng = np.random.default_rng(seed_for(run_seed, "long_texts"))
+    n_queries = min(settings.queries, len(sctx.holdout_rows))
+    query_rows = np.sort(rng.choice(sctx.holdout_rows, size=n_queries, replace=False))
+    n_reviews = min(settings.n_reviews, len(rows))
+    review_rows = np.sort(rng.choice(rows, size=n_reviews, replace=False))
+    (result,) = long_text_study(
+        [texts[i] for i in review_rows],
+        [texts[i] for i in query_rows],
+        sctx.embed_clean,
+        sctx.key,
+        sizes=(size,),
+        seed=run_seed,
+        query_embeddings=sctx.clean[query_rows],
+    )
+    return result
+
+
+def _router_cell(sctx: LabContext, stealer: Any, *, honest: str, cell_seed: int) -> dict[str, Any]:
+    """A stolen copy behind an audit router, verified through the router and directly."""
+    from .router import AuditHistory, AuditRouter, detector_rates
+
+    wm_name = sctx.config.threats.watermark
+    made = watermark_for(sctx, wm_name)
+    train_texts = [sctx.corpus.texts[i] for i in sctx.stealer_rows]
+    holdout = [sctx.corpus.texts[i] for i in sctx.holdout_rows]
+    stealer.fit(train_texts, sctx.answers[wm_name][sctx.stealer_rows])
+    history = AuditHistory.from_texts(train_texts)
+    rates = detector_rates(history, holdout, list(made.key.band), seed=cell_seed)
+    fallback = sctx.victim if honest == "twin" else _require_standard(sctx)
+    router = AuditRouter(stealer, fallback, history=history)
+    direct = _verify(sctx, made, stealer, cell_seed)
+    record = _verify(sctx, made, router, cell_seed)
+    record.update(
+        p_value_direct=direct["p_value"],
+        copied_direct=direct["copied"],
+        catch_rate=router.routed_fraction,
+        false_positive_rate=rates["false_positive_rate"],
+        single_word_catch_rate=rates["catch_rate"],
+        copy_fidelity=float(row_cosines(stealer(holdout), sctx.clean[sctx.holdout_rows]).mean()),
+    )
+    return record
+
+
+def _paraphrase_cell(
+    sctx: LabContext, stealer: Any, args: tuple[Any, ...], *, cell_seed: int, run_seed: int
+) -> dict[str, Any]:
+    """A thief that trains on K-averaged answers to lexical paraphrases (WET)."""
     from .paraphrase import NeighbourParaphraser, ParaphraseThief
 
     mode, rate = args
+    made = watermark_for(sctx, sctx.config.threats.watermark)
+    rows, texts = sctx.stealer_rows, sctx.corpus.texts
+    train_texts = [texts[i] for i in rows]
+    holdout = [texts[i] for i in sctx.holdout_rows]
     own = _require_standard(sctx)
-    paraphraser = _paraphraser(ctx, own, train_texts, NeighbourParaphraser)
-    embed = _clean_embed(sctx)
+    paraphraser = _paraphraser(sctx, own, train_texts, NeighbourParaphraser)
 
     def service(batch: list[str]) -> np.ndarray:
-        return np.asarray(made.apply(batch, embed(batch)), dtype=np.float64)
+        return np.asarray(made.apply(batch, sctx.embed_clean(batch)), dtype=np.float64)
 
     thief = ParaphraseThief(
-        service,
-        paraphraser,
-        stealer,
-        rate=rate,
-        mode=mode,
-        k=int(threats["paraphrase_k"]),
-        seed=int(ctx.config["seed"]),  # paraphrases do not depend on the key: cached once
-    )
+        service, paraphraser, stealer, rate=rate, mode=mode,
+        k=sctx.config.threats.paraphrase_k,
+        seed=run_seed,  # paraphrases do not depend on the key: cached once
+    )  # fmt: skip
     thief.fit(train_texts)
     marked = made.marked(train_texts)
-    asked = thief.queries(train_texts)
-    kept = made.marked(asked).reshape(thief.k, len(train_texts))[:, marked]
-    record.update(_verify(sctx, made, thief, cell_seed))
+    kept = made.marked(thief.queries(train_texts)).reshape(thief.k, len(train_texts))[:, marked]
+    record = _verify(sctx, made, thief, cell_seed)
     record.update(
-        copy_fidelity=float(row_cosines(thief(holdout), clean_holdout).mean()),
+        copy_fidelity=float(row_cosines(thief(holdout), sctx.clean[sctx.holdout_rows]).mean()),
         cos_clean_trained_on=float(row_cosines(thief.averaged, sctx.clean[rows]).mean()),
         trigger_kept_rate=float(kept.mean()) if kept.size else math.nan,
         service_queries=thief.n_queries,
@@ -349,11 +337,11 @@ _PARAPHRASERS: dict[tuple[int, int], Any] = {}
 def _paraphraser(ctx: Any, own: Any, train_texts: list[str], factory: Any) -> Any:
     """One paraphraser per run (its vocabulary embedding is the slow part; disk-cached too)."""
     from .cache import cached_embed
-    from .runner import model_name
+    from .context import model_name
 
     slot = (id(ctx.corpus), len(train_texts))
     if slot not in _PARAPHRASERS:
-        name = model_name(own, ctx.config["standard"])
+        name = model_name(own, ctx.config.standard)
         _PARAPHRASERS.clear()
         _PARAPHRASERS[slot] = factory(
             own,
