@@ -55,7 +55,7 @@ MODULE_NEEDS = {
 # Names that the top-level package re-exports from a module that needs an extra.
 NAME_NEEDS = {"OpenAIEndpoint": "http"}
 # How a page shows the offline corpora's install (the data wheels, without their deps).
-DATA_COMMAND = re.compile(r"espew data\b")
+DATA_COMMAND = re.compile(r"espew data install\b")
 
 FENCE_OPEN = re.compile(r"^(?P<indent>[ \t]*)```python[ \t]*$")
 NOT_RUN = re.compile(r"^[ \t]*<!--[ \t]*not run:[ \t]*(?P<reason>\S.*?)[ \t]*-->[ \t]*$")
@@ -351,7 +351,8 @@ def test_page_pip_line_covers_its_imports(page: Path):
     modules, needs = page_imports(python_blocks(page))
     if "data" in needs:
         assert DATA_COMMAND.search(text), (
-            f"{page_id(page)} uses espew_integrations.corpora but never shows `espew data`, "
+            f"{page_id(page)} uses espew_integrations.corpora but never shows "
+            "`espew data install`, "
             "the command that installs the offline corpora"
         )
         needs.discard("data")
@@ -392,3 +393,90 @@ def test_pip_line_parser():
         "llama-index-vector-stores-chroma"
     }
     assert distributions_of("llama_index.no_such_module") == set()
+
+
+# --- docs/cli.md against `espew --help` ---------------------------------------------------
+
+CLI_DOC = ROOT / "docs" / "cli.md"
+# The lab's own flags are documented on its page; cli.md points there.
+CLI_DOC_EXTRA = {"lab": [ROOT / "docs" / "lab.md"], "tune": [ROOT / "docs" / "lab.md"]}
+FLAG = re.compile(r"(?<![\w-])--[a-z][a-z0-9-]*")
+# Flags of other tools that cli.md may show (pip's, in an install line).
+NOT_ESPEW_FLAGS = {"--no-deps", "--index-url", "--help"}
+
+
+@cache
+def espew_help(*command: str) -> str:
+    script = Path(sys.executable).with_name("espew")
+    argv = [str(script)] if script.exists() else [sys.executable, "-m", "espew_integrations.cli"]
+    done = subprocess.run(
+        [*argv, *command, "--help"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "COLUMNS": "100"},
+    )
+    assert done.returncode == 0, f"espew {' '.join(command)} --help failed: {done.stderr[-2000:]}"
+    return done.stdout
+
+
+def help_subcommands(text: str) -> list[str]:
+    """Subcommands listed under 'positional arguments' (argparse indents them by 4)."""
+    section = text.split("positional arguments:", 1)[1] if "positional arguments:" in text else ""
+    section = re.split(r"\n(?:options|optional arguments):", section)[0]
+    return re.findall(r"^    ([a-z][\w-]*)(?:\s{2,}|$)", section, flags=re.MULTILINE)
+
+
+def help_flags(text: str) -> set[str]:
+    """The long options a help text lists (option lines, not prose or examples)."""
+    flags = set()
+    for line in text.splitlines():
+        if re.match(r"^\s{2,}-", line):
+            flags |= set(FLAG.findall(line.split("  ", 2)[1] if "  " in line.strip() else line))
+    return flags - {"--help"}
+
+
+@cache
+def cli_commands() -> list[tuple[str, ...]]:
+    found, todo = [], [()]
+    while todo:
+        command = todo.pop(0)
+        subcommands = help_subcommands(espew_help(*command))
+        if command:
+            found.append(command)
+        todo.extend((*command, sub) for sub in subcommands)
+    return found
+
+
+def all_cli_flags() -> set[str]:
+    return set().union(*(help_flags(espew_help(*c)) for c in [(), *cli_commands()]))
+
+
+@pytest.mark.parametrize("command", cli_commands(), ids=" ".join)
+def test_cli_md_documents_every_flag_of(command: tuple[str, ...]):
+    docs = CLI_DOC.read_text(encoding="utf-8") + "".join(
+        p.read_text(encoding="utf-8") for p in CLI_DOC_EXTRA.get(command[0], [])
+    )
+    documented = set(FLAG.findall(docs))
+    missing = help_flags(espew_help(*command)) - documented
+    assert not missing, (
+        f"`espew {' '.join(command)} --help` lists {sorted(missing)}, which docs/cli.md never names"
+    )
+
+
+def test_every_flag_cli_md_names_exists():
+    named = set(FLAG.findall(CLI_DOC.read_text(encoding="utf-8"))) - NOT_ESPEW_FLAGS
+    unknown = named - all_cli_flags()
+    assert not unknown, f"docs/cli.md names flags that no `espew` command has: {sorted(unknown)}"
+
+
+def test_cli_help_parsers():
+    text = (
+        "usage: espew [-h] COMMAND ...\n\npositional arguments:\n  COMMAND\n"
+        "    keygen    make a key\n    key       inspect\n\noptions:\n"
+        "  -h, --help  show this help message and exit\n"
+        "  --freq-band LOW,HIGH\n                  the band; e.g. --not-a-flag here\n"
+        "  --min-cosine C, --min-cos C  budget\n"
+    )
+    assert help_subcommands(text) == ["keygen", "key"]
+    assert help_flags(text) == {"--freq-band", "--min-cosine", "--min-cos"}
