@@ -4,11 +4,19 @@ One audit serves every tenant. The suspect is asked the ring's probes once
 (the same shuffled queries :func:`.verify.verify` sends for the shared key);
 the answers give one raw and one reference-adjusted score per band word, and
 
-* the **shared layer** decides *copied*: exactly :func:`.verify.verify`'s
-  verdict for :attr:`KeyRing.shared_key`;
+* the **shared layer** gets :func:`.verify.verify`'s verdict for
+  :attr:`KeyRing.shared_key` (``report.shared``);
 * each **tenant layer** gets the same exact one-sided rank-sum test, over the
   universe (the band words that are not shared triggers): are the tenant's
   words ranked unusually high among them?
+* *copied* is decided on both: ``p = min(1, 2 * min(p_shared, p_best_tenant))``
+  (Bonferroni over the two families, so still exact). Why not the shared
+  layer alone: a copy of one account carries that account's 20 words too,
+  and in the shared test they count among the "other" band words, ranking
+  next to the shared triggers and diluting them (measured: a ridge copy
+  after CSE K=50 gets shared p = 3e-9 where its tenant layer gets 1e-17).
+  The shared layer is what survives collusion, the tenant layer what a
+  single-account copy shows best; the report says which decided.
 
 Why each tenant's test is exact, even when the copy was trained on another
 tenant's answers: tenant D's layer is a uniform random subset of the
@@ -71,11 +79,12 @@ from .verify import (
 __all__ = ["TRACE_RULE", "TraceReport", "tenant_p_values", "trace"]
 
 TRACE_RULE = (
-    "copied: the shared layer's verdict (see decision_rule). Traced: for each tenant, exact "
+    "copied iff p < level, p = min(1, 2 * min(p_shared, smallest tenant p)), p_shared the "
+    "shared layer's verify() p-value (see shared.decision_rule). Traced: for each tenant, exact "
     "one-sided rank-sum tests of its own layer among the band words outside the shared layer, "
     "after removing the layers of the other tenants significant in a first round; "
     "p = min(1, 2 * n_tenants * min(p_raw, p_adjusted)) (Bonferroni over tenants and "
-    "statistics); traced iff p < level, strongest first"
+    "statistics); traced iff copied and p < level, strongest first"
 )
 
 
@@ -84,8 +93,9 @@ TRACE_RULE = (
 class TraceReport:
     """The outcome of :func:`trace`.
 
-    ``copied``, ``status`` and ``p_value`` are the shared layer's verdict (the
-    full :class:`VerificationReport` is ``shared``). ``traced`` lists the
+    ``copied``, ``status`` and ``p_value`` are the verdict on both layers
+    (``decided_by`` says which; the shared layer's own verdict is ``shared``,
+    a full :class:`VerificationReport`). ``traced`` lists the
     tenant ids whose own layer is detected, strongest evidence first;
     ``tenant_p_values`` maps *every* tested id to its adjusted p-value.
 
@@ -97,6 +107,9 @@ class TraceReport:
     """
 
     shared: VerificationReport
+    status: str
+    p_value: float
+    decided_by: str
     level: float
     ring_id: str
     n_tenants: int
@@ -109,17 +122,12 @@ class TraceReport:
 
     @property
     def copied(self) -> bool:
-        """True iff the shared layer convicts the suspect at ``level``."""
-        return self.shared.copied
+        """True iff the suspect is judged a copy of the ring's service at ``level``."""
+        return self.status == "copied"
 
     @property
-    def status(self) -> str:
-        """The shared verdict: ``copied``, ``not_copied`` or ``inconclusive``."""
-        return self.shared.status
-
-    @property
-    def p_value(self) -> float:
-        """The shared layer's p-value (what ``copied`` is decided on)."""
+    def shared_p_value(self) -> float:
+        """The shared layer's own p-value (what survives accounts voting together)."""
         return self.shared.p_value
 
     def to_dict(self) -> dict[str, Any]:
@@ -128,6 +136,8 @@ class TraceReport:
             "copied": self.copied,
             "status": self.status,
             "p_value": self.p_value,
+            "decided_by": self.decided_by,
+            "shared_p_value": self.shared_p_value,
             "level": self.level,
             "ring_id": self.ring_id,
             "n_tenants": self.n_tenants,
@@ -159,10 +169,18 @@ class TraceReport:
             accounts = f"{named}{more}"
         else:
             accounts = "none"
+        verdict = {
+            "copied": "COPIED: the suspect carries this ring's watermark",
+            "not_copied": "NOT COPIED: no evidence of this ring's watermark",
+            "inconclusive": "INCONCLUSIVE: no verdict could be reached",
+        }[self.status]
         lines = [
             str(self.shared),
             f"ESpeW trace (ring {self.ring_id}): {self.n_tenants} accounts tested, "
             f"{self.tenant_triggers} words of each account's own layer",
+            f"  verdict        : {verdict}",
+            f"  p-value        : {self.p_value:.3g} (both layers; decided by {self.decided_by}; "
+            f"shared layer alone {self.shared_p_value:.3g})",
             f"  traced         : {accounts}",
             f"  false accusations: any innocent account is named with probability <= "
             f"{self.level:g} (adjusted for {self.n_tenants} accounts)",
@@ -208,12 +226,11 @@ def trace(
     asked = _interrogate(
         suspect_fn, key, plan, target, level, statistic, batch_size, seed, progress
     )
-    common = dict(level=level, ring_id=ring.ring_id, n_tenants=len(ids))
+    common: dict[str, Any] = dict(level=level, ring_id=ring.ring_id, n_tenants=len(ids))
     common["tenant_triggers"] = ring.n_tenant_triggers
-    nan_p = dict.fromkeys(ids, math.nan)
     if asked.reason:
         shared = _inconclusive(asked.common, asked.reason)
-        return TraceReport(shared, traced=(), tenant_p_values=nan_p, n_universe_scored=0, **common)
+        return _no_verdict(shared, dict.fromkeys(ids, math.nan), 0, common)
     shared = _decide(key, plan, asked.embeddings, asked.target_vector, min_coverage, asked.common)
     cosines = _probe_cosines(asked.embeddings, asked.target_vector)
     raw = _mean_per_word(cosines, plan.owner, len(key.band))
@@ -223,33 +240,50 @@ def trace(
         reference = _mean_per_word(probe_ref, plan.owner, len(key.band))
     position = {w: i for i, w in enumerate(key.band)}
     in_band = np.array([position[w] for w in ring.universe], dtype=np.int64)
-    layers = ring.layer_indices(ids)
     adjusted = tenant_p_values(
         raw[in_band],
         None if reference is None else reference[in_band],
-        layers,
+        ring.layer_indices(ids),
         level=level,
         statistic=shared.statistic,
     )
     n_scored = int(np.isfinite(raw[in_band]).sum())
     p_values = dict(zip(ids, adjusted.tolist(), strict=True))
     if shared.status == "inconclusive":
-        reason = "no account is named when the shared layer reached no verdict"
-        return TraceReport(
-            shared,
-            traced=(),
-            tenant_p_values=p_values,
-            n_universe_scored=n_scored,
-            reason=reason,
-            **common,
-        )
-    hits = np.flatnonzero(adjusted < level)
-    hits = hits[np.argsort(adjusted[hits], kind="stable")]
+        return _no_verdict(shared, p_values, n_scored, common)
+    best = int(np.argmin(adjusted))
+    p_value = min(1.0, 2.0 * min(shared.p_value, float(adjusted[best])))
+    copied = p_value < level
+    hits = np.flatnonzero(adjusted < level) if copied else np.array([], dtype=np.int64)
+    hits = hits[np.argsort(adjusted[hits], kind="stable")]  # strongest evidence first
     return TraceReport(
         shared,
+        status="copied" if copied else "not_copied",
+        p_value=p_value,
+        decided_by="shared layer" if shared.p_value <= adjusted[best] else "tenant layer",
         traced=tuple(ids[i] for i in hits),
         tenant_p_values=p_values,
         n_universe_scored=n_scored,
+        **common,
+    )
+
+
+def _no_verdict(
+    shared: VerificationReport,
+    p_values: dict[str, float],
+    n_scored: int,
+    common: dict[str, Any],
+) -> TraceReport:
+    """The shared audit reached no verdict (faults, coverage, unverifiable key): name nobody."""
+    return TraceReport(
+        shared,
+        status="inconclusive",
+        p_value=math.nan,
+        decided_by="",
+        traced=(),
+        tenant_p_values=p_values,
+        n_universe_scored=n_scored,
+        reason="no account is named when the audit reached no verdict: " + shared.reason,
         **common,
     )
 
