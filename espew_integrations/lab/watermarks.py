@@ -37,6 +37,7 @@ import numpy as np
 from .. import watermark as espew_watermark
 from ..core.draw import draw_triggers
 from ..core.key import WatermarkKey
+from ..core.probes import unit_rows
 from ..core.report import VerificationReport
 from ..core.verify import DEFAULT_LEVEL
 from ..core.words import TriggerMatcher, tokenize
@@ -174,10 +175,6 @@ def count_distinct_triggers(texts: Sequence[str], triggers: Sequence[str]) -> np
     )
 
 
-def _unit_rows(matrix: np.ndarray) -> np.ndarray:
-    return matrix / np.linalg.norm(matrix, axis=1, keepdims=True)
-
-
 class EmbMarker(LabWatermark):
     """EmbMarker: e_p = normalize(w e_t + (1 - w) e_o), w = min(#triggers, m) / m.
 
@@ -217,7 +214,7 @@ class EmbMarker(LabWatermark):
         clean = np.asarray(clean)
         weight = self.weights(texts)[:, None]
         mixed = weight * self.target[None, :] + (1.0 - weight) * clean.astype(np.float64)
-        return _unit_rows(mixed).astype(clean.dtype)
+        return unit_rows(mixed).astype(clean.dtype)
 
     def marked(self, texts: Sequence[str]) -> np.ndarray:
         return self._matcher.contains(list(texts))
@@ -291,7 +288,7 @@ class Warden(LabWatermark):
         weights = self.weights(texts)
         total = weights.sum(axis=1, keepdims=True)
         mixed = weights @ self.targets + (1.0 - total) * clean.astype(np.float64)
-        return _unit_rows(mixed).astype(clean.dtype)
+        return unit_rows(mixed).astype(clean.dtype)
 
     def marked(self, texts: Sequence[str]) -> np.ndarray:
         return self._matcher.contains(list(texts))
