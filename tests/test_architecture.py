@@ -1,0 +1,296 @@
+"""The package's import graph keeps its shape: no cycles, a closed core, arrows only downward.
+
+Every module of ``espew_integrations`` is parsed with :mod:`ast` (nothing is
+imported), its imports are resolved to modules of the package, and three rules
+are checked on the resulting graph. :data:`LAYERS` below *is* the architecture:
+a module may import its own layer or a lower one, never a higher one.
+
+Imports inside ``if TYPE_CHECKING:`` are type hints only and are ignored. An
+import of the package inside a function (a call-time import) counts as an
+arrow like any other; it may close a cycle only when :data:`CALL_TIME_EDGES`
+lists it with its reason.
+"""
+
+from __future__ import annotations
+
+import ast
+import sys
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+PACKAGE = "espew_integrations"
+ROOT = Path(__file__).resolve().parents[1] / PACKAGE
+
+#: The layers, lowest first. A module's layer is that of the longest prefix
+#: naming it (the package root names only itself). New top-level modules must be
+#: placed here, or the test fails.
+LAYERS: dict[str, int] = {
+    # 0. The core: the watermark, keys, verification. Standard library, numpy, scipy.
+    f"{PACKAGE}.core": 0,
+    # 1. Everything built on the core: the public facade, suspects, evidence,
+    #    framework wrappers, the HTTP server and client, offline models and data.
+    PACKAGE: 1,  # the package root re-exports the public API
+    f"{PACKAGE}.suspects": 1,
+    f"{PACKAGE}.evidence": 1,
+    f"{PACKAGE}._wrapper_common": 1,
+    f"{PACKAGE}.langchain": 1,
+    f"{PACKAGE}.llama_index": 1,
+    f"{PACKAGE}.chroma": 1,
+    f"{PACKAGE}.ray": 1,
+    f"{PACKAGE}.http": 1,
+    f"{PACKAGE}.offline": 1,
+    f"{PACKAGE}.embedders": 1,
+    f"{PACKAGE}.corpora": 1,
+    f"{PACKAGE}.models": 1,
+    f"{PACKAGE}.textfiles": 1,
+    f"{PACKAGE}.arguments": 1,
+    # 2. Tools for people: the command line and the robustness lab.
+    f"{PACKAGE}.cli": 2,
+    f"{PACKAGE}.lab": 2,
+}
+LAYER_NAMES = {0: "core", 1: "library", 2: "tools"}
+
+#: Call-time imports allowed to close a cycle: (importer, imported) -> why.
+CALL_TIME_EDGES: dict[tuple[str, str], str] = {
+    (f"{PACKAGE}.core.key", f"{PACKAGE}.core.keygen"): (
+        "WatermarkKey.generate is the public entry to key generation; keygen needs the "
+        "key class at load time, so the classmethod imports keygen when it is called"
+    ),
+}
+
+#: Known violations in areas still being reworked: (importer, imported) -> owner and why.
+#: Each entry must still occur (a stale entry fails), so the list only shrinks.
+KNOWN_EXCEPTIONS: dict[tuple[str, str], str] = {}
+
+ALLOWED_IN_CORE = {"numpy", "scipy"}
+
+
+@dataclass(frozen=True)
+class Edge:
+    importer: str
+    imported: str
+    call_time: bool
+    line: int
+
+    def __str__(self) -> str:
+        kind = "call-time" if self.call_time else "load-time"
+        return f"{self.importer} -> {self.imported} ({kind}, line {self.line})"
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT.parent).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+MODULES = {module_name(p): p for p in sorted(ROOT.rglob("*.py"))}
+
+
+def is_package(name: str) -> bool:
+    return MODULES[name].name == "__init__.py"
+
+
+def resolve(importer: str, node: ast.ImportFrom | ast.Import) -> list[tuple[str, str | None]]:
+    """``(module, imported name)`` pairs an import statement names."""
+    if isinstance(node, ast.Import):
+        return [(alias.name, None) for alias in node.names]
+    if node.level:
+        base = importer.split(".")
+        if not is_package(importer):
+            base = base[:-1]
+        base = base[: len(base) - node.level + 1]
+        module = ".".join(base + ([node.module] if node.module else []))
+    else:
+        module = node.module or ""
+    return [(module, alias.name) for alias in node.names]
+
+
+def internal_target(module: str, name: str | None) -> str | None:
+    """The package module an import reaches: a submodule if ``name`` is one, else ``module``."""
+    if name and f"{module}.{name}" in MODULES:
+        return f"{module}.{name}"
+    if module in MODULES:
+        return module
+    return None
+
+
+class ImportCollector(ast.NodeVisitor):
+    def __init__(self, importer: str):
+        self.importer = importer
+        self.depth = 0  # > 0 inside a function or class body
+        self.internal: list[Edge] = []
+        self.external: list[tuple[str, int]] = []
+
+    def visit_If(self, node: ast.If) -> None:
+        test = node.test
+        name = test.id if isinstance(test, ast.Name) else getattr(test, "attr", None)
+        if name == "TYPE_CHECKING":  # type hints only: no import at run time
+            for child in node.orelse:
+                self.visit(child)
+            return
+        self.generic_visit(node)
+
+    def _nested(self, node: ast.AST) -> None:
+        self.depth += 1
+        self.generic_visit(node)
+        self.depth -= 1
+
+    visit_FunctionDef = visit_AsyncFunctionDef = visit_ClassDef = visit_Lambda = _nested
+
+    def _record(self, node: ast.Import | ast.ImportFrom) -> None:
+        for module, name in resolve(self.importer, node):
+            if module == PACKAGE or module.startswith(PACKAGE + "."):
+                target = internal_target(module, name)
+                assert target, f"{self.importer} line {node.lineno}: {module} does not exist"
+                edge = Edge(self.importer, target, self.depth > 0, node.lineno)
+                self.internal.append(edge)
+            else:
+                self.external.append((module.split(".")[0], node.lineno))
+
+    visit_Import = visit_ImportFrom = _record
+
+
+def collect() -> tuple[list[Edge], dict[str, list[tuple[str, int]]]]:
+    edges: list[Edge] = []
+    external: dict[str, list[tuple[str, int]]] = {}
+    for name, path in MODULES.items():
+        collector = ImportCollector(name)
+        collector.visit(ast.parse(path.read_text(encoding="utf-8"), filename=str(path)))
+        edges += [e for e in collector.internal if e.imported != name]
+        external[name] = collector.external
+    return edges, external
+
+
+EDGES, EXTERNAL = collect()
+
+
+def layer(module: str) -> int:
+    matches = [
+        prefix
+        for prefix in LAYERS
+        if module == prefix or (prefix != PACKAGE and module.startswith(prefix + "."))
+    ]
+    assert matches, f"{module} is in no layer: place it in LAYERS (tests/test_architecture.py)"
+    return LAYERS[max(matches, key=len)]
+
+
+def find_cycle(edges: list[Edge]) -> list[str] | None:
+    graph: dict[str, set[str]] = defaultdict(set)
+    for edge in edges:
+        graph[edge.importer].add(edge.imported)
+    state: dict[str, int] = {}  # 1 = on the current path, 2 = done
+    path: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = 1
+        path.append(node)
+        for nxt in sorted(graph[node]):
+            if state.get(nxt) == 1:
+                return [*path[path.index(nxt) :], nxt]
+            if nxt not in state and (found := visit(nxt)):
+                return found
+        path.pop()
+        state[node] = 2
+        return None
+
+    for start in sorted(graph):
+        if start not in state and (found := visit(start)):
+            return found
+    return None
+
+
+def known(edge: Edge) -> bool:
+    return (edge.importer, edge.imported) in KNOWN_EXCEPTIONS
+
+
+# ---------------------------------------------------------------------- the rules
+def test_the_import_graph_has_no_cycles():
+    allowed = {pair for pair in CALL_TIME_EDGES}
+    edges = [
+        e
+        for e in EDGES
+        if not (e.call_time and (e.importer, e.imported) in allowed) and not known(e)
+    ]
+    cycle = find_cycle(edges)
+    assert cycle is None, "import cycle: " + " -> ".join(cycle or [])
+
+
+def test_every_allowed_call_time_edge_still_exists_and_is_call_time_only():
+    for pair, why in CALL_TIME_EDGES.items():
+        found = [e for e in EDGES if (e.importer, e.imported) == pair]
+        assert found, f"stale CALL_TIME_EDGES entry {pair} ({why})"
+        assert all(e.call_time for e in found), f"{pair} is imported at load time: {found}"
+
+
+def test_the_core_imports_only_the_standard_library_numpy_scipy_and_itself():
+    core = f"{PACKAGE}.core"
+    wrong = [str(e) for e in EDGES if layer(e.importer) == 0 and layer(e.imported) != 0]
+    for module, imports in EXTERNAL.items():
+        if layer(module) != 0:
+            continue
+        for top, line in imports:
+            if top not in sys.stdlib_module_names and top not in ALLOWED_IN_CORE:
+                wrong.append(f"{module} -> {top} (line {line})")
+    assert not wrong, f"{core} must import only the stdlib, numpy, scipy and itself:\n" + "\n".join(
+        wrong
+    )
+
+
+def test_no_module_imports_a_higher_layer():
+    upward = [
+        f"{e}: layer {LAYER_NAMES[layer(e.importer)]} imports {LAYER_NAMES[layer(e.imported)]}"
+        for e in EDGES
+        if layer(e.importer) < layer(e.imported) and not known(e)
+    ]
+    assert not upward, "imports against the layer order:\n" + "\n".join(upward)
+
+
+def test_every_module_has_a_layer_and_known_exceptions_are_not_stale():
+    for module in MODULES:
+        layer(module)
+    for pair, owner in KNOWN_EXCEPTIONS.items():
+        assert any((e.importer, e.imported) == pair for e in EDGES), f"stale: {pair} ({owner})"
+
+
+# ---------------------------------------------------------------------- the checker itself
+@pytest.mark.parametrize(
+    ("importer", "source", "expected"),
+    [
+        (f"{PACKAGE}.core.verify", "from ..evidence import save_evidence", f"{PACKAGE}.evidence"),
+        (
+            f"{PACKAGE}.core.verify",
+            "from .report import VerificationReport",
+            f"{PACKAGE}.core.report",
+        ),
+        (f"{PACKAGE}.core", "from .key import WatermarkKey", f"{PACKAGE}.core.key"),
+        (f"{PACKAGE}.lab.tune", "from .. import watermark", PACKAGE),
+        (f"{PACKAGE}.lab.tune", "from ..core import keygen", f"{PACKAGE}.core.keygen"),
+    ],
+)
+def test_relative_imports_resolve_to_the_module_they_name(importer, source, expected):
+    (module, name), *_ = resolve(importer, ast.parse(source).body[0])
+    assert internal_target(module, name) == expected
+
+
+def test_the_checker_catches_the_violations_it_exists_for():
+    """The core -> evidence import of an earlier main, and a two-module cycle, are caught."""
+    upward = Edge(f"{PACKAGE}.core.verify", f"{PACKAGE}.evidence", True, 1)
+    assert layer(upward.importer) < layer(upward.imported)
+    cycle = [
+        Edge(f"{PACKAGE}.core.key", f"{PACKAGE}.core.verify", True, 1),
+        Edge(f"{PACKAGE}.core.verify", f"{PACKAGE}.core.key", False, 1),
+    ]
+    assert find_cycle(cycle) is not None
+    source = (
+        "import numpy\nif TYPE_CHECKING:\n    from .x import Y\ndef f():\n    from .y import Z\n"
+    )
+    collector = ImportCollector(f"{PACKAGE}.core")
+    collector.internal = []
+    tree = ast.parse(source)
+    collector.visit(tree.body[0])
+    collector.visit(tree.body[1])  # TYPE_CHECKING: ignored, no error for the missing module
+    assert collector.external == [("numpy", 1)] and collector.internal == []
