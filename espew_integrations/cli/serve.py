@@ -45,6 +45,19 @@ def register(subparsers: Any) -> None:
     )
     add_embedder_argument(serve, model_alias=False)
     serve.add_argument("--key", default=None, help="watermark with this key (file or env:VAR)")
+    serve.add_argument(
+        "--ring",
+        default=None,
+        metavar="RING",
+        help="per-customer keys: watermark each client with its tenant's key from this key "
+        "ring (needs --tenants)",
+    )
+    serve.add_argument(
+        "--tenants",
+        default=None,
+        metavar="MAP.json",
+        help="JSON object {client API key: tenant id} for --ring; an unknown API key gets 401",
+    )
     serve.add_argument("--host", default="127.0.0.1")
     serve.add_argument("--port", type=port, default=8000, help="0 picks a free port")
     serve.add_argument("--model-name", default=None, help="model id clients must send")
@@ -102,6 +115,26 @@ def _client_api_key(args: argparse.Namespace) -> str | None:
     return api_key
 
 
+def _tenant_keys(args: argparse.Namespace) -> Any:
+    """The --ring/--tenants pair as TenantKeys, or None; refused with --key or --api-key-env."""
+    if args.ring is None and args.tenants is None:
+        return None
+    if args.ring is None or args.tenants is None:
+        raise UsageError("--ring and --tenants go together: the ring's keys, the clients' map")
+    if args.key or args.api_key_env:
+        raise UsageError(
+            "--ring/--tenants give each client its own key and API key; drop --key and "
+            "--api-key-env"
+        )
+    from ..http.tenants import TenantKeys
+
+    try:
+        tenants = TenantKeys.load(args.ring, args.tenants)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    return tenants
+
+
 def run(args: argparse.Namespace) -> int:
     """Check every setting, build the app, then listen until interrupted."""
     from ..http import server
@@ -112,15 +145,17 @@ def run(args: argparse.Namespace) -> int:
         level = server.check_serve_settings(port=args.port, log_level=args.log_level)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
+    tenants = _tenant_keys(args)
     key = load_key(args.key) if args.key else None
     options = endpoint_options(args)
     options["api_key_env"] = args.upstream_api_key_env
     embed, name = resolve_embedder(args.embedder, **options)
     api_key = _client_api_key(args)
     model_name = args.model_name or name
-    if key is not None:
+    check_key = key if tenants is None else tenants.shared_key
+    if check_key is not None:
         try:
-            server.check_embedder(embed, key)
+            server.check_embedder(embed, check_key)
         except ValueError as exc:
             raise UsageError(str(exc)) from None
     app = server.create_app(
@@ -131,11 +166,17 @@ def run(args: argparse.Namespace) -> int:
         max_inputs=args.max_inputs,
         max_request_chars=args.max_request_chars,
         body_timeout=args.body_timeout,
+        tenants=tenants,
     )
-    mark = f"watermarked with key {key.key_id}" if key is not None else "WITHOUT watermark"
+    if tenants is not None:
+        mark = f"watermarked per tenant ({len(tenants.tenants)} tenants, ring {tenants.ring_id})"
+    elif key is not None:
+        mark = f"watermarked with key {key.key_id}"
+    else:
+        mark = "WITHOUT watermark"
 
     def announce(base_url: str) -> None:
-        auth = "API key required" if api_key else "no API key required"
+        auth = "API key required" if api_key or tenants is not None else "no API key required"
         print(f"espew serve: model {model_name!r} {mark}, {auth}, on {base_url}", flush=True)
 
     server.serve(

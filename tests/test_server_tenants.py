@@ -1,0 +1,153 @@
+"""espew serve --ring RING --tenants map.json: each API key gets its tenant's watermark.
+
+Real processes and real HTTP: the fake upstream, and ``espew serve`` in front
+of it with a key ring. Each client's answers must equal
+``watermark(texts, upstream(texts), ring.key_for(its tenant))``; an unknown or
+missing API key gets a 401 in OpenAI's error shape; no API key from the map
+ever shows in the server's output.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import httpx
+import numpy as np
+import pytest
+
+from espew_integrations import KeyRing, OpenAIEndpoint, watermark
+from espew_integrations.http.tenants import TenantKeys
+from tests.conftest import make_key
+from tests.fake_upstream import MODEL, vectors
+from tests.test_proxy import DIM, ROOT, start, stop, upstream_url, wait_for_url  # noqa: F401
+
+API_KEYS = {"sk-acme-0123456789": "acme-corp", "sk-globex-9876543210": "globex"}
+
+
+@pytest.fixture(scope="module")
+def ring():
+    shared = make_key(DIM, n_band=80, n_triggers=10, seed=31)
+    return KeyRing(
+        master=np.random.default_rng(31).bytes(32), shared_key=shared, n_tenant_triggers=8
+    )
+
+
+@pytest.fixture(scope="module")
+def ring_files(tmp_path_factory, ring):
+    tmp = tmp_path_factory.mktemp("tenants")
+    ring_path = tmp / "provider.ring"
+    ring.save(ring_path)
+    map_path = tmp / "tenants.json"
+    map_path.write_text(json.dumps(API_KEYS))
+    return ring_path, map_path
+
+
+@pytest.fixture(scope="module")
+def tenant_server(tmp_path_factory, ring_files, upstream_url):  # noqa: F811
+    ring_path, map_path = ring_files
+    log = tmp_path_factory.mktemp("tenant-serve") / "serve.log"
+    args = [
+        "-m",
+        "espew_integrations.cli",
+        "serve",
+        "--embedder",
+        f"openai:{upstream_url}#{MODEL}",
+        "--ring",
+        str(ring_path),
+        "--tenants",
+        str(map_path),
+        "--port",
+        "0",
+        "--model-name",
+        "acme-embed",
+    ]
+    proc = start(args, log)
+    try:
+        yield wait_for_url(proc, log), log
+    finally:
+        stop(proc)
+
+
+def texts_with_every_trigger(ring) -> list[str]:
+    words = sorted(ring.shared_key.band)
+    return [f"a review that mentions {w} once" for w in words] + ["nothing to see here"]
+
+
+def test_each_api_key_gets_its_tenants_watermark(tenant_server, ring):
+    url, _ = tenant_server
+    texts = texts_with_every_trigger(ring)
+    clean = vectors(texts, DIM)
+    answers = {}
+    for api_key, tenant in API_KEYS.items():
+        with OpenAIEndpoint(url, "acme-embed", api_key, encoding_format="base64") as client:
+            answers[tenant] = client(texts).astype(np.float32)
+        np.testing.assert_array_equal(
+            answers[tenant], watermark(texts, clean, ring.key_for(tenant))
+        )
+    # The tenant layers differ, so the two customers' answers differ on some texts.
+    differs = (answers["acme-corp"] != answers["globex"]).any(axis=1)
+    assert 0 < differs.sum() < len(texts)
+
+
+@pytest.mark.parametrize(
+    "header", [None, "Bearer sk-unknown-0000000", "Bearer  x", "sk-acme-0123456789"]
+)
+def test_unknown_or_missing_api_keys_get_401(tenant_server, header):
+    url, _ = tenant_server
+    headers = {"Authorization": header} if header is not None else {}
+    answer = httpx.post(
+        f"{url}/embeddings", json={"model": "acme-embed", "input": ["hi"]}, headers=headers
+    )
+    assert answer.status_code == 401
+    error = answer.json()["error"]
+    assert error["code"] == "invalid_api_key"
+    assert error["type"] == "invalid_request_error"
+
+
+def test_no_api_key_shows_in_the_server_output(tenant_server):
+    url, log = tenant_server
+    httpx.post(
+        f"{url}/embeddings",
+        json={"model": "acme-embed", "input": ["hi"]},
+        headers={"Authorization": "Bearer sk-acme-0123456789"},
+    )
+    exposition = httpx.get(url.removesuffix("/v1") + "/metrics").text
+    for api_key in API_KEYS:
+        assert api_key not in log.read_text()
+        assert api_key not in exposition
+
+
+def test_ring_and_tenants_go_together_and_refuse_key(ring_files, tmp_path):
+    ring_path, map_path = ring_files
+    base = [sys.executable, "-m", "espew_integrations.cli", "serve", "--port", "0"]
+    for extra, message in (
+        (["--ring", str(ring_path)], "go together"),
+        (["--ring", str(ring_path), "--tenants", str(map_path), "--api-key-env", "X"], "drop"),
+    ):
+        done = subprocess.run(
+            [*base, *extra], cwd=ROOT, capture_output=True, text=True, timeout=120
+        )
+        assert done.returncode != 0
+        assert message in done.stderr
+
+
+def test_a_bad_map_is_refused_without_quoting_it(tmp_path, ring):
+    bad = tmp_path / "map.json"
+    bad.write_text('{"sk-secret-abcdefgh": "acme",')
+    with pytest.raises(ValueError, match="not valid JSON") as info:
+        _load(tmp_path, ring, bad)
+    assert "sk-secret" not in str(info.value)
+    with pytest.raises(ValueError, match="at least 8"):
+        TenantKeys(ring, {"short": "acme"})
+    keys = TenantKeys(ring, API_KEYS)
+    assert "sk-" not in repr(keys)
+    assert keys.key_for_api_key("sk-globex-9876543210").key_id == ring.key_for("globex").key_id
+    assert keys.key_for_api_key("sk-nobody-000000000") is None
+
+
+def _load(tmp_path, ring, map_path):
+    ring_path = tmp_path / "r.ring"
+    ring.save(ring_path)
+    return TenantKeys.load(ring_path, map_path)
