@@ -38,13 +38,19 @@ def __getattr__(name: str) -> object:
         from .http.client import OpenAIEndpoint
 
         return OpenAIEndpoint
+    if name in ("AsyncUpstream", "ESpeWMiddleware"):
+        from . import http
+
+        return getattr(http, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 __all__ = [
     "DEFAULT_LEVEL",
     "DEFAULT_TEMPLATES",
+    "AsyncUpstream",
     "ESpeWError",
+    "ESpeWMiddleware",
     "EmbeddingInputError",
     "KeyFileError",
     "KeyGenerationError",

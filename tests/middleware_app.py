@@ -3,7 +3,8 @@
 Run as a real process: ``python -m tests.middleware_app --key KEY --port 0``
 prints ``listening on http://127.0.0.1:PORT/v1``. ``--bare`` serves the same
 app without the middleware (the benchmark's baseline). The "model" answers
-:func:`tests.fake_upstream.vectors` (or runs MiniLM with ``--minilm``).
+:func:`tests.fake_upstream.vectors` after ``--delay`` seconds (a GPU's time),
+or runs MiniLM with ``--minilm``.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import argparse
 import base64
 import socket
+import time
 
 import numpy as np
 from fastapi import FastAPI
@@ -29,7 +31,7 @@ class EmbeddingRequest(BaseModel):
     encoding_format: str = "float"
 
 
-def build(model=None, dim: int = DIM) -> FastAPI:
+def build(model=None, dim: int = DIM, delay: float = 0.0) -> FastAPI:
     app = FastAPI()
 
     @app.post("/v1/embeddings")
@@ -37,6 +39,8 @@ def build(model=None, dim: int = DIM) -> FastAPI:
         texts = [request.input] if isinstance(request.input, str) else request.input
         if texts and isinstance(texts[0], int):  # token ids: this app embeds their count
             texts = [f"{len(texts)} tokens"]
+        if delay:
+            time.sleep(delay)  # the model's time on a GPU, off this process's CPU
         rows = model(texts) if model is not None else vectors(texts, dim)
         rows = np.asarray(rows, dtype=np.float32)
         if request.encoding_format == "base64":
@@ -76,6 +80,7 @@ def main() -> None:
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--bare", action="store_true")
     parser.add_argument("--minilm", action="store_true")
+    parser.add_argument("--delay", type=float, default=0.0, help="model seconds per request")
     args = parser.parse_args()
     model = None
     if args.minilm:
@@ -83,7 +88,7 @@ def main() -> None:
 
         model = minilm()
     key = WatermarkKey.load(args.key)
-    app = build(model, key.dim)
+    app = build(model, key.dim, args.delay)
     if not args.bare:
         paths = ("/v1/embeddings", "/v1/broken/embeddings")
         app = ESpeWMiddleware(app, key=key, paths=paths, view=getattr(model, "view", None))

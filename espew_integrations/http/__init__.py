@@ -5,6 +5,13 @@
 - :func:`create_app` / :func:`running_server` (:mod:`.server`): serve any
   embedder, watermarked or not, as ``POST /v1/embeddings`` (needs
   ``starlette`` and ``uvicorn``); ``espew serve`` on the command line.
+- :class:`AsyncUpstream` (:mod:`.upstream`): the pooled async client of the
+  server ``espew serve`` proxies (the ``openai:`` embedder).
+- :class:`ESpeWMiddleware` (:mod:`.middleware`): wrap an existing
+  Starlette/FastAPI embeddings app in one line.
+- :class:`WatermarkMetrics` (:mod:`.metrics`): ``/metrics`` for both
+  (``pip install 'espew-integrations[metrics]'``).
+- :class:`TenantKeys` (:mod:`.tenants`): per-customer keys from a key ring.
 
 Install with ``pip install 'espew-integrations[http]'``.
 """
@@ -14,12 +21,21 @@ from __future__ import annotations
 from typing import Any
 
 from .client import EndpointError, EndpointUnreachableError, OpenAIEndpoint, QueryBudgetExceeded
+from .metrics import WatermarkMetrics
+from .middleware import ESpeWMiddleware
+from .tenants import TenantKeys
+from .upstream import AsyncUpstream, UpstreamError
 
 __all__ = [
+    "AsyncUpstream",
+    "ESpeWMiddleware",
     "EndpointError",
     "EndpointUnreachableError",
     "OpenAIEndpoint",
     "QueryBudgetExceeded",
+    "TenantKeys",
+    "UpstreamError",
+    "WatermarkMetrics",
     "create_app",
     "running_server",
 ]
