@@ -220,3 +220,23 @@ def test_a_missing_dependency_fails_before_any_embedding_with_the_install_line(
     typo = load_config("smoke").updated({"victim": "no_such_package_xyz:model"})
     with pytest.raises(ValueError, match="no_such_package_xyz"):
         run_lab(typo, output=tmp_path / "d", progress=False)
+
+
+def test_the_configured_probe_kind_decides_what_the_copy_is_asked(tmp_path):
+    tiny = {
+        "limit": 400,
+        "watermarks": ["espew_smallest"],
+        "attacks": ["none"],
+        "plots": False,
+        "ablation": {"alphas": []},
+        "metrics": {"accuracy": False, "holdout": 80, "retrieval_queries": 20},
+    }
+    words = load_config("smoke").updated({**tiny, "verify": {"probes": "words"}})
+    auto = load_config("smoke").updated(tiny)
+    (by_word,) = run_lab(words, output=tmp_path / "w", progress=False)["cells"]
+    (by_sentence,) = run_lab(auto, output=tmp_path / "a", progress=False)["cells"]
+    word_report = by_word["verification"]["reports"][0]
+    assert word_report["probes"] == "words"
+    assert by_word["n_queries"] == word_report["n_words"]  # one query per band word
+    assert by_sentence["verification"]["reports"][0]["probes"] == "sentences"
+    assert by_sentence["n_queries"] > by_word["n_queries"]

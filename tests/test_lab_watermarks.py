@@ -165,3 +165,16 @@ def test_baselines_draw_triggers_from_the_band_and_targets_from_clean_texts(key)
     assert hashed.key.selection == "hashed" and hashed.key.triggers == key.triggers
     with pytest.raises(ValueError, match="unknown watermark"):
         build_watermark("mystery", texts=texts, clean=clean, espew_key=key, seed=0)
+
+
+def test_the_configured_probe_kind_reaches_the_core_audit(key):
+    # A key without stored sentence probes: "auto" and "words" ask the band words,
+    # "sentences" is refused by the core with its own message.
+    made = ESpeW(key)
+
+    def suspect(texts):
+        return np.random.default_rng(len(texts)).normal(size=(len(texts), DIM))
+
+    assert made.verify(suspect, probes="words", level=1e-3).n_queries == len(BAND)
+    with pytest.raises(ValueError, match="stores no sentence probes"):
+        made.verify(suspect, probes="sentences")

@@ -199,6 +199,7 @@ def run_cell(ctx: LabContext, stealer_name: str, wm_name: str, attack: str) -> d
         level=verify.level,
         templates=verify.templates,
         seed=seed,
+        probes=verify.probes,
     )
     record["verification"] = verdict.to_dict()
     record.update(

@@ -193,7 +193,13 @@ def seeded_context(ctx: LabContext, seed: int) -> LabContext:
 
 def _verify(ctx: LabContext, made: Any, suspect: Any, seed: int) -> dict[str, Any]:
     settings = ctx.config.verify
-    verdict = made.verify(suspect, level=settings.level, templates=settings.templates, seed=seed)
+    verdict = made.verify(
+        suspect,
+        level=settings.level,
+        templates=settings.templates,
+        seed=seed,
+        probes=settings.probes,
+    )
     return {
         "p_value": verdict.p_value,
         "copied": verdict.copied,

@@ -125,10 +125,17 @@ class LabWatermark(abc.ABC):
         level: float = DEFAULT_LEVEL,
         templates: Sequence[str] | None = None,
         seed: int = 0,
+        probes: str = "auto",
     ) -> Verdict:
         """Is ``suspect`` a copy of this watermarked service? (the core test with ``self.key``)"""
         report = verify(
-            suspect, self.key, target_mode=target_mode, level=level, templates=templates, seed=seed
+            suspect,
+            self.key,
+            target_mode=target_mode,
+            level=level,
+            templates=templates,
+            seed=seed,
+            probes=probes,
         )
         return _verdict(report)
 
@@ -301,12 +308,11 @@ class Warden(LabWatermark):
         level=DEFAULT_LEVEL,
         templates=None,
         seed=0,
+        probes="auto",
     ) -> Verdict:
         keys = self.keys if target_mode == "key" else self.keys[:1]
-        reports = [
-            verify(suspect, k, target_mode=target_mode, level=level, templates=templates, seed=seed)
-            for k in keys
-        ]
+        options = dict(target_mode=target_mode, level=level, templates=templates, seed=seed)
+        reports = [verify(suspect, k, probes=probes, **options) for k in keys]
         usable = [r for r in reports if np.isfinite(r.p_value)]
         if not usable:
             return _verdict(reports[0])
