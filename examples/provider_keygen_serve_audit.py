@@ -159,7 +159,7 @@ print(f"copy served on {copy_url}; honest model served on {honest_url}")
 # which one decided.
 #
 # `max_queries` is the query budget: the client refuses to send more than that.
-# `target="key"` (the default) keeps your target text secret; `target="query"` would
+# `target_mode="key"` (the default) keeps your target text secret; `target_mode="query"` would
 # send it to the suspect.
 
 # %%

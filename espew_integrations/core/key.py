@@ -157,8 +157,12 @@ class WatermarkKey:
         if tenant is not None and not isinstance(tenant, TenantLayer):
             raise KeyGenerationError("tenant must be a TenantLayer (see KeyRing.key_for)")
         self._tenant = tenant
+        self._seal()
+
+    def _seal(self) -> None:
+        """Check the stored probes, then derive what the fields imply (ids, matcher, draw check)."""
         check_probes(
-            len(band),
+            len(self._band),
             self._probe_texts,
             self._probe_owner,
             self._probe_reference,
@@ -167,8 +171,10 @@ class WatermarkKey:
         payload = _canonical(self._secret_payload())
         self._digest = hashlib.sha256(b"espew-key-commitment\x00" + payload).hexdigest()
         self._key_id = hashlib.sha256(b"espew-key-id\x00" + payload).hexdigest()[:16]
-        self._matcher = TriggerMatcher(triggers, normalization=normalization, window=self._window)
-        self._verifiable = triggers == expected_triggers(self)
+        self._matcher = TriggerMatcher(
+            self._triggers, normalization=self._normalization, window=self._window
+        )
+        self._verifiable = self._triggers == expected_triggers(self)
 
     # ------------------------------------------------------------------ fields
     @property
