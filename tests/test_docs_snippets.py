@@ -480,3 +480,64 @@ def test_cli_help_parsers():
     )
     assert help_subcommands(text) == ["keygen", "key"]
     assert help_flags(text) == {"--freq-band", "--min-cosine", "--min-cos"}
+
+
+def shape(text: str) -> str:
+    """Output with its variable parts (hex ids, numbers, times) replaced by placeholders."""
+    text = re.sub(r"\b[0-9a-f]{16,}\b", "HEX", text)
+    text = re.sub(r"\d{4}-\d\d-\d\dT[\d:.]+(?:[+-]\d\d:\d\d|Z)?", "TIME", text)
+    text = re.sub(r"\d[\d,]*(?:\.\d+)?", "N", text)
+    return " ".join(text.split())
+
+
+def doc_sample_output(command: str) -> str:
+    """The commented output that docs/cli.md shows after ``command`` in a bash block."""
+    lines = CLI_DOC.read_text(encoding="utf-8").splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith(command))
+    i = start + 1
+    while lines[i - 1].rstrip().endswith("\\"):
+        i += 1
+    out = []
+    while i < len(lines) and lines[i].startswith("# "):
+        out.append(lines[i][2:])
+        i += 1
+    assert out, f"docs/cli.md shows no output after `{command}`"
+    return " ".join(out)
+
+
+def test_cli_md_sample_output_is_what_keygen_and_key_check_print(tmp_path: Path):
+    from espew_integrations.corpora import rotten_tomatoes
+
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("\n".join(rotten_tomatoes().subset(400).texts) + "\n", encoding="utf-8")
+    (tmp_path / "target.txt").write_text("a funny and moving film about love and family\n")
+    script = Path(sys.executable).with_name("espew")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ESPEW_")}
+
+    def espew(*args: str) -> str:
+        done = subprocess.run(
+            [str(script), *args],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        assert done.returncode == 0, done.stderr[-3000:]
+        return done.stdout
+
+    printed = espew(
+        "keygen",
+        "--corpus",
+        "corpus.txt",
+        "--embedder",
+        "minilm",
+        "--target-text-file",
+        "target.txt",
+        "--out",
+        "provider.key",
+        "--no-progress",
+    )
+    assert shape(printed) == shape(doc_sample_output("espew keygen ")), printed
+    checked = espew("key", "check", "provider.key")
+    assert shape(checked) == shape(doc_sample_output("espew key check ")), checked
