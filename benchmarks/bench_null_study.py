@@ -48,7 +48,6 @@ import numpy as np
 from scipy.stats import beta, ks_2samp, rankdata
 
 from espew_integrations import WatermarkKey, build_probes, min_p_value, verify
-from espew_integrations.core.calibration import NullStudy, false_positive_summary, null_p_values
 from espew_integrations.core.draw import draw_triggers
 from espew_integrations.core.ranktest import rank_sum_p_value
 from espew_integrations.core.verify import (
@@ -60,6 +59,7 @@ from espew_integrations.core.verify import (
 from espew_integrations.corpora import health_tweets, load_corpus
 from espew_integrations.embedders import minilm, paraphrase_minilm_l3
 from espew_integrations.lab.cache import cached_embed
+from espew_integrations.lab.null_study import NullStudy, false_positive_summary, null_p_values
 from espew_integrations.lab.stealers import RidgeStealer
 
 LEVELS = (1e-2, 1e-3, 1e-4, 1e-6)
@@ -485,7 +485,7 @@ def main() -> None:
         legacy[name] = counts_row(study.p_values)
         print(f"\n== word-level exact rank test vs {name}: {study.n_trials} fresh keys")
         print(false_positive_summary(study, LEVELS))
-    # target="query": the suspect's own embedding of each target text.
+    # target_mode="query": the suspect's own embedding of each target text.
     query_targets = unit(other(target_texts))
     study = word_level_study(other, band, query_targets, args.trials, rng)
     total += study.n_trials

@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 
 from espew_integrations import DEFAULT_LEVEL, WatermarkKey, build_probes, verify, watermark
-from espew_integrations.core.calibration import NullStudy, null_p_values
 from espew_integrations.core.verify import score_words
+from espew_integrations.lab.null_study import NullStudy, null_p_values
 from espew_integrations.lab.stealers import RidgeStealer
 
 TARGET_TEXTS = [

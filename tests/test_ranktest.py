@@ -10,7 +10,8 @@ import pytest
 from scipy.stats import mannwhitneyu, rankdata
 
 from espew_integrations import min_p_value, rank_sum_p_value
-from espew_integrations.core.calibration import null_p_values
+from espew_integrations.core import ranktest
+from espew_integrations.lab.null_study import null_p_values
 
 
 def enumerate_p(scores, is_trigger):
@@ -93,7 +94,11 @@ def test_degenerate_inputs():
 
 # ---------------------------------------------------------------------- tied scores (issue 10)
 def full_table_p(scores, is_trigger):
-    """The previous implementation: the whole subset-sum table over doubled mid-ranks."""
+    """The previous implementation: the whole subset-sum table over doubled mid-ranks.
+
+    The one reference copy: benchmarks/bench_ranktest.py times it against the
+    current test, and test_full_table_reference_equals_enumeration checks it.
+    """
     doubled = np.rint(2 * rankdata(scores)).astype(np.int64)
     n = int(is_trigger.sum())
     values = sorted(int(v) for v in doubled)
@@ -105,6 +110,28 @@ def full_table_p(scores, is_trigger):
         table[1 : j_max + 1, v:] += table[0:j_max, : top + 1 - v]
     observed = int(doubled[is_trigger].sum())
     return float(table[n, observed:].sum()) / float(table[n].sum())
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_full_table_reference_equals_enumeration(seed):
+    rng = np.random.default_rng(200 + seed)
+    scores = rng.integers(0, 4, size=12).astype(float)
+    mask = np.zeros(12, bool)
+    mask[rng.choice(12, 4, replace=False)] = True
+    assert full_table_p(scores, mask) == pytest.approx(enumerate_p(scores, mask), rel=1e-12)
+
+
+def test_subset_p_values_equal_one_test_per_subset_with_and_without_ties():
+    rng = np.random.default_rng(7)
+    for scores in (rng.normal(size=40), np.round(rng.normal(size=40), 1)):
+        subsets = np.argsort(rng.random((25, 40)), axis=1)[:, :6]
+        expected = []
+        for row in subsets:
+            mask = np.zeros(40, bool)
+            mask[row] = True
+            expected.append(rank_sum_p_value(scores, mask))
+        got = ranktest.subset_p_values(scores, subsets)
+        assert got == pytest.approx(expected, rel=1e-9, abs=1e-15)
 
 
 def tied_case(rng, total, n, shift, tied_share=0.3):
@@ -130,7 +157,6 @@ def test_tied_p_value_equals_enumeration_over_tie_groups(seed):
 @pytest.mark.parametrize("shift", [2.5, 0.8, 0.0, -0.5])
 @pytest.mark.parametrize("route", ["chosen", "exact", "spectral"])
 def test_tied_p_value_equals_the_full_table(total, n, shift, route, monkeypatch):
-    from espew_integrations.core import ranktest
 
     if route == "exact":
         monkeypatch.setattr(ranktest, "_EXACT_CELL_BUDGET", float("inf"))
@@ -159,8 +185,6 @@ def test_tied_tail_of_one_subset_is_exact():
 @pytest.mark.parametrize("shift", [3.0, 1.0, 0.0])
 def test_tied_p_value_at_2000_words_is_fast(shift):
     import time
-
-    from espew_integrations.core import ranktest
 
     scores, mask = tied_case(np.random.default_rng(7), 2000, 20, shift)
     ranktest._spectral_tails.cache_clear()

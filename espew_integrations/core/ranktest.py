@@ -37,7 +37,7 @@ import numpy as np
 from scipy.fft import irfft, next_fast_len, rfft
 from scipy.stats import rankdata
 
-__all__ = ["min_p_value", "rank_sum_p_value"]
+__all__ = ["min_p_value", "rank_sum_p_value", "subset_p_values"]
 
 #: Below this, a p-value is always recomputed by the exact count (the spectral
 #: route's absolute error of ~1e-15 is then at most ~1e-10 of the value).
@@ -74,6 +74,40 @@ def rank_sum_p_value(scores: np.ndarray, is_trigger: np.ndarray) -> float:
     if values.size == total:  # no ties: ranks are 1..N, cache by (N, n)
         return _tail(_untied_counts(total, n), observed // 2)
     return _tied_p_value(values, sizes, n, observed)
+
+
+def subset_p_values(scores: np.ndarray, subsets: np.ndarray) -> np.ndarray:
+    """:func:`rank_sum_p_value` for many trigger sets over the same scores, vectorised.
+
+    ``subsets`` is an ``(n_sets, n)`` array of word indices, one candidate
+    trigger set per row. The null distribution depends only on the scores' tie
+    structure, so it is computed once and every set is a lookup; a set whose
+    p-value falls below :data:`_SPECTRAL_FLOOR` on the tied route gets the
+    exact count, exactly as a single verification would report it. This is
+    what makes null studies of 10,000+ trigger draws take seconds.
+
+    >>> scores = np.array([0.9, 0.8, 0.1, 0.2, 0.3])
+    >>> subset_p_values(scores, np.array([[0, 1], [2, 3]])).tolist()
+    [0.1, 1.0]
+    """
+    scores = np.asarray(scores, dtype=np.float64)
+    subsets = np.asarray(subsets, dtype=np.int64)
+    total, n = scores.size, subsets.shape[1]
+    ranks = rankdata(scores)
+    doubled = np.rint(2 * ranks).astype(np.int64)
+    _, sizes = np.unique(doubled, return_counts=True)
+    if sizes.size == total:  # no ties: the cached (N, n) distribution
+        counts = _untied_counts(total, n)
+        tails = np.cumsum(counts[::-1])[::-1]  # tails[s] = #subsets with sum >= s
+        return np.minimum(1.0, tails[ranks.astype(np.int64)[subsets].sum(axis=1)] / counts.sum())
+    tails = _spectral_tails(tuple(int(m) for m in sizes), n)
+    observed = doubled[subsets].sum(axis=1)
+    p_values = np.where(observed < tails.size, tails[np.minimum(observed, tails.size - 1)], 0.0)
+    for index in np.flatnonzero(p_values < _SPECTRAL_FLOOR):
+        mask = np.zeros(total, dtype=bool)
+        mask[subsets[index]] = True
+        p_values[index] = rank_sum_p_value(scores, mask)
+    return p_values
 
 
 def _tied_p_value(values: np.ndarray, sizes: np.ndarray, n: int, observed: int) -> float:
