@@ -174,3 +174,17 @@ def test_bad_arguments_are_refused():
         tune(alphas=[1.5], progress=False)
     with pytest.raises(ValueError, match="min_cos"):
         tune(min_cos=0.0, progress=False)
+
+
+def test_cli_tune_prints_both_judges_and_exits_by_the_choice(capsys):
+    from espew_integrations.lab.cli import main as lab_main
+
+    args = ["tune", "--limit", "1000", "--target", TARGETS[0], "--alphas", "0.2"]
+    args += ["--min-cos", "0.97", "--level", "1e-3", "--attack", "none", "--n-triggers", "8"]
+    args += ["--freq-band", "0.01,0.03", "--max-band-words", "40", "--top-targets", "1"]
+    assert lab_main(args) == 0
+    printed = capsys.readouterr().out
+    assert "| p service | p ridge after attack | p (worse) |" in printed
+    assert "Choice: target #0, alpha = 0.2" in printed and TARGETS[0] not in printed
+    assert lab_main(["tune", "--alphas", "0.2,x"]) == 3
+    assert "comma-separated numbers" in capsys.readouterr().err
