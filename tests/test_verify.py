@@ -179,8 +179,8 @@ def test_an_inconclusive_report_prints_its_cause_and_what_to_do_next():
     assert "ConnectionError: refused by 10.0.0.9:443" in cause and "\x1b" not in text
     assert "next step" in text and "run the audit again" in report.next_step
     # Nothing was delivered, so nothing may be called sent or answered.
-    assert f"none of {report.n_queries} words probe texts was answered" in text
-    assert " sent" not in text and "nan" not in text.split("paper metrics")[0]
+    assert f"none of the {report.n_queries} word probes was answered" in text
+    assert " sent" not in text and "nan" not in text
 
 
 def test_partly_answered_audits_count_texts_asked_and_answered_apart():
@@ -198,7 +198,7 @@ def test_partly_answered_audits_count_texts_asked_and_answered_apart():
     text = str(report)
     answered = report.n_queries - report.n_failed_queries
     assert 0 < answered < report.n_queries and report.n_answered == answered
-    assert f"{answered} of {report.n_queries} words probe texts answered" in text
+    assert f"{answered} of {report.n_queries} word probes answered" in text
     assert f"{report.n_failed_queries} failed" in text
     # Distinct errors are shown (three at most), then how many more there are.
     causes = [line for line in text.splitlines() if "TimeoutError" in line]
@@ -241,6 +241,6 @@ def test_the_core_verify_takes_callables_and_names_the_adapter_for_anything_else
         def embed_query(self, text):
             return WordSpace(key)([text])[0]
 
-    with pytest.raises(TypeError, match="espew_integrations.verify"):
+    with pytest.raises(TypeError, match=r"espew_integrations\.verify"):
         core_verify(Embeddings(), key)
     assert verify(Embeddings(), key, seed=0).status == "not_copied"

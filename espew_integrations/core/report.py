@@ -151,11 +151,7 @@ class VerificationReport:
             lines += _cause_lines(self)
         lines += _test_lines(self)
         lines.append(f"  queries        : {_query_count(self)}; target from {self.target_mode}")
-        lines.append(
-            "  paper metrics  : (comparability only, not the decision) "
-            f"KS p = {self.ks_p_value:.3g}, delta cos = {100 * self.delta_cos:.2f}%, "
-            f"delta l2 = {100 * self.delta_l2:.2f}%"
-        )
+        lines.append(_paper_line(self))
         return "\n".join(lines)
 
 
@@ -178,12 +174,17 @@ def _test_lines(report: VerificationReport) -> list[str]:
             f"  test           : not run ({report.n_words_scored} of {report.n_words} band "
             f"words scored, {report.n_triggers_scored} of them triggers)"
         ]
+    adjusted = (
+        ""
+        if math.isnan(report.p_value_adjusted)
+        else f", reference-adjusted p = {report.p_value_adjusted:.3g} "
+        f"(slope {report.reference_slope:.2f})"
+    )
+    decided = f"; decided by {report.decided_by}" if report.decided_by else ""
     return [
         f"  p-value        : {report.p_value:.3g}  (copied iff p < {report.level:g}; "
         f"an innocent service is convicted with probability <= {report.level:g})",
-        f"  statistics     : raw p = {report.p_value_raw:.3g}, reference-adjusted p = "
-        f"{report.p_value_adjusted:.3g} (slope {report.reference_slope:.2f})"
-        + (f"; decided by {report.decided_by}" if report.decided_by else ""),
+        f"  statistics     : raw p = {report.p_value_raw:.3g}{adjusted}{decided}",
         f"  test           : exact one-sided rank test over {report.n_words_scored} band "
         f"words, {report.n_triggers_scored} of them triggers "
         f"(smallest reachable p {report.min_possible_p_value:.2g})",
@@ -192,7 +193,24 @@ def _test_lines(report: VerificationReport) -> list[str]:
 
 def _query_count(report: VerificationReport) -> str:
     """Texts asked and answered; texts nobody answered are never called 'sent'."""
-    asked, kind = report.n_queries, f"{report.probes} probe texts"
+    kind = {"words": "word probes", "sentences": "sentence probes"}.get(
+        report.probes, f"{report.probes} probes"
+    )
     if report.n_answered == 0:
-        return f"none of {asked} {kind} was answered ({report.n_failed_queries} failed)"
-    return f"{report.n_answered} of {asked} {kind} answered, {report.n_failed_queries} failed"
+        return (
+            f"none of the {report.n_queries} {kind} was answered ({report.n_failed_queries} failed)"
+        )
+    return (
+        f"{report.n_answered} of {report.n_queries} {kind} answered, "
+        f"{report.n_failed_queries} failed"
+    )
+
+
+def _paper_line(report: VerificationReport) -> str:
+    if math.isnan(report.ks_p_value):
+        return "  paper metrics  : not computed (no trigger and benign probes both answered)"
+    return (
+        "  paper metrics  : (comparability only, not the decision) "
+        f"KS p = {report.ks_p_value:.3g}, delta cos = {100 * report.delta_cos:.2f}%, "
+        f"delta l2 = {100 * report.delta_l2:.2f}%"
+    )

@@ -358,9 +358,9 @@ def _interrogate(
 
 
 _NEXT_RETRY = (
-    "the cause above is the suspect's; fix it (reachability, credentials, rate limit) and "
-    "run the audit again. Re-running is sound: a fault is never evidence, and a "
-    "deterministic model gives the same p-value every time"
+    "the cause above is the suspect's: fix it (address, credentials, rate limit) and run "
+    "the audit again. Re-running is sound: a fault is never evidence, and a deterministic "
+    "model gives the same p-value every time"
 )
 
 
@@ -496,8 +496,9 @@ def _unusable(partial: dict[str, Any], n_words: int, min_coverage: float) -> tup
         f"({n_scored / n_words:.0%} < {min_coverage:.0%} required); the suspect failed too "
         "many queries for a reliable verdict",
         "the suspect failed part of the queries (see the cause above): slow down "
-        "(requests_per_second, --rate), allow retries, and run the audit again; "
-        "re-running is sound, since a fault is never evidence",
+        "(OpenAIEndpoint's requests_per_second, a smaller batch_size / --batch-size), allow "
+        "more retries (max_retries / --retries) and run the audit again; re-running is "
+        "sound, since a fault is never evidence",
     )
 
 
@@ -525,8 +526,8 @@ def _withheld(
         return (
             f"only {answered:.0%} of the probes were answered ({min_coverage:.0%} required "
             "to clear a suspect); the answered ones show no watermark at this level",
-            "run the audit again once the suspect answers reliably (slow down, allow "
-            "retries); a fault never clears a suspect",
+            "run the audit again once the suspect answers reliably (slow down, allow more "
+            "retries: --retries); a fault never clears a suspect",
         )
     if not verifiable:
         return (
