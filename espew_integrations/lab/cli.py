@@ -35,7 +35,8 @@ def _add_lab(subparsers: Any) -> None:
         help="measure watermark robustness and cost on a model and corpus",
         description="Run the robustness lab grid (stealers x watermarks x attacks) from a "
         "YAML config; writes results.json, table.md and plots. Resumable: rerun the same "
-        "command to continue an interrupted run.",
+        "command to continue an interrupted run. Exit code 3: a bad config, or a missing "
+        "package (checked before any embedding work; the message names its install line).",
     )
     lab.add_argument(
         "--config",
@@ -62,7 +63,8 @@ def _add_tune(subparsers: Any) -> argparse.ArgumentParser:
         "that fits --min-cos) with the default audit against two copies: the watermarked "
         "service itself (a perfect copy) and a ridge copy after --attack; the worse p-value "
         "counts. Prints and writes the frontier. Exit code 0: a point meets both the budget "
-        "and --level; 1: none does; 3: bad arguments or data.",
+        "and --level; 1: none does; 3: bad arguments or data, or a missing package (the "
+        "message names its install line).",
     )
     tune.add_argument(
         "--corpus", default="rotten_tomatoes", help="bundled corpus name or a .txt/.csv/.jsonl file"
@@ -201,7 +203,7 @@ def _run_tune(args: argparse.Namespace) -> int:
             seed=args.seed,
             out=args.out,
         )
-    except (FileNotFoundError, ValueError, ESpeWError) as exc:
+    except (FileNotFoundError, ValueError, ModuleNotFoundError, ESpeWError) as exc:
         print(f"espew tune: {exc}", file=sys.stderr)
         return 3
     print(result.markdown())
