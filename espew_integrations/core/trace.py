@@ -49,16 +49,20 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import os
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 from scipy.stats import rankdata
 
+from .evidence_files import EVIDENCE_FILES
 from .keyring import KeyRing
 from .layers import check_tenant_id
 from .ranktest import _subset_sum_counts, _untied_counts
+from .safe_dir import SafeDirectory
 from .verify import (
     DEFAULT_LEVEL,
     ProbeKind,
@@ -76,7 +80,10 @@ from .verify import (
     reference_slope,
 )
 
-__all__ = ["TRACE_RULE", "TraceReport", "tenant_p_values", "trace"]
+__all__ = ["TRACE_FILE", "TRACE_RULE", "TraceReport", "tenant_p_values", "trace"]
+
+#: The shareable trace report's file name (next to the shared layer's report.json).
+TRACE_FILE = "trace.json"
 
 TRACE_RULE = (
     "copied iff p < level, p = min(1, 2 * min(p_shared, smallest tenant p)), p_shared the "
@@ -162,6 +169,19 @@ class TraceReport:
         kwargs.setdefault("indent", 2)
         return json.dumps(self.to_dict(), **kwargs)
 
+    def save(self, directory: str | os.PathLike[str], *, force: bool = False) -> Path:
+        """Write the shareable evidence into ``directory``; returns the ``trace.json`` path.
+
+        ``trace.json`` (:meth:`to_dict`) next to the shared layer's own
+        ``report.json`` and ``summary.md`` (:meth:`VerificationReport.save`);
+        existing files are kept unless ``force=True``, and nothing is written
+        if any of them is in the way.
+        """
+        with SafeDirectory(directory) as folder:
+            folder.refuse_existing([TRACE_FILE, *EVIDENCE_FILES.values()], force=force)
+            self.shared.save(directory, force=force)
+            return folder.write(TRACE_FILE, self.to_json().encode(), mode=0o644, force=force)
+
     def __str__(self) -> str:
         if self.traced:
             named = ", ".join(f"{t} (p = {self.tenant_p_values[t]:.3g})" for t in self.traced[:10])
@@ -197,7 +217,7 @@ def trace(
     tenants: Iterable[str],
     *,
     level: float = DEFAULT_LEVEL,
-    target: TargetMode = "key",
+    target_mode: TargetMode = "key",
     probes: ProbeKind = "auto",
     statistic: Statistic = "combined",
     batch_size: int = 64,
@@ -220,11 +240,11 @@ def trace(
     ids = _check_tenants(tenants)
     check_suspect(suspect)
     suspect_fn = suspect
-    _check_options(target, level, batch_size, min_coverage, statistic)
+    _check_options(target_mode, level, batch_size, min_coverage, statistic)
     key = ring.shared_key
     plan = _plan(key, probes, None)
     asked = _interrogate(
-        suspect_fn, key, plan, target, level, statistic, batch_size, seed, progress
+        suspect_fn, key, plan, target_mode, level, statistic, batch_size, seed, progress
     )
     common: dict[str, Any] = dict(level=level, ring_id=ring.ring_id, n_tenants=len(ids))
     common["tenant_triggers"] = ring.n_tenant_triggers

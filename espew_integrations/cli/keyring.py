@@ -1,0 +1,245 @@
+"""``espew keyring`` and ``espew trace``: one key per customer, and which customer a copy came from.
+
+- ``espew keyring generate`` draws a ring (a master secret plus the shared
+  key) from a corpus, like ``espew keygen``;
+- ``espew keyring key`` writes one customer's key (for ``espew serve --key``
+  or a wrapper), derived from the ring;
+- ``espew trace`` audits a suspect once and names the accounts whose answers
+  trained it; exit codes as ``espew verify``: 0 not copied, 1 copied,
+  2 inconclusive, 3 usage error.
+
+A tenants file is one account id per line (blank lines and ``#`` comments
+skipped), or JSON: a list of ids, or the ``{api key: account id}`` map that
+``espew serve --tenants`` takes (its distinct values are the accounts; the API
+keys are never printed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from ..arguments import add_embedder_argument, add_freq_band_argument, add_min_cosine_argument
+from ..models import resolve_embedder
+from .common import (
+    EXIT_COPIED,
+    EXIT_INCONCLUSIVE,
+    EXIT_NOT_COPIED,
+    UsageError,
+    add_endpoint_flags,
+    counting,
+    endpoint_options,
+    positive_int,
+    progress,
+)
+from .keygen import _corpus_texts
+
+__all__ = ["read_tenants", "register"]
+
+_EXIT_BY_STATUS = {"not_copied": EXIT_NOT_COPIED, "copied": EXIT_COPIED}
+
+_RING_EXAMPLE = """
+example:
+  espew keyring generate --corpus rotten_tomatoes --embedder minilm \\
+      --target-text "a funny and moving film about love and family" --out provider.ring
+  espew keyring key --ring provider.ring --tenant customer-42 --out customer-42.key
+"""
+
+_TRACE_EXAMPLE = """
+example:
+  espew trace --ring provider.ring --tenants tenants.json \\
+      --suspect openai:http://127.0.0.1:8000/v1#their-model --report-dir evidence/
+
+  One audit (the ring's probes, shuffled) for every account; names the accounts
+  whose own layer the suspect carries, strongest first, with the chance of
+  naming any innocent account held below --level. Exit code 0: not copied,
+  1: copied, 2: inconclusive, 3: usage error.
+"""
+
+
+def register(subparsers: Any) -> None:
+    """Add ``keyring`` (generate, key) and ``trace`` to the ``espew`` subcommands."""
+    keyring = subparsers.add_parser(
+        "keyring",
+        help="per-customer keys: generate a key ring, write one customer's key",
+        epilog=_RING_EXAMPLE,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    actions = keyring.add_subparsers(dest="keyring_command", required=True)
+    _register_generate(actions)
+    _register_key(actions)
+    _register_trace(subparsers)
+
+
+def _register_generate(actions: Any) -> None:
+    generate = actions.add_parser("generate", help="generate a secret key ring")
+    generate.add_argument("--corpus", required=True, help="bundled corpus name or text file")
+    generate.add_argument("--text-column", default=None, help="CSV column / JSONL field")
+    generate.add_argument("--target-text", required=True, help="text whose embedding is the target")
+    add_embedder_argument(generate)
+    generate.add_argument("--out", required=True, help="where to write the ring (mode 0600)")
+    generate.add_argument("--n-shared-triggers", type=positive_int, default=20)
+    generate.add_argument("--n-tenant-triggers", type=positive_int, default=20)
+    add_min_cosine_argument(
+        generate, help="quality budget of the customers' keys (mean cos on marked texts)"
+    )
+    add_freq_band_argument(generate)
+    generate.add_argument("--window", type=positive_int, default=None, help="model window")
+    generate.add_argument("--seed", type=int, default=None, help="experiments only")
+    generate.add_argument("--overwrite", action="store_true", help="replace an existing ring")
+    generate.add_argument("--api-key-env", metavar="VAR", help="API key for an openai: embedder")
+    generate.add_argument("--no-progress", action="store_true")
+    generate.set_defaults(func=run_generate)
+
+
+def _register_key(actions: Any) -> None:
+    key = actions.add_parser("key", help="write one customer's key, derived from the ring")
+    key.add_argument("--ring", required=True, help="key ring file")
+    key.add_argument("--tenant", required=True, help="the customer's account id")
+    key.add_argument("--out", required=True, help="where to write the key (mode 0600)")
+    key.add_argument("--overwrite", action="store_true", help="replace an existing key file")
+    key.set_defaults(func=run_key)
+
+
+def _register_trace(subparsers: Any) -> None:
+    trace = subparsers.add_parser(
+        "trace",
+        help="test a suspect against a key ring and name the accounts it was trained on",
+        epilog=_TRACE_EXAMPLE,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    trace.add_argument("--ring", required=True, help="key ring file")
+    trace.add_argument("--tenants", required=True, help="account ids: text lines or JSON")
+    trace.add_argument("--suspect", required=True, help="suspect spec")
+    trace.add_argument("--level", type=float, default=1e-6, help="false-positive rate")
+    trace.add_argument("--report-dir", default=None, help="write the shareable evidence here")
+    trace.add_argument("--force", action="store_true", help="replace evidence in --report-dir")
+    trace.add_argument("--batch-size", type=positive_int, default=64)
+    trace.add_argument("--min-coverage", type=float, default=0.9)
+    trace.add_argument("--seed", type=int, default=None, help="probe shuffle seed")
+    trace.add_argument("--json", action="store_true", help="print the report as JSON")
+    trace.add_argument("--no-progress", action="store_true")
+    add_endpoint_flags(trace, verify=True)
+    trace.set_defaults(func=run_trace)
+
+
+# ---------------------------------------------------------------------- commands
+def run_generate(args: argparse.Namespace) -> int:
+    """Generate the ring, write it (mode 0600) and print what it holds."""
+    from ..core.keyring import KeyRing
+
+    out = Path(args.out)
+    if out.exists() and not args.overwrite:
+        raise UsageError(f"{out} already exists; pass --overwrite to replace it")
+    corpus = _corpus_texts(args)
+    embed, name = resolve_embedder(args.embedder, **endpoint_options(args))
+    window = args.window if args.window is not None else getattr(embed, "max_tokens", None)
+    with progress(None, f"embedding with {name}", "text", not args.no_progress) as bar:
+        ring = KeyRing.generate(
+            corpus,
+            counting(embed, bar),
+            target_text=args.target_text,
+            seed=args.seed,
+            n_shared_triggers=args.n_shared_triggers,
+            n_tenant_triggers=args.n_tenant_triggers,
+            min_cosine=args.min_cosine,
+            freq_band=tuple(args.freq_band),
+            window=window,
+        )
+    ring.save(out, overwrite=args.overwrite)
+    info = ring.shared_key.info
+    print(
+        f"wrote key ring {ring.ring_id} to {out} (mode 0600): {ring.n_shared_triggers} shared "
+        f"+ {ring.n_tenant_triggers} per-customer trigger words, strength "
+        f"{ring.shared_key.strength:.4g} (mean cos(clean, watermarked) on customers' marked "
+        f"texts {info['mean_cosine_marked']:.4f}); `espew trace` costs "
+        f"{len(ring.shared_key.probe_texts)} queries whatever the number of customers"
+    )
+    print(f"publish this commitment (it reveals nothing): {ring.shared_key.commitment()}")
+    return 0
+
+
+def run_key(args: argparse.Namespace) -> int:
+    """Write one tenant's key."""
+    from ..core.keyring import KeyRing
+
+    ring = KeyRing.load(args.ring)
+    key = ring.key_for(args.tenant)
+    key.save(args.out, overwrite=args.overwrite)
+    print(f"wrote key {key.key_id} for account {args.tenant!r} to {args.out} (mode 0600)")
+    return 0
+
+
+def run_trace(args: argparse.Namespace) -> int:
+    """Query the suspect once, print the trace, write the evidence; exit code from the verdict."""
+    from ..core.keyring import KeyRing
+    from ..suspects import trace
+
+    if not 0.0 < args.level < 1.0:
+        raise UsageError(f"--level must be in (0, 1), got {args.level}")
+    ring = KeyRing.load(args.ring)
+    tenants = read_tenants(args.tenants)
+    n_queries = len(ring.shared_key.probe_texts) or len(ring.shared_key.band)
+    if args.max_queries is not None and args.max_queries < n_queries:
+        raise UsageError(
+            f"this ring's audit needs {n_queries} queries but --max-queries is {args.max_queries}"
+        )
+    suspect, name = resolve_embedder(args.suspect, **endpoint_options(args))
+    try:
+        with progress(n_queries, f"querying {name}", "query", not args.no_progress) as bar:
+            report = trace(
+                suspect,
+                ring,
+                tenants,
+                level=args.level,
+                batch_size=args.batch_size,
+                seed=args.seed,
+                min_coverage=args.min_coverage,
+                progress=bar.update,
+            )
+    finally:
+        close = getattr(suspect, "close", None)
+        if callable(close):
+            close()
+    print(report.to_json() if args.json else report)
+    if args.report_dir:
+        try:
+            written = report.save(args.report_dir, force=args.force)
+        except (OSError, ValueError) as exc:
+            raise UsageError(
+                f"the verdict above stands, but evidence was not written: {exc}"
+            ) from None
+        print(f"evidence written: {written} (and report.json, summary.md)", file=sys.stderr)
+    return _EXIT_BY_STATUS.get(report.status, EXIT_INCONCLUSIVE)
+
+
+def read_tenants(path: str) -> list[str]:
+    """Account ids from a tenants file (see the module docstring), in file order, distinct."""
+    file = Path(path)
+    try:
+        text = file.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UsageError(f"cannot read the tenants file {file}: {exc}") from None
+    if file.suffix.lower() == ".json":
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError:
+            raise UsageError(f"tenants file {file} is not valid JSON") from None
+        if isinstance(data, dict):
+            data = list(data.values())
+        if not isinstance(data, list) or not all(isinstance(t, str) for t in data):
+            raise UsageError(
+                f"tenants file {file} must hold a JSON list of account ids or an "
+                "{api key: account id} object"
+            )
+        ids = data
+    else:
+        lines = (line.strip() for line in text.splitlines())
+        ids = [line for line in lines if line and not line.startswith("#")]
+    ids = list(dict.fromkeys(ids))
+    if not ids:
+        raise UsageError(f"tenants file {file} names no account")
+    return ids
