@@ -256,7 +256,7 @@ def judge_targets(
 
     ``victim`` is the provider's clean model. ``clean_copy``, a copy trained
     on clean answers, measures how well a stolen copy reproduces each target
-    text: verification after a permutation (``target="query"``) compares with
+    text: verification after a permutation (``target_mode="query"``) compares with
     the copy's own embedding of the target text, so a target the copy cannot
     reproduce (an out-of-domain sentence) loses that verdict. Returns one dict
     per candidate, best first.
