@@ -12,6 +12,8 @@ import argparse
 import sys
 from typing import Any
 
+from ..arguments import add_embedder_argument, add_freq_band_argument, add_min_cosine_argument
+
 __all__ = ["add_commands", "main"]
 
 
@@ -60,7 +62,7 @@ def _add_tune(subparsers: Any) -> argparse.ArgumentParser:
         help="pick alpha and a target text that meet a quality budget and still detect",
         description="For a model and corpus, judge candidate target texts by expected "
         "distortion, then measure each alpha (at the paper's full write and at the strength "
-        "that fits --min-cos) with the default audit against two copies: the watermarked "
+        "that fits --min-cosine) with the default audit against two copies: the watermarked "
         "service itself (a perfect copy) and a ridge copy after --attack; the worse p-value "
         "counts. Prints and writes the frontier. Exit code 0: a point meets both the budget "
         "and --level; 1: none does; 3: bad arguments or data, or a missing package (the "
@@ -70,11 +72,7 @@ def _add_tune(subparsers: Any) -> argparse.ArgumentParser:
         "--corpus", default="rotten_tomatoes", help="bundled corpus name or a .txt/.csv/.jsonl file"
     )
     tune.add_argument("--limit", type=int, default=None, help="use a seeded subset of N texts")
-    tune.add_argument(
-        "--model",
-        default="minilm",
-        help="victim model: minilm, paraphrase-minilm-l3 or module:factory",
-    )
+    add_embedder_argument(tune, help="the victim model (embedder spec; default minilm)")
     tune.add_argument(
         "--standard", default="paraphrase-minilm-l3", help="the CSE attacker's standard model"
     )
@@ -95,12 +93,7 @@ def _add_tune(subparsers: Any) -> argparse.ArgumentParser:
 
 def _add_tune_search(tune: argparse.ArgumentParser) -> None:
     """The budget, the goal and the search's own arguments."""
-    tune.add_argument(
-        "--min-cos",
-        type=float,
-        default=0.995,
-        help="quality budget: mean cos(clean, watermarked) on marked rows",
-    )
+    add_min_cosine_argument(tune)
     tune.add_argument(
         "--level",
         type=float,
@@ -109,11 +102,7 @@ def _add_tune_search(tune: argparse.ArgumentParser) -> None:
     )
     tune.add_argument("--attack", default="cse:50", help="attack the copy must survive")
     tune.add_argument("--n-triggers", type=int, default=20)
-    tune.add_argument(
-        "--freq-band",
-        default="0.005,0.01",
-        help="document-fraction band of trigger words, 'low,high'",
-    )
+    add_freq_band_argument(tune)
     tune.add_argument(
         "--max-band-words",
         type=int,
@@ -178,25 +167,22 @@ def _run_tune(args: argparse.Namespace) -> int:
 
     try:
         alphas = [float(a) for a in args.alphas.split(",") if a.strip()]
-        low, high = (float(v) for v in args.freq_band.split(","))
     except ValueError:
-        print(
-            "espew tune: --alphas and --freq-band must be comma-separated numbers", file=sys.stderr
-        )
+        print("espew tune: --alphas must be comma-separated numbers", file=sys.stderr)
         return 3
     try:
         result = tune(
             corpus=args.corpus,
             limit=args.limit,
-            model=args.model,
+            model=args.embedder,
             standard=args.standard,
             targets=args.targets,
             alphas=alphas,
-            min_cos=args.min_cos,
+            min_cos=args.min_cosine,
             level=args.level,
             attack=args.attack,
             n_triggers=args.n_triggers,
-            freq_band=(low, high),
+            freq_band=args.freq_band,
             max_band_words=args.max_band_words,
             top_targets=args.top_targets,
             fit_strength=not args.paper_strength_only,
