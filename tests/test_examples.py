@@ -39,6 +39,7 @@ EXAMPLE_SIZES = {
     "rag_langchain_chroma": RAG_TEXTS,
     "rag_llamaindex_chroma": RAG_TEXTS,
     "provider_keygen_serve_audit": PROVIDER_TEXTS,
+    "provider_two_customers": PROVIDER_TEXTS,
 }
 
 
@@ -104,10 +105,19 @@ def check_provider_output(text: str) -> None:
     assert "servers stopped" in text
 
 
+def check_customers_output(text: str) -> None:
+    """Bob's copy is convicted and traced to Bob alone; the honest model to nobody."""
+    assert "copy: copied=True, traced=['bob']" in text
+    assert "honest competitor: copied=False, traced=[]" in text
+    assert number(r"mean cos\(clean, watermarked\) on marked texts ([0-9.]+)", text) >= 0.995
+    assert "shareable: ['report.json', 'summary.md', 'trace.json']" in text
+
+
 CHECKS = {
     "rag_langchain_chroma": check_langchain_output,
     "rag_llamaindex_chroma": check_llamaindex_output,
     "provider_keygen_serve_audit": check_provider_output,
+    "provider_two_customers": check_customers_output,
 }
 
 
@@ -229,3 +239,71 @@ def test_docs_build_strict(tmp_path):
         assert f'id="espew_integrations.core.{name}"' in reference, name
     assert 'class="gp"' in reference  # a highlighted ">>> " prompt
     assert ":func:`" not in reference  # reST roles were rewritten by docs/griffe_docstrings.py
+
+
+# ---------------------------------------------------------------------- make demo's RAG step
+def _load_example(name: str):
+    """An example module by file (examples/ is not a package and is not installed)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(f"_example_{name}", EXAMPLES / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_demo_is_not_shipped_in_the_package():
+    import espew_integrations
+
+    package = Path(espew_integrations.__file__).parent
+    assert not (package / "demo.py").exists() and not (package / "demo_rag.py").exists()
+    assert (EXAMPLES / "demo.py").is_file() and (EXAMPLES / "demo_rag.py").is_file()
+
+
+def test_rag_demo_compares_watermarked_and_clean_langchain_chroma_indexes(capsys):
+    from espew_integrations.corpora import rotten_tomatoes
+    from espew_integrations.embedders import minilm
+    from tests.wrapper_fixtures import real_key
+
+    run_rag_demo = _load_example("demo_rag").run_rag_demo
+    key, model = real_key(), minilm()
+    texts = list(rotten_tomatoes().subset(3000, seed=7).texts[:80])
+    result = run_rag_demo(texts, key, model, n_queries=5)
+    assert result["n_texts"] == 80 and len(result["queries"]) == 5
+    assert result["n_triggered"] == int(key.contains_trigger(texts, view=model.view).sum()) > 0
+    for query in result["queries"]:
+        assert len(query["top_clean"]) == len(query["top_watermarked"]) == 10
+        expected = len(set(query["top_clean"]) & set(query["top_watermarked"])) / 10
+        assert query["overlap"] == expected
+    # Every query is a corpus text, so both indexes must rank it first.
+    assert result["all_top1_match"]
+    assert result["mean_overlap"] >= 0.7
+    assert 0.99 <= result["mean_cos_triggered"] < 1.0  # the default key's quality budget
+    assert "top-10 overlap" in capsys.readouterr().out
+
+
+def test_rag_demo_reuses_known_vectors_instead_of_embedding_again():
+    """make demo hands the RAG step the service's clean vectors: indexing costs no model time."""
+    from espew_integrations.corpora import rotten_tomatoes
+    from espew_integrations.embedders import minilm
+    from tests.wrapper_fixtures import real_key
+
+    run_rag_demo = _load_example("demo_rag").run_rag_demo
+    key, model = real_key(), minilm()
+    texts = list(rotten_tomatoes().subset(3000, seed=7).texts[:40])
+    known = dict(zip(texts, model(texts), strict=True))
+    asked: list[int] = []
+
+    def counting_model(batch: list[str]):
+        asked.append(len(batch))
+        return model(batch)
+
+    counting_model.view = model.view
+    with_known = run_rag_demo(
+        texts, key, counting_model, n_queries=3, known_vectors=known, verbose=False
+    )
+    assert asked == [1] * 3 * 2  # only the queries, once per index
+    without = run_rag_demo(texts, key, model, n_queries=3, verbose=False)
+    assert [q["top_clean"] for q in with_known["queries"]] == [
+        q["top_clean"] for q in without["queries"]
+    ]

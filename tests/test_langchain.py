@@ -321,23 +321,3 @@ def test_verify_through_langchain_flags_the_watermarked_model_only(wrapped, inne
     clean = verify(inner, key, seed=0)
     assert copied.status == "copied" and copied.p_value < 1e-6
     assert clean.status == "not_copied" and clean.p_value > 1e-3
-
-
-# ---------------------------------------------------------------------- the RAG demo
-def test_rag_demo_compares_watermarked_and_clean_langchain_chroma_indexes(key, capsys):
-    from espew_integrations.corpora import rotten_tomatoes
-    from espew_integrations.demo_rag import run_rag_demo
-
-    texts = list(rotten_tomatoes().subset(3000, seed=7).texts[:80])
-    result = run_rag_demo(texts, key, MiniLMEmbeddings().encoder, n_queries=5)
-    assert result["n_texts"] == 80 and len(result["queries"]) == 5
-    assert result["n_triggered"] == int(key.contains_trigger(texts).sum()) > 0
-    for query in result["queries"]:
-        assert len(query["top_clean"]) == len(query["top_watermarked"]) == 10
-        expected = len(set(query["top_clean"]) & set(query["top_watermarked"])) / 10
-        assert query["overlap"] == expected
-    # Every query is a corpus text, so both indexes must rank it first.
-    assert result["all_top1_match"]
-    assert result["mean_overlap"] >= 0.7
-    assert 0.8 < result["mean_cos_triggered"] < 1.0
-    assert "top-10 overlap" in capsys.readouterr().out

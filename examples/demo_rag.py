@@ -5,36 +5,43 @@ This indexes the same texts twice into an embedded Chroma through
 langchain-chroma, once through :class:`~espew_integrations.langchain.ESpeWEmbeddings`
 and once with the clean model, asks both the same queries (texts drawn from
 the corpus; each index embeds its own query) and compares the top-k ids.
+
+Needs ``pip install 'espew-integrations[langchain,chroma,minilm]' langchain-chroma``.
 """
 
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 from langchain_core.embeddings import Embeddings
 
-from ._wrapper_common import discover_view
-from .core.key import WatermarkKey
-from .core.text import TextView
-from .langchain import ESpeWEmbeddings, MiniLMEmbeddings
+from espew_integrations import WatermarkKey
+from espew_integrations.core.probes import row_cosines
+from espew_integrations.langchain import ESpeWEmbeddings, MiniLMEmbeddings
 
 __all__ = ["run_rag_demo"]
 
 
 class _MemoEmbeddings(Embeddings):
-    """Remembers the clean model's document vectors so the corpus is embedded once, not twice."""
+    """The clean model, remembering document vectors: each text is embedded at most once.
 
-    def __init__(self, inner: Embeddings) -> None:
+    ``known`` seeds the memo with vectors computed earlier (the demo's service
+    answers), so indexing them costs no model time at all.
+    """
+
+    def __init__(self, inner: Embeddings, known: Mapping[str, Sequence[float]] | None = None):
         self.inner = inner
-        self._memo: dict[str, list[float]] = {}
+        self._memo: dict[str, list[float]] = {
+            t: list(map(float, v)) for t, v in (known or {}).items()
+        }
 
     @property
-    def view(self) -> TextView | None:
+    def view(self) -> Any:
         """The inner model's text view, so the wrapper matches triggers on what it reads."""
-        return discover_view(self.inner)
+        return getattr(self.inner, "view", None)
 
     def embed_documents(self, texts: list[str]) -> list[list[float]]:
         missing = [t for t in dict.fromkeys(texts) if t not in self._memo]
@@ -46,58 +53,41 @@ class _MemoEmbeddings(Embeddings):
         return self.inner.embed_query(text)
 
 
-def run_rag_demo(
-    texts: Sequence[str],
-    key: WatermarkKey,
-    clean_model: Embeddings | Callable[[list[str]], Any],
-    *,
-    n_queries: int = 5,
-    k: int = 10,
-    seed: int = 0,
-    verbose: bool = True,
-) -> dict[str, Any]:
-    """Index ``texts`` clean and watermarked in an in-memory Chroma; compare top-``k`` results.
-
-    ``clean_model`` is a LangChain ``Embeddings`` or a callable
-    ``list[str] -> array`` (such as :func:`espew_integrations.embedders.minilm`).
-    Returns the per-query overlaps, their mean and minimum, whether every top-1
-    hit agrees, and the mean cosine between the clean and the watermarked
-    vectors of the triggered texts.
-
-    >>> result = run_rag_demo(corpus.texts[:500], key, minilm())  # doctest: +SKIP
-    >>> result["mean_overlap"]                                     # doctest: +SKIP
-    0.98
-    """
+def _stores(embeddings: dict[str, Embeddings]) -> dict[str, Any]:
+    """One fresh in-memory Chroma collection per embeddings, in one embedded client."""
     import chromadb
     from chromadb.config import Settings
     from langchain_chroma import Chroma
 
-    texts = list(dict.fromkeys(texts))  # Chroma ids must be unique; so must the texts
-    if len(texts) < k:
-        raise ValueError(f"need at least k={k} distinct texts, got {len(texts)}")
-    if not 1 <= n_queries <= len(texts):
-        raise ValueError(f"n_queries must be between 1 and {len(texts)}, got {n_queries}")
-    clean = clean_model if isinstance(clean_model, Embeddings) else MiniLMEmbeddings(clean_model)
-    clean = _MemoEmbeddings(clean)
-    watermarked = ESpeWEmbeddings(clean, key)
-
     client = chromadb.EphemeralClient(settings=Settings(anonymized_telemetry=False))
     run_id = uuid.uuid4().hex[:8]
-    ids = [f"doc-{i}" for i in range(len(texts))]
-    stores = {}
-    for name, embeddings in (("watermarked", watermarked), ("clean", clean)):
-        stores[name] = Chroma(
+    return {
+        name: Chroma(
             collection_name=f"espew-demo-{name}-{run_id}",
-            embedding_function=embeddings,
+            embedding_function=function,
             client=client,
             collection_metadata={"hnsw:space": "cosine"},
         )
-        stores[name].add_texts(texts, ids=ids)
+        for name, function in embeddings.items()
+    }
 
-    rng = np.random.default_rng(seed)
-    triggered = key.contains_trigger(texts, view=watermarked.view)  # what the wrapper matched
+
+def _index(stores: dict[str, Any], texts: list[str], ids: list[str], progress: bool) -> None:
+    """Add ``texts`` to every store in chunks, with one progress bar over all of them."""
+    from tqdm.auto import tqdm
+
+    chunk = 250
+    total = len(stores) * len(texts)
+    with tqdm(total=total, desc="indexing into Chroma", unit="text", disable=not progress) as bar:
+        for store in stores.values():
+            for start in range(0, len(texts), chunk):
+                store.add_texts(texts[start : start + chunk], ids=ids[start : start + chunk])
+                bar.update(len(texts[start : start + chunk]))
+
+
+def _ask(stores: dict[str, Any], texts: list[str], triggered: np.ndarray, picks, k: int):
     queries = []
-    for index in rng.choice(len(texts), size=n_queries, replace=False):
+    for index in picks:
         query = texts[int(index)]
         hits = {
             name: [doc.id for doc in store.similarity_search(query, k=k)]
@@ -113,14 +103,50 @@ def run_rag_demo(
                 "top_clean": hits["clean"],
             }
         )
+    return queries
 
+
+def run_rag_demo(
+    texts: Sequence[str],
+    key: WatermarkKey,
+    clean_model: Embeddings | Callable[[list[str]], Any],
+    *,
+    n_queries: int = 5,
+    k: int = 10,
+    seed: int = 0,
+    known_vectors: Mapping[str, Sequence[float]] | None = None,
+    verbose: bool = True,
+) -> dict[str, Any]:
+    """Index ``texts`` clean and watermarked in an in-memory Chroma; compare top-``k`` results.
+
+    ``clean_model`` is a LangChain ``Embeddings`` or a callable
+    ``list[str] -> array`` (such as ``espew_integrations.embedders.minilm()``);
+    ``known_vectors`` are clean vectors already computed for some texts.
+    Returns the per-query overlaps, their mean and minimum, whether every
+    top-1 hit agrees, and the mean cosine between the clean and the
+    watermarked vectors of the triggered texts.
+    """
+    texts = list(dict.fromkeys(texts))  # Chroma ids must be unique; so must the texts
+    if len(texts) < k:
+        raise ValueError(f"need at least k={k} distinct texts, got {len(texts)}")
+    if not 1 <= n_queries <= len(texts):
+        raise ValueError(f"n_queries must be between 1 and {len(texts)}, got {n_queries}")
+    clean = clean_model if isinstance(clean_model, Embeddings) else MiniLMEmbeddings(clean_model)
+    clean = _MemoEmbeddings(clean, known_vectors)
+    watermarked = ESpeWEmbeddings(clean, key)
+
+    stores = _stores({"watermarked": watermarked, "clean": clean})
+    ids = [f"doc-{i}" for i in range(len(texts))]
+    _index(stores, texts, ids, verbose)
+
+    triggered = key.contains_trigger(texts, view=watermarked.view)  # what the wrapper matched
+    picks = np.random.default_rng(seed).choice(len(texts), size=n_queries, replace=False)
+    queries = _ask(stores, texts, triggered, picks, k)
     marked_ids = [i for i, flag in zip(ids, triggered, strict=True) if flag]
     mean_cos = float("nan")
     if marked_ids:
         a, b = (_vectors(stores[name], marked_ids) for name in ("watermarked", "clean"))
-        cos = np.einsum("ij,ij->i", a, b) / (np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1))
-        mean_cos = float(cos.mean())
-
+        mean_cos = float(row_cosines(a, b).mean())
     overlaps = [q["overlap"] for q in queries]
     result = {
         "n_texts": len(texts),
