@@ -185,7 +185,7 @@ class ESpeWMiddleware:
         texts = _request_texts(request)
         try:
             answer = json.loads(response)
-            clean = decode_embeddings(response, len(texts))
+            clean = decode_embeddings(answer, len(texts))
         except UpstreamError as exc:
             raise _Refused(f"the app's answer is not an embeddings answer: {exc}") from None
         except ValueError:

@@ -231,13 +231,14 @@ class AsyncUpstream:
         raise UpstreamError(self._clean(f"{self.url} returned {problem}"))
 
 
-def decode_embeddings(body: bytes, n_expected: int) -> np.ndarray:
+def decode_embeddings(body: bytes | dict, n_expected: int) -> np.ndarray:
     """The float32 ``(n_expected, d)`` rows of an OpenAI embeddings answer, in input order.
 
-    base64 rows are concatenated as bytes and read by one ``np.frombuffer``:
-    no Python float is ever made. Raises :class:`UpstreamError` naming the defect.
+    ``body`` is the JSON bytes or the already parsed answer. base64 rows are
+    concatenated as bytes and read by one ``np.frombuffer``: no Python float
+    is ever made. Raises :class:`UpstreamError` naming the defect.
     """
-    answer = json.loads(body)
+    answer = json.loads(body) if isinstance(body, (bytes, bytearray, str)) else body
     items = answer.get("data") if isinstance(answer, dict) else None
     if not isinstance(items, list) or len(items) != n_expected:
         found = len(items) if isinstance(items, list) else "no"
