@@ -151,6 +151,10 @@ def default_metrics(key: Any) -> WatermarkMetrics | None:
     try:
         import prometheus_client  # noqa: F401
     except ImportError:
+        logger.info(
+            "prometheus-client is not installed, so there is no /metrics: "
+            "pip install 'espew-integrations[metrics]'"
+        )
         return None
     rate = key.info.get("marked_rate") if key is not None else None
     valid = isinstance(rate, (int, float)) and 0 < rate <= 1
