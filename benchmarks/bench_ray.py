@@ -72,7 +72,11 @@ class Normalise:
 def run(ray, rows: int, dim: int, actors: int, fn, kwargs: dict) -> tuple[float, int]:
     ds = ray.data.range(rows, override_num_blocks=max(8, rows // 20_000))
     ds = ds.map_batches(synthetic_rows, fn_kwargs={"dim": dim}, batch_size=4096)
-    ds = ds.map_batches(fn, fn_constructor_kwargs=kwargs, concurrency=actors, batch_size=4096)
+    # Half a CPU per actor leaves CPUs for the read tasks: with every CPU held by
+    # an actor, ReadRange could never run and the pipeline would wait forever.
+    ds = ds.map_batches(
+        fn, fn_constructor_kwargs=kwargs, concurrency=actors, num_cpus=0.5, batch_size=4096
+    )
     start = time.perf_counter()
     seen = 0
     for batch in ds.iter_batches(batch_size=8192, batch_format="numpy"):
@@ -101,6 +105,7 @@ def main() -> None:
                 f"{args.rows:,} synthetic rows, d = {args.dim}, float32"
             )
             print(f"{'pipeline':>24} {'seconds':>8} {'rows/s':>10}")
+            run(ray, 8192, args.dim, args.actors, Normalise, {})  # warm-up: workers, imports
             results = {}
             for name, fn, kwargs in (
                 ("generate + normalise", Normalise, {}),
