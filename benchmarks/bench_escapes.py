@@ -35,8 +35,8 @@ from espew_integrations.core.words import (
     document_frequencies,
     is_word,
 )
-from espew_integrations.corpora import rotten_tomatoes
-from espew_integrations.embedders import minilm
+from espew_integrations.offline.corpora import rotten_tomatoes
+from espew_integrations.offline.embedders import minilm
 
 ACUTE = "\u0301"
 

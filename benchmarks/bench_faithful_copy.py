@@ -33,12 +33,12 @@ from pathlib import Path
 import numpy as np
 
 from espew_integrations import WatermarkKey, verify, watermark
-from espew_integrations.corpora import rotten_tomatoes
-from espew_integrations.embedders import minilm, paraphrase_minilm_l3
 from espew_integrations.lab.attacks import apply_attack
 from espew_integrations.lab.cache import cached_embed
 from espew_integrations.lab.router import AuditHistory, AuditRouter
 from espew_integrations.lab.stealers import FrozenMLPStealer, RidgeStealer
+from espew_integrations.offline.corpora import rotten_tomatoes
+from espew_integrations.offline.embedders import minilm, paraphrase_minilm_l3
 
 TARGET_TEXT = "Acme Embeddings, licensed vectors"
 GUILTY = (

@@ -35,7 +35,7 @@ from bench_proxy import cpu_seconds, percentile, start  # noqa: E402
 
 from espew_integrations import WatermarkKey  # noqa: E402
 from espew_integrations.core.draw import draw_triggers  # noqa: E402
-from espew_integrations.corpora import rotten_tomatoes  # noqa: E402
+from espew_integrations.offline.corpora import rotten_tomatoes  # noqa: E402
 
 
 def make_key(path: Path, dim: int) -> WatermarkKey:

@@ -56,11 +56,11 @@ from espew_integrations.core.verify import (
     reference_slope,
     score_words,
 )
-from espew_integrations.corpora import health_tweets, load_corpus
-from espew_integrations.embedders import minilm, paraphrase_minilm_l3
 from espew_integrations.lab.cache import cached_embed
 from espew_integrations.lab.null_study import NullStudy, false_positive_summary, null_p_values
 from espew_integrations.lab.stealers import RidgeStealer
+from espew_integrations.offline.corpora import health_tweets, load_corpus
+from espew_integrations.offline.embedders import minilm, paraphrase_minilm_l3
 
 LEVELS = (1e-2, 1e-3, 1e-4, 1e-6)
 N_TARGETS = 50

@@ -177,7 +177,7 @@ def resolve_view(view: ViewArgument, embedder: Any) -> TextView | None:
 def discover_view(embedder: Any) -> TextView | None:
     """``embedder.view`` when it is a callable text view, else ``None``.
 
-    An :class:`~espew_integrations.embedders.OnnxSentenceEncoder` has one, and
+    An :class:`~espew_integrations.offline.embedders.OnnxSentenceEncoder` has one, and
     so has anything that passes it on (the library's ``MiniLM*`` framework
     classes, or a proxy that forwards attributes). The candidate is called once
     on a probe text: a ``.view`` that means something else (NumPy's

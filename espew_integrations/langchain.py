@@ -55,7 +55,7 @@ class ESpeWEmbeddings(WatermarkingWrapper, Embeddings):
 
     ``view`` decides which text the triggers are matched on. By default it is
     the underlying model's own ``.view`` (an
-    :class:`~espew_integrations.embedders.OnnxSentenceEncoder`, or
+    :class:`~espew_integrations.offline.embedders.OnnxSentenceEncoder`, or
     :class:`MiniLMEmbeddings` around one): the text exactly as the model reads
     it, so an invisible character inside a trigger still marks and a trigger
     past the model's token window does not. Pass a callable
@@ -115,7 +115,7 @@ class MiniLMEmbeddings(Embeddings):
     """A clean LangChain ``Embeddings`` around an offline encoder (default: MiniLM).
 
     ``encoder`` is any callable ``list[str] -> array (n, d)``; by default the
-    library's offline all-MiniLM-L6-v2 (:func:`espew_integrations.embedders.minilm`),
+    library's offline all-MiniLM-L6-v2 (:func:`espew_integrations.offline.embedders.minilm`),
     so examples and tests run without a network or an API key.
     :attr:`view` passes on the encoder's view, so :class:`ESpeWEmbeddings`
     matches triggers on what the encoder reads.
@@ -126,7 +126,7 @@ class MiniLMEmbeddings(Embeddings):
 
     def __init__(self, encoder: Callable[[list[str]], Any] | None = None) -> None:
         if encoder is None:
-            from .embedders import minilm
+            from .offline.embedders import minilm
 
             encoder = minilm()
         self.encoder = encoder

@@ -193,7 +193,7 @@ class MiniLMEmbedding(BaseEmbedding):
 
     def __init__(self, encoder: Callable[[list[str]], Any] | None = None, **kwargs: Any) -> None:
         if encoder is None:
-            from .embedders import minilm
+            from .offline.embedders import minilm
 
             encoder = minilm()
         kwargs.setdefault("model_name", getattr(encoder, "name", type(encoder).__name__))

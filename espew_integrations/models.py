@@ -127,7 +127,7 @@ def load_model(name: str) -> Any:
     if canonical is None:
         raise ModelSpecError(f"unknown model {name!r}: use one of {', '.join(MODEL_NAMES)}")
     check_available(canonical)
-    from . import embedders
+    from .offline import embedders
 
     if canonical == "minilm":
         return embedders.minilm()

@@ -40,10 +40,10 @@ from tqdm.auto import tqdm
 from espew_integrations import WatermarkKey, verify, watermark
 from espew_integrations.core.key import DEFAULT_MIN_COSINE
 from espew_integrations.core.probes import row_cosines
-from espew_integrations.corpora import rotten_tomatoes
-from espew_integrations.embedders import minilm
 from espew_integrations.evidence import save_private_evidence
 from espew_integrations.lab.stealers import RidgeStealer
+from espew_integrations.offline.corpora import rotten_tomatoes
+from espew_integrations.offline.embedders import minilm
 
 # An in-domain sentence of ordinary corpus words: it is what the README uses, and
 # docs/limitations.md measures that a brand string fails query-mode audits.

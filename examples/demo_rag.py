@@ -120,7 +120,7 @@ def run_rag_demo(
     """Index ``texts`` clean and watermarked in an in-memory Chroma; compare top-``k`` results.
 
     ``clean_model`` is a LangChain ``Embeddings`` or a callable
-    ``list[str] -> array`` (such as ``espew_integrations.embedders.minilm()``);
+    ``list[str] -> array`` (such as ``espew_integrations.offline.embedders.minilm()``);
     ``known_vectors`` are clean vectors already computed for some texts.
     Returns the per-query overlaps, their mean and minimum, whether every
     top-1 hit agrees, and the mean cosine between the clean and the

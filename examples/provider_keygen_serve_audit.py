@@ -41,11 +41,11 @@ import tempfile
 from pathlib import Path
 
 from espew_integrations import OpenAIEndpoint, WatermarkKey, verify
-from espew_integrations.corpora import rotten_tomatoes
-from espew_integrations.embedders import minilm
 from espew_integrations.evidence import save_private_evidence
 from espew_integrations.http.server import create_app, running_server
 from espew_integrations.lab.stealers import RidgeStealer
+from espew_integrations.offline.corpora import rotten_tomatoes
+from espew_integrations.offline.embedders import minilm
 
 N_STOLEN = int(os.environ.get("ESPEW_EXAMPLE_TEXTS", "3000"))
 workdir = Path(tempfile.mkdtemp(prefix="espew-provider-"))

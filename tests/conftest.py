@@ -77,14 +77,14 @@ class MemoEmbedder:
 
 @pytest.fixture(scope="session")
 def minilm_model():
-    from espew_integrations.embedders import minilm
+    from espew_integrations.offline.embedders import minilm
 
     return MemoEmbedder(minilm())
 
 
 @pytest.fixture(scope="session")
 def rt_corpus():
-    from espew_integrations.corpora import rotten_tomatoes
+    from espew_integrations.offline.corpora import rotten_tomatoes
 
     return rotten_tomatoes()
 

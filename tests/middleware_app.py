@@ -84,7 +84,7 @@ def main() -> None:
     args = parser.parse_args()
     model = None
     if args.minilm:
-        from espew_integrations.embedders import minilm
+        from espew_integrations.offline.embedders import minilm
 
         model = minilm()
     key = WatermarkKey.load(args.key)

@@ -25,7 +25,7 @@ from espew_integrations.cli import (
     build_parser,
     main,
 )
-from espew_integrations.embedders import minilm
+from espew_integrations.offline.embedders import minilm
 
 TARGET_TEXT = "Acme Embeddings service, 2026 edition"
 
@@ -64,7 +64,7 @@ def suspects(tmp_path_factory, key_path) -> Path:
     path = tmp_path_factory.mktemp("suspects") / "suspects.py"
     path.write_text(
         "from espew_integrations import WatermarkKey, watermark\n"
-        "from espew_integrations.embedders import minilm\n"
+        "from espew_integrations.offline.embedders import minilm\n"
         f"_key = WatermarkKey.load({str(key_path)!r})\n"
         "def marked(texts):\n"
         "    return watermark(texts, minilm()(texts), _key)\n"
@@ -115,7 +115,7 @@ def test_keygen_writes_a_private_key_and_prints_only_its_id(tmp_path, capsys):
 
 
 def test_keygen_reads_a_text_file_corpus_and_refuses_to_overwrite(tmp_path, key_path, capsys):
-    from espew_integrations.corpora import rotten_tomatoes
+    from espew_integrations.offline.corpora import rotten_tomatoes
 
     corpus = tmp_path / "corpus.jsonl"
     with corpus.open("w") as handle:
@@ -358,7 +358,7 @@ def counting_suspect(tmp_path) -> tuple[str, Path]:
     log = tmp_path / "queries.log"
     module = tmp_path / "counting.py"
     module.write_text(
-        "from espew_integrations.embedders import minilm\n"
+        "from espew_integrations.offline.embedders import minilm\n"
         f"_LOG = {str(log)!r}\n"
         "def suspect(texts):\n"
         "    with open(_LOG, 'a') as handle:\n"

@@ -48,9 +48,9 @@ MODULE_NEEDS = {
     "espew_integrations.llama_index": "llama-index",
     "espew_integrations.chroma": "chroma",
     "espew_integrations.http": "http",
-    "espew_integrations.embedders": "minilm",
+    "espew_integrations.offline.embedders": "minilm",
     "espew_integrations.lab": "lab",
-    "espew_integrations.corpora": "data",
+    "espew_integrations.offline.corpora": "data",
 }
 # Names that the top-level package re-exports from a module that needs an extra.
 NAME_NEEDS = {"OpenAIEndpoint": "http"}
@@ -351,7 +351,7 @@ def test_page_pip_line_covers_its_imports(page: Path):
     modules, needs = page_imports(python_blocks(page))
     if "data" in needs:
         assert DATA_COMMAND.search(text), (
-            f"{page_id(page)} uses espew_integrations.corpora but never shows "
+            f"{page_id(page)} uses espew_integrations.offline.corpora but never shows "
             "`espew data install`, "
             "the command that installs the offline corpora"
         )
@@ -509,7 +509,7 @@ def doc_sample_output(command: str) -> str:
 
 
 def test_cli_md_sample_output_is_what_keygen_and_key_check_print(tmp_path: Path):
-    from espew_integrations.corpora import rotten_tomatoes
+    from espew_integrations.offline.corpora import rotten_tomatoes
 
     corpus = tmp_path / "corpus.txt"
     corpus.write_text("\n".join(rotten_tomatoes().subset(400).texts) + "\n", encoding="utf-8")

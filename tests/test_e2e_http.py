@@ -30,10 +30,10 @@ import numpy as np
 import pytest
 
 from espew_integrations import OpenAIEndpoint, WatermarkKey, watermark
-from espew_integrations.corpora import rotten_tomatoes
-from espew_integrations.embedders import minilm
 from espew_integrations.lab.cache import cached_embed
 from espew_integrations.lab.stealers import RidgeStealer
+from espew_integrations.offline.corpora import rotten_tomatoes
+from espew_integrations.offline.embedders import minilm
 
 N_TRAIN = 2000
 TARGET_TEXT = "Acme Embeddings service, 2026 edition"
@@ -42,7 +42,7 @@ CLI = [sys.executable, "-m", "espew_integrations.cli"]
 MEMO_MODULE = """
 import json
 import numpy as np
-from espew_integrations.embedders import minilm
+from espew_integrations.offline.embedders import minilm
 
 _model = minilm()
 _texts = json.loads(open({texts!r}, encoding="utf-8").read())
@@ -211,7 +211,7 @@ def servers(workdir, copy_path):
     """The copy, the clean model and two flaky servers, started in parallel."""
     (workdir / "copy_model.py").write_text(COPY_MODULE.format(path=str(copy_path)))
     copy_load = f"import joblib\n_inner = joblib.load({str(copy_path)!r})"
-    clean_load = "from espew_integrations.embedders import minilm\n_inner = minilm()"
+    clean_load = "from espew_integrations.offline.embedders import minilm\n_inner = minilm()"
     (workdir / "flaky_copy.py").write_text(FLAKY_MODULE.format(load=copy_load))
     (workdir / "flaky_clean.py").write_text(FLAKY_MODULE.format(load=clean_load))
     specs = {

@@ -261,8 +261,8 @@ def test_demo_is_not_shipped_in_the_package():
 
 
 def test_rag_demo_compares_watermarked_and_clean_langchain_chroma_indexes(capsys):
-    from espew_integrations.corpora import rotten_tomatoes
-    from espew_integrations.embedders import minilm
+    from espew_integrations.offline.corpora import rotten_tomatoes
+    from espew_integrations.offline.embedders import minilm
     from tests.wrapper_fixtures import real_key
 
     run_rag_demo = _load_example("demo_rag").run_rag_demo
@@ -284,8 +284,8 @@ def test_rag_demo_compares_watermarked_and_clean_langchain_chroma_indexes(capsys
 
 def test_rag_demo_reuses_known_vectors_instead_of_embedding_again():
     """make demo hands the RAG step the service's clean vectors: indexing costs no model time."""
-    from espew_integrations.corpora import rotten_tomatoes
-    from espew_integrations.embedders import minilm
+    from espew_integrations.offline.corpora import rotten_tomatoes
+    from espew_integrations.offline.embedders import minilm
     from tests.wrapper_fixtures import real_key
 
     run_rag_demo = _load_example("demo_rag").run_rag_demo

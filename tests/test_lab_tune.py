@@ -7,7 +7,6 @@ import pytest
 
 from espew_integrations import WatermarkKey, verify, watermark
 from espew_integrations.core.probes import reference_cosines
-from espew_integrations.embedders import minilm
 from espew_integrations.lab.cache import CorpusEmbedder, cached_embed
 from espew_integrations.lab.data import load_data
 from espew_integrations.lab.tune import (
@@ -18,6 +17,7 @@ from espew_integrations.lab.tune import (
     strength_for_budget,
     tune,
 )
+from espew_integrations.offline.embedders import minilm
 
 TARGETS = [
     "The weather report for tomorrow morning.",

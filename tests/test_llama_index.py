@@ -25,8 +25,8 @@ from llama_index.core.schema import TextNode
 from llama_index.vector_stores.chroma import ChromaVectorStore
 
 from espew_integrations import EmbeddingInputError, SuspectError, as_suspect, verify, watermark
-from espew_integrations.embedders import minilm
 from espew_integrations.llama_index import ESpeWEmbedding, MiniLMEmbedding
+from espew_integrations.offline.embedders import minilm
 from tests.wrapper_fixtures import HashEncoder, mixed_texts, real_key, secret_strings
 
 

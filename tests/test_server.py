@@ -10,8 +10,6 @@ import numpy as np
 import pytest
 
 from espew_integrations import OpenAIEndpoint, WatermarkKey, verify, watermark
-from espew_integrations.corpora import rotten_tomatoes
-from espew_integrations.embedders import minilm
 from espew_integrations.http.server import (
     check_embedder,
     create_app,
@@ -19,6 +17,8 @@ from espew_integrations.http.server import (
     running_server,
     serve,
 )
+from espew_integrations.offline.corpora import rotten_tomatoes
+from espew_integrations.offline.embedders import minilm
 
 API_KEY = "server-secret-4f9a1c"
 
@@ -268,7 +268,7 @@ def test_check_embedder_refuses_a_key_of_another_dimension(model, key):
 def test_the_server_marks_what_the_model_reads(key):
     """A soft hyphen inside a trigger changes nothing the model reads, so the
     served vector is the one the plain text gets (issue 10)."""
-    from espew_integrations.embedders import minilm
+    from espew_integrations.offline.embedders import minilm
 
     model = minilm()
     word = sorted(key.triggers)[0]

@@ -25,8 +25,6 @@ import numpy as np
 import pytest
 
 from espew_integrations import WatermarkKey
-from espew_integrations.corpora import rotten_tomatoes
-from espew_integrations.embedders import minilm
 from espew_integrations.http.server import (
     COMPUTE_CHUNK_TEXTS,
     DEFAULT_BODY_TIMEOUT,
@@ -35,6 +33,8 @@ from espew_integrations.http.server import (
     create_app,
     running_server,
 )
+from espew_integrations.offline.corpora import rotten_tomatoes
+from espew_integrations.offline.embedders import minilm
 
 CLI = [sys.executable, "-m", "espew_integrations.cli"]
 FAKE_MODULE = """

@@ -31,14 +31,14 @@ ACUTE = "\u0301"
 
 @lru_cache(maxsize=1)
 def model():
-    from espew_integrations.embedders import minilm
+    from espew_integrations.offline.embedders import minilm
 
     return minilm()
 
 
 @lru_cache(maxsize=1)
 def texts() -> tuple[str, ...]:
-    from espew_integrations.corpora import rotten_tomatoes
+    from espew_integrations.offline.corpora import rotten_tomatoes
 
     return rotten_tomatoes().subset(3000, seed=10).texts
 

