@@ -84,7 +84,9 @@ def test_an_innocent_overlapping_a_named_tenant_is_retested_without_its_words():
 def test_the_null_study_holds_the_family_wise_rate_over_200_tenants():
     """200 trials (fresh rings, 200 tenants each); the benchmark runs 10,000."""
     innocent = tenant_null_study(200, n_tenants=200, seed=11)
-    assert innocent.false_accusations == {1e-3: 0, 1e-6: 0}
+    # expected 0.2 at 1e-3 (<= 2 holds with probability 0.999); a missing adjustment
+    # would name someone in most trials (test_without_the_adjustment_...)
+    assert innocent.false_accusations[1e-6] == 0 and innocent.false_accusations[1e-3] <= 2
     guilty = tenant_null_study(50, suspect="copy_of_one", n_tenants=200, seed=12)
     assert guilty.false_accusations[1e-6] == 0 and guilty.false_accusations[1e-3] <= 1
     assert guilty.guilty_named[1e-6] == 50  # and the copied account is always named
