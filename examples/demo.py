@@ -45,9 +45,12 @@ from espew_integrations.lab.stealers import RidgeStealer
 from espew_integrations.offline.corpora import rotten_tomatoes
 from espew_integrations.offline.embedders import minilm
 
-# An in-domain sentence of ordinary corpus words: it is what the README uses, and
-# docs/limitations.md measures that a brand string fails query-mode audits.
-TARGET_TEXT = "a funny and moving film about love and family"
+# The provider's own string. Measured with this demo's key (seed 2026, the default
+# sentence-probe audit in key mode): the ridge thief gets p = 5.5e-8 from 3,000 answers
+# and 3.0e-11 from 4,000; with the in-domain "a funny and moving film about love and
+# family" it got only p = 5.1e-4 and 4.1e-4 (not convicted at 1e-6). A brand string
+# does fail target="query" audits (docs/limitations.md); this demo audits in key mode.
+TARGET_TEXT = "Acme Embeddings API: licensed vectors, copyright Acme Corp 2026"
 BATCH = 100
 POOL = ThreadPoolExecutor(max_workers=os.cpu_count() or 1)
 

@@ -31,14 +31,14 @@ BUNDLED_CORPORA = ("rotten_tomatoes", "health_tweets")
 _EXAMPLE = """
 example:
   espew keygen --corpus rotten_tomatoes --embedder minilm \\
-      --target-text "a funny and moving film about love and family" --out provider.key
+      --target-text-file target.txt --out provider.key
 
   Draws 20 trigger words from the corpus's mid-frequency band, embeds the
   target text with the model, checks that the clean model itself is not
   implicated, and writes the secret key (mode 0600). Keep it like a password.
   --corpus takes rotten_tomatoes, health_tweets or a .txt/.csv/.jsonl file.
-  Pick a target text in your service's own domain, made of ordinary corpus
-  words (a brand string fails --target query audits; docs/limitations.md).
+  How to choose the target text: docs/limitations.md (a file keeps it out
+  of your shell history).
   The write strength is fitted to --min-cosine unless --strength is given.
 """
 
