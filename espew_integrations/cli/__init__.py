@@ -18,15 +18,11 @@ it and sets ``func=callable(args) -> int``; :func:`build_parser` calls them in
 :func:`espew_integrations.lab.cli.add_commands` when the ``[lab]`` extra is
 installed (:mod:`.lab`).
 
-Embedder and suspect specs:
-
-- ``minilm`` (the offline default), ``paraphrase-minilm-l3``;
-- ``openai:<base_url>#<model>``, e.g. ``openai:http://127.0.0.1:8000/v1#acme-embed``;
-- ``module:attr`` or ``path/to/file.py:attr``, an object in a Python module
-  (the current directory is importable); ``module:attr()`` calls it first
-  (a factory). The object is a callable ``list[str] -> array`` or anything
-  :func:`espew_integrations.as_suspect` understands (LangChain, LlamaIndex,
-  Chroma embedders).
+Embedder and suspect specs (``--embedder``, ``--suspect``) are resolved by the
+library's one model registry, :mod:`espew_integrations.models`: ``minilm``,
+``paraphrase-minilm-l3``, ``openai:<base_url>#<model>``, ``module:attr`` or
+``path/to/file.py:attr``. Flags that several commands share are defined once in
+:mod:`espew_integrations.arguments`.
 
 >>> main(["verify", "--key", "provider.key",                        # doctest: +SKIP
 ...       "--suspect", "openai:http://127.0.0.1:8000/v1#their-model"])
