@@ -18,7 +18,9 @@
 #
 # Everything runs offline: the bundled all-MiniLM-L6-v2 (int8 ONNX, 384-d) and the
 # bundled Rotten Tomatoes snippets. `ESPEW_EXAMPLE_TEXTS` sets how many answers Bob
-# collects (default 3000). See docs/tenants.md for the design and the measured figures.
+# collects (default 3000: measured, his copy is convicted at p = 2e-8 and traced to him
+# at p = 6e-7, adjusted for the 2 accounts; fewer answers carry too little of a key
+# fitted to cos 0.995). See docs/tenants.md for the design and the measured figures.
 #
 # The same code is in `examples/provider_two_customers.py`; this notebook is
 # generated from it by `examples/make_notebooks.py`.
@@ -53,7 +55,7 @@ print(f"working in {workdir}")
 ring = KeyRing.generate(
     corpus.texts,
     model,
-    target_text="a funny and moving film about love and family",
+    target_text="Acme Embeddings, licensed vectors",
     window=model.max_tokens,
     seed=7,
 )
