@@ -77,6 +77,7 @@ def test_trace_usage_errors_exit_3(ring_file, tmp_path):
     assert main([*base, "--tenants", str(tmp_path / "missing.txt")]) == 3
     bad_ring = tmp_path / "bad.ring"
     bad_ring.write_text("{}")
+    bad_ring.chmod(0o600)
     assert main(["trace", "--ring", str(bad_ring), "--tenants", str(empty), "--suspect", "x"]) == 3
 
 
