@@ -11,12 +11,11 @@ import pickle
 
 import numpy as np
 import pytest
+import ray  # the ray extra is part of dev: a missing install fails here, it is never skipped
 
-ray = pytest.importorskip("ray", reason="the ray extra is not installed")
-
-from espew_integrations import watermark  # noqa: E402
-from espew_integrations.ray import EmbedAndWatermark, WatermarkBatches  # noqa: E402
-from tests.conftest import make_key  # noqa: E402
+from espew_integrations import watermark
+from espew_integrations.ray import EmbedAndWatermark, WatermarkBatches
+from tests.conftest import make_key
 
 DIM = 64
 N = 600
