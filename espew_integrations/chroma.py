@@ -15,8 +15,8 @@ triggers, the target, the salt or the target text. Nor does it hold the text
 view: a reopened function discovers it again from the rebuilt inner function,
 and only ``"view": "off"`` (``view=None``) is recorded. Importing this module
 registers both functions with Chroma; a process that reopens a collection
-must import it before ``get_collection``. It also registers the verifier's
-adapter for Chroma suspects.
+must import it before ``get_collection``. Auditing a Chroma suspect needs
+nothing from this module (:mod:`espew_integrations.suspects`).
 """
 
 from __future__ import annotations

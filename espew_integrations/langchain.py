@@ -4,10 +4,9 @@
 >>> embeddings = ESpeWEmbeddings(MiniLMEmbeddings(), key_path="provider.key")  # doctest: +SKIP
 
 Everything else about the user's code stays the same: vector stores,
-retrievers and caches see an ordinary ``Embeddings``. Importing this module
-also registers the verifier's adapter for LangChain suspects, so
-``verify(OpenAIEmbeddings(base_url=...), key)`` queries them with
-``embed_documents``.
+retrievers and caches see an ordinary ``Embeddings``. Auditing a LangChain
+suspect needs nothing from this module: ``verify(OpenAIEmbeddings(base_url=...), key)``
+queries it with ``embed_documents`` (:mod:`espew_integrations.suspects`).
 """
 
 from __future__ import annotations

@@ -15,8 +15,8 @@ vectors), never the inner model's (which would hold clean ones).
 
 The key is a pydantic ``PrivateAttr``: it never appears in ``model_dump()``,
 ``to_json()``, ``repr()`` or instrumentation payloads, and the wrapper refuses
-to be pickled rather than drop or leak it. Importing this module also
-registers the verifier's adapter for LlamaIndex suspects.
+to be pickled rather than drop or leak it. Auditing a LlamaIndex suspect
+needs nothing from this module (:mod:`espew_integrations.suspects`).
 """
 
 from __future__ import annotations
