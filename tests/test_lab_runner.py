@@ -47,7 +47,9 @@ def test_smoke_run_writes_results_table_and_plots(smoke):
     table = (out / "table.md").read_text()
     assert "| Attack | Stealer | Method | ACC (%) | p-value | Δcos (%) | Δl2 (%) | COPY?" in table
     assert "CSE K=50" in table and "Alpha ablation" in table
-    assert "✘ (expected escape)" in table and "WRONG" not in table
+    assert "WRONG" not in table
+    escape = _cell(results, "embmarker", "cse:50")  # the smoke config's declared escape
+    assert escape["copied"] or "✘ (expected escape)" in table
 
 
 def test_smoke_verdicts_are_right_and_metrics_are_sane(smoke):
@@ -115,9 +117,8 @@ def test_cli_lab_command_runs_from_a_yaml_file(smoke, tmp_path, capsys):
     assert lab_main(["lab", "--config", "smoke", "--out", str(out), "--quiet"]) == 0
     printed = capsys.readouterr().out
     assert "7 cells" in printed
-    # EmbMarker after CSE is the smoke config's declared escape, not an alarm
-    assert "verdicts: 7 of 7 cells as expected (1 of them a declared escape: " in printed
-    assert "ridge__embmarker__cse-50" in printed and "UNEXPECTED" not in printed
+    # EmbMarker after CSE is the smoke config's declared escape: never an alarm
+    assert "verdicts: 7 of 7 cells as expected" in printed and "UNEXPECTED" not in printed
     bad = tmp_path / "bad.yaml"
     bad.write_text("colour: blue\n")
     assert lab_main(["lab", "--config", str(bad), "--out", str(tmp_path / "x"), "--quiet"]) == 3
@@ -240,3 +241,27 @@ def test_the_configured_probe_kind_decides_what_the_copy_is_asked(tmp_path):
     assert by_word["n_queries"] == word_report["n_words"]  # one query per band word
     assert by_sentence["verification"]["reports"][0]["probes"] == "sentences"
     assert by_sentence["n_queries"] > by_word["n_queries"]
+
+
+def test_the_summary_counts_declared_escapes_as_expected_and_flags_the_rest():
+    from espew_integrations.lab.cli import verdict_summary
+    from espew_integrations.lab.report import verdict_label
+
+    def cell(name, watermark, attack, copied):
+        return {"cell": name, "watermark": watermark, "attack": attack, "copied": copied}
+
+    cells = [
+        cell("a", "none", "none", False),
+        cell("b", "embmarker", "cse:50", False),  # declared below
+        cell("c", "espew_smallest", "cse:50", False),  # an ESpeW escape: never declared here
+        cell("d", "none", "cse:50", True),  # an innocent convicted
+    ]
+    escapes = ["embmarker@cse:50"]
+    labels = [verdict_label(c, escapes) for c in cells]
+    assert labels == ["right", "expected escape", "WRONG", "WRONG"]
+    assert verdict_label(cells[1], []) == "WRONG"  # undeclared, the same cell is wrong
+    line = verdict_summary({"cells": cells, "config": {"expected_escapes": escapes}})
+    assert line == (
+        "verdicts: 2 of 4 cells as expected (1 of them a declared escape: b); "
+        "UNEXPECTED verdict in 2 cells: c, d (see table.md)"
+    )
