@@ -19,8 +19,8 @@ else lives here once, so they cannot drift apart:
   ``key_id``, and a repr that names the underlying model and the key_id, never
   the key.
 
-:func:`suspect_matrix` turns a framework suspect's answer into a matrix or a
-:class:`~espew_integrations.core.errors.SuspectError`, for the verifier's adapters.
+The verifier's side (turning a framework object into a suspect) lives in
+:mod:`espew_integrations.suspects`, not here.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from typing import Any, Final, Literal, TypeAlias
 
 import numpy as np
 
-from .core.errors import EmbeddingInputError, SuspectError
+from .core.errors import EmbeddingInputError
 from .core.inject import check_texts, watermark
 from .core.key import WatermarkKey
 from .core.text import TextView
@@ -267,26 +267,3 @@ def describe_model(model: Any) -> str:
         if isinstance(value, str) and 0 < len(value) <= 120 and value.isprintable():
             return f"{type(model).__name__}({attribute}={value!r})"
     return type(model).__name__
-
-
-# ---------------------------------------------------------------------- suspects
-def suspect_matrix(rows: Any, n_texts: int, source: str) -> np.ndarray:
-    """A suspect's answer as a float64 (n, d) matrix, or a :class:`SuspectError` saying why not.
-
-    The verifier turns the error into missing data, never into evidence.
-
-    >>> suspect_matrix([[1.0, 0.0], [0.0, 1.0]], 2, "LangChain Embeddings").shape
-    (2, 2)
-    """
-    try:
-        matrix = np.asarray(rows, dtype=np.float64)
-    except (TypeError, ValueError) as exc:
-        raise SuspectError(
-            f"{source} returned embeddings of unequal length or non-numbers: {exc}"
-        ) from None
-    if matrix.ndim != 2 or matrix.shape[0] != n_texts:
-        raise SuspectError(
-            f"{source} returned shape {matrix.shape} for {n_texts} texts; "
-            "expected one embedding per text"
-        )
-    return matrix

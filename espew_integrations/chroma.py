@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import os
 import warnings
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -41,7 +40,6 @@ from ._wrapper_common import (
     discover_view,
     resolve_key,
     resolve_view,
-    suspect_matrix,
 )
 from .core.errors import ESpeWError, KeyFileError
 from .core.key import WatermarkKey
@@ -314,21 +312,3 @@ def _inner_attr(inner: Any, method: str, default: Any = NotImplemented) -> Any:
 ESpeWEmbeddingFunction.__call__ = ESpeWEmbeddingFunction._watermark_documents  # type: ignore[method-assign]
 register_embedding_function(ESpeWEmbeddingFunction)
 register_embedding_function(MiniLMEmbeddingFunction)
-
-
-# ---------------------------------------------------------------------- verifier adapter
-def _is_chroma_embedding_function(suspect: Any) -> bool:
-    return EmbeddingFunction in type(suspect).__mro__
-
-
-def _query_chroma_embedding_function(
-    suspect: EmbeddingFunction[Documents],
-) -> Callable[[list[str]], np.ndarray]:
-    """Probe a Chroma suspect through ``__call__``, the path ``collection.add`` uses."""
-    source = f"Chroma {type(suspect).__name__}"
-
-    def query(texts: list[str]) -> np.ndarray:
-        texts = list(texts)
-        return suspect_matrix(_as_matrix(suspect(texts)), len(texts), source)
-
-    return query

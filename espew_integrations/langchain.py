@@ -27,7 +27,6 @@ from ._wrapper_common import (
     discover_view,
     resolve_key,
     resolve_view,
-    suspect_matrix,
 )
 from .core.key import WatermarkKey
 from .core.text import TextView
@@ -151,19 +150,3 @@ class MiniLMEmbeddings(Embeddings):
 
     def embed_query(self, text: str) -> list[float]:
         return self.embed_documents([text])[0]
-
-
-# ---------------------------------------------------------------------- verifier adapter
-def _is_langchain_embeddings(suspect: Any) -> bool:
-    return isinstance(suspect, Embeddings)
-
-
-def _query_langchain_embeddings(suspect: Embeddings) -> Callable[[list[str]], np.ndarray]:
-    """Probe a LangChain suspect as documents: that is what a stealer's index embeds."""
-    source = f"LangChain {type(suspect).__name__}"
-
-    def query(texts: list[str]) -> np.ndarray:
-        texts = list(texts)
-        return suspect_matrix(suspect.embed_documents(texts), len(texts), source)
-
-    return query

@@ -39,7 +39,6 @@ from ._wrapper_common import (
     discover_view,
     resolve_key,
     resolve_view,
-    suspect_matrix,
 )
 from .core.key import WatermarkKey
 from .core.text import TextView
@@ -229,19 +228,3 @@ class MiniLMEmbedding(BaseEmbedding):
 
     async def _aget_query_embedding(self, query: str) -> Embedding:
         return (await self._aget_text_embeddings([query]))[0]
-
-
-# ---------------------------------------------------------------------- verifier adapter
-def _is_llama_index_embedding(suspect: Any) -> bool:
-    return isinstance(suspect, BaseEmbedding)
-
-
-def _query_llama_index_embedding(suspect: BaseEmbedding) -> Callable[[list[str]], np.ndarray]:
-    """Probe a LlamaIndex suspect through its batch path, as an index would embed nodes."""
-    source = f"LlamaIndex {type(suspect).__name__}"
-
-    def query(texts: list[str]) -> np.ndarray:
-        texts = list(texts)
-        return suspect_matrix(suspect.get_text_embedding_batch(texts), len(texts), source)
-
-    return query

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from espew_integrations import EmbeddingInputError, KeyFileError, SuspectError, watermark
+from espew_integrations import EmbeddingInputError, KeyFileError, watermark
 from espew_integrations._wrapper_common import (
     DISCOVER,
     checked_text,
@@ -18,7 +18,6 @@ from espew_integrations._wrapper_common import (
     discover_view,
     resolve_key,
     resolve_view,
-    suspect_matrix,
 )
 from espew_integrations.chroma import ESpeWEmbeddingFunction, MiniLMEmbeddingFunction
 from espew_integrations.langchain import ESpeWEmbeddings, MiniLMEmbeddings
@@ -310,14 +309,6 @@ def test_bad_text_errors_name_the_index_and_nothing_of_the_key(key, trigger_text
     message = str(caught.value)
     assert not any(secret in message for secret in secret_strings(key))
     assert not set(message.lower().replace(",", " ").split()) & set(key.triggers)
-
-
-def test_suspect_matrix_turns_bad_answers_into_suspect_errors():
-    assert suspect_matrix([[1, 0], [0, 1]], 2, "X").dtype == np.float64
-    with pytest.raises(SuspectError, match="unequal length"):
-        suspect_matrix([[1.0, 0.0], [1.0]], 2, "X")
-    with pytest.raises(SuspectError, match=r"shape \(1, 2\) for 2 texts"):
-        suspect_matrix([[1.0, 0.0]], 2, "X")
 
 
 # ---------------------------------------------------------------------- layering
