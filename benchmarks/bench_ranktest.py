@@ -28,7 +28,7 @@ from espew_integrations.lab.null_study import null_p_values
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 # The implementation before issue 10 (the whole subset-sum table, rebuilt per call):
 # one copy, in the test module, where it is itself checked against full enumeration.
-from tests.test_ranktest import full_table_p as previous_p_value
+from tests.unit.test_ranktest import full_table_p as previous_p_value
 
 
 def current_p_value(scores: np.ndarray, is_trigger: np.ndarray) -> float:

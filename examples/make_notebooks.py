@@ -9,7 +9,7 @@ outputs and no execution counts, which is how notebooks are committed.
     python examples/make_notebooks.py           # rewrite the notebooks
     python examples/make_notebooks.py --check   # exit 1 if a notebook is stale
 
-``tests/test_examples.py`` runs ``--check``, so a script edited without
+``tests/integration/test_examples.py`` runs ``--check``, so a script edited without
 regenerating its notebook fails the suite.
 """
 

@@ -1,78 +1,34 @@
-"""Shared fixtures: a real offline model, a real corpus, and small synthetic keys."""
+"""Fixtures for the whole suite: a real offline model, a real corpus, small synthetic keys.
+
+Tests under ``tests/unit`` are marked ``unit`` (no real model, server or process: seconds
+in all); tests under ``tests/integration`` are marked ``integration`` (the real MiniLM,
+real servers and frameworks). ``make test-fast`` runs the first, ``make test`` both.
+Helpers that tests import live in ``tests/support.py``.
+"""
 
 from __future__ import annotations
 
-import numpy as np
+from pathlib import Path
+
 import pytest
 
 from espew_integrations import WatermarkKey
-from espew_integrations.core.draw import draw_triggers
+from tests.support import RT_SUBSET_SIZE, MemoEmbedder, make_key
+
+_TESTS = Path(__file__).resolve().parent
 
 
-def make_key(
-    dim: int = 64,
-    *,
-    alpha: float = 0.2,
-    selection: str = "smallest",
-    n_band: int = 60,
-    n_triggers: int = 10,
-    seed: int = 0,
-    strength: float = 1.0,
-) -> WatermarkKey:
-    """A synthetic key for unit tests: words 'wordaa'..., a random unit target."""
-    rng = np.random.default_rng(seed)
-    letters = "abcdefghijklmnopqrstuvwxyz"
-    band = [f"word{letters[i // 26]}{letters[i % 26]}" for i in range(n_band)]
-    salt = rng.bytes(32)
-    target = rng.normal(size=dim)
-    return WatermarkKey(
-        triggers=draw_triggers(salt, band, n_triggers),  # the draw the salt dictates
-        target=target / np.linalg.norm(target),
-        target_text="Acme Embeddings licensed vectors",
-        band=band,
-        salt=salt,
-        alpha=alpha,
-        selection=selection,
-        strength=strength,
-    )
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark each test by the folder it lives in, so ``-m unit`` / ``-m integration`` select."""
+    for item in items:
+        kind = Path(item.path).resolve().relative_to(_TESTS).parts[0]
+        if kind in ("unit", "integration"):
+            item.add_marker(getattr(pytest.mark, kind))
 
 
 @pytest.fixture
 def key64() -> WatermarkKey:
     return make_key()
-
-
-class MemoEmbedder:
-    """The real model, with each text's embedding remembered for the session.
-
-    The offline MiniLM embeds each text on its own, so an embedding is a
-    function of its text alone and remembering it changes no result; it only
-    spares the suite from re-embedding the same keygen probes and corpus texts
-    for every key a test generates. Every other attribute is the model's.
-    """
-
-    def __init__(self, model):
-        self._model = model
-        self._memo: dict[str, np.ndarray] = {}
-
-    def __getattr__(self, name):
-        return getattr(self._model, name)
-
-    def __repr__(self) -> str:
-        return repr(self._model)
-
-    def __call__(self, texts):
-        if isinstance(texts, str):
-            return self._model(texts)  # let the model raise its own error
-        missing = list(dict.fromkeys(t for t in texts if t not in self._memo))
-        if missing:
-            for text, row in zip(missing, self._model(missing), strict=True):
-                self._memo[text] = row
-        if not texts:
-            return np.empty((0, self._model.dim), dtype=np.float32)
-        return np.stack([self._memo[t] for t in texts])
-
-    embed = __call__
 
 
 @pytest.fixture(scope="session")
@@ -87,10 +43,6 @@ def rt_corpus():
     from espew_integrations.offline.corpora import rotten_tomatoes
 
     return rotten_tomatoes()
-
-
-#: The real-model subset most tests share (one embedding pass, then the disk cache).
-RT_SUBSET_SIZE = 3000
 
 
 @pytest.fixture(scope="session")

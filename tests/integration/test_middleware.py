@@ -17,9 +17,9 @@ import numpy as np
 import pytest
 
 from espew_integrations import watermark
-from tests.conftest import make_key
 from tests.fake_upstream import vectors
-from tests.test_proxy import start, stop, wait_for_url
+from tests.integration.test_proxy import start, stop, wait_for_url
+from tests.support import make_key
 
 DIM = 64
 

@@ -14,7 +14,7 @@ import pytest
 from espew_integrations import KeyRing, WatermarkKey
 from espew_integrations.cli import main
 from espew_integrations.cli.keyring import read_tenants
-from tests.test_keyring import make_ring
+from tests.unit.test_keyring import make_ring
 
 
 @pytest.fixture
@@ -29,7 +29,7 @@ def _suspect_module(tmp_path, monkeypatch, key, pull):
         textwrap.dedent(
             f"""
             from espew_integrations import WatermarkKey
-            from tests.test_verify import WordSpace
+            from tests.unit.test_verify import WordSpace
             suspect = WordSpace(WatermarkKey.load({str(tmp_path / "served.key")!r}), pull={pull})
             """
         )

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 PACKAGE = "espew_integrations"
-ROOT = Path(__file__).resolve().parents[1] / PACKAGE
+ROOT = Path(__file__).resolve().parents[2] / PACKAGE
 
 #: The layers, lowest first. A module's layer is that of the longest prefix
 #: naming it (the package root names only itself). New top-level modules must be
@@ -174,7 +174,7 @@ def layer(module: str) -> int:
         for prefix in LAYERS
         if module == prefix or (prefix != PACKAGE and module.startswith(prefix + "."))
     ]
-    assert matches, f"{module} is in no layer: place it in LAYERS (tests/test_architecture.py)"
+    assert matches, f"{module} is in no layer: place it in LAYERS (tests/unit/test_architecture.py)"
     return LAYERS[max(matches, key=len)]
 
 

@@ -30,7 +30,7 @@ from espew_integrations import (
 from espew_integrations.chroma import ESpeWEmbeddingFunction, MiniLMEmbeddingFunction
 from espew_integrations.core.draw import draw_triggers
 from espew_integrations.offline.embedders import minilm
-from tests.wrapper_fixtures import (
+from tests.support import (
     HashEncoder,
     cached_corpus,
     chroma_server,

@@ -23,11 +23,11 @@ import pytest
 
 from espew_integrations import OpenAIEndpoint, watermark
 from espew_integrations.http.upstream import AsyncUpstream, UpstreamError, decode_embeddings
-from tests.conftest import make_key
 from tests.fake_upstream import MODEL, vectors
+from tests.support import make_key
 
 DIM = 64
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def start(args: list[str], log: Path) -> subprocess.Popen:

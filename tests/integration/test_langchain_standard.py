@@ -8,7 +8,7 @@ from langchain_tests.integration_tests import EmbeddingsIntegrationTests
 from langchain_tests.unit_tests import EmbeddingsUnitTests
 
 from espew_integrations.langchain import ESpeWEmbeddings, MiniLMEmbeddings
-from tests.wrapper_fixtures import real_key
+from tests.support import real_key
 
 
 class TestESpeWEmbeddingsUnit(EmbeddingsUnitTests):

@@ -36,7 +36,7 @@ try:
 except ModuleNotFoundError:  # Python 3.10: the copy pip carries
     from pip._vendor import tomli as tomllib
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 PROJECT = "espew-integrations"
 MIN_RUN_SHARE = 0.85
 PAGE_TIMEOUT_S = 900

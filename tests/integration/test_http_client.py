@@ -286,7 +286,7 @@ def test_verify_with_an_exhausted_budget_is_inconclusive_not_a_verdict(scripted,
 
 @pytest.fixture(scope="module")
 def small_key():
-    from tests.conftest import make_key
+    from tests.support import make_key
 
     return make_key(DIM, n_band=60, n_triggers=10)
 

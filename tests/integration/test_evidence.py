@@ -22,7 +22,7 @@ from espew_integrations.evidence import (
     save_evidence,
     save_private_evidence,
 )
-from tests.conftest import make_key
+from tests.support import make_key
 
 DIM = 32
 # A synthetic key whose triggers are the draw its salt dictates (see tests/conftest.py).

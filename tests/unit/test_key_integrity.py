@@ -14,8 +14,8 @@ import pytest
 from espew_integrations import KeyFileError, KeyGenerationError, WatermarkKey, verify
 from espew_integrations.core.draw import draw_triggers
 from espew_integrations.core.key import KeyFileWarning, _canonical
-from tests.conftest import make_key
-from tests.test_verify import WordSpace
+from tests.support import make_key
+from tests.unit.test_verify import WordSpace
 
 
 def _rewrite(document: dict, edit) -> str:

@@ -17,7 +17,7 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from espew_integrations import EmbeddingInputError, select_positions, tokenize, watermark
-from tests.conftest import make_key
+from tests.support import make_key
 
 
 def reference_watermark(texts, clean, key):

@@ -3,7 +3,7 @@
 Derivation (determinism, independence across tenants, no master in a tenant
 key), the two layers every tenant key carries and their re-derivation on
 load, and the ring's storage hygiene. Synthetic keys here; the real model is
-in tests/test_trace.py.
+in tests/integration/test_trace.py.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from espew_integrations.core.layers import (
     draw_layer_indices,
     tenant_salt,
 )
-from tests.conftest import make_key
+from tests.support import make_key
 
 MASTER = bytes(range(32))
 

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from espew_integrations import KeyFileError, KeyGenerationError, WatermarkKey
-from tests.conftest import make_key
+from tests.support import make_key
 
 CORPUS = [
     f"text number {i} about {'apple' if i % 2 else 'pear'} and w{i % 50}x" for i in range(400)

@@ -18,8 +18,8 @@ from espew_integrations import KeyRing, TraceReport, rank_sum_p_value, trace, wa
 from espew_integrations.core.probes import row_cosines
 from espew_integrations.core.trace import _layer_p_values, tenant_p_values
 from espew_integrations.core.trace_null import tenant_null_study
-from tests.test_keyring import make_ring
-from tests.test_verify import WordSpace
+from tests.unit.test_keyring import make_ring
+from tests.unit.test_verify import WordSpace
 
 TARGET_TEXT = "Acme Embeddings, licensed vectors"
 

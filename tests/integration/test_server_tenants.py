@@ -19,9 +19,9 @@ import pytest
 
 from espew_integrations import KeyRing, OpenAIEndpoint, watermark
 from espew_integrations.http.tenants import TenantKeys
-from tests.conftest import make_key
 from tests.fake_upstream import MODEL, vectors
-from tests.test_proxy import DIM, ROOT, start, stop, upstream_url, wait_for_url  # noqa: F401
+from tests.integration.test_proxy import DIM, ROOT, start, stop, upstream_url, wait_for_url  # noqa: F401
+from tests.support import make_key
 
 API_KEYS = {"sk-acme-0123456789": "acme-corp", "sk-globex-9876543210": "globex"}
 

@@ -22,7 +22,7 @@ import nbformat
 import pytest
 from nbclient import NotebookClient
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
 
 #: texts indexed by the RAG examples in CI (the examples' default is 500)
@@ -263,7 +263,7 @@ def test_demo_is_not_shipped_in_the_package():
 def test_rag_demo_compares_watermarked_and_clean_langchain_chroma_indexes(capsys):
     from espew_integrations.offline.corpora import rotten_tomatoes
     from espew_integrations.offline.embedders import minilm
-    from tests.wrapper_fixtures import real_key
+    from tests.support import real_key
 
     run_rag_demo = _load_example("demo_rag").run_rag_demo
     key, model = real_key(), minilm()
@@ -286,7 +286,7 @@ def test_rag_demo_reuses_known_vectors_instead_of_embedding_again():
     """make demo hands the RAG step the service's clean vectors: indexing costs no model time."""
     from espew_integrations.offline.corpora import rotten_tomatoes
     from espew_integrations.offline.embedders import minilm
-    from tests.wrapper_fixtures import real_key
+    from tests.support import real_key
 
     run_rag_demo = _load_example("demo_rag").run_rag_demo
     key, model = real_key(), minilm()

@@ -23,9 +23,9 @@ from espew_integrations.chroma import ESpeWEmbeddingFunction, MiniLMEmbeddingFun
 from espew_integrations.langchain import ESpeWEmbeddings, MiniLMEmbeddings
 from espew_integrations.llama_index import ESpeWEmbedding, MiniLMEmbedding
 from espew_integrations.offline.embedders import minilm
-from tests.wrapper_fixtures import mixed_texts, real_key, secret_strings
+from tests.support import mixed_texts, real_key, secret_strings
 
-PACKAGE = Path(__file__).resolve().parents[1] / "espew_integrations"
+PACKAGE = Path(__file__).resolve().parents[2] / "espew_integrations"
 FRAMEWORK_MODULES = {"langchain": "langchain", "llama_index": "llama_index", "chroma": "chromadb"}
 
 

@@ -27,7 +27,7 @@ from llama_index.vector_stores.chroma import ChromaVectorStore
 from espew_integrations import EmbeddingInputError, SuspectError, as_suspect, verify, watermark
 from espew_integrations.llama_index import ESpeWEmbedding, MiniLMEmbedding
 from espew_integrations.offline.embedders import minilm
-from tests.wrapper_fixtures import HashEncoder, mixed_texts, real_key, secret_strings
+from tests.support import HashEncoder, mixed_texts, real_key, secret_strings
 
 
 class CountingEmbedding(BaseEmbedding):

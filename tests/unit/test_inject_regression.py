@@ -19,10 +19,12 @@ import numpy as np
 import pytest
 
 from espew_integrations import watermark
-from tests.conftest import make_key
-from tests.test_inject import texts_for
+from tests.integration.test_inject import texts_for
+from tests.support import make_key
 
-DIGESTS = json.loads((Path(__file__).parent / "data" / "inject_regression.json").read_text())
+DIGESTS = json.loads(
+    (Path(__file__).resolve().parents[1] / "data" / "inject_regression.json").read_text()
+)
 
 # name -> (dim, dtype, selection, strength, share triggered, shape of the values)
 CASES = {

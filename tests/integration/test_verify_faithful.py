@@ -13,8 +13,8 @@ import pytest
 
 from espew_integrations import WatermarkKey, verify, watermark
 from espew_integrations.core.draw import draw_triggers
-from tests.conftest import make_key
-from tests.test_verify import WordSpace
+from tests.support import make_key
+from tests.unit.test_verify import WordSpace
 
 TARGET_TEXT = "Acme Embeddings, licensed vectors"
 

@@ -15,7 +15,7 @@ import ray  # the ray extra is part of dev: a missing install fails here, it is 
 
 from espew_integrations import watermark
 from espew_integrations.ray import EmbedAndWatermark, WatermarkBatches
-from tests.conftest import make_key
+from tests.support import make_key
 
 DIM = 64
 N = 600
@@ -98,7 +98,10 @@ def test_embed_and_watermark_runs_the_whole_pipeline(cluster):
     out = run(
         ds,
         EmbedAndWatermark,
-        fn_constructor_kwargs={"embedder": "tests.test_ray:fixed_embedder", "key_path": key_path},
+        fn_constructor_kwargs={
+            "embedder": "tests.integration.test_ray:fixed_embedder",
+            "key_path": key_path,
+        },
     )
     expected = watermark(texts, fixed_embedder()(texts), key)
     np.testing.assert_array_equal(np.stack(out["embedding"].to_list()), expected)

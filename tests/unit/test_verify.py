@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from espew_integrations import VerificationReport, build_probes, verify
-from tests.conftest import make_key
+from tests.support import make_key
 
 
 class WordSpace:

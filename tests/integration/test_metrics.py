@@ -11,10 +11,10 @@ import pytest
 from espew_integrations.http.metrics import WatermarkMetrics, default_metrics
 from espew_integrations.http.server import create_app, running_server
 from espew_integrations.http.upstream import AsyncUpstream
-from tests.conftest import make_key
 from tests.fake_upstream import MODEL
-from tests.test_middleware import assert_no_secret
-from tests.test_proxy import DIM, texts_for, upstream_url  # noqa: F401  (fixture)
+from tests.integration.test_middleware import assert_no_secret
+from tests.integration.test_proxy import DIM, texts_for, upstream_url  # noqa: F401  (fixture)
+from tests.support import make_key
 
 
 def metric_values(exposition: str) -> dict[str, float]:

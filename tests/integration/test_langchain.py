@@ -18,7 +18,7 @@ from langchain_core.embeddings import Embeddings
 
 from espew_integrations import EmbeddingInputError, SuspectError, as_suspect, verify, watermark
 from espew_integrations.langchain import ESpeWEmbeddings, MiniLMEmbeddings
-from tests.wrapper_fixtures import HashEncoder, mixed_texts, real_key, secret_strings
+from tests.support import HashEncoder, mixed_texts, real_key, secret_strings
 
 
 class CountingEmbeddings(Embeddings):
