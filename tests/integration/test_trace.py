@@ -17,7 +17,7 @@ import pytest
 from espew_integrations import KeyRing, TraceReport, rank_sum_p_value, trace, watermark
 from espew_integrations.core.probes import row_cosines
 from espew_integrations.core.trace import _layer_p_values, tenant_p_values
-from espew_integrations.core.trace_null import tenant_null_study
+from espew_integrations.lab.tenant_null_study import tenant_null_study
 from tests.unit.test_keyring import make_ring
 from tests.unit.test_verify import WordSpace
 

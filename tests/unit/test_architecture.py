@@ -42,8 +42,6 @@ LAYERS: dict[str, int] = {
     f"{PACKAGE}.ray": 1,
     f"{PACKAGE}.http": 1,
     f"{PACKAGE}.offline": 1,
-    f"{PACKAGE}.embedders": 1,
-    f"{PACKAGE}.corpora": 1,
     f"{PACKAGE}.models": 1,
     f"{PACKAGE}.textfiles": 1,
     f"{PACKAGE}.arguments": 1,

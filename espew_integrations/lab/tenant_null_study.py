@@ -1,4 +1,4 @@
-"""Null studies for :func:`.trace.trace`: how often is an innocent account named?
+"""Null studies for `trace()`: how often is an innocent account named?
 
 Each trial draws a fresh ring (new master secret, new shared salt, so new
 shared and tenant layers, derived by the functions :class:`.keyring.KeyRing`
@@ -24,8 +24,8 @@ import dataclasses
 
 import numpy as np
 
-from .layers import draw_layer_indices, tenant_salt, universe
-from .trace import tenant_p_values
+from ..core.layers import draw_layer_indices, tenant_salt, universe
+from ..core.trace import tenant_p_values
 
 __all__ = ["TenantNullStudy", "tenant_null_study"]
 
