@@ -22,8 +22,10 @@ $(VENV)/.installed-all: pyproject.toml | $(BIN)/python
 	$(BIN)/espew data install --quiet
 	touch $@
 
-# torch (the lab's end-to-end neural stealer, tests/integration/test_lab_torch.py) is pinned to the
-# CPU build: an open range would pull a multi-GB CUDA build.
+# torch (the lab's end-to-end neural stealer, tests/integration/test_lab_torch.py) is pinned to
+# 2.13.0 because this project's build machines carry that CPU wheel locally; an open range
+# would pull a multi-GB CUDA build from PyPI. Elsewhere, install a CPU build first with
+#   pip install torch --index-url https://download.pytorch.org/whl/cpu
 TORCH := torch==2.13.0
 
 $(VENV)/.installed-dev: pyproject.toml | $(BIN)/python
