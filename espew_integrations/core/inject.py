@@ -153,13 +153,13 @@ class _BlockMarker:
         """out = normalise(clean with clean[I] = target[I]); ``out`` may be ``clean``."""
         n = len(clean)
         if self.key.selection == "smallest" and 0 < self.k < self.key.dim:
-            keys = _magnitude_bits(clean, self.magnitude[:n])
-            kth, tied = _kth_lowest(keys, self.k, self.scratch[:n])
+            mag_bits = _magnitude_bits(clean, self.magnitude[:n])
+            kth, tied = _kth_lowest(mag_bits, self.k, self.scratch[:n])
             if tied.size == 0:
                 # the usual case: |e| <= kth is exactly the k positions
-                _blend_bits(clean, out, keys, kth, self.scratch[:n], self._written(clean))
+                _blend_bits(clean, out, mag_bits, kth, self.scratch[:n], self._written(clean))
             else:
-                mask = _mask_from_kth(keys, kth, tied, self.k, self.mask[:n])
+                mask = _mask_from_kth(mag_bits, kth, tied, self.k, self.mask[:n])
                 self._put_target(clean, out, mask)
         else:
             mask = self.mask[:n]
@@ -367,38 +367,38 @@ def _smallest_mask(
     _k_lowest_mask(_magnitude_bits(clean, magnitude), k, scratch, mask)
 
 
-def _k_lowest_mask(keys: np.ndarray, k: int, scratch: np.ndarray, mask: np.ndarray) -> None:
-    """Fill ``mask`` with each row's k lowest ``keys``; ties go to the lower index."""
-    d = keys.shape[1]
+def _k_lowest_mask(mag_bits: np.ndarray, k: int, scratch: np.ndarray, mask: np.ndarray) -> None:
+    """Fill ``mask`` with each row's k lowest ``mag_bits``; ties go to the lower index."""
+    d = mag_bits.shape[1]
     if k <= 0 or k >= d:
         mask[...] = k >= d
         return
-    kth, tied = _kth_lowest(keys, k, scratch)
-    _mask_from_kth(keys, kth, tied, k, mask)
+    kth, tied = _kth_lowest(mag_bits, k, scratch)
+    _mask_from_kth(mag_bits, kth, tied, k, mask)
 
 
-def _kth_lowest(keys: np.ndarray, k: int, scratch: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _kth_lowest(mag_bits: np.ndarray, k: int, scratch: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Each row's k-th lowest key (shape (n, 1)) and the rows with ties at it.
 
-    A value partition of a copy of the keys in ``scratch`` (not an argsort, not
+    A value partition of a copy of the mag_bits in ``scratch`` (not an argsort, not
     an index partition). Then ``key <= kth`` selects exactly k positions except
     in the tied rows, which :func:`_mask_from_kth` resolves by index order.
     """
-    np.copyto(scratch, keys)
+    np.copyto(scratch, mag_bits)
     scratch.partition(k - 1, axis=1)
     kth = scratch[:, k - 1 : k].copy()
     # After the partition everything right of k-1 is >= kth; a row has more
-    # than k keys <= kth exactly when its right part's minimum equals kth.
+    # than k mag_bits <= kth exactly when its right part's minimum equals kth.
     tied = np.flatnonzero(scratch[:, k:].min(axis=1) == kth[:, 0])
     return kth, tied
 
 
 def _mask_from_kth(
-    keys: np.ndarray, kth: np.ndarray, tied: np.ndarray, k: int, mask: np.ndarray
+    mag_bits: np.ndarray, kth: np.ndarray, tied: np.ndarray, k: int, mask: np.ndarray
 ) -> np.ndarray:
-    np.less_equal(keys, kth, out=mask)
+    np.less_equal(mag_bits, kth, out=mask)
     if tied.size:
-        rows = keys[tied]
+        rows = mag_bits[tied]
         below = rows < kth[tied]
         at = rows == kth[tied]
         room = k - np.count_nonzero(below, axis=1)
@@ -409,27 +409,27 @@ def _mask_from_kth(
 def _blend_bits(
     clean: np.ndarray,
     out: np.ndarray,
-    keys: np.ndarray,
+    mag_bits: np.ndarray,
     kth: np.ndarray,
     scratch: np.ndarray,
     target_bits: np.ndarray,
 ) -> None:
-    """out = where(key <= kth, target, clean), exactly, with integer bit operations.
+    """out = where(mag_bits <= kth, target, clean), exactly, with integer bit operations.
 
-    ``key - kth - 1`` is negative exactly where ``key <= kth`` (all keys are
+    ``mag_bits - kth - 1`` is negative exactly where ``mag_bits <= kth`` (all mag_bits are
     non-negative), so an arithmetic right shift by (bits - 1) turns it into an
     all-ones / all-zeros word mask M, and ``x ^ ((x ^ t) & M)`` picks t's bits
     under M and x's elsewhere. Five SIMD passes over cached data instead of a
     compare plus a masked copy (``putmask`` runs several times slower); the
-    floats are copied bit for bit. ``keys`` is overwritten; ``out`` may be
+    floats are copied bit for bit. ``mag_bits`` is overwritten; ``out`` may be
     ``clean``.
     """
-    select = np.subtract(keys, kth + 1, out=keys)
-    np.right_shift(select, keys.dtype.itemsize * 8 - 1, out=select)
-    clean_bits = clean.view(keys.dtype)
+    select = np.subtract(mag_bits, kth + 1, out=mag_bits)
+    np.right_shift(select, mag_bits.dtype.itemsize * 8 - 1, out=select)
+    clean_bits = clean.view(mag_bits.dtype)
     np.bitwise_xor(clean_bits, target_bits, out=scratch)
     np.bitwise_and(scratch, select, out=scratch)
-    np.bitwise_xor(clean_bits, scratch, out=out.view(keys.dtype))
+    np.bitwise_xor(clean_bits, scratch, out=out.view(mag_bits.dtype))
 
 
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
