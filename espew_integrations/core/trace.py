@@ -69,11 +69,13 @@ from .verify import (
     Statistic,
     TargetMode,
     VerificationReport,
+    _Answers,
     _check_options,
     _decide,
     _inconclusive,
     _interrogate,
     _mean_per_word,
+    _Plan,
     _plan,
     _probe_cosines,
     check_suspect,
@@ -252,25 +254,55 @@ def trace(
         shared = _inconclusive(asked.common, asked.reason)
         return _no_verdict(shared, dict.fromkeys(ids, math.nan), 0, common)
     shared = _decide(key, plan, asked.embeddings, asked.target_vector, min_coverage, asked.common)
-    cosines = _probe_cosines(asked.embeddings, asked.target_vector)
-    raw = _mean_per_word(cosines, plan.owner, len(key.band))
-    reference = None
-    if plan.reference is not None and shared.statistic != "raw":
-        probe_ref = np.where(np.isfinite(cosines), plan.reference, np.nan)
-        reference = _mean_per_word(probe_ref, plan.owner, len(key.band))
-    position = {w: i for i, w in enumerate(key.band)}
-    in_band = np.array([position[w] for w in ring.universe], dtype=np.int64)
+    raw, reference = _universe_scores(asked, plan, ring, shared.statistic)
     adjusted = tenant_p_values(
-        raw[in_band],
-        None if reference is None else reference[in_band],
-        ring.layer_indices(ids),
-        level=level,
-        statistic=shared.statistic,
+        raw, reference, ring.layer_indices(ids), level=level, statistic=shared.statistic
     )
-    n_scored = int(np.isfinite(raw[in_band]).sum())
+    n_scored = int(np.isfinite(raw).sum())
     p_values = dict(zip(ids, adjusted.tolist(), strict=True))
     if shared.status == "inconclusive":
         return _no_verdict(shared, p_values, n_scored, common)
+    return _verdict(shared, ids, adjusted, p_values, n_scored, common)
+
+
+def _universe_scores(
+    asked: _Answers, plan: _Plan, ring: KeyRing, statistic: str
+) -> tuple[np.ndarray, np.ndarray | None]:
+    """Per universe word: the suspect's mean cosine to the target, and the clean reference's.
+
+    Why from the shared audit's answers: every tenant layer is a subset of
+    the universe, so the one interrogation :func:`trace` already made scores
+    them all; no query is sent per tenant. The reference is None when the
+    plan has none or the statistic does not use it.
+    """
+    n_band = len(ring.shared_key.band)
+    cosines = _probe_cosines(asked.embeddings, asked.target_vector)
+    raw = _mean_per_word(cosines, plan.owner, n_band)
+    reference = None
+    if plan.reference is not None and statistic != "raw":
+        probe_ref = np.where(np.isfinite(cosines), plan.reference, np.nan)
+        reference = _mean_per_word(probe_ref, plan.owner, n_band)
+    position = {w: i for i, w in enumerate(ring.shared_key.band)}
+    in_band = np.array([position[w] for w in ring.universe], dtype=np.int64)
+    return raw[in_band], None if reference is None else reference[in_band]
+
+
+def _verdict(
+    shared: VerificationReport,
+    ids: list[str],
+    adjusted: np.ndarray,
+    p_values: dict[str, float],
+    n_scored: int,
+    common: dict[str, Any],
+) -> TraceReport:
+    """Copied on both layers, and the accounts traced, strongest evidence first.
+
+    Why both layers: ``p = min(1, 2 * min(p_shared, best tenant p))`` is
+    exact (Bonferroni over the two families) and lets whichever layer a copy
+    shows best decide; see the module docstring. Accounts are named only
+    when the suspect is judged a copy.
+    """
+    level = common["level"]
     best = int(np.argmin(adjusted))
     p_value = min(1.0, 2.0 * min(shared.p_value, float(adjusted[best])))
     copied = p_value < level

@@ -37,7 +37,7 @@ import random
 import threading
 import time
 from collections.abc import Sequence
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 import numpy as np
 
@@ -133,28 +133,20 @@ class OpenAIEndpoint:
         total_timeout: float | None = None,
         max_response_bytes: int = _DEFAULT_MAX_RESPONSE_BYTES,
     ):
-        if not isinstance(base_url, str) or not base_url.startswith(("http://", "https://")):
-            raise ValueError(f"base_url must start with http:// or https://, got {base_url!r}")
-        if not isinstance(model, str) or not model:
-            raise ValueError("model must be a non-empty string (the endpoint's model name)")
-        if encoding_format not in ("float", "base64"):
-            raise ValueError(f"encoding_format must be float or base64, got {encoding_format!r}")
-        if batch_size < 1:
-            raise ValueError(f"batch_size must be >= 1, got {batch_size!r}")
-        if timeout <= 0:
-            raise ValueError(f"timeout must be > 0 seconds, got {timeout!r}")
-        if max_retries < 0:
-            raise ValueError(f"max_retries must be >= 0, got {max_retries!r}")
-        if backoff < 0 or max_backoff < 0:
-            raise ValueError("backoff and max_backoff must be >= 0 seconds")
-        if requests_per_second is not None and requests_per_second <= 0:
-            raise ValueError(f"requests_per_second must be > 0, got {requests_per_second!r}")
-        if max_queries is not None and max_queries < 0:
-            raise ValueError(f"max_queries must be >= 0, got {max_queries!r}")
-        if total_timeout is not None and total_timeout <= 0:
-            raise ValueError(f"total_timeout must be > 0 seconds, got {total_timeout!r}")
-        if max_response_bytes < 1:
-            raise ValueError(f"max_response_bytes must be >= 1, got {max_response_bytes!r}")
+        _check_settings(
+            base_url=base_url,
+            model=model,
+            encoding_format=encoding_format,
+            batch_size=batch_size,
+            timeout=timeout,
+            max_retries=max_retries,
+            backoff=backoff,
+            max_backoff=max_backoff,
+            requests_per_second=requests_per_second,
+            max_queries=max_queries,
+            total_timeout=total_timeout,
+            max_response_bytes=max_response_bytes,
+        )
         self.base_url = base_url.rstrip("/")
         self.model = model
         self.encoding_format: EncodingFormat = encoding_format
@@ -170,15 +162,7 @@ class OpenAIEndpoint:
         self.max_response_bytes = int(max_response_bytes)
         self._api_key = _Secret(api_key) if api_key else None
         self._extra_headers = _Secret(dict(headers or {}))
-        credentials = [api_key] if api_key else []
-        credentials += [
-            value
-            for name, value in self._extra_headers.reveal().items()
-            if isinstance(value, str)
-            and value
-            and any(part in name.lower() for part in _CREDENTIAL_HEADER_PARTS)
-        ]
-        self._credentials = _Secret(tuple(credentials))
+        self._credentials = _Secret(_credentials_of(api_key, self._extra_headers.reveal()))
         self._rng = random.Random(seed)
         self._lock = threading.Lock()
         self._next_slot = 0.0  # monotonic time before which no request may start
@@ -302,11 +286,10 @@ class OpenAIEndpoint:
         return base * (0.5 + 0.5 * self._rng.random())
 
     def _embed_batch(self, batch: list[str]) -> np.ndarray:
+        """The rows for one batch, retried with backoff while the failure may pass."""
         if self._unreachable is not None:
             # Never reached it at all: fail fast instead of backing off per batch.
             raise EndpointUnreachableError(self._unreachable)
-        import httpx
-
         payload: dict[str, Any] = {
             "model": self.model,
             "input": batch,
@@ -314,60 +297,84 @@ class OpenAIEndpoint:
         }
         if self.dimensions is not None:
             payload["dimensions"] = self.dimensions
-        last_problem = ""
         for attempt in range(self.max_retries + 1):
             self._reserve(len(batch))
-            retry_after: float | None = None
-            answer: tuple[int, bytes, str, str | None] | None = None
-            too_large = False
-            try:
-                answer = self._post(payload)
-            except httpx.TimeoutException:
-                last_problem = f"timed out after {self.timeout:g} s"
-            except _TooSlow:
-                last_problem = f"answer not complete after {self.total_timeout:g} s (timed out)"
-            except _TooLarge:
-                too_large = True
-            except httpx.TransportError as exc:
-                last_problem = f"connection failed ({type(exc).__name__}: {self._clean(exc)})"
-            if too_large:  # not retried: the server would only send it again
-                raise EndpointError(
-                    f"{self.url} sent an answer larger than {self.max_response_bytes:,} bytes "
-                    "(max_response_bytes)"
-                )
-            connection_failed = answer is None
-            if answer is not None:
-                self._ever_connected = True
-                status, body, reason, retry_header = answer
-                if status == 200:
-                    return self._parse(body, len(batch))
-                message = self._clean(_error_message(body, reason))
-                if not _retryable(status):
-                    raise EndpointError(f"{self.url} answered HTTP {status}: {message}")
-                last_problem = f"HTTP {status}: {message}"
-                retry_after = _retry_after(retry_header)
+            outcome = self._attempt(payload, len(batch))
+            if not isinstance(outcome, _Failure):
+                return outcome
             if attempt == self.max_retries:
                 break
-            delay = self._delay(attempt, retry_after)
+            delay = self._delay(attempt, outcome.retry_after)
             logger.warning(
                 "POST %s: %s; retry %d/%d in %.2f s",
                 self.url,
-                last_problem,
+                outcome.problem,
                 attempt + 1,
                 self.max_retries,
                 delay,
             )
             time.sleep(delay)
+        raise self._gave_up(outcome)
+
+    def _attempt(self, payload: dict[str, Any], n_expected: int) -> np.ndarray | _Failure:
+        """One request: its rows, or a failure worth retrying.
+
+        Why apart from the retry loop: this is where an answer is sorted into
+        success, a failure that may pass (timeouts, connection errors, 429,
+        5xx) and one that will not (other statuses, an oversized body), which
+        is raised at once. Errors are raised outside the ``except`` blocks, so
+        no exception chain carries what the server sent.
+        """
+        import httpx
+
+        answer: tuple[int, bytes, str, str | None] | None = None
+        problem = ""
+        too_large = False
+        try:
+            answer = self._post(payload)
+        except httpx.TimeoutException:
+            problem = f"timed out after {self.timeout:g} s"
+        except _TooSlow:
+            problem = f"answer not complete after {self.total_timeout:g} s (timed out)"
+        except _TooLarge:
+            too_large = True
+        except httpx.TransportError as exc:
+            problem = f"connection failed ({type(exc).__name__}: {self._clean(exc)})"
+        if too_large:  # not retried: the server would only send it again
+            raise EndpointError(
+                f"{self.url} sent an answer larger than {self.max_response_bytes:,} bytes "
+                "(max_response_bytes)"
+            )
+        if answer is None:
+            return _Failure(problem, connection_failed=True)
+        self._ever_connected = True
+        status, body, reason, retry_header = answer
+        if status == 200:
+            return self._parse(body, n_expected)
+        message = self._clean(_error_message(body, reason))
+        if not _retryable(status):
+            raise EndpointError(f"{self.url} answered HTTP {status}: {message}")
+        return _Failure(f"HTTP {status}: {message}", retry_after=_retry_after(retry_header))
+
+    def _gave_up(self, failure: _Failure) -> SuspectError:
+        """The error once every attempt has failed; the last failure says which and why.
+
+        Why it remembers: an endpoint never reached at all is most likely a
+        wrong URL or a server that is down, so later batches fail at once
+        (see :meth:`_embed_batch`) instead of backing off again.
+        """
         attempts = self.max_retries + 1
-        if connection_failed:
+        if failure.connection_failed:
             message = (
-                f"cannot reach {self.url} after {attempts} attempt(s): {last_problem}. "
+                f"cannot reach {self.url} after {attempts} attempt(s): {failure.problem}. "
                 "Check that the server is running and the base URL (including any /v1) is right."
             )
             if not self._ever_connected:
                 self._unreachable = message
-            raise EndpointUnreachableError(message)
-        raise EndpointError(f"{self.url} kept failing after {attempts} attempt(s): {last_problem}")
+            return EndpointUnreachableError(message)
+        return EndpointError(
+            f"{self.url} kept failing after {attempts} attempt(s): {failure.problem}"
+        )
 
     def _post(self, payload: dict[str, Any]) -> tuple[int, bytes, str, str | None]:
         """Send one request; ``(status, body, reason, Retry-After)``, the body within limits."""
@@ -411,6 +418,75 @@ class OpenAIEndpoint:
         except Exception as exc:  # a hostile body must never escape as anything else
             problem = f"the body is not an OpenAI embeddings answer ({type(exc).__name__}: {exc})"
         raise EndpointError(self._clean(f"{self.url} returned {problem}"))
+
+
+def _check_settings(
+    *,
+    base_url: str,
+    model: str,
+    encoding_format: str,
+    batch_size: int,
+    timeout: float,
+    max_retries: int,
+    backoff: float,
+    max_backoff: float,
+    requests_per_second: float | None,
+    max_queries: int | None,
+    total_timeout: float | None,
+    max_response_bytes: int,
+) -> None:
+    """Refuse an impossible setting with a ``ValueError`` that names it.
+
+    Why up front: a bad setting found at the first batch would fail an audit
+    after it had already spent queries; found here, nothing has been sent.
+    """
+    if not isinstance(base_url, str) or not base_url.startswith(("http://", "https://")):
+        raise ValueError(f"base_url must start with http:// or https://, got {base_url!r}")
+    if not isinstance(model, str) or not model:
+        raise ValueError("model must be a non-empty string (the endpoint's model name)")
+    if encoding_format not in ("float", "base64"):
+        raise ValueError(f"encoding_format must be float or base64, got {encoding_format!r}")
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size!r}")
+    if timeout <= 0:
+        raise ValueError(f"timeout must be > 0 seconds, got {timeout!r}")
+    if max_retries < 0:
+        raise ValueError(f"max_retries must be >= 0, got {max_retries!r}")
+    if backoff < 0 or max_backoff < 0:
+        raise ValueError("backoff and max_backoff must be >= 0 seconds")
+    if requests_per_second is not None and requests_per_second <= 0:
+        raise ValueError(f"requests_per_second must be > 0, got {requests_per_second!r}")
+    if max_queries is not None and max_queries < 0:
+        raise ValueError(f"max_queries must be >= 0, got {max_queries!r}")
+    if total_timeout is not None and total_timeout <= 0:
+        raise ValueError(f"total_timeout must be > 0 seconds, got {total_timeout!r}")
+    if max_response_bytes < 1:
+        raise ValueError(f"max_response_bytes must be >= 1, got {max_response_bytes!r}")
+
+
+def _credentials_of(api_key: str | None, headers: dict[str, Any]) -> tuple[str, ...]:
+    """Every secret of ours an answer might echo: the API key and credential-like headers.
+
+    Why: redaction (:meth:`OpenAIEndpoint._clean`) must know them all, and a
+    custom header such as Azure's ``api-key`` or a cookie is as secret as the key.
+    """
+    credentials = [api_key] if api_key else []
+    credentials += [
+        value
+        for name, value in headers.items()
+        if isinstance(value, str)
+        and value
+        and any(part in name.lower() for part in _CREDENTIAL_HEADER_PARTS)
+    ]
+    return tuple(credentials)
+
+
+class _Failure(NamedTuple):
+    """One failed attempt that may be retried: what went wrong, and how long to wait."""
+
+    problem: str
+    connection_failed: bool = False
+    retry_after: float | None = None
 
 
 class _TooLarge(Exception):

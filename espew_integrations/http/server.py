@@ -49,7 +49,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -57,6 +57,10 @@ from ..core.inject import watermark, watermark_and_mask
 from ..core.key import WatermarkKey
 from .client import OpenAIEndpoint
 from .upstream import AsyncUpstream, UpstreamError
+
+if TYPE_CHECKING:
+    from starlette.requests import Request
+    from starlette.responses import Response
 
 __all__ = [
     "LOG_LEVELS",
@@ -204,52 +208,85 @@ def create_app(
 
     >>> app = create_app(minilm(), model_name="minilm")  # doctest: +SKIP
     """
-    import anyio
     from starlette.applications import Starlette
-    from starlette.concurrency import run_in_threadpool
     from starlette.exceptions import HTTPException
-    from starlette.requests import Request
-    from starlette.responses import JSONResponse, Response
-    from starlette.routing import Route
 
-    if not callable(embed):
-        raise TypeError(f"embed must be callable list[str] -> array, got {type(embed).__name__}")
-    if isinstance(view, str):
-        if view != "auto":
-            raise ValueError(f"view must be 'auto', None or a callable, got {view!r}")
-        from .._wrapper_common import discover_view
-
-        view = discover_view(embed)
+    view = _resolve_view(view, embed)
     if not model_name:
         raise ValueError("model_name must be a non-empty string")
-    for name, limit in (
-        ("max_inputs", max_inputs),
-        ("max_text_chars", max_text_chars),
-        ("max_body_bytes", max_body_bytes),
-        ("max_request_chars", max_request_chars),
-    ):
-        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
-            raise ValueError(f"{name} must be a positive integer, got {limit!r}")
-    if not (isinstance(body_timeout, (int, float)) and 0 < body_timeout < float("inf")):
-        raise ValueError(f"body_timeout must be a positive number of seconds, got {body_timeout!r}")
-    expected_auth = f"Bearer {api_key}".encode() if api_key else None
     limits = _Limits(max_inputs, max_text_chars, max_body_bytes, max_request_chars, body_timeout)
-    if tenants is not None and (key is not None or api_key):
-        raise ValueError("pass either tenants (per-client keys) or key/api_key, not both")
+    service = _EmbeddingService(
+        embed,
+        _Auth(key, api_key, tenants),
+        view=view,
+        model_name=model_name,
+        limits=limits,
+        metrics=_resolve_metrics(metrics, key, tenants),
+    )
+    return Starlette(
+        routes=service.routes(),
+        exception_handlers={HTTPException: _http_error},
+        lifespan=service.lifespan,
+    )
+
+
+def _resolve_view(view: Any, embed: EmbedFn) -> Any:
+    """The trigger view to use (``"auto"`` asks the embedder for its own ``.view``).
+
+    Why: triggers must be matched on the text as *this* model reads it; an
+    offline model knows its own normalisation and window, a bare callable does
+    not. Checks first that ``embed`` is callable at all.
+    """
+    if not callable(embed):
+        raise TypeError(f"embed must be callable list[str] -> array, got {type(embed).__name__}")
+    if not isinstance(view, str):
+        return view
+    if view != "auto":
+        raise ValueError(f"view must be 'auto', None or a callable, got {view!r}")
+    from .._wrapper_common import discover_view
+
+    return discover_view(embed)
+
+
+def _resolve_metrics(metrics: Any, key: WatermarkKey | None, tenants: Any) -> Any:
+    """The metrics to serve at ``/metrics``, or None: the default unless ``False`` was passed.
+
+    Why the key only without tenants: tenant keys mark at different rates (each
+    adds its own layer), so there is no single expected rate to drift from.
+    """
     if metrics is None:
         from .metrics import default_metrics
 
-        # Tenant keys mark at different rates (each adds its own layer): no single
-        # expected rate to drift from.
         metrics = default_metrics(key if tenants is None else None)
-    metrics = metrics or None
+    return metrics or None
 
-    def check_auth(request: Request) -> WatermarkKey | None:
+
+class _Auth:
+    """Who may call the app, and which key watermarks their answers.
+
+    Why apart from the routes: the one place that reads the ``Authorization``
+    header, for both the embeddings and the models route. It holds the API
+    key and the watermark key, so its repr names neither.
+    """
+
+    __slots__ = ("_expected", "_key", "_tenants")
+
+    def __init__(self, key: WatermarkKey | None, api_key: str | None, tenants: Any):
+        if tenants is not None and (key is not None or api_key):
+            raise ValueError("pass either tenants (per-client keys) or key/api_key, not both")
+        self._key = key
+        self._expected = f"Bearer {api_key}".encode() if api_key else None
+        self._tenants = tenants
+
+    def __repr__(self) -> str:
+        return "_Auth(***)"
+
+    def key_for(self, request: Request) -> WatermarkKey | None:
         """The key this request is watermarked with, or a 401 for a wrong API key."""
         given = request.headers.get("authorization", "")
-        if tenants is not None:
+        if self._tenants is not None:
             token = given[len("Bearer ") :] if given.startswith("Bearer ") else ""
-            tenant_key = tenants.key_for_api_key(token) if token else None
+            tenant_key = self._tenants.key_for_api_key(token) if token else None
             if tenant_key is None:
                 raise _RequestError(
                     401,
@@ -257,74 +294,80 @@ def create_app(
                     code="invalid_api_key",
                 )
             return tenant_key
-        if expected_auth is not None and not hmac.compare_digest(given.encode(), expected_auth):
+        if self._expected is not None and not hmac.compare_digest(given.encode(), self._expected):
             raise _RequestError(
                 401,
                 "missing or wrong API key: send 'Authorization: Bearer <key>'",
                 code="invalid_api_key",
             )
-        return key
+        return self._key
 
-    upstream = as_async_upstream(embed)
 
-    def finish(texts: list[str], clean: Any, key: WatermarkKey | None) -> tuple[np.ndarray, int]:
-        """(the float32 answer, how many rows were marked)."""
-        # float32 first: answers travel as float32, and watermarking the
-        # float32 values makes an answer a function of what the model sent,
-        # whatever precision it computed in (a proxied API sends float32).
-        clean = np.asarray(clean, dtype=np.float32)
-        if clean.ndim != 2 or clean.shape[0] != len(texts):
-            raise RuntimeError(f"the embedder returned shape {clean.shape} for {len(texts)} texts")
-        if key is not None:
-            # validates NaN, zeros, dimension
-            out, marked = watermark_and_mask(texts, clean, key, view=view)
-            n_marked = int(marked.sum())
-        else:
-            out, n_marked = clean, 0
-            if not np.isfinite(out).all():
-                raise RuntimeError("the embedder returned non-finite values")
-        return np.ascontiguousarray(out, dtype=np.float32), n_marked
+class _EmbeddingService:
+    """The routes of one app and what they share: the embedder, auth, limits and metrics.
 
-    def compute(texts: list[str], key: WatermarkKey | None) -> tuple[np.ndarray, int]:
-        return finish(texts, embed(texts), key)
+    Why a class: every route needs the same few settings, and the embeddings
+    route is a pipeline (authenticate, read, parse, embed, watermark, encode)
+    whose steps read best as named methods over that shared state.
+    """
 
-    async def compute_upstream(
-        texts: list[str], key: WatermarkKey | None
-    ) -> tuple[np.ndarray, int]:
-        # The upstream does the model work; only the watermark runs here. A
-        # small batch is watermarked on the event loop (a thread hop costs more
-        # than the arithmetic), a large one in the thread pool.
-        clean = await upstream.embed(texts)
-        if clean.size <= _INLINE_WATERMARK_VALUES:
-            return finish(texts, clean, key)
-        return await run_in_threadpool(finish, texts, clean, key)
+    def __init__(
+        self,
+        embed: EmbedFn,
+        auth: _Auth,
+        *,
+        view: Any,
+        model_name: str,
+        limits: _Limits,
+        metrics: Any,
+    ):
+        self.embed = embed
+        self.upstream = as_async_upstream(embed)
+        self.auth = auth
+        self.view = view
+        self.model_name = model_name
+        self.limits = limits
+        self.metrics = metrics
 
-    async def compute_while_connected(
-        request: Request, texts: list[str], key: WatermarkKey | None
-    ) -> tuple[np.ndarray, int]:
-        if upstream is not None:
-            return await compute_upstream(texts, key)
-        # Chunk by chunk, so that a client that hangs up stops the work at the
-        # next chunk instead of keeping the model busy for nobody.
-        parts = []
-        for start, stop in _chunks(texts):
-            if await request.is_disconnected():
-                raise _ClientGone(f"after {start} of {len(texts)} texts")
-            parts.append(await run_in_threadpool(compute, texts[start:stop], key))
-        if len(parts) > 1 and len({p[0].shape[1] for p in parts}) != 1:
-            raise RuntimeError("the embedder returned different dimensions for one request")
-        if len(parts) == 1:
-            return parts[0]
-        return np.concatenate([p[0] for p in parts]), sum(p[1] for p in parts)
+    def __repr__(self) -> str:
+        return f"_EmbeddingService(model_name={self.model_name!r})"
 
-    async def embeddings(request: Request) -> Response:
+    def routes(self) -> list[Any]:
+        """The OpenAI routes, ``/health``, and ``/metrics`` when metrics are on."""
+        from starlette.routing import Route
+
+        routes = [
+            Route("/v1/embeddings", self.embeddings, methods=["POST"]),
+            Route("/embeddings", self.embeddings, methods=["POST"]),
+            Route("/v1/models", self.models, methods=["GET"]),
+            Route("/models", self.models, methods=["GET"]),
+            Route("/health", _health, methods=["GET"]),
+        ]
+        if self.metrics is not None:
+            routes.append(Route("/metrics", self.metrics_route, methods=["GET"]))
+        return routes
+
+    @contextlib.asynccontextmanager
+    async def lifespan(self, app: Any) -> Any:
+        """Close the upstream's pooled connections when the server stops."""
+        try:
+            yield
+        finally:
+            if self.upstream is not None:
+                await self.upstream.aclose()
+
+    # ------------------------------------------------------------------ routes
+    async def embeddings(self, request: Request) -> Response:
+        """``POST /v1/embeddings``: every refusal is OpenAI's error JSON, a hang-up a 499."""
+        from starlette.responses import Response
+
         started = time.perf_counter()
         body_read = False
         try:
-            request_key = check_auth(request)
-            raw = await _read_body(request, limits, anyio)
+            request_key = self.auth.key_for(request)
+            raw = await _read_body(request, self.limits)
             body_read = True
-            texts, encoding, dimensions = _parse_request(raw, model_name, limits)
+            texts, encoding, dimensions = _parse_request(raw, self.model_name, self.limits)
         except _RequestError as error:
             # Refused before its body was read (no or wrong API key): close
             # rather than read and discard whatever the client still sends.
@@ -332,28 +375,9 @@ def create_app(
         except _ClientGone:
             return Response(status_code=499)  # nobody is there to read it
         try:
-            vectors, n_marked = await compute_while_connected(request, texts, request_key)
-        except _ClientGone as gone:
-            logger.info("client hung up; stopped embedding %s", gone)
-            return Response(status_code=499)
-        except UpstreamError as exc:
-            logger.warning("upstream failed on %d texts: %s", len(texts), exc)
-            if exc.status >= 500 and metrics is not None:
-                metrics.upstream_error()
-            message = str(exc) if exc.status != 502 else "the upstream embedding server failed"
-            kind = "invalid_request_error" if exc.status < 500 else "server_error"
-            return _error_response(_RequestError(exc.status, message[:300], kind=kind))
-        except Exception:
-            logger.exception("embedding %d texts failed", len(texts))
-            if metrics is not None:
-                metrics.upstream_error()
-            return _error_response(
-                _RequestError(
-                    500,
-                    "the embedding model failed on this request; see the server log",
-                    kind="server_error",
-                )
-            )
+            vectors, n_marked = await self._compute_while_connected(request, texts, request_key)
+        except Exception as exc:
+            return self._failure_response(exc, len(texts))
         if dimensions is not None and dimensions != vectors.shape[1]:
             return _error_response(
                 _RequestError(
@@ -363,58 +387,141 @@ def create_app(
                     param="dimensions",
                 )
             )
-        body = encode_embeddings(vectors, encoding, model_name, texts)
-        if metrics is not None:
-            metrics.observe(len(texts), n_marked, time.perf_counter() - started)
+        body = encode_embeddings(vectors, encoding, self.model_name, texts)
+        if self.metrics is not None:
+            self.metrics.observe(len(texts), n_marked, time.perf_counter() - started)
         return Response(body, media_type="application/json")
 
-    async def metrics_route(request: Request) -> Response:
-        exposition, content_type = metrics.render()
-        return Response(exposition, media_type=content_type)
+    async def models(self, request: Request) -> Response:
+        """``GET /v1/models``: the one served model, behind the same API key."""
+        from starlette.responses import JSONResponse
 
-    async def models(request: Request) -> Response:
         try:
-            check_auth(request)
+            self.auth.key_for(request)
         except _RequestError as error:
             return _error_response(error)
-        entry = {"id": model_name, "object": "model", "created": 0, "owned_by": "espew"}
+        entry = {"id": self.model_name, "object": "model", "created": 0, "owned_by": "espew"}
         return JSONResponse({"object": "list", "data": [entry]})
 
-    async def health(request: Request) -> Response:
-        return JSONResponse({"status": "ok"})
+    async def metrics_route(self, request: Request) -> Response:
+        """``GET /metrics``: the Prometheus exposition."""
+        from starlette.responses import Response
 
-    async def http_error(request: Request, exc: Exception) -> Response:
-        # Starlette's own 404/405 are plain text; clients expect OpenAI's JSON.
-        status = exc.status_code if isinstance(exc, HTTPException) else 400
-        if status == 405:
-            message = f"{request.method} is not allowed on {request.url.path}"
-        elif status == 404:
-            message = f"no route {request.url.path}; use POST /v1/embeddings or GET /v1/models"
+        exposition, content_type = self.metrics.render()
+        return Response(exposition, media_type=content_type)
+
+    # ------------------------------------------------------------------ computing
+    def _failure_response(self, exc: Exception, n_texts: int) -> Response:
+        """The answer when embedding failed: 499 for a hang-up, the upstream's status, or 500.
+
+        Why one place: each kind of failure is logged and counted in its own
+        way (an upstream 4xx is the client's error and not counted), and the
+        route then reads as the path of a request that succeeds. A model's own
+        exception stays in the server log; the client gets a generic message.
+        """
+        from starlette.responses import Response
+
+        if isinstance(exc, _ClientGone):
+            logger.info("client hung up; stopped embedding %s", exc)
+            return Response(status_code=499)
+        if isinstance(exc, UpstreamError):
+            logger.warning("upstream failed on %d texts: %s", n_texts, exc)
+            if exc.status >= 500 and self.metrics is not None:
+                self.metrics.upstream_error()
+            message = str(exc) if exc.status != 502 else "the upstream embedding server failed"
+            kind = "invalid_request_error" if exc.status < 500 else "server_error"
+            return _error_response(_RequestError(exc.status, message[:300], kind=kind))
+        logger.error("embedding %d texts failed", n_texts, exc_info=exc)
+        if self.metrics is not None:
+            self.metrics.upstream_error()
+        return _error_response(
+            _RequestError(
+                500,
+                "the embedding model failed on this request; see the server log",
+                kind="server_error",
+            )
+        )
+
+    async def _compute_while_connected(
+        self, request: Request, texts: list[str], key: WatermarkKey | None
+    ) -> tuple[np.ndarray, int]:
+        """(the float32 answer, rows marked), stopping early if the client hangs up."""
+        from starlette.concurrency import run_in_threadpool
+
+        if self.upstream is not None:
+            return await self._compute_upstream(texts, key)
+        # Chunk by chunk, so that a client that hangs up stops the work at the
+        # next chunk instead of keeping the model busy for nobody.
+        parts = []
+        for start, stop in _chunks(texts):
+            if await request.is_disconnected():
+                raise _ClientGone(f"after {start} of {len(texts)} texts")
+            parts.append(await run_in_threadpool(self._compute, texts[start:stop], key))
+        if len(parts) > 1 and len({p[0].shape[1] for p in parts}) != 1:
+            raise RuntimeError("the embedder returned different dimensions for one request")
+        if len(parts) == 1:
+            return parts[0]
+        return np.concatenate([p[0] for p in parts]), sum(p[1] for p in parts)
+
+    async def _compute_upstream(
+        self, texts: list[str], key: WatermarkKey | None
+    ) -> tuple[np.ndarray, int]:
+        """The proxy path: the upstream does the model work, only the watermark runs here.
+
+        Why two ways: a small batch is watermarked on the event loop (a thread
+        hop costs more than the arithmetic), a large one in the thread pool.
+        """
+        from starlette.concurrency import run_in_threadpool
+
+        clean = await self.upstream.embed(texts)
+        if clean.size <= _INLINE_WATERMARK_VALUES:
+            return self._finish(texts, clean, key)
+        return await run_in_threadpool(self._finish, texts, clean, key)
+
+    def _compute(self, texts: list[str], key: WatermarkKey | None) -> tuple[np.ndarray, int]:
+        """Embed one chunk with the local model and watermark it (runs in a thread)."""
+        return self._finish(texts, self.embed(texts), key)
+
+    def _finish(
+        self, texts: list[str], clean: Any, key: WatermarkKey | None
+    ) -> tuple[np.ndarray, int]:
+        """(the float32 answer, how many rows were marked)."""
+        # float32 first: answers travel as float32, and watermarking the
+        # float32 values makes an answer a function of what the model sent,
+        # whatever precision it computed in (a proxied API sends float32).
+        clean = np.asarray(clean, dtype=np.float32)
+        if clean.ndim != 2 or clean.shape[0] != len(texts):
+            raise RuntimeError(f"the embedder returned shape {clean.shape} for {len(texts)} texts")
+        if key is not None:
+            # validates NaN, zeros, dimension
+            out, marked = watermark_and_mask(texts, clean, key, view=self.view)
+            n_marked = int(marked.sum())
         else:
-            message = str(getattr(exc, "detail", "")) or "bad request"
-        return _error_response(_RequestError(status, message[:200]))
+            out, n_marked = clean, 0
+            if not np.isfinite(out).all():
+                raise RuntimeError("the embedder returned non-finite values")
+        return np.ascontiguousarray(out, dtype=np.float32), n_marked
 
-    routes = [
-        Route("/v1/embeddings", embeddings, methods=["POST"]),
-        Route("/embeddings", embeddings, methods=["POST"]),
-        Route("/v1/models", models, methods=["GET"]),
-        Route("/models", models, methods=["GET"]),
-        Route("/health", health, methods=["GET"]),
-    ]
-    if metrics is not None:
-        routes.append(Route("/metrics", metrics_route, methods=["GET"]))
 
-    @contextlib.asynccontextmanager
-    async def lifespan(app: Any) -> Any:
-        try:
-            yield
-        finally:
-            if upstream is not None:
-                await upstream.aclose()
+async def _health(request: Request) -> Response:
+    """``GET /health``: liveness only, no authentication, nothing about the model."""
+    from starlette.responses import JSONResponse
 
-    return Starlette(
-        routes=routes, exception_handlers={HTTPException: http_error}, lifespan=lifespan
-    )
+    return JSONResponse({"status": "ok"})
+
+
+async def _http_error(request: Request, exc: Exception) -> Response:
+    """Starlette's own 404/405 are plain text; clients expect OpenAI's error JSON."""
+    from starlette.exceptions import HTTPException
+
+    status = exc.status_code if isinstance(exc, HTTPException) else 400
+    if status == 405:
+        message = f"{request.method} is not allowed on {request.url.path}"
+    elif status == 404:
+        message = f"no route {request.url.path}; use POST /v1/embeddings or GET /v1/models"
+    else:
+        message = str(getattr(exc, "detail", "")) or "bad request"
+    return _error_response(_RequestError(status, message[:200]))
 
 
 def as_async_upstream(embed: Any) -> AsyncUpstream | None:
@@ -462,7 +569,7 @@ def encode_embeddings(
 
 
 class _Limits:
-    """The per-request limits of one app (see :func:`create_app`)."""
+    """The per-request limits of one app (see :func:`create_app`), checked when built."""
 
     __slots__ = (
         "body_timeout",
@@ -480,6 +587,18 @@ class _Limits:
         max_request_chars: int,
         body_timeout: float,
     ):
+        for name, limit in (
+            ("max_inputs", max_inputs),
+            ("max_text_chars", max_text_chars),
+            ("max_body_bytes", max_body_bytes),
+            ("max_request_chars", max_request_chars),
+        ):
+            if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+                raise ValueError(f"{name} must be a positive integer, got {limit!r}")
+        if not (isinstance(body_timeout, (int, float)) and 0 < body_timeout < float("inf")):
+            raise ValueError(
+                f"body_timeout must be a positive number of seconds, got {body_timeout!r}"
+            )
         self.max_inputs = max_inputs
         self.max_text_chars = max_text_chars
         self.max_body_bytes = max_body_bytes
@@ -487,13 +606,14 @@ class _Limits:
         self.body_timeout = body_timeout
 
 
-async def _read_body(request: Any, limits: _Limits, anyio: Any) -> bytearray:
+async def _read_body(request: Any, limits: _Limits) -> bytearray:
     """The request body, streamed: refused past ``max_body_bytes`` or ``body_timeout``.
 
     Why streamed: ``request.body()`` buffers everything before any check, so a
     chunked body (no Content-Length) of any size used to land in memory whole.
     Here at most ``max_body_bytes`` (plus one network chunk) are ever held.
     """
+    import anyio
     from starlette.requests import ClientDisconnect
 
     too_large = _BodyAbandoned(
