@@ -12,7 +12,7 @@ this module imports the key, never the reverse at load time (see
 from __future__ import annotations
 
 import secrets
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import numpy as np
@@ -271,17 +271,24 @@ def _mean_cosine(key: WatermarkKey, sample: list[str], clean: np.ndarray) -> flo
 def _fit_strength(
     draft: WatermarkKey, sample: list[str], clean: np.ndarray, budget: float
 ) -> float:
+    """The draft's strength fitted to ``budget`` on ``sample``'s marked rows."""
+    return fit_strength(lambda s: _mean_cosine(draft.replace(strength=s), sample, clean), budget)
+
+
+def fit_strength(mean_cosine_at: Callable[[float], float], budget: float) -> float:
     """The largest strength (to 1e-6) whose mean cosine on marked rows is >= ``budget``.
 
-    Bisection: the cosine falls monotonically as the strength grows, and
-    ``low`` always meets the budget.
+    ``mean_cosine_at(strength)`` measures the mean cos(clean, watermarked) over
+    the marked rows at that strength. Bisection: the cosine falls monotonically
+    as the strength grows, and ``low`` always meets the budget. Keygen and
+    ``espew tune`` both fit through this one function.
     """
-    if _mean_cosine(draft.replace(strength=1.0), sample, clean) >= budget:
+    if mean_cosine_at(1.0) >= budget:
         return 1.0
     low, high = 0.0, 1.0
     while high - low > 1e-6:
         mid = (low + high) / 2
-        if _mean_cosine(draft.replace(strength=mid), sample, clean) >= budget:
+        if mean_cosine_at(mid) >= budget:
             low = mid
         else:
             high = mid

@@ -49,6 +49,7 @@ import numpy as np
 
 from ..core.inject import watermark
 from ..core.key import WatermarkKey
+from ..core.keygen import fit_strength
 from ..core.probes import reference_cosines, row_cosines, unit_rows
 from ..core.verify import verify
 
@@ -213,17 +214,10 @@ class MarkedRows:
 def strength_for_budget(marked: MarkedRows, key: WatermarkKey, min_cos: float) -> float:
     """The largest strength whose mean cos(clean, watermarked) on marked rows is >= min_cos.
 
-    Bisection on the cosine (it falls as the strength grows); 1.0 if the
-    paper's full write already fits the budget.
+    The core's one bisection (:func:`~espew_integrations.core.keygen.fit_strength`),
+    measured on this corpus's marked rows; 1.0 if the paper's full write fits.
     """
-    if marked.mean_cosine(key.replace(strength=1.0)) >= min_cos:
-        return 1.0
-    low, high = 0.0, 1.0
-    for _ in range(30):
-        middle = (low + high) / 2
-        fits = marked.mean_cosine(key.replace(strength=middle)) >= min_cos
-        low, high = (middle, high) if fits else (low, middle)
-    return max(low, 1e-6)
+    return fit_strength(lambda s: marked.mean_cosine(key.replace(strength=s)), min_cos)
 
 
 def key_for_target(base: WatermarkKey, text: str, clean_model: Embedder) -> WatermarkKey:
