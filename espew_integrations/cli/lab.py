@@ -11,11 +11,12 @@ import argparse
 import importlib.util
 from typing import Any
 
+from ..models import install_line
 from .common import UsageError
 
 __all__ = ["LAB_INSTALL", "missing_lab_modules", "register"]
 
-LAB_INSTALL = "pip install 'espew-integrations[lab]'"
+LAB_INSTALL = install_line("lab")
 # Import name -> package, for what the lab needs beyond the core (the [lab] extra,
 # which brings [minilm]).
 _LAB_MODULES = {

@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from ..models import check_available
+from ..models import check_available, install_line
 from .config import LabConfig, load_config
 from .context import (
     LabContext,
@@ -49,7 +49,7 @@ __all__ = [
     "threat_cell_id",
 ]
 
-LAB_INSTALL = "pip install 'espew-integrations[lab]'"
+LAB_INSTALL = install_line("lab")
 
 
 class LabDependencyError(ModuleNotFoundError):
@@ -85,7 +85,7 @@ def _needed_modules(config: LabConfig, progress: bool) -> dict[str, str]:
     if "torch_encoder" in config.stealers or config.threats.stealer == "torch_encoder":
         needed["torch"] = (
             "pip install torch --index-url https://download.pytorch.org/whl/cpu && "
-            "pip install 'espew-integrations[lab-torch]'"
+            + install_line("lab-torch")
         )
     return needed
 
