@@ -9,7 +9,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from ..models import install_line
+from ..models import install_line, resolve_embedder
 
 __all__ = [
     "DEFAULT_KEY_VARIABLE",
@@ -197,3 +197,35 @@ def endpoint_options(args: argparse.Namespace) -> dict[str, Any]:
         "requests_per_second": getattr(args, "rate_limit", None),
         "max_queries": getattr(args, "max_queries", None),
     }
+
+
+def audit_suspect(
+    args: argparse.Namespace,
+    audit: Callable[..., Any],
+    n_queries: int,
+    *audit_args: Any,
+    **options: Any,
+) -> Any:
+    """Resolve ``--suspect``, run ``audit(suspect, *audit_args, ...)`` with a bar, then close it.
+
+    The one query step of ``espew verify`` and ``espew trace``: both pass the
+    same audit flags (level, batch size, seed, coverage), and an HTTP suspect's
+    connections are closed whatever the audit raised.
+    """
+    suspect, name = resolve_embedder(args.suspect, **endpoint_options(args))
+    try:
+        with progress(n_queries, f"querying {name}", "query", not args.no_progress) as bar:
+            return audit(
+                suspect,
+                *audit_args,
+                level=args.level,
+                batch_size=args.batch_size,
+                seed=args.seed,
+                min_coverage=args.min_coverage,
+                progress=bar.update,
+                **options,
+            )
+    finally:
+        close = getattr(suspect, "close", None)
+        if callable(close):
+            close()

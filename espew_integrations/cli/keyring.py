@@ -30,6 +30,7 @@ from .common import (
     EXIT_NOT_COPIED,
     UsageError,
     add_endpoint_flags,
+    audit_suspect,
     counting,
     endpoint_options,
     positive_int,
@@ -187,23 +188,7 @@ def run_trace(args: argparse.Namespace) -> int:
         raise UsageError(
             f"this ring's audit needs {n_queries} queries but --max-queries is {args.max_queries}"
         )
-    suspect, name = resolve_embedder(args.suspect, **endpoint_options(args))
-    try:
-        with progress(n_queries, f"querying {name}", "query", not args.no_progress) as bar:
-            report = trace(
-                suspect,
-                ring,
-                tenants,
-                level=args.level,
-                batch_size=args.batch_size,
-                seed=args.seed,
-                min_coverage=args.min_coverage,
-                progress=bar.update,
-            )
-    finally:
-        close = getattr(suspect, "close", None)
-        if callable(close):
-            close()
+    report = audit_suspect(args, trace, n_queries, ring, tenants)
     print(report.to_json() if args.json else report)
     if args.report_dir:
         try:

@@ -8,17 +8,15 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ..models import resolve_embedder
 from .common import (
     EXIT_COPIED,
     EXIT_INCONCLUSIVE,
     EXIT_NOT_COPIED,
     UsageError,
     add_endpoint_flags,
-    endpoint_options,
+    audit_suspect,
     load_key,
     positive_int,
-    progress,
 )
 from .files import prepare_private_dir, prepare_report_dir
 from .redact import scrub, secret_values
@@ -105,25 +103,9 @@ def run(args: argparse.Namespace) -> int:
 
     key = load_key(args.key)
     n_queries = _check_before_querying(args, key)
-    suspect, name = resolve_embedder(args.suspect, **endpoint_options(args))
     if args.target == "query":
         print("note: --target query sends the key's target text to the suspect", file=sys.stderr)
-    try:
-        with progress(n_queries, f"querying {name}", "query", not args.no_progress) as bar:
-            report = verify(
-                suspect,
-                key,
-                target_mode=args.target,
-                level=args.level,
-                batch_size=args.batch_size,
-                seed=args.seed,
-                min_coverage=args.min_coverage,
-                progress=bar.update,
-            )
-    finally:
-        close = getattr(suspect, "close", None)
-        if callable(close):
-            close()
+    report = audit_suspect(args, verify, n_queries, key, target_mode=args.target)
     _print_report(report, args)
     _write_evidence(report, args)
     return _EXIT_BY_STATUS.get(report.status, EXIT_INCONCLUSIVE)
