@@ -108,3 +108,21 @@ def add_min_cosine_argument(
         or f"quality budget: mean cos(clean, watermarked) on marked texts (default {default:g})",
     )
     parser.add_argument("--min-cos", type=float, dest="min_cosine", help=argparse.SUPPRESS)
+
+
+def add_target_text_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--target-text`` or ``--target-text-file`` (exactly one), for keygen and keyring.
+
+    The file form keeps the target text out of shell history and ``ps``.
+    """
+    target = parser.add_mutually_exclusive_group(required=True)
+    target.add_argument("--target-text", help="text whose embedding becomes the target")
+    target.add_argument("--target-text-file", help="read the target text from this file")
+
+
+def target_text_from(args: argparse.Namespace) -> str:
+    """The target text that :func:`add_target_text_arguments`' flags gave."""
+    if args.target_text_file:
+        with open(args.target_text_file, encoding="utf-8") as stream:
+            return stream.read().strip()
+    return str(args.target_text)

@@ -12,6 +12,8 @@ from ..arguments import (
     add_embedder_argument,
     add_freq_band_argument,
     add_min_cosine_argument,
+    add_target_text_arguments,
+    target_text_from,
 )
 from ..core.key import DEFAULT_MIN_COSINE
 from ..models import resolve_embedder
@@ -52,9 +54,7 @@ def register(subparsers: Any) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     keygen.add_argument("--corpus", required=True, help="bundled corpus name or text file")
-    target = keygen.add_mutually_exclusive_group(required=True)
-    target.add_argument("--target-text", help="text whose embedding becomes the target")
-    target.add_argument("--target-text-file", help="read the target text from this file")
+    add_target_text_arguments(keygen)
     add_embedder_argument(keygen)
     keygen.add_argument("--out", required=True, help="where to write the key")
     _add_key_shape_flags(keygen)
@@ -116,10 +116,7 @@ def run(args: argparse.Namespace) -> int:
     out = Path(args.out)
     if out.exists() and not args.overwrite:
         raise UsageError(f"{out} already exists; pass --overwrite to replace it")
-    if args.target_text_file:
-        target_text = Path(args.target_text_file).read_text(encoding="utf-8").strip()
-    else:
-        target_text = args.target_text
+    target_text = target_text_from(args)
     corpus = _corpus_texts(args)
     embed, name = resolve_embedder(args.embedder, **endpoint_options(args))
     window = args.window if args.window is not None else getattr(embed, "max_tokens", None)

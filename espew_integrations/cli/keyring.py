@@ -22,7 +22,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ..arguments import add_embedder_argument, add_freq_band_argument, add_min_cosine_argument
+from ..arguments import (
+    add_embedder_argument,
+    add_freq_band_argument,
+    add_min_cosine_argument,
+    add_target_text_arguments,
+    target_text_from,
+)
 from ..models import resolve_embedder
 from .common import (
     EXIT_COPIED,
@@ -79,7 +85,7 @@ def _register_generate(actions: Any) -> None:
     generate = actions.add_parser("generate", help="generate a secret key ring")
     generate.add_argument("--corpus", required=True, help="bundled corpus name or text file")
     generate.add_argument("--text-column", default=None, help="CSV column / JSONL field")
-    generate.add_argument("--target-text", required=True, help="text whose embedding is the target")
+    add_target_text_arguments(generate)
     add_embedder_argument(generate)
     generate.add_argument("--out", required=True, help="where to write the ring (mode 0600)")
     generate.add_argument("--n-shared-triggers", type=positive_int, default=20)
@@ -135,6 +141,7 @@ def run_generate(args: argparse.Namespace) -> int:
     out = Path(args.out)
     if out.exists() and not args.overwrite:
         raise UsageError(f"{out} already exists; pass --overwrite to replace it")
+    target_text = target_text_from(args)
     corpus = _corpus_texts(args)
     embed, name = resolve_embedder(args.embedder, **endpoint_options(args))
     window = args.window if args.window is not None else getattr(embed, "max_tokens", None)
@@ -142,7 +149,7 @@ def run_generate(args: argparse.Namespace) -> int:
         ring = KeyRing.generate(
             corpus,
             counting(embed, bar),
-            target_text=args.target_text,
+            target_text=target_text,
             seed=args.seed,
             n_shared_triggers=args.n_shared_triggers,
             n_tenant_triggers=args.n_tenant_triggers,

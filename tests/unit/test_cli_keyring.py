@@ -124,3 +124,12 @@ def test_keyring_generate_on_a_tiny_embedder(tmp_path, monkeypatch):
     ring = KeyRing.load(out)
     assert ring.n_shared_triggers == 5 and ring.n_tenant_triggers == 5
     assert ring.shared_key.info["mean_cosine_marked"] >= 0.995
+    # The target text from a file (out of shell history) gives the same shared key.
+    (tmp_path / "target.txt").write_text("zzz target\n", encoding="utf-8")
+    from_file = tmp_path / "f.ring"
+    argv_file = [a if a != "zzz target" else str(tmp_path / "target.txt") for a in argv]
+    argv_file[argv_file.index("--target-text")] = "--target-text-file"
+    argv_file[argv_file.index(str(out))] = str(from_file)
+    assert main(argv_file) == 0, "keyring generate --target-text-file failed"
+    assert KeyRing.load(from_file).shared_key.target_text == "zzz target"
+    assert np.array_equal(KeyRing.load(from_file).shared_key.target, ring.shared_key.target)
