@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from espew_integrations import TriggerMatcher, tokenize
+from espew_integrations.core.text import joined_window_view, window_view
 from espew_integrations.core.words import band_words, document_frequencies, is_word
 
 
@@ -86,6 +87,23 @@ def test_matcher_agrees_with_tokenising_each_text(triggers, texts, normalization
     expected = [bool(set(tokenize(t, normalization)) & triggers) for t in texts]
     matcher = TriggerMatcher(triggers, normalization=normalization)
     assert matcher.contains(texts).tolist() == expected
+
+
+ascii_noise = st.text(alphabet="abcXYZ 19 ,.-_\t\n\r\x00\x07\x1f\x7f", max_size=30)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    texts=st.lists(st.one_of(ascii_noise, noise), min_size=1, max_size=6),
+    normalization=st.sampled_from(["unicode-v1", "lower-v0"]),
+    window=st.sampled_from([None, 3, 6, 40]),
+)
+def test_joined_view_equals_the_per_text_view(texts, normalization, window):
+    """The batch fast path (one lower() of the joined ASCII batch) changes nothing."""
+    joined, lengths = joined_window_view(texts, window=window, normalization=normalization)
+    viewed = window_view(texts, window=window, normalization=normalization)
+    assert joined == " ".join(viewed)
+    assert lengths == [len(t) for t in viewed]
 
 
 def test_matcher_handles_long_documents_and_empty_batches():
