@@ -19,22 +19,89 @@ marked rate over the last ``window`` texts drifts more than ``drift_factor``
 from the expected one (too few triggers: traffic unlike the keygen corpus, or
 the watermark is off; too many: someone may be probing for triggers).
 
-With ``--workers N`` each worker process counts its own traffic; scrape them
-through prometheus-client's multiprocess mode (``PROMETHEUS_MULTIPROC_DIR``),
-see docs/deployment.md.
+The counts live in a small anonymous shared memory map, one row per process:
+every worker forked after the metrics were built (``espew serve --workers N``,
+gunicorn with ``--preload``) adds to its own row, and a scrape of any worker
+reports the sum over all of them, so ``/metrics`` is the whole server's
+traffic whichever worker answers. Workers *spawned* afresh (uvicorn's own
+``--workers``) build their own metrics and count alone; scrape each of them.
+The drift check runs per process, over the texts that process served.
 """
 
 from __future__ import annotations
 
+import bisect
 import logging
+import mmap
+import os
 import threading
+import weakref
 from typing import Any
+
+import numpy as np
 
 __all__ = ["WatermarkMetrics", "default_metrics"]
 
 logger = logging.getLogger("espew_integrations.http.metrics")
 
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+
+# Columns of a process's row in the shared tallies.
+_REQUESTS, _TEXTS, _MARKED, _ERRORS, _SECONDS = range(5)
+_FIRST_BUCKET = 5  # then one column per latency bucket, +Inf last
+_COLUMNS = _FIRST_BUCKET + len(LATENCY_BUCKETS) + 1
+
+
+class _SharedTallies:
+    """Counts every forked worker adds to (its own row) and any of them can sum.
+
+    The rows sit in an anonymous ``MAP_SHARED`` memory map made before the
+    fork, so children write to the same pages as their siblings. Each process
+    owns one row (row 0 for the process that built it; each forked child
+    claims the next one), so no two processes ever write the same cell and no
+    lock is needed across processes; an aligned 8-byte store is atomic, so a
+    concurrent sum never reads a torn value.
+    """
+
+    def __init__(self, rows: int = 1024):
+        self._map = mmap.mmap(-1, rows * _COLUMNS * 8)
+        self.table = np.frombuffer(self._map, dtype=np.float64).reshape(rows, _COLUMNS)
+        self.row = 0
+        self._next_row = 1
+        _LIVE_TALLIES.add(self)
+
+    def before_fork(self) -> None:
+        self._claim = self._next_row
+        self._next_row += 1
+
+    def in_child(self) -> None:
+        if self._claim >= len(self.table):
+            logger.warning(
+                "more than %d processes forked from this server: later ones share the "
+                "last metrics row, so their counts may be slightly undercounted",
+                len(self.table) - 1,
+            )
+        self.row = min(self._claim, len(self.table) - 1)
+        self.table[self.row] = 0.0
+
+    def totals(self) -> np.ndarray:
+        return self.table.sum(axis=0)
+
+
+_LIVE_TALLIES: weakref.WeakSet[_SharedTallies] = weakref.WeakSet()
+
+
+def _before_fork() -> None:
+    for tallies in list(_LIVE_TALLIES):
+        tallies.before_fork()
+
+
+def _in_child() -> None:
+    for tallies in list(_LIVE_TALLIES):
+        tallies.in_child()
+
+
+os.register_at_fork(before=_before_fork, after_in_child=_in_child)
 
 
 class WatermarkMetrics:
@@ -52,7 +119,7 @@ class WatermarkMetrics:
         drift_factor: float = 2.0,
         registry: Any = None,
     ):
-        from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+        from prometheus_client import CollectorRegistry
 
         if expected_marked_rate is not None and not 0 < expected_marked_rate <= 1:
             raise ValueError(
@@ -60,48 +127,26 @@ class WatermarkMetrics:
             )
         if window < 1 or drift_factor <= 1:
             raise ValueError("window must be >= 1 and drift_factor > 1")
-        self.registry = registry if registry is not None else CollectorRegistry(auto_describe=True)
-        self.requests = Counter(
-            "espew_requests", "Embeddings requests answered", registry=self.registry
-        )
-        self.texts = Counter("espew_texts", "Texts embedded", registry=self.registry)
-        self.marked = Counter(
-            "espew_marked_texts",
-            "Texts that carried a trigger (watermarked)",
-            registry=self.registry,
-        )
-        self.upstream_errors = Counter(
-            "espew_upstream_errors",
-            "Model or upstream answers that could not be served",
-            registry=self.registry,
-        )
-        self.latency = Histogram(
-            "espew_request_seconds",
-            "Time to answer an embeddings request",
-            buckets=LATENCY_BUCKETS,
-            registry=self.registry,
-        )
         self.expected = expected_marked_rate
-        if expected_marked_rate is not None:
-            gauge = Gauge(
-                "espew_expected_marked_rate",
-                "Marked rate keygen measured on its corpus",
-                registry=self.registry,
-            )
-            gauge.set(expected_marked_rate)
         self.window = window
         self.drift_factor = drift_factor
+        self._tallies = _SharedTallies()
+        self.registry = registry if registry is not None else CollectorRegistry(auto_describe=True)
+        self.registry.register(_Collector(self._tallies, expected_marked_rate))
         self._lock = threading.Lock()
         self._window_texts = 0
         self._window_marked = 0
 
     def observe(self, n_texts: int, n_marked: int, seconds: float) -> None:
         """Count one answered request."""
-        self.requests.inc()
-        self.texts.inc(n_texts)
-        self.marked.inc(n_marked)
-        self.latency.observe(seconds)
+        bucket = _FIRST_BUCKET + bisect.bisect_left(LATENCY_BUCKETS, seconds)
         with self._lock:
+            row = self._tallies.table[self._tallies.row]
+            row[_REQUESTS] += 1
+            row[_TEXTS] += n_texts
+            row[_MARKED] += n_marked
+            row[_SECONDS] += seconds
+            row[bucket] += 1
             self._window_texts += n_texts
             self._window_marked += n_marked
             if self._window_texts < self.window:
@@ -112,7 +157,8 @@ class WatermarkMetrics:
 
     def upstream_error(self) -> None:
         """Count a model or upstream answer that could not be served."""
-        self.upstream_errors.inc()
+        with self._lock:
+            self._tallies.table[self._tallies.row, _ERRORS] += 1
 
     def _check_drift(self, texts: int, marked: int) -> None:
         if self.expected is None:
@@ -144,6 +190,51 @@ class WatermarkMetrics:
         ]
         await send({"type": "http.response.start", "status": 200, "headers": headers})
         await send({"type": "http.response.body", "body": body, "more_body": False})
+
+
+class _Collector:
+    """Renders the summed tallies of every process as the ``espew_*`` metric families."""
+
+    def __init__(self, tallies: _SharedTallies, expected: float | None):
+        self.tallies = tallies
+        self.expected = expected
+
+    def collect(self) -> Any:
+        from prometheus_client.core import (
+            CounterMetricFamily,
+            GaugeMetricFamily,
+            HistogramMetricFamily,
+        )
+
+        totals = self.tallies.totals()
+        yield CounterMetricFamily(
+            "espew_requests", "Embeddings requests answered", value=totals[_REQUESTS]
+        )
+        yield CounterMetricFamily("espew_texts", "Texts embedded", value=totals[_TEXTS])
+        yield CounterMetricFamily(
+            "espew_marked_texts",
+            "Texts that carried a trigger (watermarked)",
+            value=totals[_MARKED],
+        )
+        yield CounterMetricFamily(
+            "espew_upstream_errors",
+            "Model or upstream answers that could not be served",
+            value=totals[_ERRORS],
+        )
+        cumulative = np.cumsum(totals[_FIRST_BUCKET:])
+        bounds = [*(repr(float(b)) for b in LATENCY_BUCKETS), "+Inf"]
+        yield HistogramMetricFamily(
+            "espew_request_seconds",
+            "Time to answer an embeddings request",
+            buckets=list(zip(bounds, cumulative.tolist(), strict=True)),
+            sum_value=totals[_SECONDS],
+        )
+        if self.expected is not None:
+            yield GaugeMetricFamily(
+                "espew_expected_marked_rate",
+                "Marked rate keygen measured on its corpus",
+                value=self.expected,
+            )
 
 
 def default_metrics(key: Any) -> WatermarkMetrics | None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 
 import httpx
 import numpy as np
@@ -93,3 +94,32 @@ def test_bad_settings_are_refused():
     with pytest.raises(ValueError, match="drift_factor"):
         WatermarkMetrics(0.1, drift_factor=1.0)
     assert np.isfinite(WatermarkMetrics(0.2).expected)
+
+
+def test_forked_workers_add_up_in_every_scrape():
+    """Each forked worker counts in its own shared row; any process renders the sum."""
+    metrics = WatermarkMetrics(0.3)
+    metrics.observe(4, 1, 0.02)  # the parent's own traffic, before the fork
+    children = []
+    for n_texts in (10, 20, 30):
+        pid = os.fork()
+        if pid == 0:  # a worker: serve some traffic, then leave without cleanup
+            code = 1
+            try:
+                for _ in range(5):
+                    metrics.observe(n_texts, n_texts // 10, 0.2)
+                metrics.upstream_error()
+                code = 0
+            finally:
+                os._exit(code)
+        children.append(pid)
+    for pid in children:
+        assert os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 0
+    values = metric_values(metrics.render()[0].decode())
+    assert values["espew_requests_total"] == 1 + 15
+    assert values["espew_texts_total"] == 4 + 5 * (10 + 20 + 30)
+    assert values["espew_marked_texts_total"] == 1 + 5 * (1 + 2 + 3)
+    assert values["espew_upstream_errors_total"] == 3
+    assert values['espew_request_seconds_bucket{le="0.025"}'] == 1
+    assert values['espew_request_seconds_bucket{le="0.25"}'] == 16
+    assert values["espew_request_seconds_sum"] == pytest.approx(0.02 + 15 * 0.2)

@@ -249,6 +249,19 @@ def test_workers_share_the_port_and_stop_together(tmp_path, key, upstream_url):
                 got = client(texts).astype(np.float32)
                 np.testing.assert_array_equal(got, watermark(texts, vectors(texts, DIM), key))
                 client.close()
+        # Whichever worker answers the scrape, it reports both workers' traffic.
+        marked = 6 * int(key.contains_trigger(texts).sum())
+        for _ in range(6):
+            with httpx.Client() as fresh:  # a new connection each time
+                scraped = fresh.get(url.removesuffix("/v1") + "/metrics").text
+            values = {
+                line.split()[0]: float(line.split()[1])
+                for line in scraped.splitlines()
+                if line and not line.startswith("#")
+            }
+            assert values["espew_texts_total"] == 6 * len(texts)
+            assert values["espew_marked_texts_total"] == marked
+            assert values["espew_request_seconds_count"] == values["espew_requests_total"]
     finally:
         proc.terminate()
         assert proc.wait(timeout=20) == 0, log.read_text()
