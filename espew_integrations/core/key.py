@@ -36,6 +36,7 @@ from .key_checks import (
     n_positions,
 )
 from .layers import TenantLayer, layered_triggers
+from .sealed import Sealed
 from .secret_files import read_secret_file, write_secret_file
 from .text import LEGACY_LOWER, UNICODE_V1, TextView
 from .words import TriggerMatcher
@@ -70,7 +71,7 @@ class KeyFileWarning(UserWarning):
     """A key file is stored unsafely (readable by other users)."""
 
 
-class WatermarkKey:
+class WatermarkKey(Sealed):
     """The secret of one ESpeW deployment.
 
     Build one with :meth:`generate`, persist it with :meth:`save`, and load it
@@ -339,14 +340,8 @@ class WatermarkKey:
     def __hash__(self) -> int:
         return hash(self._key_id)
 
-    def __copy__(self) -> WatermarkKey:
-        return self
-
-    def __deepcopy__(self, memo: dict) -> WatermarkKey:
-        return self
-
-    def __reduce_ex__(self, protocol: object) -> Any:
-        raise TypeError(
+    def _pickle_refusal(self) -> str:
+        return (
             f"WatermarkKey {self._key_id} refuses to be pickled: a pickle would carry the "
             "secret key. Save it with key.save(path) and load it with WatermarkKey.load(path) "
             "where it is needed."

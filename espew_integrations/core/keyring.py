@@ -35,6 +35,7 @@ from .key import DEFAULT_MIN_COSINE, EmbedFn, KeyFileWarning, WatermarkKey
 from .keygen import _embed_marked, _fit_strength, _materialise_corpus, _mean_cosine
 from .layers import SALT_BYTES, TenantLayer, draw_layer_indices, tenant_salt, universe
 from .probes import row_cosines
+from .sealed import Sealed
 from .secret_files import read_secret_file, write_secret_file
 
 __all__ = ["RING_FORMAT", "RING_VERSION", "KeyRing"]
@@ -48,7 +49,7 @@ DEFAULT_TENANT_TRIGGERS = 20
 _QUALITY_SAMPLE_TENANTS = 8
 
 
-class KeyRing:
+class KeyRing(Sealed):
     """A master secret plus the shared-layer key every tenant key is built on.
 
     >>> ring = KeyRing.generate(texts, model, target_text="...", seed=7)  # doctest: +SKIP
@@ -163,14 +164,8 @@ class KeyRing:
     def __hash__(self) -> int:
         return hash(self._ring_id)
 
-    def __copy__(self) -> KeyRing:
-        return self
-
-    def __deepcopy__(self, memo: dict) -> KeyRing:
-        return self
-
-    def __reduce_ex__(self, protocol: object) -> Any:
-        raise TypeError(
+    def _pickle_refusal(self) -> str:
+        return (
             f"KeyRing {self._ring_id} refuses to be pickled: a pickle would carry the master "
             "secret. Save it with ring.save(path) and load it with KeyRing.load(path)."
         )
