@@ -43,6 +43,7 @@ import numpy as np
 
 from ..core.errors import SuspectError
 from ..core.untrusted import printable
+from .settings import check_endpoint, check_positive_int, check_seconds
 
 __all__ = [
     "EndpointError",
@@ -440,28 +441,19 @@ def _check_settings(
     Why up front: a bad setting found at the first batch would fail an audit
     after it had already spent queries; found here, nothing has been sent.
     """
-    if not isinstance(base_url, str) or not base_url.startswith(("http://", "https://")):
-        raise ValueError(f"base_url must start with http:// or https://, got {base_url!r}")
-    if not isinstance(model, str) or not model:
-        raise ValueError("model must be a non-empty string (the endpoint's model name)")
-    if encoding_format not in ("float", "base64"):
-        raise ValueError(f"encoding_format must be float or base64, got {encoding_format!r}")
-    if batch_size < 1:
-        raise ValueError(f"batch_size must be >= 1, got {batch_size!r}")
-    if timeout <= 0:
-        raise ValueError(f"timeout must be > 0 seconds, got {timeout!r}")
-    if max_retries < 0:
-        raise ValueError(f"max_retries must be >= 0, got {max_retries!r}")
+    check_endpoint(base_url, model, encoding_format, whose="endpoint")
+    check_positive_int("batch_size", batch_size)
+    check_seconds("timeout", timeout)
+    check_positive_int("max_retries", max_retries, minimum=0)
     if backoff < 0 or max_backoff < 0:
         raise ValueError("backoff and max_backoff must be >= 0 seconds")
     if requests_per_second is not None and requests_per_second <= 0:
         raise ValueError(f"requests_per_second must be > 0, got {requests_per_second!r}")
-    if max_queries is not None and max_queries < 0:
-        raise ValueError(f"max_queries must be >= 0, got {max_queries!r}")
-    if total_timeout is not None and total_timeout <= 0:
-        raise ValueError(f"total_timeout must be > 0 seconds, got {total_timeout!r}")
-    if max_response_bytes < 1:
-        raise ValueError(f"max_response_bytes must be >= 1, got {max_response_bytes!r}")
+    if max_queries is not None:
+        check_positive_int("max_queries", max_queries, minimum=0)
+    if total_timeout is not None:
+        check_seconds("total_timeout", total_timeout)
+    check_positive_int("max_response_bytes", max_response_bytes)
 
 
 def _credentials_of(api_key: str | None, headers: dict[str, Any]) -> tuple[str, ...]:

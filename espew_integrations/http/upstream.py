@@ -32,6 +32,7 @@ import numpy as np
 
 from ..core.untrusted import printable
 from .client import OpenAIEndpoint, _error_message
+from .settings import check_endpoint, check_positive_int, check_seconds
 
 __all__ = ["AsyncUpstream", "UpstreamError"]
 
@@ -75,23 +76,15 @@ class AsyncUpstream:
         max_batch: int = 2048,
         max_response_bytes: int = 256 * 2**20,
     ):
-        if not isinstance(base_url, str) or not base_url.startswith(("http://", "https://")):
-            raise ValueError(f"base_url must start with http:// or https://, got {base_url!r}")
-        if not isinstance(model, str) or not model:
-            raise ValueError("model must be a non-empty string (the upstream's model name)")
-        if encoding_format not in ("float", "base64"):
-            raise ValueError(f"encoding_format must be float or base64, got {encoding_format!r}")
+        check_endpoint(base_url, model, encoding_format, whose="upstream")
         for name, value in (
             ("max_connections", max_connections),
             ("max_batch", max_batch),
             ("max_response_bytes", max_response_bytes),
         ):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be a positive integer, got {value!r}")
-        if isinstance(max_retries, bool) or not isinstance(max_retries, int) or max_retries < 0:
-            raise ValueError(f"max_retries must be an integer >= 0, got {max_retries!r}")
-        if not (isinstance(timeout, (int, float)) and 0 < timeout < float("inf")):
-            raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
+            check_positive_int(name, value)
+        check_positive_int("max_retries", max_retries, minimum=0)
+        check_seconds("timeout", timeout)
         self.base_url = base_url.rstrip("/")
         self.model = model
         self.encoding_format = encoding_format
