@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -113,18 +113,10 @@ def run(args: argparse.Namespace) -> int:
     """Generate the key, write it (mode 0600) and print its commitment."""
     from ..core.key import WatermarkKey
 
-    out = Path(args.out)
-    if out.exists() and not args.overwrite:
-        raise UsageError(f"{out} already exists; pass --overwrite to replace it")
-    target_text = target_text_from(args)
-    corpus = _corpus_texts(args)
-    embed, name = resolve_embedder(args.embedder, **endpoint_options(args))
-    window = args.window if args.window is not None else getattr(embed, "max_tokens", None)
-    with progress(None, f"embedding with {name}", "text", not args.no_progress) as bar:
-        key = WatermarkKey.generate(
+    def make(corpus: Sequence[str], embed: Any, **common: Any) -> Any:
+        return WatermarkKey.generate(
             corpus,
-            counting(embed, bar),
-            target_text=target_text,
+            embed,
             n_triggers=args.n_triggers,
             freq_band=tuple(args.freq_band),
             alpha=args.alpha,
@@ -133,11 +125,34 @@ def run(args: argparse.Namespace) -> int:
             selection=args.selection,
             seed=args.seed,
             max_band_words=args.max_band_words,
-            window=window,
+            **common,
         )
+
+    key, out = generate_from_corpus(args, make)
     key.save(out, overwrite=args.overwrite)
     _announce(key, out, seeded=args.seed is not None)
     return 0
+
+
+def generate_from_corpus(args: argparse.Namespace, make: Callable[..., Any]) -> tuple[Any, Path]:
+    """The steps ``espew keygen`` and ``espew keyring generate`` share, in their order.
+
+    Refuse an existing ``--out`` before any slow work, read the target text
+    (before any embedding, so a missing file fails fast) and the corpus, then
+    call ``make(corpus, embed, target_text=..., window=...)`` with the
+    embedder counting its texts on a progress bar. Returns what ``make``
+    returned and the output path.
+    """
+    out = Path(args.out)
+    if out.exists() and not args.overwrite:
+        raise UsageError(f"{out} already exists; pass --overwrite to replace it")
+    target_text = target_text_from(args)
+    corpus = _corpus_texts(args)
+    embed, name = resolve_embedder(args.embedder, **endpoint_options(args))
+    window = args.window if args.window is not None else getattr(embed, "max_tokens", None)
+    with progress(None, f"embedding with {name}", "text", not args.no_progress) as bar:
+        made = make(corpus, counting(embed, bar), target_text=target_text, window=window)
+    return made, out
 
 
 def _announce(key: Any, out: Path, *, seeded: bool) -> None:

@@ -27,9 +27,7 @@ from ..arguments import (
     add_freq_band_argument,
     add_min_cosine_argument,
     add_target_text_arguments,
-    target_text_from,
 )
-from ..models import resolve_embedder
 from .common import (
     EXIT_COPIED,
     EXIT_INCONCLUSIVE,
@@ -37,12 +35,9 @@ from .common import (
     UsageError,
     add_endpoint_flags,
     audit_suspect,
-    counting,
-    endpoint_options,
     positive_int,
-    progress,
 )
-from .keygen import _corpus_texts
+from .keygen import generate_from_corpus
 
 __all__ = ["read_tenants", "register"]
 
@@ -138,25 +133,19 @@ def run_generate(args: argparse.Namespace) -> int:
     """Generate the ring, write it (mode 0600) and print what it holds."""
     from ..core.keyring import KeyRing
 
-    out = Path(args.out)
-    if out.exists() and not args.overwrite:
-        raise UsageError(f"{out} already exists; pass --overwrite to replace it")
-    target_text = target_text_from(args)
-    corpus = _corpus_texts(args)
-    embed, name = resolve_embedder(args.embedder, **endpoint_options(args))
-    window = args.window if args.window is not None else getattr(embed, "max_tokens", None)
-    with progress(None, f"embedding with {name}", "text", not args.no_progress) as bar:
-        ring = KeyRing.generate(
+    def make(corpus: Any, embed: Any, **common: Any) -> Any:
+        return KeyRing.generate(
             corpus,
-            counting(embed, bar),
-            target_text=target_text,
+            embed,
             seed=args.seed,
             n_shared_triggers=args.n_shared_triggers,
             n_tenant_triggers=args.n_tenant_triggers,
             min_cosine=args.min_cosine,
             freq_band=tuple(args.freq_band),
-            window=window,
+            **common,
         )
+
+    ring, out = generate_from_corpus(args, make)
     ring.save(out, overwrite=args.overwrite)
     info = ring.shared_key.info
     print(
