@@ -17,7 +17,6 @@ import base64
 import binascii
 import datetime as _dt
 import hashlib
-import json
 import os
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
@@ -37,7 +36,13 @@ from .key_checks import (
 )
 from .layers import TenantLayer, layered_triggers
 from .sealed import Sealed
-from .secret_files import read_secret_file, write_secret_file
+from .secret_files import (
+    canonical_json,
+    parse_sealed_document,
+    read_secret_file,
+    seal_document,
+    write_secret_file,
+)
 from .text import LEGACY_LOWER, UNICODE_V1, TextView
 from .words import TriggerMatcher
 
@@ -169,7 +174,7 @@ class WatermarkKey(Sealed):
             self._probe_reference,
             self._word_reference,
         )
-        payload = _canonical(self._secret_payload())
+        payload = canonical_json(self._secret_payload())
         self._digest = hashlib.sha256(b"espew-key-commitment\x00" + payload).hexdigest()
         self._key_id = hashlib.sha256(b"espew-key-id\x00" + payload).hexdigest()[:16]
         self._matcher = TriggerMatcher(
@@ -434,15 +439,13 @@ class WatermarkKey(Sealed):
 
         Handle the result like the key file itself (see docs/key-management.md).
         """
-        payload = self._secret_payload()
-        document = {
-            "format": KEY_FORMAT,
-            "version": 1 if self._is_legacy() else KEY_VERSION,
-            "key_id": self._key_id,
-            "key": payload,
-            "checksum": hashlib.sha256(_canonical(payload)).hexdigest(),
-        }
-        return json.dumps(document, indent=1, sort_keys=True)
+        return seal_document(
+            format=KEY_FORMAT,
+            version=1 if self._is_legacy() else KEY_VERSION,
+            field="key",
+            payload=self._secret_payload(),
+            key_id=self._key_id,
+        )
 
     def save(self, path: str | os.PathLike[str], *, overwrite: bool = False) -> Path:
         """Write the key as versioned JSON with file mode 0600.
@@ -467,8 +470,14 @@ class WatermarkKey(Sealed):
         Refuses a key whose trigger set is not the draw its salt dictates
         unless it is a version 1 key (loaded, but :attr:`verifiable` False).
         """
-        document = _parse_document(text, source)
-        payload = document["key"]
+        document, payload = parse_sealed_document(
+            text,
+            source=source,
+            format=KEY_FORMAT,
+            versions=READABLE_VERSIONS,
+            field="key",
+            what="key",
+        )
         version = document["version"]
         try:
             key = cls(**_fields_from_payload(payload, version))
@@ -606,32 +615,6 @@ def expected_triggers(key: WatermarkKey) -> frozenset[str]:
 
 
 # ---------------------------------------------------------------------- loading steps
-def _parse_document(text: str | bytes, source: str) -> dict[str, Any]:
-    try:
-        document = json.loads(text)
-    except (json.JSONDecodeError, UnicodeDecodeError):
-        raise KeyFileError(f"{source} is not valid JSON (corrupt key file?)") from None
-    except RecursionError:
-        raise KeyFileError(f"{source} is nested too deeply to be a key file") from None
-    if not isinstance(document, dict) or document.get("format") != KEY_FORMAT:
-        raise KeyFileError(f"{source} is not an espew key (missing format {KEY_FORMAT!r})")
-    version = document.get("version")
-    if version not in READABLE_VERSIONS or isinstance(version, bool):
-        raise KeyFileError(
-            f"{source} has key format version {version!r}; this library reads versions "
-            f"{READABLE_VERSIONS}. Upgrade espew-integrations."
-        )
-    payload = document.get("key")
-    if not isinstance(payload, dict):
-        raise KeyFileError(f"{source} has no 'key' object (corrupt key file)")
-    if hashlib.sha256(_canonical(payload)).hexdigest() != document.get("checksum"):
-        raise KeyFileError(
-            f"{source} fails its checksum: the file was corrupted or edited. "
-            "Restore it from your backup."
-        )
-    return document
-
-
 def _fields_from_payload(payload: dict[str, Any], version: int) -> dict[str, Any]:
     fields: dict[str, Any] = dict(
         triggers=payload["triggers"],
@@ -681,10 +664,6 @@ def _inline_key_text(value: str) -> str | None:
 
 
 # ---------------------------------------------------------------------- helpers
-def _canonical(obj: Any) -> bytes:
-    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=True).encode()
-
-
 def _read_only_vector(target: Any) -> np.ndarray:
     """The target as a float64 vector nobody can make writable again.
 

@@ -36,7 +36,13 @@ from .keygen import _embed_marked, _fit_strength, _materialise_corpus, _mean_cos
 from .layers import SALT_BYTES, TenantLayer, draw_layer_indices, tenant_salt, universe
 from .probes import row_cosines
 from .sealed import Sealed
-from .secret_files import read_secret_file, write_secret_file
+from .secret_files import (
+    canonical_json,
+    parse_sealed_document,
+    read_secret_file,
+    seal_document,
+    write_secret_file,
+)
 
 __all__ = ["RING_FORMAT", "RING_VERSION", "KeyRing"]
 
@@ -76,7 +82,7 @@ class KeyRing(Sealed):
         self._shared = shared_key
         self._n_tenant = int(n_tenant_triggers)
         self._universe = words
-        payload = _canonical(self._payload())
+        payload = canonical_json(self._payload())
         self._ring_id = hashlib.sha256(b"espew-ring-id\x00" + payload).hexdigest()[:16]
 
     # ------------------------------------------------------------------ fields
@@ -180,15 +186,13 @@ class KeyRing(Sealed):
 
     def to_json(self) -> str:
         """The whole ring, master secret included, as the JSON :meth:`save` writes."""
-        payload = self._payload()
-        document = {
-            "format": RING_FORMAT,
-            "version": RING_VERSION,
-            "ring_id": self._ring_id,
-            "ring": payload,
-            "checksum": hashlib.sha256(_canonical(payload)).hexdigest(),
-        }
-        return json.dumps(document, indent=1, sort_keys=True)
+        return seal_document(
+            format=RING_FORMAT,
+            version=RING_VERSION,
+            field="ring",
+            payload=self._payload(),
+            ring_id=self._ring_id,
+        )
 
     def save(self, path: str | os.PathLike[str], *, overwrite: bool = False) -> Path:
         """Write the ring with mode 0600, atomically; refuses to overwrite unless asked."""
@@ -203,28 +207,14 @@ class KeyRing(Sealed):
     @classmethod
     def from_json(cls, text: str | bytes, *, source: str = "key ring data") -> KeyRing:
         """Parse and validate a ring from :meth:`to_json`'s text (KeyFileError if invalid)."""
-        try:
-            document = json.loads(text)
-        except (json.JSONDecodeError, UnicodeDecodeError):
-            raise KeyFileError(f"{source} is not valid JSON (corrupt key ring file?)") from None
-        except RecursionError:
-            raise KeyFileError(f"{source} is nested too deeply to be a key ring") from None
-        if not isinstance(document, dict) or document.get("format") != RING_FORMAT:
-            raise KeyFileError(f"{source} is not an espew key ring (format {RING_FORMAT!r})")
-        version = document.get("version")
-        if version != RING_VERSION or isinstance(version, bool):
-            raise KeyFileError(
-                f"{source} has key ring format version {version!r}; this library reads "
-                f"version {RING_VERSION}. Upgrade espew-integrations."
-            )
-        payload = document.get("ring")
-        if not isinstance(payload, dict):
-            raise KeyFileError(f"{source} has no 'ring' object (corrupt key ring file)")
-        if hashlib.sha256(_canonical(payload)).hexdigest() != document.get("checksum"):
-            raise KeyFileError(
-                f"{source} fails its checksum: the file was corrupted or edited. "
-                "Restore it from your backup."
-            )
+        document, payload = parse_sealed_document(
+            text,
+            source=source,
+            format=RING_FORMAT,
+            versions=(RING_VERSION,),
+            field="ring",
+            what="key ring",
+        )
         try:
             master = bytes.fromhex(payload["master"])
             key = WatermarkKey.from_json(json.dumps(payload["key"]), source=f"{source}'s key")
@@ -338,7 +328,3 @@ def _check_tenant_count(n_tenant: object, n_universe: int) -> None:
             f"tenant layers of {n_tenant} words need at least {2 * n_tenant} band words outside "
             f"the shared layer, but there are {n_universe}; widen freq_band or use fewer triggers"
         )
-
-
-def _canonical(obj: Any) -> bytes:
-    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=True).encode()

@@ -9,15 +9,25 @@ the content.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import secrets
 import stat
 import warnings
+from collections.abc import Collection
 from pathlib import Path
+from typing import Any
 
 from .errors import KeyFileError
 
-__all__ = ["read_secret_file", "write_secret_file"]
+__all__ = [
+    "canonical_json",
+    "parse_sealed_document",
+    "read_secret_file",
+    "seal_document",
+    "write_secret_file",
+]
 
 
 def write_secret_file(
@@ -75,3 +85,66 @@ def read_secret_file(
             stacklevel=stacklevel,
         )
     return data
+
+
+# ---------------------------------------------------------------------- sealed documents
+def canonical_json(obj: Any) -> bytes:
+    """The one byte form of a JSON value that checksums and ids are computed on."""
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=True).encode()
+
+
+def seal_document(
+    *, format: str, version: int, field: str, payload: dict[str, Any], **header: Any
+) -> str:
+    """The JSON text of a secret file: format, version, ``header``, payload and its checksum.
+
+    The checksum (SHA-256 of the payload's canonical form) catches a corrupted
+    or hand-edited file at load time, before a wrong secret is used.
+    """
+    document = {
+        "format": format,
+        "version": version,
+        field: payload,
+        "checksum": hashlib.sha256(canonical_json(payload)).hexdigest(),
+        **header,
+    }
+    return json.dumps(document, indent=1, sort_keys=True)
+
+
+def parse_sealed_document(
+    text: str | bytes,
+    *,
+    source: str,
+    format: str,
+    versions: Collection[int],
+    field: str,
+    what: str,
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(document, payload) of :func:`seal_document`'s text, or KeyFileError naming the fault.
+
+    ``what`` names the kind of file in messages ("key", "key ring"); no
+    message quotes the content.
+    """
+    try:
+        document = json.loads(text)
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        raise KeyFileError(f"{source} is not valid JSON (corrupt {what} file?)") from None
+    except RecursionError:
+        raise KeyFileError(f"{source} is nested too deeply to be a {what} file") from None
+    if not isinstance(document, dict) or document.get("format") != format:
+        raise KeyFileError(f"{source} is not an espew {what} (missing format {format!r})")
+    version = document.get("version")
+    if version not in versions or isinstance(version, bool):
+        raise KeyFileError(
+            f"{source} has {what} format version {version!r}; this library reads versions "
+            f"{tuple(versions)}. Upgrade espew-integrations."
+        )
+    payload = document.get(field)
+    if not isinstance(payload, dict):
+        raise KeyFileError(f"{source} has no {field!r} object (corrupt {what} file)")
+    if hashlib.sha256(canonical_json(payload)).hexdigest() != document.get("checksum"):
+        raise KeyFileError(
+            f"{source} fails its checksum: the file was corrupted or edited. "
+            "Restore it from your backup."
+        )
+    return document, payload

@@ -613,7 +613,7 @@ def test_key_check_flags_an_unverifiable_version_1_key(tmp_path, key, capsys):
     import hashlib
     import json
 
-    from espew_integrations.core.key import _canonical
+    from espew_integrations.core.secret_files import canonical_json as _canonical
 
     document = json.loads(key.to_json())
     payload = document["key"]

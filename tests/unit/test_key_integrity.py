@@ -13,7 +13,8 @@ import pytest
 
 from espew_integrations import KeyFileError, KeyGenerationError, WatermarkKey, verify
 from espew_integrations.core.draw import draw_triggers
-from espew_integrations.core.key import KeyFileWarning, _canonical
+from espew_integrations.core.key import KeyFileWarning
+from espew_integrations.core.secret_files import canonical_json as _canonical
 from tests.support import make_key
 from tests.unit.test_verify import WordSpace
 
