@@ -25,8 +25,9 @@ for example::
         --config n100:n=100,band=0.005-0.01,alpha=0.2 \\
         --out docs/results/frontier
 
-Results merge into ``--out/results.json`` (one entry per config and seed,
-replaced on a rerun of the same pair); ``table.md`` is rebuilt from all entries.
+Results merge into ``--out/results.json`` (one entry per config and seed; a
+rerun of the same pair replaces the rows of the suspects it ran and keeps the
+others); ``table.md`` is rebuilt from all entries.
 """
 
 from __future__ import annotations
@@ -300,12 +301,13 @@ def main() -> None:
                 "seconds": round(time.perf_counter() - started),
                 "rows": rows,
             }
-            entries = [
-                e
-                for e in entries
-                if (e["config_name"], e["seed"], e["min_cosine"])
-                != (config["name"], seed, args.min_cosine)
-            ]
+            same = (config["name"], seed, args.min_cosine)
+            earlier = [e for e in entries if (e["config_name"], e["seed"], e["min_cosine"]) == same]
+            entries = [e for e in entries if e not in earlier]
+            # A rerun that skipped some suspects keeps their earlier rows (same key:
+            # the key is a function of the configuration and seed).
+            ran = {r["suspect"] for r in rows}
+            entry["rows"] += [r for e in earlier for r in e["rows"] if r["suspect"] not in ran]
             entries.append(entry)
             args.out.mkdir(parents=True, exist_ok=True)
             path.write_text(json.dumps({"entries": entries}, indent=1))
