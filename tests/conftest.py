@@ -8,6 +8,9 @@ Helpers that tests import live in ``tests/support.py``.
 
 from __future__ import annotations
 
+import os
+import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -16,6 +19,34 @@ from espew_integrations import WatermarkKey
 from tests.support import RT_SUBSET_SIZE, MemoEmbedder, make_key
 
 _TESTS = Path(__file__).resolve().parent
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """One embedding store for the whole run, shared by every worker and subprocess.
+
+    The offline models embed each text on its own, so the store
+    (``ESPEW_EMBED_CACHE``, see ``offline.embedding_store``) changes no result:
+    every text is still embedded by the real model once per run, and the
+    examples, notebooks, CLI processes and doc pages that keygen on the same
+    corpus read it back instead of embedding it again. A fresh directory per
+    run keeps a stale store from ever standing in for the model; the process
+    that made it removes it at the end. Set ``ESPEW_EMBED_CACHE`` yourself to
+    keep one across runs.
+    """
+    if os.environ.get("ESPEW_EMBED_CACHE"):
+        return  # set by the user, or inherited from the run's controller by an xdist worker
+    directory = Path(tempfile.mkdtemp(prefix="espew-embed-cache-"))
+    os.environ["ESPEW_EMBED_CACHE"] = str(directory)
+    config.stash[_STORE_MADE_HERE] = directory
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    directory = config.stash.get(_STORE_MADE_HERE, None)
+    if directory is not None:
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+_STORE_MADE_HERE = pytest.StashKey[Path]()
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

