@@ -75,7 +75,11 @@ def run(ray, rows: int, dim: int, actors: int, fn, kwargs: dict) -> tuple[float,
     # Half a CPU per actor leaves CPUs for the read tasks: with every CPU held by
     # an actor, ReadRange could never run and the pipeline would wait forever.
     ds = ds.map_batches(
-        fn, fn_constructor_kwargs=kwargs, concurrency=actors, num_cpus=0.5, batch_size=4096
+        fn,
+        fn_constructor_kwargs=kwargs,
+        compute=ray.data.ActorPoolStrategy(size=actors),
+        num_cpus=0.5,
+        batch_size=4096,
     )
     start = time.perf_counter()
     seen = 0

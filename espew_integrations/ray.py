@@ -19,7 +19,8 @@ row for row, whatever the batch size or the number of actors.
 
 >>> ds = ray.data.read_parquet("corpus/")                          # doctest: +SKIP
 >>> ds = ds.map_batches(WatermarkBatches, fn_constructor_kwargs={"key_path": "provider.key"},
-...                     concurrency=8, batch_size=4096)            # doctest: +SKIP
+...                     compute=ray.data.ActorPoolStrategy(size=8),
+...                     batch_size=4096)                           # doctest: +SKIP
 
 Install with ``pip install 'espew-integrations[ray]'``.
 """

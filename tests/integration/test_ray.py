@@ -53,7 +53,10 @@ def rows(key, n: int = N):
 
 
 def run(ds, fn, **kwargs):
-    out = ds.map_batches(fn, concurrency=2, batch_size=64, **kwargs).to_pandas()
+    import ray
+
+    pool = ray.data.ActorPoolStrategy(size=2)
+    out = ds.map_batches(fn, compute=pool, batch_size=64, **kwargs).to_pandas()
     return out.sort_values("id")
 
 
