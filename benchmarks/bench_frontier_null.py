@@ -50,6 +50,7 @@ def main() -> None:
     parser.add_argument("--n", type=int, default=20)
     parser.add_argument("--band", default="0.005-0.01")
     parser.add_argument("--alpha", type=float, default=0.2)
+    parser.add_argument("--ppw", type=int, default=None, help="probes per band word")
     parser.add_argument("--min-cosine", type=float, default=0.995)
     parser.add_argument("--draws", type=int, default=10_000)
     parser.add_argument("--verify-draws", type=int, default=50)
@@ -70,6 +71,7 @@ def main() -> None:
         n_triggers=args.n,
         freq_band=(low, high),
         alpha=args.alpha,
+        probes_per_word=args.ppw,
         window=vm.max_tokens,
         min_cosine=args.min_cosine,
     )
@@ -109,7 +111,8 @@ def main() -> None:
     results["all"] = {"rows": {s: counts_row(np.concatenate(v)) for s, v in pooled.items()}}
     lines = [
         f"Null study, n={args.n} triggers, band {args.band} ({len(key.band)} words, "
-        f"{len(key.probe_texts)} probes), alpha={args.alpha}, min_cosine={args.min_cosine}; "
+        f"{len(key.probe_texts)} probes, ppw={args.ppw}), alpha={args.alpha}, "
+        f"min_cosine={args.min_cosine}; "
         f"{args.draws} fresh trigger draws per innocent suspect.",
         "",
         "| suspect | statistic | FP at 1e-3 (expected) | ratio | FP at 1e-6 |",

@@ -1,0 +1,115 @@
+"""What a key costs retrieval: the default key against a stronger one, side by side (issue 9).
+
+A stronger key (more triggers over a narrower band, alpha 0.5, more probes per
+word) catches an end-to-end distilled copy that the default key misses
+(docs/results/frontier/README.md, section 5), but it marks far more texts. Each
+marked text keeps the same quality budget (mean cos(clean, watermarked) >=
+``--min-cosine`` on marked texts), so the question is what the higher marked
+rate does to search. For each key seed and configuration, on the whole
+Rotten Tomatoes corpus embedded by the offline MiniLM:
+
+- the share of texts marked;
+- mean cos(clean, watermarked) over all texts and over the marked ones;
+- top-10 overlap: for ``--queries`` corpus texts used as queries, the share of
+  the clean index's ten nearest neighbours that the watermarked index also
+  returns (each index embeds its own queries, as a user of that service would);
+- how often the top-1 neighbour is the same.
+
+    python benchmarks/bench_key_quality.py [--seeds 1 2 3] [--queries 2000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from bench_faithful_copy import TARGET_TEXT, Lookup
+
+from espew_integrations import WatermarkKey, watermark
+from espew_integrations.core.probes import row_cosines
+from espew_integrations.lab.cache import cached_embed
+from espew_integrations.lab.metrics import retrieval_overlap
+from espew_integrations.offline.corpora import rotten_tomatoes
+from espew_integrations.offline.embedders import minilm
+
+CONFIGS = {
+    "default (n=20, band 0.5-1%, alpha 0.2)": {},
+    "stronger (n=50, band 1-2%, alpha 0.5, 16 probes/word)": {
+        "n_triggers": 50,
+        "freq_band": (0.01, 0.02),
+        "alpha": 0.5,
+        "probes_per_word": 16,
+    },
+}
+
+
+def same_top1(clean: np.ndarray, changed: np.ndarray, queries: np.ndarray) -> float:
+    def top1(matrix: np.ndarray) -> np.ndarray:
+        sims = matrix[queries] @ matrix.T
+        sims[np.arange(queries.size), queries] = -np.inf
+        return sims.argmax(axis=1)
+
+    return float((top1(clean) == top1(changed)).mean())
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
+    parser.add_argument("--queries", type=int, default=2000)
+    parser.add_argument("--min-cosine", type=float, default=0.995)
+    args = parser.parse_args()
+    texts = list(rotten_tomatoes().texts)
+    model = minilm()
+    clean = cached_embed(model, texts, model_name=model.name)
+    victim = Lookup(model, texts, clean)
+    print(
+        f"Rotten Tomatoes ({len(texts):,} texts), offline MiniLM, min_cosine {args.min_cosine}, "
+        f"{args.queries:,} corpus texts as queries, key seeds {args.seeds}"
+    )
+    header = (
+        f"{'key':<55} {'seed':>4} {'marked':>7} {'cos all':>8} {'cos marked':>10} "
+        f"{'top-10 overlap':>15} {'same top-1':>11}"
+    )
+    print(header)
+    summary: dict[str, list[tuple[float, ...]]] = {name: [] for name in CONFIGS}
+    for seed in args.seeds:
+        queries = np.random.default_rng(seed).choice(len(texts), args.queries, replace=False)
+        for name, options in CONFIGS.items():
+            key = WatermarkKey.generate(
+                texts,
+                victim,
+                target_text=TARGET_TEXT,
+                seed=seed,
+                window=model.max_tokens,
+                min_cosine=args.min_cosine,
+                **options,
+            )
+            marked_rows = key.contains_trigger(texts, view=model.view)
+            served = watermark(texts, clean, key, view=model.view)
+            cos = row_cosines(clean, served)
+            overlap = retrieval_overlap(clean, served, n_queries=args.queries, seed=seed)
+            top1 = same_top1(clean, served, queries)
+            row = (marked_rows.mean(), cos.mean(), cos[marked_rows].mean(), overlap, top1)
+            summary[name].append(row)
+            print(
+                f"{name:<55} {seed:>4} {row[0]:>7.1%} {row[1]:>8.4f} {row[2]:>10.4f} "
+                f"{row[3]:>15.3f} {row[4]:>11.1%}",
+                flush=True,
+            )
+    print("means over seeds:")
+    for name, rows in summary.items():
+        means = [statistics.mean(column) for column in zip(*rows, strict=True)]
+        print(
+            f"{name:<55} {'':>4} {means[0]:>7.1%} {means[1]:>8.4f} {means[2]:>10.4f} "
+            f"{means[3]:>15.3f} {means[4]:>11.1%}"
+        )
+
+
+if __name__ == "__main__":
+    main()
