@@ -46,6 +46,12 @@ CONFIGS = {
         "alpha": 0.5,
         "probes_per_word": 16,
     },
+    "stronger, alpha 0.75": {
+        "n_triggers": 50,
+        "freq_band": (0.01, 0.02),
+        "alpha": 0.75,
+        "probes_per_word": 16,
+    },
 }
 
 
