@@ -52,6 +52,12 @@ CONFIGS = {
         "alpha": 0.75,
         "probes_per_word": 16,
     },
+    "n=35, band 1-1.5%, alpha 0.75, 28 probes/word": {
+        "n_triggers": 35,
+        "freq_band": (0.01, 0.015),
+        "alpha": 0.75,
+        "probes_per_word": 28,
+    },
 }
 
 
