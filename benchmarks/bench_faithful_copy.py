@@ -72,6 +72,21 @@ class Lookup:
         return out
 
 
+def corpus_lookups() -> tuple[list[str], Lookup, Lookup, np.ndarray]:
+    """The corpus, the victim (MiniLM) and standard (MiniLM-L3) models with its answers cached.
+
+    Returns (texts, victim, standard, the standard model's answers): what every
+    faithful-copy benchmark starts from.
+    """
+    texts = list(rotten_tomatoes().texts)
+    victim_model, standard_model = minilm(), paraphrase_minilm_l3()
+    victim = Lookup(
+        victim_model, texts, cached_embed(victim_model, texts, model_name=victim_model.name)
+    )
+    std_matrix = cached_embed(standard_model, texts, model_name=standard_model.name)
+    return texts, victim, Lookup(standard_model, texts, std_matrix), std_matrix
+
+
 def build_suspects(seed: int, key: WatermarkKey, texts, victim, standard, std_matrix):
     """Every suspect of the study for one key; the guilty ones trained on its answers."""
     clean = victim.matrix.astype(np.float64)
@@ -185,13 +200,7 @@ def main() -> None:
     )
     args = parser.parse_args()
     started = time.perf_counter()
-    texts = list(rotten_tomatoes().texts)
-    victim_model, standard_model = minilm(), paraphrase_minilm_l3()
-    victim = Lookup(
-        victim_model, texts, cached_embed(victim_model, texts, model_name=victim_model.name)
-    )
-    std_matrix = cached_embed(standard_model, texts, model_name=standard_model.name)
-    standard = Lookup(standard_model, texts, std_matrix)
+    texts, victim, standard, std_matrix = corpus_lookups()
     results = []
     for seed in args.seeds:
         print(f"key seed {seed}")
@@ -200,7 +209,7 @@ def main() -> None:
             victim,
             target_text=TARGET_TEXT,
             seed=seed,
-            window=victim_model.max_tokens,
+            window=victim.model.max_tokens,
             min_cosine=args.min_cosine,
         )
         suspects = build_suspects(seed, key, texts, victim, standard, std_matrix.astype(float))

@@ -43,14 +43,11 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_faithful_copy import TARGET_TEXT, Lookup
+from bench_faithful_copy import TARGET_TEXT, corpus_lookups
 
 from espew_integrations import WatermarkKey, verify, watermark
 from espew_integrations.lab.attacks import apply_attack
-from espew_integrations.lab.cache import cached_embed
 from espew_integrations.lab.stealers import FrozenMLPStealer, RidgeStealer
-from espew_integrations.offline.corpora import rotten_tomatoes
-from espew_integrations.offline.embedders import minilm, paraphrase_minilm_l3
 
 GUILTY = ("service itself", "torch encoder", "frozen-MLP + CSE K=50", "ridge", "ridge + CSE K=50")
 INNOCENT = ("innocent twin", "clean ridge", "independent model")
@@ -253,13 +250,7 @@ def main() -> None:
     parser.add_argument("--skip", nargs="*", default=[], help="suspects to leave out")
     parser.add_argument("--out", type=Path, default=Path("docs/results/frontier"))
     args = parser.parse_args()
-    texts = list(rotten_tomatoes().texts)
-    victim_model, standard_model = minilm(), paraphrase_minilm_l3()
-    victim = Lookup(
-        victim_model, texts, cached_embed(victim_model, texts, model_name=victim_model.name)
-    )
-    std_matrix = cached_embed(standard_model, texts, model_name=standard_model.name)
-    standard = Lookup(standard_model, texts, std_matrix)
+    texts, victim, standard, std_matrix = corpus_lookups()
     path = args.out / "results.json"
     entries = json.loads(path.read_text())["entries"] if path.exists() else []
     order = {e["config_name"]: e["order"] for e in entries}

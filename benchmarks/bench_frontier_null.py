@@ -28,7 +28,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_faithful_copy import TARGET_TEXT, Lookup
+from bench_faithful_copy import TARGET_TEXT, corpus_lookups
 from bench_null_study import (
     audit_scores,
     check_against_verify,
@@ -39,10 +39,7 @@ from bench_null_study import (
 
 from espew_integrations import WatermarkKey
 from espew_integrations.core.ranktest import subset_p_values
-from espew_integrations.lab.cache import cached_embed
 from espew_integrations.lab.stealers import RidgeStealer
-from espew_integrations.offline.corpora import rotten_tomatoes
-from espew_integrations.offline.embedders import minilm, paraphrase_minilm_l3
 
 
 def main() -> None:
@@ -58,11 +55,8 @@ def main() -> None:
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
     low, high = (float(x) for x in args.band.split("-"))
-    texts = list(rotten_tomatoes().texts)
-    vm, sm = minilm(), paraphrase_minilm_l3()
-    clean = cached_embed(vm, texts, model_name=vm.name)
-    victim = Lookup(vm, texts, clean)
-    standard = Lookup(sm, texts, cached_embed(sm, texts, model_name=sm.name))
+    texts, victim, standard, _ = corpus_lookups()
+    vm, clean = victim.model, victim.matrix
     key = WatermarkKey.generate(
         texts,
         victim,
