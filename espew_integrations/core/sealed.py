@@ -16,7 +16,8 @@ __all__ = ["Sealed"]
 class Sealed:
     """Mixin: ``copy``/``deepcopy`` give ``self``; ``pickle`` raises TypeError.
 
-    Subclasses say what they are and how to move them in :meth:`_pickle_refusal`.
+    Subclasses say what they are and how to move them by overriding
+    :meth:`_pickle_refusal`.
     """
 
     __slots__ = ()
@@ -31,4 +32,7 @@ class Sealed:
         raise TypeError(self._pickle_refusal())
 
     def _pickle_refusal(self) -> str:
-        raise NotImplementedError
+        return (
+            f"{type(self).__name__} refuses to be pickled: a pickle would carry its secret. "
+            "Save it to a file and load it where it is needed."
+        )
