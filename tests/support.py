@@ -216,3 +216,13 @@ def run_python(code: str, *, env: dict[str, str] | None = None, timeout: float =
     if result.returncode != 0:
         raise AssertionError(f"subprocess failed ({result.returncode}):\n{result.stderr[-3000:]}")
     return result.stdout
+
+
+def stop(proc: subprocess.Popen) -> None:
+    """Stop a server process the test started: SIGTERM, then SIGKILL after 10 s."""
+    proc.terminate()
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(timeout=10)

@@ -34,6 +34,7 @@ from espew_integrations.lab.cache import cached_embed
 from espew_integrations.lab.stealers import RidgeStealer
 from espew_integrations.offline.corpora import rotten_tomatoes
 from espew_integrations.offline.embedders import minilm
+from tests.support import stop
 
 N_TRAIN = 2000
 TARGET_TEXT = "Acme Embeddings service, 2026 edition"
@@ -103,15 +104,6 @@ def wait_for_url(proc: subprocess.Popen, cwd: Path, name: str, timeout: float = 
             break
     log = (cwd / f"{name}.log").read_text()
     raise AssertionError(f"espew serve {name} did not start:\n{log}")
-
-
-def stop(proc: subprocess.Popen) -> None:
-    proc.terminate()
-    try:
-        proc.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait(timeout=10)
 
 
 def run_verify(cwd: Path, url: str, model: str, *extra: str) -> subprocess.CompletedProcess:

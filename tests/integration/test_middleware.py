@@ -18,8 +18,8 @@ import pytest
 
 from espew_integrations import watermark
 from tests.fake_upstream import vectors
-from tests.integration.test_proxy import start, stop, wait_for_url
-from tests.support import make_key
+from tests.integration.test_proxy import start, wait_for_url
+from tests.support import make_key, stop
 
 DIM = 64
 

@@ -24,7 +24,7 @@ import pytest
 from espew_integrations import OpenAIEndpoint, watermark
 from espew_integrations.http.upstream import AsyncUpstream, UpstreamError, decode_embeddings
 from tests.fake_upstream import MODEL, vectors
-from tests.support import make_key
+from tests.support import make_key, stop
 
 DIM = 64
 ROOT = Path(__file__).resolve().parents[2]
@@ -52,15 +52,6 @@ def wait_for_url(proc: subprocess.Popen, log: Path, timeout: float = 60) -> str:
         if proc.poll() is not None:
             break
     raise AssertionError(f"{proc.args} did not start:\n{log.read_text()}")
-
-
-def stop(proc: subprocess.Popen) -> None:
-    proc.terminate()
-    try:
-        proc.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait(timeout=10)
 
 
 @pytest.fixture(scope="module")

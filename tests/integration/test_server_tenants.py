@@ -20,8 +20,8 @@ import pytest
 from espew_integrations import KeyRing, OpenAIEndpoint, watermark
 from espew_integrations.http.tenants import TenantKeys
 from tests.fake_upstream import MODEL, vectors
-from tests.integration.test_proxy import DIM, ROOT, start, stop, upstream_url, wait_for_url  # noqa: F401
-from tests.support import make_key
+from tests.integration.test_proxy import DIM, ROOT, start, upstream_url, wait_for_url  # noqa: F401
+from tests.support import make_key, stop
 
 API_KEYS = {"sk-acme-0123456789": "acme-corp", "sk-globex-9876543210": "globex"}
 
