@@ -226,3 +226,12 @@ def stop(proc: subprocess.Popen) -> None:
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait(timeout=10)
+
+
+def metric_values(exposition: str) -> dict[str, float]:
+    """A Prometheus text exposition as {sample name with labels: value}."""
+    return {
+        line.split()[0]: float(line.split()[1])
+        for line in exposition.splitlines()
+        if line and not line.startswith("#")
+    }

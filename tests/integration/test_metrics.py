@@ -15,15 +15,7 @@ from espew_integrations.http.upstream import AsyncUpstream
 from tests.fake_upstream import MODEL
 from tests.integration.test_middleware import assert_no_secret
 from tests.integration.test_proxy import DIM, texts_for, upstream_url  # noqa: F401  (fixture)
-from tests.support import make_key
-
-
-def metric_values(exposition: str) -> dict[str, float]:
-    return {
-        line.split()[0]: float(line.split()[1])
-        for line in exposition.splitlines()
-        if line and not line.startswith("#")
-    }
+from tests.support import make_key, metric_values
 
 
 @pytest.fixture()

@@ -19,7 +19,7 @@ import pytest
 from espew_integrations import watermark
 from tests.fake_upstream import vectors
 from tests.integration.test_proxy import start, wait_for_url
-from tests.support import make_key, stop
+from tests.support import make_key, metric_values, stop
 
 DIM = 64
 
@@ -135,11 +135,7 @@ def test_metrics_count_requests_and_marked_texts_and_hide_the_key(tmp_path, key)
         exposition = httpx.get(url.removesuffix("/v1") + "/metrics").text
     finally:
         stop(proc)
-    values = {
-        line.split()[0]: float(line.split()[1])
-        for line in exposition.splitlines()
-        if line and not line.startswith("#")
-    }
+    values = metric_values(exposition)
     assert values["espew_requests_total"] == 3
     assert values["espew_texts_total"] == 27
     assert values["espew_marked_texts_total"] == 3 * key.contains_trigger(texts).sum()

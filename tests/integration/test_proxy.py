@@ -24,7 +24,7 @@ import pytest
 from espew_integrations import OpenAIEndpoint, watermark
 from espew_integrations.http.upstream import AsyncUpstream, UpstreamError, decode_embeddings
 from tests.fake_upstream import MODEL, vectors
-from tests.support import make_key, stop
+from tests.support import make_key, metric_values, stop
 
 DIM = 64
 ROOT = Path(__file__).resolve().parents[2]
@@ -245,11 +245,7 @@ def test_workers_share_the_port_and_stop_together(tmp_path, key, upstream_url):
         for _ in range(6):
             with httpx.Client() as fresh:  # a new connection each time
                 scraped = fresh.get(url.removesuffix("/v1") + "/metrics").text
-            values = {
-                line.split()[0]: float(line.split()[1])
-                for line in scraped.splitlines()
-                if line and not line.startswith("#")
-            }
+            values = metric_values(scraped)
             assert values["espew_texts_total"] == 6 * len(texts)
             assert values["espew_marked_texts_total"] == marked
             assert values["espew_request_seconds_count"] == values["espew_requests_total"]
