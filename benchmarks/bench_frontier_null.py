@@ -5,8 +5,8 @@ by construction for any of them, and this checks it end to end on real
 innocent suspects, as ``bench_null_study.py`` does for the default key: one real
 key from ``WatermarkKey.generate`` with the given configuration, then
 ``--draws`` fresh salts (fresh trigger draws via ``draw_triggers``) per
-innocent suspect; each suspect answers the key's probes once and its raw and
-adjusted scores come from verify's own functions (via bench_null_study's
+innocent suspect; each suspect answers the key's probes once and its raw,
+adjusted and directed scores come from verify's own functions (via bench_null_study's
 ``audit_scores``); each draw's p-values come from ``subset_p_values`` (the
 vectorised ``rank_sum_p_value``) and are combined as verify does. The first
 ``--verify-draws`` draws per suspect also go through ``verify()`` itself and
@@ -30,10 +30,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_faithful_copy import TARGET_TEXT, corpus_lookups
 from bench_null_study import (
+    STATISTICS,
     audit_scores,
     check_against_verify,
-    combined,
     counts_row,
+    fast_p_values,
     fresh_draws,
 )
 
@@ -78,13 +79,12 @@ def main() -> None:
         ),
         "independent model": standard,
     }
-    results, pooled = {}, {s: [] for s in ("raw", "adjusted", "combined")}
+    results, pooled = {}, {s: [] for s in STATISTICS}
     for i, (name, suspect) in enumerate(suspects.items()):
         started = time.perf_counter()
         scores = audit_scores(np.asarray(suspect(list(key.probe_texts)), float), key)
         salts, draws = fresh_draws(key, args.draws, np.random.default_rng([20261126, i]))
-        fast = {s: subset_p_values(scores[s], draws) for s in ("raw", "adjusted")}
-        fast["combined"] = combined(fast["raw"], fast["adjusted"])
+        fast = fast_p_values(scores, draws, subset_p_values)
         check = check_against_verify(suspect, key, salts, draws, fast, args.verify_draws)
         results[name] = {
             "reference_slope": round(float(scores["slope"]), 4),
@@ -102,7 +102,7 @@ def main() -> None:
             f"{check['mismatches']} mismatches of {check['draws']}",
             flush=True,
         )
-    results["all"] = {"rows": {s: counts_row(np.concatenate(v)) for s, v in pooled.items()}}
+    results["all"] = {"rows": {s: counts_row(np.concatenate(v)) for s, v in pooled.items() if v}}
     lines = [
         f"Null study, n={args.n} triggers, band {args.band} ({len(key.band)} words, "
         f"{len(key.probe_texts)} probes, ppw={args.ppw}), alpha={args.alpha}, "
@@ -113,7 +113,7 @@ def main() -> None:
         "|---|---|---:|---:|---:|",
     ]
     for name, r in results.items():
-        for s in ("raw", "adjusted", "combined"):
+        for s in (s for s in STATISTICS if s in r["rows"]):
             a, b = r["rows"][s]["1e-03"], r["rows"][s]["1e-06"]
             lines.append(
                 f"| {name} | {s} | {a['false_positives']} ({a['expected']:.0f}) | "

@@ -48,6 +48,7 @@ import numpy as np
 from scipy.stats import beta, ks_2samp, rankdata
 
 from espew_integrations import WatermarkKey, build_probes, min_p_value, verify
+from espew_integrations.core.directed import directed_scores, mark_directions
 from espew_integrations.core.draw import draw_triggers
 from espew_integrations.core.ranktest import rank_sum_p_value
 from espew_integrations.core.verify import (
@@ -66,7 +67,9 @@ LEVELS = (1e-2, 1e-3, 1e-4, 1e-6)
 N_TARGETS = 50
 #: The issue's bar: observed / expected false positives at 1e-3, and none at 1e-6.
 MAX_RATIO_AT_1E3 = 1.5
-STATISTICS = ("raw", "adjusted", "combined")
+STATISTICS = ("raw", "adjusted", "directed", "combined")
+#: The statistics verify() combines for a key with probe embeddings.
+PARTS = ("raw", "adjusted", "directed")
 #: An experiment key (seeded, hence public by construction): the same recipe as the
 #: faithful-copy tests. Its target text is never printed or written out.
 AUDIT_KEY_SEED = 3
@@ -146,7 +149,8 @@ def fresh_draws(key: WatermarkKey, n_draws: int, rng: np.random.Generator):
 
 
 def audit_scores(answers: np.ndarray, key: WatermarkKey) -> dict[str, np.ndarray | float]:
-    """One suspect's raw and adjusted word scores, as verify's ``_p_values`` makes them.
+    """One suspect's raw, adjusted and directed word scores, as verify's ``_p_values``
+    makes them (``directed`` only for a key that stores its probe embeddings).
 
     None of this looks at the triggers, so it is computed once per suspect.
     """
@@ -159,7 +163,12 @@ def audit_scores(answers: np.ndarray, key: WatermarkKey) -> dict[str, np.ndarray
     if not np.isfinite(raw).all():
         raise RuntimeError("an innocent suspect left band words unscored; the study assumes none")
     slope = reference_slope(raw, reference)
-    return {"raw": raw, "adjusted": raw - slope * reference, "slope": slope}
+    out = {"raw": raw, "adjusted": raw - slope * reference, "slope": slope}
+    if len(key.probe_embeddings):
+        directions = mark_directions(key.probe_embeddings, key)
+        per_probe = directed_scores(answers, directions)
+        out["directed"] = _mean_per_word(per_probe, key.probe_owner, n_words)
+    return out
 
 
 def exact_p_values(scores: np.ndarray, draws: np.ndarray) -> np.ndarray:
@@ -180,9 +189,18 @@ def exact_p_values(scores: np.ndarray, draws: np.ndarray) -> np.ndarray:
     return distinct[inverse.ravel()]
 
 
-def combined(p_raw: np.ndarray, p_adjusted: np.ndarray) -> np.ndarray:
-    """verify's rule, ``min(1, 2 * min(p_raw, p_adjusted))``, elementwise (same floats)."""
-    return np.array([min(1.0, 2.0 * min(a, b)) for a, b in zip(p_raw, p_adjusted, strict=True)])
+def combined(*parts: np.ndarray) -> np.ndarray:
+    """verify's rule, ``min(1, m * min(p_1, ..., p_m))``, elementwise (the same floats)."""
+    m = float(len(parts))
+    return np.array([min(1.0, m * min(ps)) for ps in zip(*parts, strict=True)])
+
+
+def fast_p_values(scores: dict, draws: np.ndarray, p_values=None) -> dict[str, np.ndarray]:
+    """Each statistic's p-value for every draw, and the combined verdict's."""
+    p_values = p_values or exact_p_values
+    fast = {s: p_values(scores[s], draws) for s in PARTS if s in scores}
+    fast["combined"] = combined(*fast.values())
+    return fast
 
 
 def check_against_verify(suspect, key, salts, draws, fast, n_check) -> dict:
@@ -199,10 +217,11 @@ def check_against_verify(suspect, key, salts, draws, fast, n_check) -> dict:
         got = {
             "raw": report.p_value_raw,
             "adjusted": report.p_value_adjusted,
+            "directed": report.p_value_directed,
             "combined": report.p_value,
         }
         for name, value in got.items():
-            if value != fast[name][d]:
+            if name in fast and value != fast[name][d]:
                 mismatches.append((d, name, value, float(fast[name][d])))
     return {
         "draws": min(n_check, len(salts)),
@@ -239,16 +258,16 @@ def audit_null_study(suspects: dict, key: WatermarkKey, args) -> dict:
         n_draws = args.ridge_draws if "ridge" in name and args.ridge_draws else args.draws
         rng = np.random.default_rng([DRAW_SEED, i])
         salts, draws = fresh_draws(key, n_draws, rng)
-        fast = {s: exact_p_values(scores[s], draws) for s in ("raw", "adjusted")}
-        fast["combined"] = combined(fast["raw"], fast["adjusted"])
-        decided = np.where(fast["raw"] < fast["adjusted"], "raw", "adjusted")
+        fast = fast_p_values(scores, draws)
+        parts = [s for s in PARTS if s in fast]
+        decided = np.array(parts)[np.argmin(np.stack([fast[s] for s in parts]), axis=0)]
         fast_seconds = time.perf_counter() - started
         check = check_against_verify(suspect, key, salts, draws, fast, args.verify_draws)
         results[name] = {
             "reference_slope": round(float(scores["slope"]), 4),
             "distinct_scores": {s: int(np.unique(scores[s]).size) for s in ("raw", "adjusted")},
             "rows": {s: counts_row(fast[s]) for s in STATISTICS},
-            "share_decided_by_adjusted": round(float((decided == "adjusted").mean()), 4),
+            "share_decided_by": {s: round(float((decided == s).mean()), 4) for s in parts},
             "median_p_combined": float(np.median(fast["combined"])),
             "smallest_p": {s: float(fast[s].min()) for s in STATISTICS},
             "verify_check": check,
@@ -316,7 +335,7 @@ def markdown_table(results: dict, pooled: dict, meta: dict, legacy: dict, ks: di
     lines += [
         "",
         "| suspect | combined rate at 1e-3, 95% interval | fitted slope | distinct adjusted "
-        "scores | decided by adjusted | median combined p | verify() check |",
+        "scores | decided by raw / adjusted / directed | median combined p | verify() check |",
         "|---|---|---|---|---|---|---|",
     ]
     for name, r in results.items():
@@ -325,7 +344,8 @@ def markdown_table(results: dict, pooled: dict, meta: dict, legacy: dict, ks: di
         lines.append(
             f"| {name} | {low:.1e} to {high:.1e} | {r['reference_slope']:.3f} | "
             f"{r['distinct_scores']['adjusted']} of {meta['audit_key']['band']} | "
-            f"{r['share_decided_by_adjusted']:.0%} | {r['median_p_combined']:.2f} | "
+            + " / ".join(f"{v:.0%}" for v in r["share_decided_by"].values())
+            + f" | {r['median_p_combined']:.2f} | "
             f"{c['draws']} keys through `verify()`: {c['mismatches']} p-values differ |"
         )
     lines += [

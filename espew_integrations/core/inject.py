@@ -32,6 +32,7 @@ from .key import WatermarkKey
 __all__ = [
     "as_embedding_matrix",
     "check_texts",
+    "mark_all_rows",
     "select_positions",
     "watermark",
     "watermark_and_mask",
@@ -108,6 +109,15 @@ def _mark_rows(matrix: np.ndarray, rows: np.ndarray, key: WatermarkKey) -> np.nd
         marker.mark(block, block)
         out[chunk] = block
     return out
+
+
+def mark_all_rows(clean: np.ndarray, key: WatermarkKey) -> np.ndarray:
+    """Every row of a float64 matrix marked, whatever its text: what a trigger text would get.
+
+    For the verifier's mark directions (:mod:`.directed`); services call :func:`watermark`.
+    """
+    matrix = np.ascontiguousarray(clean, dtype=np.float64)
+    return _mark_rows(matrix, np.arange(len(matrix)), key)
 
 
 def select_positions(clean: np.ndarray, key: WatermarkKey) -> np.ndarray:

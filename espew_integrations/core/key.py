@@ -35,6 +35,7 @@ from .key_checks import (
     n_positions,
 )
 from .layers import TenantLayer, layered_triggers
+from .row_codec import QuantizedRows
 from .sealed import Sealed
 from .secret_files import (
     canonical_json,
@@ -97,6 +98,7 @@ class WatermarkKey(Sealed):
         "_key_id",
         "_matcher",
         "_normalization",
+        "_probe_embeddings",
         "_probe_owner",
         "_probe_reference",
         "_probe_texts",
@@ -132,6 +134,7 @@ class WatermarkKey(Sealed):
         probe_owner: Sequence[int] = (),
         probe_reference: Sequence[float] = (),
         word_reference: Sequence[float] = (),
+        probe_embeddings: Any = None,
         tenant: TenantLayer | None = None,
     ):
         triggers = frozenset(triggers)
@@ -160,6 +163,7 @@ class WatermarkKey(Sealed):
         self._probe_owner = tuple(int(i) for i in probe_owner)
         self._probe_reference = tuple(float(x) for x in probe_reference)
         self._word_reference = tuple(float(x) for x in word_reference)
+        self._probe_embeddings = _stored_rows(probe_embeddings, target_arr.size)
         if tenant is not None and not isinstance(tenant, TenantLayer):
             raise KeyGenerationError("tenant must be a TenantLayer (see KeyRing.key_for)")
         self._tenant = tenant
@@ -174,6 +178,11 @@ class WatermarkKey(Sealed):
             self._probe_reference,
             self._word_reference,
         )
+        if len(self._probe_embeddings) not in (0, len(self._probe_texts)):
+            raise KeyGenerationError(
+                f"the key stores {len(self._probe_embeddings)} probe embeddings for "
+                f"{len(self._probe_texts)} probes"
+            )
         payload = canonical_json(self._secret_payload())
         self._digest = hashlib.sha256(b"espew-key-commitment\x00" + payload).hexdigest()
         self._key_id = hashlib.sha256(b"espew-key-id\x00" + payload).hexdigest()[:16]
@@ -274,6 +283,16 @@ class WatermarkKey(Sealed):
         return np.asarray(self._word_reference, dtype=np.float64)
 
     @property
+    def probe_embeddings(self) -> np.ndarray:
+        """The clean model's embedding of each stored probe, ``(n_probes, dim)`` float64.
+
+        Stored int8-quantised (:mod:`.row_codec`); ``(0, dim)`` for keys made
+        before they were stored. The verifier derives each probe's mark
+        direction from them (:mod:`.directed`).
+        """
+        return self._probe_embeddings.rows()
+
+    @property
     def tenant(self) -> TenantLayer | None:
         """The tenant layer of a key from :meth:`KeyRing.key_for` (secret salt); else None."""
         return self._tenant
@@ -371,6 +390,7 @@ class WatermarkKey(Sealed):
             probe_owner=self._probe_owner,
             probe_reference=self._probe_reference,
             word_reference=self._word_reference,
+            probe_embeddings=self._probe_embeddings,
             tenant=self._tenant,
         )
 
@@ -391,7 +411,13 @@ class WatermarkKey(Sealed):
         if ("target" in changes or "band" in changes) and not (
             {"probe_reference", "word_reference"} & set(changes)
         ):
-            fields.update(probe_texts=(), probe_owner=(), probe_reference=(), word_reference=())
+            fields.update(
+                probe_texts=(),
+                probe_owner=(),
+                probe_reference=(),
+                word_reference=(),
+                probe_embeddings=None,
+            )
         fields.update(changes)
         return WatermarkKey(**fields)
 
@@ -430,6 +456,8 @@ class WatermarkKey(Sealed):
                 "word_reference": list(self._word_reference),
             },
         )
+        if len(self._probe_embeddings):  # absent otherwise: older key_ids are unchanged
+            payload["probes"]["embeddings"] = self._probe_embeddings.to_payload()
         if self._tenant is not None:  # absent otherwise, so existing key_ids are unchanged
             payload["tenant"] = self._tenant.to_payload()
         return payload
@@ -641,6 +669,8 @@ def _fields_from_payload(payload: dict[str, Any], version: int) -> dict[str, Any
         probe_reference=probes["reference"],
         word_reference=probes["word_reference"],
     )
+    if "embeddings" in probes:
+        fields["probe_embeddings"] = QuantizedRows.from_payload(probes["embeddings"])
     if "tenant" in payload:
         fields["tenant"] = TenantLayer.from_payload(payload["tenant"])
     return fields
@@ -674,3 +704,15 @@ def _read_only_vector(target: Any) -> np.ndarray:
     values = np.array(target, dtype=np.float64).reshape(-1)
     frozen = np.frombuffer(values.tobytes(), dtype=np.float64)
     return frozen
+
+
+def _stored_rows(rows: Any, dim: int) -> QuantizedRows:
+    """Probe embeddings as stored: kept if already quantised, else quantised once."""
+    if rows is None:
+        return QuantizedRows.empty(dim)
+    stored = rows if isinstance(rows, QuantizedRows) else QuantizedRows.encode(rows)
+    if len(stored) and stored.dim != dim:
+        raise KeyGenerationError(
+            f"the stored probe embeddings have dimension {stored.dim}, the target {dim}"
+        )
+    return stored

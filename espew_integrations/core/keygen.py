@@ -31,7 +31,7 @@ from .key_checks import (
     check_text_rules,
     min_band_size,
 )
-from .probes import reference_cosines, row_cosines, select_sentence_probes
+from .probes import embed_rows, reference_cosines, row_cosines, select_sentence_probes, unit_rows
 from .ranktest import rank_sum_p_value
 from .text import UNICODE_V1
 from .words import band_words, document_frequencies
@@ -158,15 +158,21 @@ def _audit_probes(
         texts, band, salt, per_word=per_word, normalization=normalization
     )
     try:
-        probe_reference = reference_cosines(embed, probes.texts, target)
+        probe_rows = embed_rows(embed, probes.texts)
         word_reference = reference_cosines(embed, list(band), target)
     except ValueError as exc:
         raise KeyGenerationError(f"embedding the audit probes failed: {exc}") from None
+    if probe_rows.shape[1] != target.size:
+        raise KeyGenerationError(
+            f"the model embeds probes in {probe_rows.shape[1]} dimensions, the target in "
+            f"{target.size}"
+        )
     return dict(
         probe_texts=probes.texts,
         probe_owner=probes.owner,
-        probe_reference=probe_reference,
+        probe_reference=unit_rows(probe_rows) @ (target / np.linalg.norm(target)),
         word_reference=word_reference,
+        probe_embeddings=probe_rows,  # for the verifier's mark directions (.directed)
     )
 
 

@@ -39,7 +39,14 @@ from .draw import keyed_order
 from .text import UNICODE_V1
 from .words import tokenize
 
-__all__ = ["ProbeSet", "reference_cosines", "row_cosines", "select_sentence_probes", "unit_rows"]
+__all__ = [
+    "ProbeSet",
+    "embed_rows",
+    "reference_cosines",
+    "row_cosines",
+    "select_sentence_probes",
+    "unit_rows",
+]
 
 _PROBE_DOMAIN = b"espew-draw-v1/probes"
 #: Probe texts longer than this many characters are skipped: long texts may run
@@ -103,12 +110,17 @@ def reference_cosines(
 ) -> np.ndarray:
     """The clean model's cosine to ``target`` for each text (what a faithful copy of
     the *unmarked* service would score)."""
+    return unit_rows(embed_rows(embed, texts)) @ (target / np.linalg.norm(target))
+
+
+def embed_rows(embed: Callable[[list[str]], Any], texts: Sequence[str]) -> np.ndarray:
+    """The clean model's embeddings of ``texts``, checked: one finite row per text."""
     out = np.asarray(embed(list(texts)), dtype=np.float64)
     if out.ndim != 2 or out.shape[0] != len(texts):
         raise ValueError(f"the embedder returned shape {out.shape} for {len(texts)} texts")
     if not np.isfinite(out).all():
         raise ValueError("the embedder returned NaN or infinite values for probe texts")
-    return unit_rows(out) @ (target / np.linalg.norm(target))
+    return out
 
 
 def unit_rows(matrix: np.ndarray) -> np.ndarray:

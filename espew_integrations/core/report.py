@@ -85,6 +85,7 @@ class VerificationReport:
     p_value_raw: float = math.nan
     p_value_adjusted: float = math.nan
     reference_slope: float = math.nan
+    p_value_directed: float = math.nan
     decided_by: str = ""
     next_step: str = ""
 
@@ -180,11 +181,16 @@ def _test_lines(report: VerificationReport) -> list[str]:
         else f", reference-adjusted p = {report.p_value_adjusted:.3g} "
         f"(slope {report.reference_slope:.2f})"
     )
+    directed = (
+        ""
+        if math.isnan(report.p_value_directed)
+        else f", directed p = {report.p_value_directed:.3g}"
+    )
     decided = f"; decided by {report.decided_by}" if report.decided_by else ""
     return [
         f"  p-value        : {report.p_value:.3g}  (copied iff p < {report.level:g}; "
         f"an innocent service is convicted with probability <= {report.level:g})",
-        f"  statistics     : raw p = {report.p_value_raw:.3g}{adjusted}{decided}",
+        f"  statistics     : raw p = {report.p_value_raw:.3g}{adjusted}{directed}{decided}",
         f"  test           : exact one-sided rank test over {report.n_words_scored} band "
         f"words, {report.n_triggers_scored} of them triggers "
         f"(smallest reachable p {report.min_possible_p_value:.2g})",

@@ -2,7 +2,8 @@
 
 One audit serves every tenant. The suspect is asked the ring's probes once
 (the same shuffled queries :func:`.verify.verify` sends for the shared key);
-the answers give one raw and one reference-adjusted score per band word, and
+the answers give a raw, a reference-adjusted and (for keys that store their
+probes' clean embeddings) a directed score per band word, and
 
 * the **shared layer** gets :func:`.verify.verify`'s verdict for
   :attr:`KeyRing.shared_key` (``report.shared``);
@@ -40,7 +41,8 @@ draws only, never on D's, so conditionally on it D's remaining words are a
 uniform subset of the remaining universe: still exact.
 
 **Many tenants.** Each p-value is multiplied by the number of tenants tested
-(Bonferroni, and by 2 for the raw/adjusted pair, as :func:`verify` does), so
+(Bonferroni, and by the number of scores combined, 2 or 3, as :func:`verify`
+does), so
 the probability of naming any innocent account is at most ``level``.
 """
 
@@ -58,6 +60,7 @@ from typing import Any
 import numpy as np
 from scipy.stats import rankdata
 
+from .directed import directed_scores
 from .evidence_files import EVIDENCE_FILES
 from .keyring import KeyRing
 from .layers import check_tenant_id
@@ -78,6 +81,7 @@ from .verify import (
     _Plan,
     _plan,
     _probe_cosines,
+    check_statistic,
     check_suspect,
     reference_slope,
 )
@@ -244,7 +248,8 @@ def trace(
     suspect_fn = suspect
     _check_options(target_mode, level, batch_size, min_coverage, statistic)
     key = ring.shared_key
-    plan = _plan(key, probes, None)
+    plan = _plan(key, probes, None, target_mode)
+    check_statistic(plan, statistic)
     asked = _interrogate(
         suspect_fn, key, plan, target_mode, level, statistic, batch_size, seed, progress
     )
@@ -254,9 +259,14 @@ def trace(
         shared = _inconclusive(asked.common, asked.reason)
         return _no_verdict(shared, dict.fromkeys(ids, math.nan), 0, common)
     shared = _decide(key, plan, asked.embeddings, asked.target_vector, min_coverage, asked.common)
-    raw, reference = _universe_scores(asked, plan, ring, shared.statistic)
+    raw, reference, directed = _universe_scores(asked, plan, ring, shared.statistic)
     adjusted = tenant_p_values(
-        raw, reference, ring.layer_indices(ids), level=level, statistic=shared.statistic
+        raw,
+        reference,
+        ring.layer_indices(ids),
+        level=level,
+        statistic=shared.statistic,
+        directed=directed,
     )
     n_scored = int(np.isfinite(raw).sum())
     p_values = dict(zip(ids, adjusted.tolist(), strict=True))
@@ -267,13 +277,14 @@ def trace(
 
 def _universe_scores(
     asked: _Answers, plan: _Plan, ring: KeyRing, statistic: str
-) -> tuple[np.ndarray, np.ndarray | None]:
-    """Per universe word: the suspect's mean cosine to the target, and the clean reference's.
+) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None]:
+    """Per universe word: the suspect's mean cosine to the target, the clean
+    reference's, and the directed score (:mod:`.directed`).
 
     Why from the shared audit's answers: every tenant layer is a subset of
     the universe, so the one interrogation :func:`trace` already made scores
     them all; no query is sent per tenant. The reference is None when the
-    plan has none or the statistic does not use it.
+    plan has none or the statistic does not use it; so is the directed score.
     """
     n_band = len(ring.shared_key.band)
     cosines = _probe_cosines(asked.embeddings, asked.target_vector)
@@ -282,9 +293,17 @@ def _universe_scores(
     if plan.reference is not None and statistic != "raw":
         probe_ref = np.where(np.isfinite(cosines), plan.reference, np.nan)
         reference = _mean_per_word(probe_ref, plan.owner, n_band)
+    directed = None
+    if plan.directions is not None and statistic in ("combined", "directed"):
+        per_probe = directed_scores(asked.embeddings, plan.directions)
+        directed = _mean_per_word(per_probe, plan.owner, n_band)
     position = {w: i for i, w in enumerate(ring.shared_key.band)}
     in_band = np.array([position[w] for w in ring.universe], dtype=np.int64)
-    return raw[in_band], None if reference is None else reference[in_band]
+    return (
+        raw[in_band],
+        None if reference is None else reference[in_band],
+        None if directed is None else directed[in_band],
+    )
 
 
 def _verdict(
@@ -360,11 +379,13 @@ def tenant_p_values(
     *,
     level: float = DEFAULT_LEVEL,
     statistic: str = "combined",
+    directed: np.ndarray | None = None,
 ) -> np.ndarray:
     """Adjusted p-value of every tenant layer, from per-word scores over the universe.
 
     ``raw`` holds the suspect's score for each universe word (NaN: unscored),
-    ``reference`` the clean model's (or None), ``layers`` each tenant's
+    ``reference`` the clean model's (or None), ``directed`` the suspect's
+    directed score (or None), ``layers`` each tenant's
     universe indices ``(n_tenants, m)``. Returns ``min(1, n_tenants * p)``
     where p is the second-round (others' significant layers removed) p-value
     of the chosen statistic; see the module docstring for why it is exact.
@@ -375,7 +396,7 @@ def tenant_p_values(
     layers = np.asarray(layers, dtype=np.int64)
     if layers.ndim != 2 or layers.shape[0] == 0 or raw.ndim != 1:
         raise ValueError("layers must be (n_tenants, m) indices into a 1-D score vector")
-    scores = _statistic_scores(raw, reference, statistic)
+    scores = _statistic_scores(raw, reference, statistic, directed)
     n_tenants = layers.shape[0]
     factor = n_tenants * len(scores)
     scored = np.isfinite(raw)
@@ -395,11 +416,18 @@ def tenant_p_values(
 
 
 def _statistic_scores(
-    raw: np.ndarray, reference: np.ndarray | None, statistic: str
+    raw: np.ndarray, reference: np.ndarray | None, statistic: str, directed: np.ndarray | None
 ) -> list[np.ndarray]:
-    """The score vectors whose p-values are combined (raw, adjusted, or both)."""
+    """The score vectors whose p-values are combined (one statistic's, or all the key supports)."""
+    if directed is not None:
+        directed = np.asarray(directed, dtype=np.float64)
+        if directed.shape != raw.shape:
+            raise ValueError("directed must have one value per universe word")
+        if statistic == "directed":
+            return [directed]
+    extra = [directed] if directed is not None and statistic == "combined" else []
     if reference is None or statistic == "raw":
-        return [raw]
+        return [raw, *extra] if statistic == "combined" else [raw]
     reference = np.asarray(reference, dtype=np.float64)
     if reference.shape != raw.shape:
         raise ValueError("reference must have one value per universe word")
@@ -408,7 +436,7 @@ def _statistic_scores(
     adjusted = np.where(ok, raw - slope * reference, np.nan)
     if statistic in ("adjusted", "corrected"):
         return [adjusted]
-    return [raw, adjusted]
+    return [raw, adjusted, *extra]
 
 
 def _best_p(scores: list[np.ndarray], keep: np.ndarray, layers: np.ndarray) -> np.ndarray:

@@ -12,22 +12,27 @@ word level instead:
    cannot tell from ordinary traffic; optionally by the word alone;
 2. all probes go to the suspect shuffled together, so it cannot tell trigger
    probes from the others by content, order or batch;
-3. each word gets a *raw* score, the mean cosine of its probes' embeddings
-   to the target, and a *reference-adjusted* score: the raw score minus
-   ``slope *`` the provider's clean model's score for the same probes (stored
-   in the key), with the slope fitted over all words (:func:`reference_slope`).
-   The adjustment cancels each word's natural position, which a faithful copy
-   reproduces and which otherwise hides a quality-preserving watermark;
+3. each word gets up to three scores: a *raw* score, the mean cosine of its
+   probes' embeddings to the target; a *reference-adjusted* score, the raw
+   score minus ``slope *`` the provider's clean model's score for the same
+   probes (stored in the key), with the slope fitted over all words
+   (:func:`reference_slope`), which cancels each word's natural position; and
+   a *directed* score (:mod:`.directed`), the mean over its probes of the
+   suspect's answer projected on that probe's own mark direction, computed
+   from the clean probe embeddings the key stores. The directed score ignores
+   the coordinates a mark never touches, so it is the one that catches the
+   copies that carry only a trace of a quality-preserving watermark;
 4. the exact rank test of :mod:`.ranktest` asks, for each score, whether the
    triggers rank unusually high among all equally likely trigger draws; the
-   verdict's p-value is ``min(1, 2 * min(p_raw, p_adjusted))`` (Bonferroni),
-   and the report says which score decided.
+   verdict's p-value is ``min(1, m * min(p))`` over the m scores the key
+   supports (Bonferroni; m = 3 for keys with probe embeddings, 2 for older
+   keys or ``target_mode="query"``), and the report says which score decided.
 
-Both scores are exact under the null: neither the suspect nor the clean model
-depends on which band words were drawn, so the triggers stay a uniformly
-random subset of the scored words. The paper's own metrics (KS p-value, delta
-cos, delta l2) are reported on the same probes as comparability figures; they
-never decide the verdict.
+Every score is exact under the null: neither the suspect, nor the clean model,
+nor the mark directions depend on which band words were drawn, so the
+triggers stay a uniformly random subset of the scored words. The paper's own
+metrics (KS p-value, delta cos, delta l2) are reported on the same probes as
+comparability figures; they never decide the verdict.
 """
 
 from __future__ import annotations
@@ -41,6 +46,7 @@ from typing import Any, Literal
 import numpy as np
 from scipy.stats import ks_2samp
 
+from .directed import directed_scores, mark_directions
 from .errors import SuspectError
 from .key import WatermarkKey
 from .probes import unit_rows
@@ -62,7 +68,8 @@ __all__ = [
 SuspectFn = Callable[[list[str]], Any]
 TargetMode = Literal["key", "query"]
 ProbeKind = Literal["auto", "sentences", "words"]
-Statistic = Literal["combined", "raw", "adjusted", "corrected"]
+Statistic = Literal["combined", "raw", "adjusted", "corrected", "directed"]
+STATISTICS: tuple[str, ...] = ("combined", "raw", "adjusted", "corrected", "directed")
 
 DEFAULT_LEVEL = 1e-6
 #: One probe per word, the word alone: measured to separate best among word
@@ -70,10 +77,12 @@ DEFAULT_LEVEL = 1e-6
 DEFAULT_TEMPLATES: tuple[str, ...] = ("{word}",)
 DECISION_RULE = (
     "one-sided exact rank-sum (Mann-Whitney) permutation tests at the word level: the "
-    "triggers' scores against every scored word of the key's frequency band, once with raw "
-    "scores (mean cosine of the word's probes to the target) and once with scores adjusted "
-    "by the provider's clean model (minus a fitted slope times its score for the same "
-    "probes); p = min(1, 2 * min(p_raw, p_adjusted)); copied iff p < level"
+    "triggers' scores against every scored word of the key's frequency band, with raw "
+    "scores (mean cosine of the word's probes to the target), with scores adjusted by the "
+    "provider's clean model (minus a fitted slope times its score for the same probes) and "
+    "with directed scores (mean whitened projection of the word's probe answers on each "
+    "probe's own mark direction); p = min(1, m * smallest of the m p-values the key "
+    "supports); copied iff p < level"
 )
 
 
@@ -118,9 +127,26 @@ class _Plan:
     owner: np.ndarray
     reference: np.ndarray | None  # clean model's cosine per probe, if known
     templates: tuple[str, ...]
+    directions: np.ndarray | None = None  # each probe's mark direction, if known
 
 
-def _plan(key: WatermarkKey, probes: str, templates: Sequence[str] | None) -> _Plan:
+def check_statistic(plan: _Plan, statistic: str) -> None:
+    """Refuse a single statistic the plan cannot compute, saying what it needs."""
+    if statistic in ("adjusted", "corrected") and plan.reference is None:
+        raise ValueError(f"statistic={statistic!r} needs the clean reference this key lacks")
+    if statistic == "directed" and plan.directions is None:
+        raise ValueError(
+            "statistic='directed' needs sentence probes, a key that stores their clean "
+            "embeddings (generate a new key: older ones lack them) and target_mode='key'"
+        )
+
+
+def _plan(
+    key: WatermarkKey, probes: str, templates: Sequence[str] | None, target_mode: str = "key"
+) -> _Plan:
+    """What to send and how to score it. Mark directions live in the key's own
+    coordinates, so they are used only when the answers are compared there
+    (``target_mode="key"``)."""
     if probes not in ("auto", "sentences", "words"):
         raise ValueError(f"probes must be 'auto', 'sentences' or 'words', got {probes!r}")
     has_sentences = bool(key.probe_texts)
@@ -131,7 +157,10 @@ def _plan(key: WatermarkKey, probes: str, templates: Sequence[str] | None) -> _P
         )
     if probes == "sentences" or (probes == "auto" and has_sentences and templates is None):
         reference = key.probe_reference if key.probe_reference.size else None
-        return _Plan("sentences", list(key.probe_texts), key.probe_owner, reference, ())
+        clean_rows = key.probe_embeddings
+        usable = len(clean_rows) and target_mode == "key"
+        directions = mark_directions(clean_rows, key) if usable else None
+        return _Plan("sentences", list(key.probe_texts), key.probe_owner, reference, (), directions)
     templates = tuple(DEFAULT_TEMPLATES if templates is None else templates)
     _check_templates(templates, key)
     texts, owner = build_probes(list(key.band), templates)
@@ -266,9 +295,9 @@ def verify(
     from ``templates``. Probes are shuffled and sent in batches of
     ``batch_size``; ``seed`` fixes the shuffle.
 
-    ``statistic="combined"`` decides on raw and reference-adjusted scores
-    together (see the module docstring); ``"raw"``, ``"adjusted"`` or
-    ``"corrected"`` (slope fixed at 1) use one.
+    ``statistic="combined"`` decides on the raw, reference-adjusted and
+    directed scores together (see the module docstring); ``"raw"``,
+    ``"adjusted"``, ``"corrected"`` (slope fixed at 1) or ``"directed"`` use one.
 
     ``target_mode="key"`` compares with the stored target embedding (needs
     d' = d). ``target_mode="query"`` compares with the suspect's own embedding
@@ -288,9 +317,8 @@ def verify(
     """
     check_suspect(suspect)
     _check_options(target_mode, level, batch_size, min_coverage, statistic)
-    plan = _plan(key, probes, templates)
-    if statistic in ("adjusted", "corrected") and plan.reference is None:
-        raise ValueError(f"statistic={statistic!r} needs the clean reference this key lacks")
+    plan = _plan(key, probes, templates, target_mode)
+    check_statistic(plan, statistic)
     asked = _interrogate(
         suspect, key, plan, target_mode, level, statistic, batch_size, seed, progress
     )
@@ -405,8 +433,15 @@ def _common_fields(
         timestamp=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         errors=tuple(errors[:20]),
         probes=plan.kind,
-        statistic=statistic if plan.reference is not None else "raw",
+        statistic=_statistic_used(plan, statistic),
     )
+
+
+def _statistic_used(plan: _Plan, statistic: str) -> str:
+    """The statistic a report names: "raw" when a combined verdict has nothing to combine."""
+    if statistic == "combined" and plan.reference is None and plan.directions is None:
+        return "raw"
+    return statistic
 
 
 def _check_options(
@@ -420,9 +455,9 @@ def _check_options(
         raise ValueError(f"batch_size must be >= 1, got {batch_size!r}")
     if not 0.0 < min_coverage <= 1.0:
         raise ValueError(f"min_coverage must be in (0, 1], got {min_coverage!r}")
-    if statistic not in ("combined", "raw", "adjusted", "corrected"):
+    if statistic not in STATISTICS:
         raise ValueError(
-            f"statistic must be 'combined', 'raw', 'adjusted' or 'corrected', got {statistic!r}"
+            f"statistic must be one of {', '.join(map(repr, STATISTICS))}, got {statistic!r}"
         )
 
 
@@ -467,7 +502,7 @@ def _decide(
     unusable = _unusable(partial, n_words, min_coverage) or _uninformative(embeddings, raw)
     if unusable:
         return _inconclusive(common, unusable[0], next_step=unusable[1], **partial)
-    p_values = _p_values(raw, cosines, plan, is_trigger, scored, common["statistic"])
+    p_values = _p_values(raw, cosines, embeddings, plan, is_trigger, scored, common["statistic"])
     smallest = min_p_value(partial["n_words_scored"], partial["n_triggers_scored"])
     status: Status = "copied" if p_values["p_value"] < common["level"] else "not_copied"
     answered = float(np.isfinite(cosines).mean())
@@ -542,34 +577,36 @@ def _withheld(
 def _p_values(
     raw: np.ndarray,
     cosines: np.ndarray,
+    embeddings: np.ndarray,
     plan: _Plan,
     is_trigger: np.ndarray,
     scored: np.ndarray,
     statistic: str,
 ) -> dict[str, Any]:
+    """Each statistic's exact p-value, and the verdict's: one of them, or their Bonferroni min."""
     p_raw = rank_sum_p_value(raw[scored], is_trigger[scored])
-    if plan.reference is None:
-        return {"p_value": p_raw, "p_value_raw": p_raw, "decided_by": "raw"}
-    reference = _mean_per_word(
-        np.where(np.isfinite(cosines), plan.reference, np.nan), plan.owner, len(raw)
-    )
-    slope = 1.0 if statistic == "corrected" else reference_slope(raw[scored], reference[scored])
-    adjusted = raw - slope * reference
-    p_adjusted = rank_sum_p_value(adjusted[scored], is_trigger[scored])
-    if statistic == "raw":
-        p_value, decided_by = p_raw, "raw"
-    elif statistic in ("adjusted", "corrected"):
-        p_value, decided_by = p_adjusted, statistic
-    else:
-        decided_by = "raw" if p_raw < p_adjusted else "adjusted"
-        p_value = min(1.0, 2.0 * min(p_raw, p_adjusted))
-    return {
-        "p_value": p_value,
-        "p_value_raw": p_raw,
-        "p_value_adjusted": p_adjusted,
-        "reference_slope": slope,
-        "decided_by": decided_by,
-    }
+    found: dict[str, float] = {"raw": p_raw}
+    out: dict[str, Any] = {"p_value_raw": p_raw}
+    if plan.reference is not None:
+        reference = _mean_per_word(
+            np.where(np.isfinite(cosines), plan.reference, np.nan), plan.owner, len(raw)
+        )
+        fitted = statistic != "corrected"
+        slope = reference_slope(raw[scored], reference[scored]) if fitted else 1.0
+        adjusted = raw - slope * reference
+        p_adjusted = rank_sum_p_value(adjusted[scored], is_trigger[scored])
+        found["corrected" if statistic == "corrected" else "adjusted"] = p_adjusted
+        out.update(p_value_adjusted=p_adjusted, reference_slope=slope)
+    if plan.directions is not None:
+        per_probe = directed_scores(embeddings, plan.directions)
+        directed = _mean_per_word(per_probe, plan.owner, len(raw))
+        found["directed"] = rank_sum_p_value(directed[scored], is_trigger[scored])
+        out["p_value_directed"] = found["directed"]
+    if statistic != "combined":
+        return {**out, "p_value": found[statistic], "decided_by": statistic}
+    decided_by = min(found, key=found.__getitem__)
+    p_value = min(1.0, len(found) * found[decided_by])
+    return {**out, "p_value": p_value, "decided_by": decided_by}
 
 
 def reference_slope(scores: np.ndarray, reference: np.ndarray) -> float:

@@ -1,0 +1,88 @@
+"""The directed score: how far a suspect's answer to each probe leans along that probe's mark.
+
+ESpeW does not push a marked text toward the target as a whole: it moves
+only the ``alpha * d`` coordinates where that text's clean embedding is
+smallest, each by ``strength * (target - clean)``. So every probe has its own
+*mark direction*, ``v = unit(watermark(clean) - clean)``, which the provider
+can compute from its clean embedding of the probe. A copy that learned the
+mark answers a trigger probe a little further along ``v``; a cosine to the
+whole target, the raw score, also sums every coordinate the mark never
+touched, which carries only the copy's noise.
+
+The score of a probe is the suspect's (centred, unit) answer projected on
+``v`` in the metric ``(C + lambda I)^-1``, with ``C`` the covariance of the
+suspect's own answers over all probes and ``lambda`` their mean variance:
+a shrinkage whitening that discounts the few directions along which the
+suspect's answers vary most (mostly meaning, which a mark is not). Measured on
+the offline MiniLM at the 0.995 quality budget, against the frozen-MLP copy
+after CSE K = 50 (key seeds 1-3, n = 50, band 1-2%, alpha 0.75): raw scores
+1.6e-6 / 4.7e-3 / 5.0e-9, unwhitened projection 9.0e-9 / 3.9e-6 / 2.9e-11,
+whitened 1.3e-10 / 1.1e-10 / 6.2e-13 (``docs/verification.md``).
+
+Why the rank test stays exact: the directions depend only on the clean
+probe embeddings and on how the key writes (alpha, strength, selection,
+target), and the whitening only on the suspect's answers to *all* probes.
+None of it looks at which band words were drawn as triggers, so under the
+null the word scores are fixed numbers and the triggers a uniformly random
+subset of them.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import scipy.linalg
+
+from .inject import mark_all_rows
+from .key import WatermarkKey
+from .probes import unit_rows
+
+__all__ = ["SHRINKAGE", "directed_scores", "mark_directions"]
+
+#: ``lambda`` as a multiple of the answers' mean variance per coordinate.
+#: 1.0 was the best of 0.003-10 on the development runs (module docstring);
+#: any fixed value is exact, this one is about power only.
+SHRINKAGE = 1.0
+
+
+def mark_directions(clean_rows: np.ndarray, key: WatermarkKey) -> np.ndarray:
+    """Unit rows ``watermark(clean) - clean`` for each (unit-scaled) clean row.
+
+    Uses the key's own marking equations, so a key with another alpha,
+    strength or selection gets its own directions. A row the mark does not
+    move (never in practice) gets a zero direction, hence a zero score.
+    """
+    clean = unit_rows(np.asarray(clean_rows, dtype=np.float64))
+    if clean.ndim != 2 or clean.shape[1] != key.dim:
+        raise ValueError(f"clean rows must have shape (n, {key.dim}), got {clean.shape}")
+    return unit_rows(mark_all_rows(clean, key) - clean)
+
+
+def directed_scores(
+    answers: np.ndarray, directions: np.ndarray, shrinkage: float = SHRINKAGE
+) -> np.ndarray:
+    """Each probe's whitened projection of the suspect's answer on its mark direction.
+
+    ``answers`` rows that are not finite (failed probes) get NaN and take no
+    part in the covariance. Returns a float64 vector of length ``len(answers)``.
+    """
+    answers = np.asarray(answers, dtype=np.float64)
+    if answers.shape != directions.shape:
+        raise ValueError(
+            f"answers {answers.shape} and mark directions {directions.shape} differ in shape"
+        )
+    scores = np.full(len(answers), np.nan)
+    valid = np.isfinite(answers).all(axis=1)
+    if valid.sum() < 2:
+        return scores
+    unit = unit_rows(answers[valid])
+    centred = unit - unit.mean(axis=0)
+    covariance = centred.T @ centred / (len(centred) - 1)
+    ridge = shrinkage * float(np.trace(covariance)) / covariance.shape[0]
+    if ridge <= 0.0:  # every answer the same: nothing to score
+        return scores
+    covariance[np.diag_indices_from(covariance)] += ridge
+    weighted = scipy.linalg.solve(covariance, directions[valid].T, assume_a="pos").T
+    norms = np.sqrt(np.maximum(np.einsum("ij,ij->i", weighted, directions[valid]), 0.0))
+    projections = np.einsum("ij,ij->i", centred, weighted)
+    scores[valid] = np.divide(projections, norms, out=np.zeros_like(projections), where=norms > 0)
+    return scores

@@ -1,0 +1,219 @@
+"""The directed score (core.directed) and the stored probe embeddings it needs (core.row_codec).
+
+Synthetic sentence-probe keys: a clean "model" gives each probe text a fixed
+random direction; a copy answers a trigger probe with the clean row moved a
+small fraction of the way along that probe's mark, plus noise, as a copy that
+learned a faint watermark does.
+"""
+
+from __future__ import annotations
+
+import json
+import zlib
+from itertools import combinations
+
+import numpy as np
+import pytest
+
+from espew_integrations import WatermarkKey, verify, watermark
+from espew_integrations.core.directed import directed_scores, mark_directions
+from espew_integrations.core.draw import draw_triggers
+from espew_integrations.core.errors import KeyFileError, KeyGenerationError
+from espew_integrations.core.ranktest import rank_sum_p_value
+from espew_integrations.core.row_codec import QuantizedRows
+from tests.support import make_key
+
+
+def clean_model(texts, dim=64):
+    """A deterministic stand-in for the provider's model: one random unit row per text."""
+    rows = []
+    for text in texts:
+        rng = np.random.default_rng(zlib.crc32(text.encode()))
+        rows.append(rng.normal(size=dim))
+    rows = np.array(rows)
+    return rows / np.linalg.norm(rows, axis=1, keepdims=True)
+
+
+def sentence_key(*, n_band=120, n_triggers=15, per_word=4, strength=0.3, seed=0, dim=64):
+    base = make_key(dim, n_band=n_band, n_triggers=n_triggers, seed=seed, strength=strength)
+    texts = [f"we liked the {w} a lot, take {k}" for w in base.band for k in range(per_word)]
+    owner = np.repeat(np.arange(n_band), per_word)
+    clean = clean_model(texts, dim)
+    return base.replace(
+        probe_texts=texts,
+        probe_owner=owner.tolist(),
+        probe_reference=(clean @ base.target).tolist(),
+        probe_embeddings=clean,
+    )
+
+
+class FaintCopy:
+    """Answers trigger probes a fraction ``carry`` of the way along the true mark, plus noise."""
+
+    def __init__(self, key, carry, noise=0.05, seed=0):
+        self.key, self.carry, self.noise = key, carry, noise
+        self.rng = np.random.default_rng(seed)
+        self.memo = {}
+
+    def __call__(self, texts):
+        out = []
+        for text in texts:
+            if text not in self.memo:
+                clean = clean_model([text], self.key.dim)
+                marked = watermark([text], clean, self.key)  # moves only trigger texts
+                row = clean + self.carry * (marked - clean)
+                self.memo[text] = row[0] + self.noise * self.rng.normal(size=self.key.dim)
+            out.append(self.memo[text])
+        return np.array(out)
+
+
+# ---------------------------------------------------------------------- row codec
+def test_quantized_rows_round_trip_and_keep_small_coordinates_distinct():
+    rows = np.random.default_rng(0).normal(size=(20, 384))
+    rows[3] = 0.0
+    stored = QuantizedRows.encode(rows)
+    back = QuantizedRows.from_payload(json.loads(json.dumps(stored.to_payload())))
+    assert back == stored and back.rows().shape == (20, 384)
+    assert not back.rows()[3].any()
+    error = np.abs(back.rows() - rows).max(axis=1) / np.abs(rows).max(axis=1).clip(1e-12)
+    assert error.max() < 0.01  # a companded step is at most 2/127 of the peak, near it
+    # The 20% smallest magnitudes (where a mark lands) keep their order far better
+    # than a linear int8 code, which rounds most of them to 0.
+    small = np.argsort(np.abs(rows[0]))[:77]
+    assert len(np.unique(np.abs(back.rows()[0][small]))) > 25
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"encoding": "float32"}, "known encoding"),
+        ({"dim": 0}, "dimension"),
+        ({"scale": [1.0, float("nan")]}, "scales"),
+        ({"scale": [1.0, -2.0]}, "scales"),
+        ({"codes": "not base64!"}, "corrupt"),
+        ({"codes": "AAAA"}, "corrupt"),
+    ],
+)
+def test_a_corrupt_stored_embedding_record_is_refused_with_its_cause(change, message):
+    payload = QuantizedRows.encode(np.ones((2, 8))).to_payload()
+    payload.update(change)
+    with pytest.raises(KeyGenerationError, match=message):
+        QuantizedRows.from_payload(payload)
+
+
+def test_a_code_outside_the_companded_range_is_refused():
+    payload = QuantizedRows.encode(np.ones((1, 4))).to_payload()
+    payload["codes"] = "gICAgA=="  # four bytes of 0x80 = -128
+    with pytest.raises(KeyGenerationError, match="-128"):
+        QuantizedRows.from_payload(payload)
+
+
+# ---------------------------------------------------------------------- key storage
+def test_a_key_stores_its_probe_embeddings_through_save_and_load(tmp_path):
+    key = sentence_key()
+    assert key.probe_embeddings.shape == (len(key.probe_texts), key.dim)
+    loaded = WatermarkKey.load(key.save(tmp_path / "k.key"))
+    assert loaded == key and loaded.key_id == key.key_id
+    np.testing.assert_array_equal(loaded.probe_embeddings, key.probe_embeddings)
+    # replace() passes the stored codes through untouched: same id, no re-rounding.
+    assert key.replace(info={"note": "x"}).probe_embeddings.tobytes() == (
+        key.probe_embeddings.tobytes()
+    )
+    assert "probe_embeddings" not in repr(key) and "codes" not in repr(key)
+
+
+def test_tampered_or_mismatched_probe_embeddings_are_refused(tmp_path):
+    key = sentence_key()
+    document = json.loads(key.to_json())
+    document["key"]["probes"]["embeddings"]["codes"] = "!!"
+    path = tmp_path / "bad.key"
+    path.write_text(json.dumps(document))
+    path.chmod(0o600)
+    with pytest.raises(KeyFileError, match="fails its checksum"):  # before any parsing
+        WatermarkKey.load(path)
+    with pytest.raises(KeyGenerationError, match="2 probe embeddings for 480 probes"):
+        key.replace(probe_embeddings=np.ones((2, key.dim)))
+    with pytest.raises(KeyGenerationError, match="dimension 8, the target 64"):
+        key.replace(probe_embeddings=np.ones((len(key.probe_texts), 8)))
+
+
+def test_a_key_without_probe_embeddings_keeps_its_id_and_the_two_statistic_rule():
+    key = sentence_key()
+    older = key.replace(probe_embeddings=None)
+    assert "embeddings" not in json.loads(older.to_json())["key"]["probes"]
+    report = verify(FaintCopy(older, carry=0.5), older, seed=0)
+    assert np.isnan(report.p_value_directed) and report.decided_by in ("raw", "adjusted")
+    with pytest.raises(ValueError, match="statistic='directed' needs"):
+        verify(FaintCopy(older, carry=0.5), older, statistic="directed")
+
+
+# ---------------------------------------------------------------------- the score
+def test_mark_directions_are_what_the_watermark_adds_to_a_trigger_text():
+    key = make_key(64, strength=0.3)
+    clean = clean_model(["a", "b", "c"])
+    trigger = sorted(key.triggers)[0]
+    marked = watermark([trigger] * 3, clean, key)
+    expected = marked - clean
+    expected /= np.linalg.norm(expected, axis=1, keepdims=True)
+    np.testing.assert_allclose(mark_directions(clean, key), expected, atol=1e-12)
+    with pytest.raises(ValueError, match="shape"):
+        mark_directions(np.ones((2, 8)), key)
+
+
+def test_failed_answers_get_no_score_and_do_not_change_the_others():
+    rng = np.random.default_rng(1)
+    answers, directions = rng.normal(size=(50, 16)), rng.normal(size=(50, 16))
+    with_gap = answers.copy()
+    with_gap[7] = np.nan
+    scores = directed_scores(with_gap, directions)
+    assert np.isnan(scores[7]) and np.isfinite(np.delete(scores, 7)).all()
+    np.testing.assert_allclose(
+        np.delete(scores, 7), directed_scores(np.delete(answers, 7, 0), np.delete(directions, 7, 0))
+    )
+    assert np.isnan(directed_scores(np.ones((5, 16)), directions[:5])).all()  # all alike
+    with pytest.raises(ValueError, match="differ in shape"):
+        directed_scores(answers, directions[:10])
+
+
+def test_a_faint_copy_is_caught_by_the_directed_score_where_the_cosines_miss_it():
+    key = sentence_key()
+    report = verify(FaintCopy(key, carry=0.35), key, seed=0)
+    assert report.copied and report.decided_by == "directed"
+    assert report.p_value_directed < 1e-7 < 1e-3 < min(report.p_value_raw, report.p_value_adjusted)
+    assert report.p_value == pytest.approx(3 * report.p_value_directed)
+    assert "directed p = " in str(report)
+    # The directions live in the key's coordinates: a query-mode audit cannot use them.
+    query = verify(FaintCopy(key, carry=0.35), key, seed=0, target_mode="query")
+    assert np.isnan(query.p_value_directed)
+
+
+def test_the_directed_statistic_is_exact_over_every_trigger_draw():
+    """Exhaustively on a small band: P(p <= a) <= a for an innocent suspect."""
+    key = sentence_key(n_band=12, n_triggers=3, per_word=3)
+    innocent = FaintCopy(key, carry=0.0, noise=0.2)(list(key.probe_texts))
+    directions = mark_directions(key.probe_embeddings, key)
+    per_probe = directed_scores(innocent, directions)
+    scores = np.bincount(key.probe_owner, weights=per_probe) / 3
+    p_values = []
+    for draw in combinations(range(12), 3):
+        is_trigger = np.zeros(12, bool)
+        is_trigger[list(draw)] = True
+        p_values.append(rank_sum_p_value(scores, is_trigger))
+    p_values = np.array(p_values)
+    for level in np.unique(p_values):
+        assert (p_values <= level).mean() <= level + 1e-12
+
+
+def test_fresh_keys_hold_the_level_against_an_innocent_with_the_combined_rule():
+    key = sentence_key()
+    innocent = FaintCopy(key, carry=0.0, noise=0.1)
+    rng = np.random.default_rng(7)
+    p_values = []
+    for _ in range(300):
+        salt = rng.bytes(32)
+        draw = key.replace(salt=salt, triggers=draw_triggers(salt, key.band, len(key.triggers)))
+        p_values.append(verify(innocent, draw, seed=0).p_value)
+    p_values = np.array(p_values)
+    # Binomial(300, 0.05) exceeds 27 with probability < 1e-3.
+    assert (p_values < 0.05).sum() <= 27 and (p_values < 1e-4).sum() == 0
+    assert 0.15 < (p_values < 0.5).mean() < 0.6  # not a test that never rejects
