@@ -139,6 +139,7 @@ def audit(name: str, suspect: Callable, key: WatermarkKey, seed: int) -> dict:
             "p_value": report.p_value,
             "p_value_raw": report.p_value_raw,
             "p_value_adjusted": report.p_value_adjusted,
+            "p_value_directed": report.p_value_directed,
             "reference_slope": report.reference_slope,
             "decided_by": report.decided_by,
             "n_queries": report.n_queries,

@@ -172,6 +172,7 @@ def audit(name, suspect, key, seed, held_texts, held_answers) -> dict:
         "p_value": report.p_value,
         "p_value_raw": report.p_value_raw,
         "p_value_adjusted": report.p_value_adjusted,
+        "p_value_directed": report.p_value_directed,
         "reference_slope": report.reference_slope,
         "decided_by": report.decided_by,
         "n_queries": report.n_queries,
@@ -199,10 +200,11 @@ def table(entries: list[dict]) -> str:
     names = [*GUILTY, *INNOCENT]
     budgets = sorted({e["min_cosine"] for e in entries})
     lines = [
-        "Each cell: verdict p-value of the default `verify(suspect, key)` (combined raw + "
-        "reference-adjusted, level 1e-6), and in brackets the adjusted-score effect size "
-        "delta = (trigger mean - benign mean) / benign sd. Goal: guilty p < 1e-10, "
-        "innocents not copied.",
+        "Each cell: verdict p-value of the default `verify(suspect, key)` (level 1e-6; "
+        "combined over the scores the key supports: raw, reference-adjusted and, for keys "
+        "that store probe embeddings, directed), and in brackets the adjusted-score effect "
+        "size delta = (trigger mean - benign mean) / benign sd and the score that decided "
+        "(r / a / d). Goal: guilty p < 1e-10, innocents not copied.",
         "",
     ]
     for budget in budgets:
@@ -224,7 +226,8 @@ def table(entries: list[dict]) -> str:
                     cells.append("-")
                     continue
                 mark = "**" if (r["status"] == "copied") != r["guilty"] else ""
-                cells.append(f"{mark}{r['p_value']:.1e}{mark} ({r['delta']:.1f})")
+                by_what = {"raw": "r", "adjusted": "a", "directed": "d"}.get(r["decided_by"], "?")
+                cells.append(f"{mark}{r['p_value']:.1e}{mark} ({r['delta']:.1f}, {by_what})")
             info = e["key_info"]
             qual = [
                 f"{by[n]['copy_cos_heldout']:.3f}" if n in by else "-"

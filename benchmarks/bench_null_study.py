@@ -310,7 +310,7 @@ def markdown_table(results: dict, pooled: dict, meta: dict, legacy: dict, ks: di
         f"Command: `{meta['command']}` (wall time {meta['wall_seconds']:.0f} s on "
         f"{meta['machine']}).",
         "",
-        "## The verdict of `verify()`: raw, reference-adjusted and combined",
+        "## The verdict of `verify()`: raw, reference-adjusted, directed and combined",
         "",
         f"One key from `WatermarkKey.generate` (Rotten Tomatoes, offline MiniLM, seed "
         f"{AUDIT_KEY_SEED}, fitted strength {meta['audit_key']['strength']:.3f}): "
@@ -351,8 +351,9 @@ def markdown_table(results: dict, pooled: dict, meta: dict, legacy: dict, ks: di
     lines += [
         "",
         "The fast path and `verify()` share every function (`_probe_cosines`, "
-        "`_mean_per_word`, `reference_slope`, `rank_sum_p_value`); the check compares the "
-        "raw, adjusted and combined p-values of each key with `==`. At 10,000 trials the "
+        "`_mean_per_word`, `reference_slope`, `mark_directions`, `directed_scores`, "
+        "`rank_sum_p_value`); the check compares the raw, adjusted, directed and combined "
+        "p-values of each key with `==`. At 10,000 trials the "
         "count at 1e-3 is Poisson-like with mean <= 10, so counts up to about 16 are "
         "ordinary noise. The twin answers exactly what the clean reference recorded, so its "
         "adjusted scores (raw minus 1.000 x reference) are floating-point rounding residue "

@@ -118,8 +118,9 @@ def test_two_hundred_fresh_keys_hold_the_level_against_real_innocents(
     assert (p_values < 0.05).sum() <= 22
     assert (p_values < 1e-3).sum() <= 2
     assert (p_values < 1e-6).sum() == 0
-    # Not a degenerate test that never rejects. The Bonferroni pair puts mass at 1
-    # (both p-values > 0.5), so about a quarter to a half fall below 0.5.
+    # Not a degenerate test that never rejects. The Bonferroni triple puts mass at 1
+    # (all three p-values > 1/3), so about a quarter to a half fall below 0.5.
+    assert budget_key.probe_embeddings.shape == (len(budget_key.probe_texts), budget_key.dim)
     assert 0.15 < (p_values < 0.5).mean() < 0.6
 
 
@@ -209,3 +210,4 @@ def test_faults_can_still_convict_but_never_clear():
     assert copy.status == "copied" and copy.n_failed_queries > 0
     innocent = verify(flaky(WordSpace(key)), key, seed=0, batch_size=16)
     assert innocent.status == "inconclusive" and "to clear a suspect" in innocent.reason
+
