@@ -327,7 +327,8 @@ def test_threat_rows_run_per_seed_and_reach_the_table(threats_run):
     assert router["n_seeds"] == 2 and router["copied"] == 2
     assert router["catch_rate"]["mean"] < 0.2  # natural probes look like ordinary traffic
     assert router["false_positive_rate"]["mean"] < 0.1
-    assert router["log10_p_value_direct"]["mean"] < router["log10_p_value"]["mean"]
+    # Routing can only cost evidence (both may sit at the test's floor).
+    assert router["log10_p_value_direct"]["mean"] <= router["log10_p_value"]["mean"]
     para = rows["paraphrase:substitute:0.3"]
     assert 0.0 < para["trigger_kept_rate"]["mean"] < 1.0 and para["copy_fidelity"]["mean"] > 0.3
     assert rows["chunks:5"]["marked_rate"]["mean"] > 0
