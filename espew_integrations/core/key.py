@@ -177,12 +177,8 @@ class WatermarkKey(Sealed):
             self._probe_owner,
             self._probe_reference,
             self._word_reference,
+            n_embeddings=len(self._probe_embeddings),
         )
-        if len(self._probe_embeddings) not in (0, len(self._probe_texts)):
-            raise KeyGenerationError(
-                f"the key stores {len(self._probe_embeddings)} probe embeddings for "
-                f"{len(self._probe_texts)} probes"
-            )
         payload = canonical_json(self._secret_payload())
         self._digest = hashlib.sha256(b"espew-key-commitment\x00" + payload).hexdigest()
         self._key_id = hashlib.sha256(b"espew-key-id\x00" + payload).hexdigest()[:16]

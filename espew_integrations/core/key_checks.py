@@ -146,10 +146,19 @@ def check_probes(
     owner: Sequence[int],
     probe_reference: Sequence[float],
     word_reference: Sequence[float],
+    *,
+    n_embeddings: int = 0,
 ) -> None:
-    """The stored audit probes agree with each other and with a band of ``n_band`` words."""
+    """The stored audit probes agree with each other and with a band of ``n_band`` words.
+
+    ``n_embeddings`` is the number of stored clean probe embeddings (0: none stored).
+    """
     if len(texts) != len(owner) or (probe_reference and len(probe_reference) != len(texts)):
         raise KeyGenerationError("the stored probes, owners and references differ in length")
+    if n_embeddings not in (0, len(texts)):
+        raise KeyGenerationError(
+            f"the key stores {n_embeddings} probe embeddings for {len(texts)} probes"
+        )
     if not all(isinstance(t, str) and t for t in texts):
         raise KeyGenerationError("every stored probe must be a non-empty text")
     if owner and (min(owner) < 0 or max(owner) >= n_band):

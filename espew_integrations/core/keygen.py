@@ -31,7 +31,7 @@ from .key_checks import (
     check_text_rules,
     min_band_size,
 )
-from .probes import embed_rows, reference_cosines, row_cosines, select_sentence_probes, unit_rows
+from .probes import cosines_to, embed_rows, reference_cosines, row_cosines, select_sentence_probes
 from .ranktest import rank_sum_p_value
 from .text import UNICODE_V1
 from .words import band_words, document_frequencies
@@ -170,7 +170,7 @@ def _audit_probes(
     return dict(
         probe_texts=probes.texts,
         probe_owner=probes.owner,
-        probe_reference=unit_rows(probe_rows) @ (target / np.linalg.norm(target)),
+        probe_reference=cosines_to(probe_rows, target),
         word_reference=word_reference,
         probe_embeddings=probe_rows,  # for the verifier's mark directions (.directed)
     )

@@ -41,6 +41,7 @@ from .words import tokenize
 
 __all__ = [
     "ProbeSet",
+    "cosines_to",
     "embed_rows",
     "reference_cosines",
     "row_cosines",
@@ -110,7 +111,12 @@ def reference_cosines(
 ) -> np.ndarray:
     """The clean model's cosine to ``target`` for each text (what a faithful copy of
     the *unmarked* service would score)."""
-    return unit_rows(embed_rows(embed, texts)) @ (target / np.linalg.norm(target))
+    return cosines_to(embed_rows(embed, texts), target)
+
+
+def cosines_to(rows: np.ndarray, target: np.ndarray) -> np.ndarray:
+    """Cosine of each row to ``target``."""
+    return unit_rows(rows) @ (target / np.linalg.norm(target))
 
 
 def embed_rows(embed: Callable[[list[str]], Any], texts: Sequence[str]) -> np.ndarray:
