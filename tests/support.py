@@ -17,6 +17,7 @@ import sys
 import time
 from collections.abc import Iterator
 from functools import lru_cache
+from itertools import combinations
 from pathlib import Path
 
 import httpx
@@ -24,6 +25,7 @@ import numpy as np
 
 from espew_integrations import WatermarkKey
 from espew_integrations.core.draw import draw_triggers
+from espew_integrations.core.ranktest import rank_sum_p_value
 from espew_integrations.offline.corpora import rotten_tomatoes
 from espew_integrations.offline.embedders import minilm
 
@@ -216,6 +218,22 @@ def run_python(code: str, *, env: dict[str, str] | None = None, timeout: float =
     if result.returncode != 0:
         raise AssertionError(f"subprocess failed ({result.returncode}):\n{result.stderr[-3000:]}")
     return result.stdout
+
+
+def assert_exact_over_every_draw(scores: np.ndarray, n_triggers: int) -> None:
+    """Over every ``n_triggers``-subset of fixed scores, the rank test's P(p <= a) <= a.
+
+    Exhaustive, so only for small bands: what "exact under the null" means for any
+    score that does not look at the trigger labels.
+    """
+    p_values = []
+    for draw in combinations(range(len(scores)), n_triggers):
+        is_trigger = np.zeros(len(scores), bool)
+        is_trigger[list(draw)] = True
+        p_values.append(rank_sum_p_value(scores, is_trigger))
+    p_values = np.array(p_values)
+    for level in np.unique(p_values):
+        assert (p_values <= level).mean() <= level + 1e-12
 
 
 def stop(proc: subprocess.Popen) -> None:

@@ -35,6 +35,7 @@ from espew_integrations.http.server import (
 )
 from espew_integrations.offline.corpora import rotten_tomatoes
 from espew_integrations.offline.embedders import minilm
+from tests.support import stop
 
 CLI = [sys.executable, "-m", "espew_integrations.cli"]
 FAKE_MODULE = """
@@ -139,12 +140,7 @@ def served(tmp_path_factory) -> Iterator[tuple[str, int]]:
     try:
         yield url, proc.pid
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=10)
+        stop(proc)
 
 
 def test_a_150_mb_chunked_body_gets_a_413_without_being_read_whole(served):

@@ -13,7 +13,7 @@ import pytest
 
 from espew_integrations import WatermarkKey, verify, watermark
 from espew_integrations.core.draw import draw_triggers
-from tests.support import make_key
+from tests.support import assert_exact_over_every_draw, make_key
 from tests.unit.test_verify import WordSpace
 
 TARGET_TEXT = "Acme Embeddings, licensed vectors"
@@ -126,24 +126,12 @@ def test_two_hundred_fresh_keys_hold_the_level_against_real_innocents(
 
 def test_the_adjusted_statistic_is_exact_for_any_slope():
     """Exhaustively on a tiny band: over every trigger draw, P(p <= a) <= a."""
-    from itertools import combinations
-
-    from espew_integrations.core.ranktest import rank_sum_p_value
     from espew_integrations.core.verify import reference_slope
 
     rng = np.random.default_rng(0)
-    n_words, n_triggers = 10, 3
-    scores, reference = rng.normal(size=n_words), rng.normal(size=n_words)
+    scores, reference = rng.normal(size=10), rng.normal(size=10)
     adjusted = scores - reference_slope(scores, reference) * reference
-    draws = list(combinations(range(n_words), n_triggers))
-    p_values = []
-    for draw in draws:
-        is_trigger = np.zeros(n_words, bool)
-        is_trigger[list(draw)] = True
-        p_values.append(rank_sum_p_value(adjusted, is_trigger))
-    p_values = np.array(p_values)
-    for a in np.unique(p_values):
-        assert (p_values <= a).mean() <= a + 1e-12
+    assert_exact_over_every_draw(adjusted, 3)
 
 
 # ---------------------------------------------------------------------- uninformative
@@ -210,4 +198,3 @@ def test_faults_can_still_convict_but_never_clear():
     assert copy.status == "copied" and copy.n_failed_queries > 0
     innocent = verify(flaky(WordSpace(key)), key, seed=0, batch_size=16)
     assert innocent.status == "inconclusive" and "to clear a suspect" in innocent.reason
-

@@ -12,6 +12,7 @@ from scipy.stats import mannwhitneyu, rankdata
 from espew_integrations import min_p_value, rank_sum_p_value
 from espew_integrations.core import ranktest
 from espew_integrations.lab.null_study import null_p_values
+from tests.support import assert_exact_over_every_draw
 
 
 def enumerate_p(scores, is_trigger):
@@ -53,15 +54,7 @@ def test_extreme_triggers_reach_exactly_one_over_n_choose_k():
 @pytest.mark.parametrize(("total", "n"), [(10, 3), (12, 5), (9, 2)])
 def test_false_positive_rate_never_exceeds_the_level(total, n):
     # Exhaustively: over ALL trigger subsets of fixed scores, P(p <= a) <= a.
-    scores = np.random.default_rng(total).normal(size=total)
-    pvals = []
-    for subset in itertools.combinations(range(total), n):
-        mask = np.zeros(total, bool)
-        mask[list(subset)] = True
-        pvals.append(rank_sum_p_value(scores, mask))
-    pvals = np.array(pvals)
-    for level in np.unique(pvals):
-        assert (pvals <= level).mean() <= level + 1e-12
+    assert_exact_over_every_draw(np.random.default_rng(total).normal(size=total), n)
 
 
 def test_null_p_values_match_the_per_key_test():
