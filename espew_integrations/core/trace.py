@@ -60,7 +60,6 @@ from typing import Any
 import numpy as np
 from scipy.stats import rankdata
 
-from .directed import directed_scores
 from .evidence_files import EVIDENCE_FILES
 from .keyring import KeyRing
 from .layers import check_tenant_id
@@ -72,7 +71,6 @@ from .verify import (
     Statistic,
     TargetMode,
     VerificationReport,
-    _Answers,
     _check_options,
     _decide,
     _inconclusive,
@@ -80,7 +78,8 @@ from .verify import (
     _mean_per_word,
     _Plan,
     _plan,
-    _probe_cosines,
+    _word_scores,
+    _WordScores,
     check_statistic,
     check_suspect,
     reference_slope,
@@ -258,8 +257,11 @@ def trace(
     if asked.reason:
         shared = _inconclusive(asked.common, asked.reason)
         return _no_verdict(shared, dict.fromkeys(ids, math.nan), 0, common)
-    shared = _decide(key, plan, asked.embeddings, asked.target_vector, min_coverage, asked.common)
-    raw, reference, directed = _universe_scores(asked, plan, ring, shared.statistic)
+    scores = _word_scores(plan, asked.embeddings, asked.target_vector, len(key.band))
+    shared = _decide(
+        key, plan, asked.embeddings, asked.target_vector, min_coverage, asked.common, scores
+    )
+    raw, reference, directed = _universe_scores(scores, plan, ring, shared.statistic)
     adjusted = tenant_p_values(
         raw,
         reference,
@@ -276,31 +278,26 @@ def trace(
 
 
 def _universe_scores(
-    asked: _Answers, plan: _Plan, ring: KeyRing, statistic: str
+    scores: _WordScores, plan: _Plan, ring: KeyRing, statistic: str
 ) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None]:
     """Per universe word: the suspect's mean cosine to the target, the clean
     reference's, and the directed score (:mod:`.directed`).
 
-    Why from the shared audit's answers: every tenant layer is a subset of
-    the universe, so the one interrogation :func:`trace` already made scores
-    them all; no query is sent per tenant. The reference is None when the
-    plan has none or the statistic does not use it; so is the directed score.
+    Why from the shared audit's word scores: every tenant layer is a subset of
+    the universe, so the one interrogation :func:`trace` already made, and
+    the scores its shared verdict computed, score them all; no query is sent
+    per tenant. The reference is None when the plan has none or the statistic
+    does not use it; so is the directed score.
     """
-    n_band = len(ring.shared_key.band)
-    cosines = _probe_cosines(asked.embeddings, asked.target_vector)
-    raw = _mean_per_word(cosines, plan.owner, n_band)
     reference = None
     if plan.reference is not None and statistic != "raw":
-        probe_ref = np.where(np.isfinite(cosines), plan.reference, np.nan)
-        reference = _mean_per_word(probe_ref, plan.owner, n_band)
-    directed = None
-    if plan.directions is not None and statistic in ("combined", "directed"):
-        per_probe = directed_scores(asked.embeddings, plan.directions)
-        directed = _mean_per_word(per_probe, plan.owner, n_band)
+        probe_ref = np.where(np.isfinite(scores.cosines), plan.reference, np.nan)
+        reference = _mean_per_word(probe_ref, plan.owner, len(ring.shared_key.band))
+    directed = scores.directed if statistic in ("combined", "directed") else None
     position = {w: i for i, w in enumerate(ring.shared_key.band)}
     in_band = np.array([position[w] for w in ring.universe], dtype=np.int64)
     return (
-        raw[in_band],
+        scores.raw[in_band],
         None if reference is None else reference[in_band],
         None if directed is None else directed[in_band],
     )

@@ -480,6 +480,32 @@ def _inconclusive(common: dict[str, Any], reason: str, **extra: Any) -> Verifica
     return VerificationReport(**values)
 
 
+@dataclasses.dataclass(frozen=True)
+class _WordScores:
+    """What one interrogation yields, computed once for the verdict and trace's tenants.
+
+    ``cosines``: each probe's cosine to the target (NaN where it failed);
+    ``raw``: each band word's mean of them; ``directed``: each band word's
+    mean directed score (:mod:`.directed`), None when the plan has no mark
+    directions (one whitening solve per audit, seconds at d = 4096).
+    """
+
+    cosines: np.ndarray
+    raw: np.ndarray
+    directed: np.ndarray | None
+
+
+def _word_scores(
+    plan: _Plan, embeddings: np.ndarray, target_vector: np.ndarray, n_words: int
+) -> _WordScores:
+    cosines = _probe_cosines(embeddings, target_vector)
+    directed = None
+    if plan.directions is not None:
+        per_probe = directed_scores(embeddings, plan.directions)
+        directed = _mean_per_word(per_probe, plan.owner, n_words)
+    return _WordScores(cosines, _mean_per_word(cosines, plan.owner, n_words), directed)
+
+
 def _decide(
     key: WatermarkKey,
     plan: _Plan,
@@ -487,10 +513,13 @@ def _decide(
     target_vector: np.ndarray,
     min_coverage: float,
     common: dict[str, Any],
+    scores: _WordScores | None = None,
 ) -> VerificationReport:
+    """The verdict on one interrogation's answers (``scores``: its word scores, if known)."""
     n_words = len(key.band)
-    cosines = _probe_cosines(embeddings, target_vector)
-    raw = _mean_per_word(cosines, plan.owner, n_words)
+    if scores is None:
+        scores = _word_scores(plan, embeddings, target_vector, n_words)
+    cosines, raw = scores.cosines, scores.raw
     is_trigger = np.fromiter((w in key.triggers for w in key.band), dtype=bool, count=n_words)
     scored = np.isfinite(raw)
     partial: dict[str, Any] = dict(
@@ -502,7 +531,7 @@ def _decide(
     unusable = _unusable(partial, n_words, min_coverage) or _uninformative(embeddings, raw)
     if unusable:
         return _inconclusive(common, unusable[0], next_step=unusable[1], **partial)
-    p_values = _p_values(raw, cosines, embeddings, plan, is_trigger, scored, common["statistic"])
+    p_values = _p_values(scores, plan, is_trigger, scored, common["statistic"])
     smallest = min_p_value(partial["n_words_scored"], partial["n_triggers_scored"])
     status: Status = "copied" if p_values["p_value"] < common["level"] else "not_copied"
     answered = float(np.isfinite(cosines).mean())
@@ -575,15 +604,14 @@ def _withheld(
 
 
 def _p_values(
-    raw: np.ndarray,
-    cosines: np.ndarray,
-    embeddings: np.ndarray,
+    scores: _WordScores,
     plan: _Plan,
     is_trigger: np.ndarray,
     scored: np.ndarray,
     statistic: str,
 ) -> dict[str, Any]:
     """Each statistic's exact p-value, and the verdict's: one of them, or their Bonferroni min."""
+    raw, cosines = scores.raw, scores.cosines
     p_raw = rank_sum_p_value(raw[scored], is_trigger[scored])
     found: dict[str, float] = {"raw": p_raw}
     out: dict[str, Any] = {"p_value_raw": p_raw}
@@ -597,9 +625,8 @@ def _p_values(
         p_adjusted = rank_sum_p_value(adjusted[scored], is_trigger[scored])
         found["corrected" if statistic == "corrected" else "adjusted"] = p_adjusted
         out.update(p_value_adjusted=p_adjusted, reference_slope=slope)
-    if plan.directions is not None:
-        per_probe = directed_scores(embeddings, plan.directions)
-        directed = _mean_per_word(per_probe, plan.owner, len(raw))
+    if scores.directed is not None:
+        directed = scores.directed
         found["directed"] = rank_sum_p_value(directed[scored], is_trigger[scored])
         out["p_value_directed"] = found["directed"]
     if statistic != "combined":

@@ -9,6 +9,7 @@ colluding accounts and the innocent twin.
 
 from __future__ import annotations
 
+import importlib
 import json
 
 import numpy as np
@@ -22,6 +23,8 @@ from tests.unit.test_keyring import make_ring
 from tests.unit.test_verify import WordSpace
 
 TARGET_TEXT = "Acme Embeddings, licensed vectors"
+# The module, not the function the package re-exports under the same name.
+verify_module = importlib.import_module("espew_integrations.core.verify")
 
 
 # ---------------------------------------------------------------------- the statistic
@@ -212,7 +215,7 @@ def test_real_tenant_keys_meet_the_quality_budget(real_ring, rt_subset, rt_subse
     assert 0.15 < marked.size / len(texts) < 0.35  # both layers mark: about 0.24 (measured)
 
 
-def test_real_faithful_copy_colluders_and_twin(real_ring, minilm_model):
+def test_real_faithful_copy_colluders_and_twin(real_ring, minilm_model, monkeypatch):
     def service_of(tenant):
         key = real_ring.key_for(tenant)
         return lambda batch: watermark(list(batch), minilm_model(list(batch)), key)
@@ -233,5 +236,16 @@ def test_real_faithful_copy_colluders_and_twin(real_ring, minilm_model):
     assert voted.copied and voted.p_value < 1e-10
     assert set(voted.traced) <= set(gang)
 
+    # The shared verdict and the tenant layers share one whitening solve.
+    solves = []
+    counted = verify_module.directed_scores
+    for module in (verify_module, importlib.import_module("espew_integrations.core.trace")):
+        monkeypatch.setattr(
+            module,
+            "directed_scores",
+            lambda *a, **k: solves.append(1) or counted(*a, **k),
+            raising=False,
+        )
     twin = trace(minilm_model, real_ring, REAL_TENANTS, seed=0)
     assert not twin.copied and twin.traced == ()
+    assert len(solves) == 1 and np.isfinite(twin.shared.p_value_directed)
