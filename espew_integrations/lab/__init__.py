@@ -10,7 +10,8 @@ Public API (heavy dependencies load lazily inside the functions):
   for custom studies;
 - the wider threat model (``threats:`` in a config, :mod:`.threats`): the
   :class:`AuditRouter` thief, the :class:`ParaphraseThief` (WET) with its
-  :class:`NeighbourParaphraser`, and :func:`long_text_study` for RAG chunks.
+  :class:`NeighbourParaphraser`, :func:`long_text_study` for RAG chunks, and
+  the :class:`ErasingSuspect` that wipes the small coordinates it serves.
 
 >>> from espew_integrations.lab import run_lab
 >>> results = run_lab("smoke", output="lab-results/smoke")  # doctest: +SKIP
@@ -20,6 +21,7 @@ from .attacks import apply_attack, cse, parse_attack
 from .cache import cache_dir, cached_embed
 from .config import LabConfig, load_config
 from .data import load_data
+from .erasure import ErasingSuspect, erase_smallest
 from .paraphrase import NeighbourParaphraser, ParaphraseThief
 from .router import AuditHistory, AuditRouter, looks_like_audit
 from .runner import LabDependencyError, run_lab
@@ -32,6 +34,7 @@ __all__ = [
     "METHODS",
     "AuditHistory",
     "AuditRouter",
+    "ErasingSuspect",
     "FrozenMLPStealer",
     "LabConfig",
     "LabDependencyError",
@@ -43,6 +46,7 @@ __all__ = [
     "cache_dir",
     "cached_embed",
     "cse",
+    "erase_smallest",
     "load_config",
     "load_data",
     "long_text_study",
