@@ -15,7 +15,7 @@ Rotten Tomatoes corpus embedded by the offline MiniLM:
   returns (each index embeds its own queries, as a user of that service would);
 - how often the top-1 neighbour is the same.
 
-    python benchmarks/bench_key_quality.py [--seeds 1 2 3] [--queries 2000]
+    python benchmarks/bench_key_quality.py [--seeds 1 2 3] [--queries 2000] [--only default]
 """
 
 from __future__ import annotations
@@ -35,6 +35,7 @@ from espew_integrations.lab.metrics import retrieval_overlap
 
 CONFIGS = {
     "default (n=20, band 0.5-1%, alpha 0.2)": {},
+    "default triggers, alpha 0.75": {"alpha": 0.75},
     "stronger (n=50, band 1-2%, alpha 0.5, 16 probes/word)": {
         "n_triggers": 50,
         "freq_band": (0.01, 0.02),
@@ -61,7 +62,15 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
     parser.add_argument("--queries", type=int, default=2000)
     parser.add_argument("--min-cosine", type=float, default=0.995)
+    parser.add_argument(
+        "--only", nargs="+", default=None, metavar="PREFIX", help="keys whose name starts so"
+    )
     args = parser.parse_args()
+    configs = {
+        name: options
+        for name, options in CONFIGS.items()
+        if args.only is None or any(name.startswith(prefix) for prefix in args.only)
+    }
     texts, victim, _, _ = corpus_lookups()
     model, clean = victim.model, victim.matrix
     print(
@@ -73,9 +82,9 @@ def main() -> None:
         f"{'top-10 overlap':>15} {'same top-1':>11}"
     )
     print(header)
-    summary: dict[str, list[tuple[float, ...]]] = {name: [] for name in CONFIGS}
+    summary: dict[str, list[tuple[float, ...]]] = {name: [] for name in configs}
     for seed in args.seeds:
-        for name, options in CONFIGS.items():
+        for name, options in configs.items():
             key = WatermarkKey.generate(
                 texts,
                 victim,
