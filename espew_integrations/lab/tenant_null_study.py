@@ -6,8 +6,10 @@ uses) over a synthetic band, draws per-word scores for a suspect, and runs the r
 statistic :func:`.trace.tenant_p_values` on them. Synthetic scores are enough:
 under the null the test only needs the scores to be independent of the draws,
 which they are by construction, and the rank test is distribution-free. The
-raw and reference scores are correlated, as a faithful copy's are, so both
-halves of the combined statistic are exercised.
+raw and reference scores are correlated, as a faithful copy's are, and a
+directed score (:mod:`..core.directed`) correlated with the raw one is passed
+too, so all three parts of the combined statistic are exercised, with the
+factor 3 the key's stored probe embeddings bring.
 
 Two kinds of suspect:
 
@@ -80,13 +82,15 @@ def tenant_null_study(
         layers, n_universe = _fresh_layers(rng, band, ids, n_shared, n_tenant)
         reference = rng.normal(size=n_universe)
         raw = 0.6 * reference + 0.8 * rng.normal(size=reference.size)
+        directed = 0.3 * raw + rng.normal(size=reference.size)
         if suspect == "copy_of_one":
             raw[layers[0]] += shift
-        p = tenant_p_values(raw, reference, layers, level=levels[0])
+            directed[layers[0]] += shift
+        p = tenant_p_values(raw, reference, layers, level=levels[0], directed=directed)
         for level in levels:
             if level != levels[0] and (p < levels[0]).any():
                 # someone was named at the larger level: the second round differs here
-                p = tenant_p_values(raw, reference, layers, level=level)
+                p = tenant_p_values(raw, reference, layers, level=level, directed=directed)
             hit = p < level
             innocent = hit[1:] if suspect == "copy_of_one" else hit
             false[level] += int(innocent.any())
