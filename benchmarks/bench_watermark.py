@@ -10,7 +10,7 @@ compared, because these machines are noisy. Targets (issues 2 and 13): >= 5x fas
 reference with every row triggered; <= 4x a normalise pass with every row
 triggered and <= 2x at 15%.
 
-    python benchmarks/bench_watermark.py [--rounds 7] [--selection smallest]
+    python benchmarks/bench_watermark.py [--rounds 7] [--selection smallest] [--alpha 0.75]
 """
 
 from __future__ import annotations
@@ -22,13 +22,14 @@ import time
 import numpy as np
 
 from espew_integrations import WatermarkKey, tokenize, watermark
+from espew_integrations.core.key import DEFAULT_ALPHA
 
 N_ROWS = 2000
 DIMS = (384, 1024, 4096)
 STRENGTHS = (1.0, 0.25)
 
 
-def make_key(dim: int, selection: str, strength: float = 1.0) -> WatermarkKey:
+def make_key(dim: int, selection: str, strength: float = 1.0, alpha: float = 0.2) -> WatermarkKey:
     rng = np.random.default_rng(dim)
     band = ["".join(chr(97 + int(c)) for c in str(i).zfill(3)) + "band" for i in range(200)]
     target = rng.normal(size=dim)
@@ -40,6 +41,7 @@ def make_key(dim: int, selection: str, strength: float = 1.0) -> WatermarkKey:
         salt=rng.bytes(32),
         selection=selection,
         strength=strength,
+        alpha=alpha,
     )
 
 
@@ -90,10 +92,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--selection", default="smallest", choices=["smallest", "hashed"])
+    parser.add_argument(
+        "--alpha", type=float, default=DEFAULT_ALPHA, help="share of coordinates a mark writes"
+    )
     args = parser.parse_args()
     rng = np.random.default_rng(0)
     print(
         f"watermark() on {N_ROWS} float32 embeddings, selection={args.selection}, "
+        f"alpha={args.alpha:g}, "
         f"median of {args.rounds} interleaved rounds"
     )
     header = (
@@ -111,7 +117,7 @@ def main() -> None:
         clean = rng.normal(size=(N_ROWS, dim)).astype(np.float32)
         clean /= np.linalg.norm(clean, axis=1, keepdims=True)
         for strength in STRENGTHS:
-            key = make_key(dim, args.selection, strength)
+            key = make_key(dim, args.selection, strength, args.alpha)
             for fraction in (1.0, 0.15):
                 texts = make_texts(key, fraction, rng)
                 share = key.contains_trigger(texts).mean()

@@ -14,7 +14,7 @@
 5. A RAG builder indexes part of the corpus through the LangChain wrapper into
    an embedded Chroma and sees the same top results as a clean index.
 
-    python examples/demo.py [--texts 3000] [--rag-texts 500] [--alpha 0.2]
+    python examples/demo.py [--texts 3000] [--rag-texts 500] [--alpha 0.75]
                             [--strength S] [--min-cosine 0.995] [--out demo-output]
 
 Every step prints how long it took; a step that runs for more than a few
@@ -38,7 +38,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from espew_integrations import WatermarkKey, verify, watermark
-from espew_integrations.core.key import DEFAULT_MIN_COSINE
+from espew_integrations.core.key import DEFAULT_ALPHA, DEFAULT_MIN_COSINE
 from espew_integrations.core.probes import row_cosines
 from espew_integrations.evidence import save_private_evidence
 from espew_integrations.lab.stealers import RidgeStealer
@@ -80,7 +80,12 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description="ESpeW end to end on the offline defaults.")
     parser.add_argument("--texts", type=int, default=3000, help="texts the service answers")
     parser.add_argument("--rag-texts", type=int, default=500, help="texts the RAG step indexes")
-    parser.add_argument("--alpha", type=float, default=0.2, help="watermark proportion")
+    parser.add_argument(
+        "--alpha",
+        type=float,
+        default=DEFAULT_ALPHA,
+        help=f"share of coordinates a mark writes (default {DEFAULT_ALPHA:g})",
+    )
     parser.add_argument(
         "--strength",
         type=float,

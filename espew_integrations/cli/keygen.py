@@ -15,7 +15,7 @@ from ..arguments import (
     add_target_text_arguments,
     target_text_from,
 )
-from ..core.key import DEFAULT_MIN_COSINE
+from ..core.key import DEFAULT_ALPHA, DEFAULT_MIN_COSINE
 from ..models import resolve_embedder
 from ..textfiles import read_text_file
 from .common import (
@@ -70,7 +70,12 @@ def register(subparsers: Any) -> None:
 
 def _add_key_shape_flags(keygen: argparse.ArgumentParser) -> None:
     keygen.add_argument("--n-triggers", type=positive_int, default=20)
-    keygen.add_argument("--alpha", type=float, default=0.2)
+    keygen.add_argument(
+        "--alpha",
+        type=float,
+        default=DEFAULT_ALPHA,
+        help=f"share of coordinates a mark is written into (default {DEFAULT_ALPHA:g})",
+    )
     keygen.add_argument(
         "--strength",
         type=float,

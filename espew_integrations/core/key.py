@@ -48,6 +48,7 @@ from .text import LEGACY_LOWER, UNICODE_V1, TextView
 from .words import TriggerMatcher
 
 __all__ = [
+    "DEFAULT_ALPHA",
     "DEFAULT_MIN_COSINE",
     "KEY_FORMAT",
     "KEY_VERSION",
@@ -71,6 +72,12 @@ READABLE_VERSIONS = (1, 2)
 #: The quality budget keygen fits the write strength to by default: mean
 #: cos(clean, watermarked) over the keygen corpus's marked texts.
 DEFAULT_MIN_COSINE = 0.995
+#: The share of coordinates keygen writes a mark into by default. The paper
+#: uses 0.2; at the 0.995 budget 0.75 costs search nothing measurable (top-10
+#: overlap 0.978 against 0.980), convicts both weak neural copies on every key
+#: where 0.2 missed one of three, and survives a thief that erases its answers'
+#: smallest coordinates, which 0.2 does not (docs/limitations.md).
+DEFAULT_ALPHA = 0.75
 
 
 class KeyFileWarning(UserWarning):
@@ -574,7 +581,7 @@ class WatermarkKey(Sealed):
         target_text: str,
         n_triggers: int = 20,
         freq_band: tuple[float, float] = (0.005, 0.01),
-        alpha: float = 0.2,
+        alpha: float = DEFAULT_ALPHA,
         selection: Selection = "smallest",
         strength: float | None = None,
         min_cosine: float | None = DEFAULT_MIN_COSINE,
@@ -593,6 +600,11 @@ class WatermarkKey(Sealed):
         ``n_triggers`` of them become the triggers, a keyed draw from the salt
         (:mod:`.draw`) that anyone shown the key can re-derive. The target is
         ``embed([target_text])``; pick a text unrelated to the corpus topics.
+
+        **Alpha.** The share of coordinates a mark is written into: 0.75 by
+        default (:data:`DEFAULT_ALPHA`, and why); the paper's 0.2 is weaker
+        against distilled copies and against a thief who erases small
+        coordinates, at the same quality budget.
 
         **Quality budget.** With ``strength=None`` (the default) the write
         strength is fitted so that the mean cos(clean, watermarked) over the

@@ -20,7 +20,7 @@ import numpy as np
 from .draw import draw_band, draw_triggers
 from .errors import KeyGenerationError
 from .inject import watermark
-from .key import DEFAULT_MIN_COSINE, EmbedFn, Selection, WatermarkKey
+from .key import DEFAULT_ALPHA, DEFAULT_MIN_COSINE, EmbedFn, Selection, WatermarkKey
 from .key_checks import (
     SALT_BYTES,
     check_alpha,
@@ -52,7 +52,7 @@ def generate(
     target_text: str,
     n_triggers: int = 20,
     freq_band: tuple[float, float] = (0.005, 0.01),
-    alpha: float = 0.2,
+    alpha: float = DEFAULT_ALPHA,
     selection: Selection = "smallest",
     strength: float | None = None,
     min_cosine: float | None = DEFAULT_MIN_COSINE,

@@ -445,7 +445,7 @@ def test_watermarked_index_retrieves_like_the_clean_one(key):
     pairs = list(zip(top["clean"], top["watermarked"], strict=True))
     overlap = np.mean([len(set(a) & set(b)) / 10 for a, b in pairs])
     assert np.mean([a[0] == b[0] for a, b in pairs]) >= 0.95
-    assert overlap >= 0.93  # measured 0.970 for this fitted key and query set
+    assert overlap >= 0.93  # measured 0.967 for this fitted key and query set (0.970 at alpha 0.2)
     triggered = key.contains_trigger(texts)
     marked = np.stack(ESpeWEmbeddingFunction(ReplayFunction(table), key)(texts))
     cos = np.einsum("ij,ij->i", marked[triggered], clean[triggered])

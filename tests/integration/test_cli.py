@@ -634,7 +634,10 @@ def test_key_check_flags_an_unverifiable_version_1_key(tmp_path, key, capsys):
 
 def test_key_check_refuses_an_edited_key(tmp_path, key_path, capsys):
     edited = tmp_path / "edited.key"
-    edited.write_text(key_path.read_text().replace('"alpha": 0.2', '"alpha": 0.3'))
+    original = key_path.read_text()
+    changed = re.sub(r'"alpha": [0-9.]+', '"alpha": 0.333', original, count=1)
+    assert changed != original
+    edited.write_text(changed)
     edited.chmod(0o600)
     assert main(["key", "check", str(edited)]) == EXIT_USAGE
     assert "checksum" in capsys.readouterr().err

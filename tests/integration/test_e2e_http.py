@@ -239,7 +239,7 @@ def test_verify_over_http_says_the_copy_is_copied(workdir, servers, key):
     assert result.returncode == 1, result.stdout + result.stderr
     report = json.loads((workdir / "evidence" / "report.json").read_text())
     # The key is fitted to the 0.995 budget and the copy saw 2,000 answers (about
-    # 250 marked): convicted at the default level (measured p = 1.2e-8).
+    # 250 marked): convicted at the default level (measured p = 2.8e-20; 1.2e-8 at alpha 0.2).
     assert report["status"] == "copied"
     assert report["p_value"] < 1e-6
     assert report["n_queries"] == len(key.probe_texts) and report["n_failed_queries"] == 0

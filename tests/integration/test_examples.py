@@ -30,8 +30,9 @@ EXAMPLES = ROOT / "examples"
 RAG_TEXTS = 200
 #: answers the thief collects in the provider example (its default too). The key's strength
 #: is fitted to cos 0.995, so below ~2,000 answers a ridge copy carries too little watermark
-#: for the 1e-6 level (measured with the example's key over HTTP: p = 2.1e-5 at 800,
-#: 9.7e-6 at 1,500, 1.0e-8 at 2,000, 7.5e-10 at 3,000; at 500 answers p = 7.9e-4)
+#: for the 1e-6 level (measured with the example's key at alpha 0.2, the default then,
+#: over HTTP: p = 2.1e-5 at 800, 9.7e-6 at 1,500, 1.0e-8 at 2,000, 7.5e-10 at 3,000;
+#: at 500 answers p = 7.9e-4)
 PROVIDER_TEXTS = 3000
 #: seconds a script may run (the provider example takes ~150 s alone on 2 busy cores)
 SCRIPT_TIMEOUT = 600
