@@ -12,10 +12,11 @@ benchmark prices that attack on both sides, at the 0.995 quality budget:
   itself, the end-to-end torch copy and the frozen-MLP copy after CSE K=50,
   each erased at every fraction, and on the erased innocent twin and
   independent model;
-- for the default key and the stronger key of ``docs/limitations.md``
-  (50 triggers, band 1-2%, alpha 0.75, 16 probes per word), 3 key seeds each.
+- for the paper's alpha 0.2, the default key (alpha 0.75) and the 50-trigger key
+  of ``docs/limitations.md`` (band 1-2%, alpha 0.75, 16 probes per word), 3 key
+  seeds each.
 
-Offline MiniLM + Rotten Tomatoes. Run (about 15 minutes on 2 cores):
+Offline MiniLM + Rotten Tomatoes. Run (about 7 minutes per configuration on 2 cores):
 
     .venv/bin/python benchmarks/bench_erasure.py --out docs/results/erasure
 """
@@ -40,8 +41,9 @@ from espew_integrations.core.probes import unit_rows
 from espew_integrations.lab.erasure import ErasingSuspect, erase_smallest
 
 CONFIGS = (
-    "default:n=20,band=0.005-0.01,alpha=0.2",
-    "stronger:n=50,band=0.01-0.02,alpha=0.75,ppw=16",
+    "alpha-0.2:n=20,band=0.005-0.01,alpha=0.2",
+    "default:n=20,band=0.005-0.01,alpha=0.75",
+    "50-triggers:n=50,band=0.01-0.02,alpha=0.75,ppw=16",
 )
 SUSPECTS = (
     "service itself",
