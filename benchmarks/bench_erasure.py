@@ -37,8 +37,9 @@ from bench_faithful_copy import corpus_lookups
 from bench_frontier import build, parse_config
 
 from espew_integrations import verify
-from espew_integrations.core.probes import unit_rows
+from espew_integrations.core.probes import row_cosines
 from espew_integrations.lab.erasure import ErasingSuspect, erase_smallest
+from espew_integrations.lab.metrics import retrieval_overlap
 
 CONFIGS = (
     "alpha-0.2:n=20,band=0.005-0.01,alpha=0.2",
@@ -67,20 +68,10 @@ COLUMNS = ("service", "torch", "MLP+CSE", "innocents min p")
 
 def thief_cost(matrix: np.ndarray, mode: str, fraction: float) -> dict:
     """What erasing costs the thief's customers: cosine and top-10 neighbours kept."""
-    clean = unit_rows(matrix)
-    erased = erase_smallest(clean, fraction, mode=mode, noise_seeds=list(range(len(clean))))
-    queries = np.random.default_rng(0).choice(len(clean), QUERIES, replace=False)
-
-    def top10(rows):
-        sims = rows[queries] @ rows.T
-        sims[np.arange(QUERIES), queries] = -np.inf  # a query is not its own neighbour
-        return np.argpartition(-sims, 10, axis=1)[:, :10]
-
-    before, after = top10(clean), top10(erased)
-    overlap = np.mean([len(np.intersect1d(a, b)) / 10 for a, b in zip(before, after, strict=True)])
+    erased = erase_smallest(matrix, fraction, mode=mode, noise_seeds=list(range(len(matrix))))
     return {
-        "cos_to_served": float(np.mean(np.einsum("ij,ij->i", erased, clean))),
-        "top10_overlap": float(overlap),
+        "cos_to_served": float(row_cosines(erased, matrix).mean()),
+        "top10_overlap": retrieval_overlap(matrix, erased, n_queries=QUERIES, seed=0),
     }
 
 
