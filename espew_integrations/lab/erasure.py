@@ -45,10 +45,7 @@ def erase_smallest(
     rows = np.asarray(rows, dtype=np.float64)
     if rows.ndim != 2:
         raise ValueError(f"rows must be a 2-d array, got shape {rows.shape}")
-    if not 0.0 <= fraction < 1.0:
-        raise ValueError(f"fraction must be in [0, 1), got {fraction}")
-    if mode not in ERASURE_MODES:
-        raise ValueError(f"unknown erasure mode {mode!r}; choose from {ERASURE_MODES}")
+    _check_settings(fraction, mode)
     k = round(fraction * rows.shape[1])
     if k == 0:
         return unit_rows(rows)
@@ -63,6 +60,13 @@ def erase_smallest(
         noise = np.stack([np.random.default_rng(s).standard_normal(k) for s in noise_seeds])
         np.put_along_axis(out, smallest, noise * scale[:, None], axis=1)
     return unit_rows(out)
+
+
+def _check_settings(fraction: float, mode: str) -> None:
+    if not 0.0 <= fraction < 1.0:
+        raise ValueError(f"fraction must be in [0, 1), got {fraction}")
+    if mode not in ERASURE_MODES:
+        raise ValueError(f"unknown erasure mode {mode!r}; choose from {ERASURE_MODES}")
 
 
 class ErasingSuspect:
@@ -80,7 +84,7 @@ class ErasingSuspect:
         mode: ErasureMode = "zero",
         seed: int = 0,
     ) -> None:
-        erase_smallest(np.ones((1, 4)), fraction, mode=mode, noise_seeds=[0])  # checks
+        _check_settings(fraction, mode)
         self.suspect, self.fraction, self.mode, self.seed = suspect, fraction, mode, seed
 
     def __call__(self, texts: Sequence[str]) -> np.ndarray:
