@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as _dt
+import functools
 import math
 from collections.abc import Callable, Sequence
 from typing import Any, Literal
@@ -485,25 +486,30 @@ class _WordScores:
     """What one interrogation yields, computed once for the verdict and trace's tenants.
 
     ``cosines``: each probe's cosine to the target (NaN where it failed);
-    ``raw``: each band word's mean of them; ``directed``: each band word's
-    mean directed score (:mod:`.directed`), None when the plan has no mark
-    directions (one whitening solve per audit, seconds at d = 4096).
+    ``raw``: each band word's mean of them; :attr:`directed` is computed on
+    first use only, since it costs a whitening solve (seconds at d = 4096)
+    that an audit found unusable never needs.
     """
 
+    plan: _Plan
+    embeddings: np.ndarray
     cosines: np.ndarray
     raw: np.ndarray
-    directed: np.ndarray | None
+
+    @functools.cached_property
+    def directed(self) -> np.ndarray | None:
+        """Each band word's mean directed score (:mod:`.directed`); None without mark directions."""
+        if self.plan.directions is None:
+            return None
+        per_probe = directed_scores(self.embeddings, self.plan.directions)
+        return _mean_per_word(per_probe, self.plan.owner, len(self.raw))
 
 
 def _word_scores(
     plan: _Plan, embeddings: np.ndarray, target_vector: np.ndarray, n_words: int
 ) -> _WordScores:
     cosines = _probe_cosines(embeddings, target_vector)
-    directed = None
-    if plan.directions is not None:
-        per_probe = directed_scores(embeddings, plan.directions)
-        directed = _mean_per_word(per_probe, plan.owner, n_words)
-    return _WordScores(cosines, _mean_per_word(cosines, plan.owner, n_words), directed)
+    return _WordScores(plan, embeddings, cosines, _mean_per_word(cosines, plan.owner, n_words))
 
 
 def _decide(
