@@ -616,8 +616,9 @@ class WatermarkKey(Sealed):
         band word, ``probes_per_word``, within a 2,000-query budget) and the
         clean model's cosine to the target for each (see :mod:`.probes`), so
         nothing but the key and the suspect is needed at audit time. Unless
-        ``twin_check=False``, a key the clean model itself (the innocent twin)
-        would implicate at ``twin_level`` is refused.
+        ``twin_check=False``, a draw the clean model itself (the innocent twin)
+        would implicate at ``twin_level`` is thrown away and drawn again (about
+        1 draw in 500 at the default; ``info["twin_redraws"]`` counts them).
 
         ``window`` is the model's input window in tokens (256 for the offline
         MiniLM): triggers past it are never read and never mark. ``seed=None``

@@ -11,6 +11,7 @@ this module imports the key, never the reverse at load time (see
 
 from __future__ import annotations
 
+import functools
 import secrets
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -43,6 +44,12 @@ DEFAULT_PROBES_PER_WORD = 8
 DEFAULT_PROBE_BUDGET = 2000
 #: At most this many marked corpus texts are embedded to fit the strength.
 _FIT_SAMPLE = 1000
+#: Fresh draws (salt, triggers, probes) keygen makes before it gives up on the twin check.
+#: Under the trigger draw the twin's two rank tests are exact, so a draw is refused with
+#: probability at most ``2 * twin_level`` whatever the model and target: a refusal is bad
+#: luck, redrawn here rather than handed to the user, and five refusals in a row mean
+#: something is broken rather than unlucky.
+_MAX_DRAWS = 5
 
 
 def generate(
@@ -66,27 +73,30 @@ def generate(
 ) -> WatermarkKey:
     """Draw a fresh key; the options are documented on :meth:`WatermarkKey.generate`.
 
-    The steps, in order: check every option before any slow work; draw the
-    salt, the band and the triggers; embed the target; fit the strength to the
+    The steps, in order: check every option before any slow work; embed the
+    target; draw the salt, the band and the triggers; fit the strength to the
     quality budget on the marked corpus texts; store the audit's probes and
-    the clean model's reference cosines; refuse a key the clean model itself
-    would implicate.
+    the clean model's reference cosines; and if the clean model itself would
+    implicate the draw, throw it away and draw again (at most ``_MAX_DRAWS``).
+
+    The redraw conditions the key on passing the twin check, which a draw
+    fails with probability at most ``2 * twin_level``; so an innocent suspect
+    is convicted with probability at most ``level / (1 - 2 * twin_level)``
+    (1.002 times the level at the default), the price of never shipping a key
+    the provider's own clean model would convict.
     """
     texts = _materialise_corpus(corpus)
     _check_generate_options(target_text, n_triggers, alpha, strength, min_cosine)
+    _check_twin_level(twin_level)
     _check_key_shape(selection, freq_band, normalization, window)
-    band, n_texts = _corpus_band(texts, freq_band, n_triggers, normalization)
+    full_band, n_texts = _corpus_band(texts, freq_band, n_triggers, normalization)
     rng = np.random.default_rng(seed)
-    salt = secrets.token_bytes(SALT_BYTES) if seed is None else rng.bytes(SALT_BYTES)
-    band = _cap_band(salt, band, n_triggers, max_band_words)
     target = _embed_target(embed, target_text)
     check_positions(alpha, target.size, error=KeyGenerationError)
-    draft = WatermarkKey(
-        triggers=draw_triggers(salt, band, n_triggers),
+    draft = functools.partial(  # one key per draw; the draws differ in salt, band, triggers
+        WatermarkKey,
         target=target,
         target_text=target_text,
-        band=band,
-        salt=salt,
         alpha=alpha,
         selection=selection,
         strength=1.0 if strength is None else strength,
@@ -94,16 +104,32 @@ def generate(
         normalization=normalization,
         window=window,
     )
-    info: dict[str, Any] = {"corpus_texts": n_texts, "band_size": len(band)}
-    info.update(_fit_quality(draft, embed, texts, rng, strength, min_cosine))
-    key = draft.replace(
-        strength=info["strength"],
-        info=info,
-        **_audit_probes(embed, texts, band, salt, target, probes_per_word, normalization),
+    refused: list[float] = []
+    for _ in range(_MAX_DRAWS):
+        salt = secrets.token_bytes(SALT_BYTES) if seed is None else rng.bytes(SALT_BYTES)
+        band = _cap_band(salt, full_band, n_triggers, max_band_words)
+        drawn = draft(triggers=draw_triggers(salt, band, n_triggers), band=band, salt=salt)
+        info: dict[str, Any] = {"corpus_texts": n_texts, "band_size": len(band)}
+        info.update(_fit_quality(drawn, embed, texts, rng, strength, min_cosine))
+        key = drawn.replace(
+            strength=info["strength"],
+            info=info,
+            **_audit_probes(embed, texts, band, salt, target, probes_per_word, normalization),
+        )
+        if not twin_check:
+            return key
+        twin_p = _twin_p_value(key)
+        if twin_p >= twin_level:
+            info.update(twin_p_value=twin_p, twin_redraws=len(refused))
+            return key.replace(info=info)
+        refused.append(twin_p)
+    raise KeyGenerationError(
+        f"the clean model itself ranked the triggers near the target in all {_MAX_DRAWS} "
+        f"draws (twin p = {', '.join(f'{p:.2e}' for p in refused)}, each < {twin_level:g}); "
+        "by chance this happens at most once in "
+        f"{1 / (2 * twin_level) ** _MAX_DRAWS:.0e} calls, so the clean model's cosines to "
+        "the target are degenerate: check the model and the target text"
     )
-    if twin_check:
-        key = key.replace(info={**info, "twin_p_value": _check_twin(key, twin_level)})
-    return key
 
 
 # ---------------------------------------------------------------------- steps
@@ -176,19 +202,6 @@ def _audit_probes(
     )
 
 
-def _check_twin(key: WatermarkKey, twin_level: float) -> float:
-    """The clean model's own p-value; raises if it would implicate an innocent twin."""
-    twin_p = _twin_p_value(key)
-    if twin_p < twin_level:
-        raise KeyGenerationError(
-            f"the clean model itself already ranks this key's triggers near the target "
-            f"(twin p = {twin_p:.2e} < {twin_level:g}), so a verdict could accuse an "
-            "innocent service. Choose a target text unrelated to the corpus topics, or "
-            "draw again with another seed."
-        )
-    return twin_p
-
-
 def _materialise_corpus(corpus: Iterable[str]) -> list[str]:
     if isinstance(corpus, str):
         raise KeyGenerationError("corpus must be an iterable of texts, not one string")
@@ -219,6 +232,18 @@ def _check_generate_options(
         or not (0.0 < min_cosine < 1.0)
     ):
         raise KeyGenerationError(f"min_cosine must be in (0, 1), got {min_cosine!r}")
+
+
+def _check_twin_level(twin_level: object) -> None:
+    if (
+        isinstance(twin_level, bool)
+        or not isinstance(twin_level, (int, float))
+        or not (0.0 < twin_level < 0.5)
+    ):
+        raise KeyGenerationError(
+            f"twin_level must be in (0, 0.5): a draw fails the twin check with probability up "
+            f"to twice it; got {twin_level!r}"
+        )
 
 
 def _check_key_shape(

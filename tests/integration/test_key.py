@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from espew_integrations import KeyFileError, KeyGenerationError, WatermarkKey
+from espew_integrations.core import keygen
 from tests.support import make_key
 
 CORPUS = [
@@ -94,19 +95,45 @@ def test_generate_validates_its_arguments(kwargs, message):
         WatermarkKey.generate(texts, toy_embed, **args)
 
 
-def test_generate_refuses_a_key_its_innocent_twin_would_convict(minilm_model, rt_subset):
+def test_generate_redraws_a_key_its_innocent_twin_would_convict(minilm_model, rt_subset):
     kwargs = dict(seed=11, n_triggers=20)
-    probe = WatermarkKey.generate(
+    first = WatermarkKey.generate(
         rt_subset.texts, minilm_model, target_text="an unrelated text", twin_check=False, **kwargs
     )
-    # A target text made of the (same-seed) triggers sits close to them in the clean model.
-    target_text = " ".join(sorted(probe.triggers))
-    with pytest.raises(KeyGenerationError, match="innocent service"):
-        WatermarkKey.generate(rt_subset.texts, minilm_model, target_text=target_text, **kwargs)
+    # A target text made of the (same-seed) first draw's triggers sits close to them in
+    # the clean model: that draw fails the twin check, and keygen draws again.
+    target_text = " ".join(sorted(first.triggers))
+    unchecked = WatermarkKey.generate(
+        rt_subset.texts, minilm_model, target_text=target_text, twin_check=False, **kwargs
+    )
+    assert unchecked.triggers == first.triggers
+    assert keygen._twin_p_value(unchecked) < 1e-3
+    key = WatermarkKey.generate(rt_subset.texts, minilm_model, target_text=target_text, **kwargs)
+    assert key.info["twin_redraws"] >= 1
+    assert key.salt != first.salt and key.triggers != first.triggers
+    assert key.info["twin_p_value"] == keygen._twin_p_value(key) >= 1e-3
+    again = WatermarkKey.generate(rt_subset.texts, minilm_model, target_text=target_text, **kwargs)
+    assert again.salt == key.salt  # the redraw is seeded too
     ok = WatermarkKey.generate(
         rt_subset.texts, minilm_model, target_text="Acme Embeddings, licensed vectors", **kwargs
     )
-    assert ok.info["twin_p_value"] > 1e-3
+    assert ok.info["twin_p_value"] > 1e-3 and ok.info["twin_redraws"] == 0
+
+
+def test_generate_gives_up_when_every_draw_fails_the_twin_check(monkeypatch):
+    texts, _ = words_corpus()
+    monkeypatch.setattr(keygen, "_twin_p_value", lambda key: 1e-9)  # a degenerate model
+    with pytest.raises(KeyGenerationError, match=r"all 5 draws .*degenerate"):
+        WatermarkKey.generate(
+            texts, toy_embed, target_text="t", n_triggers=10, freq_band=(0.005, 0.02), seed=0
+        )
+
+
+@pytest.mark.parametrize("twin_level", [0.0, 0.5, -1e-3, True, "0.001"])
+def test_generate_refuses_a_twin_level_outside_0_to_half(twin_level):
+    texts, _ = words_corpus()
+    with pytest.raises(KeyGenerationError, match=r"twin_level must be in \(0, 0.5\)"):
+        WatermarkKey.generate(texts, toy_embed, target_text="t", twin_level=twin_level)
 
 
 def test_save_and_load_round_trip_with_mode_0600(tmp_path, key64):
