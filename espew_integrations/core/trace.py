@@ -75,8 +75,6 @@ from .verify import (
     _decide,
     _inconclusive,
     _interrogate,
-    _mean_per_word,
-    _Plan,
     _plan,
     _word_scores,
     _WordScores,
@@ -258,10 +256,8 @@ def trace(
         shared = _inconclusive(asked.common, asked.reason)
         return _no_verdict(shared, dict.fromkeys(ids, math.nan), 0, common)
     scores = _word_scores(plan, asked.embeddings, asked.target_vector, len(key.band))
-    shared = _decide(
-        key, plan, asked.embeddings, asked.target_vector, min_coverage, asked.common, scores
-    )
-    raw, reference, directed = _universe_scores(scores, plan, ring, shared.statistic)
+    shared = _decide(key, scores, min_coverage, asked.common)
+    raw, reference, directed = _universe_scores(scores, ring, shared.statistic)
     adjusted = tenant_p_values(
         raw,
         reference,
@@ -278,7 +274,7 @@ def trace(
 
 
 def _universe_scores(
-    scores: _WordScores, plan: _Plan, ring: KeyRing, statistic: str
+    scores: _WordScores, ring: KeyRing, statistic: str
 ) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None]:
     """Per universe word: the suspect's mean cosine to the target, the clean
     reference's, and the directed score (:mod:`.directed`).
@@ -289,10 +285,7 @@ def _universe_scores(
     per tenant. The reference is None when the plan has none or the statistic
     does not use it; so is the directed score.
     """
-    reference = None
-    if plan.reference is not None and statistic != "raw":
-        probe_ref = np.where(np.isfinite(scores.cosines), plan.reference, np.nan)
-        reference = _mean_per_word(probe_ref, plan.owner, len(ring.shared_key.band))
+    reference = scores.reference if statistic != "raw" else None
     directed = scores.directed if statistic in ("combined", "directed") else None
     position = {w: i for i, w in enumerate(ring.shared_key.band)}
     in_band = np.array([position[w] for w in ring.universe], dtype=np.int64)

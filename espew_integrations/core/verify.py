@@ -325,7 +325,8 @@ def verify(
     )
     if asked.reason:
         return _inconclusive(asked.common, asked.reason)
-    return _decide(key, plan, asked.embeddings, asked.target_vector, min_coverage, asked.common)
+    scores = _word_scores(plan, asked.embeddings, asked.target_vector, len(key.band))
+    return _decide(key, scores, min_coverage, asked.common)
 
 
 def check_suspect(suspect: object) -> None:
@@ -486,15 +487,24 @@ class _WordScores:
     """What one interrogation yields, computed once for the verdict and trace's tenants.
 
     ``cosines``: each probe's cosine to the target (NaN where it failed);
-    ``raw``: each band word's mean of them; :attr:`directed` is computed on
-    first use only, since it costs a whitening solve (seconds at d = 4096)
-    that an audit found unusable never needs.
+    ``raw``: each band word's mean of them; :attr:`reference` and
+    :attr:`directed` are computed on first use only: the directed score costs
+    a whitening solve (seconds at d = 4096) that an audit found unusable
+    never needs.
     """
 
     plan: _Plan
     embeddings: np.ndarray
     cosines: np.ndarray
     raw: np.ndarray
+
+    @functools.cached_property
+    def reference(self) -> np.ndarray | None:
+        """Each band word's mean clean-model cosine over its answered probes; None without one."""
+        if self.plan.reference is None:
+            return None
+        answered = np.where(np.isfinite(self.cosines), self.plan.reference, np.nan)
+        return _mean_per_word(answered, self.plan.owner, len(self.raw))
 
     @functools.cached_property
     def directed(self) -> np.ndarray | None:
@@ -513,18 +523,10 @@ def _word_scores(
 
 
 def _decide(
-    key: WatermarkKey,
-    plan: _Plan,
-    embeddings: np.ndarray,
-    target_vector: np.ndarray,
-    min_coverage: float,
-    common: dict[str, Any],
-    scores: _WordScores | None = None,
+    key: WatermarkKey, scores: _WordScores, min_coverage: float, common: dict[str, Any]
 ) -> VerificationReport:
-    """The verdict on one interrogation's answers (``scores``: its word scores, if known)."""
+    """The verdict on one interrogation's answers, from their word scores."""
     n_words = len(key.band)
-    if scores is None:
-        scores = _word_scores(plan, embeddings, target_vector, n_words)
     cosines, raw = scores.cosines, scores.raw
     is_trigger = np.fromiter((w in key.triggers for w in key.band), dtype=bool, count=n_words)
     scored = np.isfinite(raw)
@@ -534,10 +536,10 @@ def _decide(
         trigger_scores=tuple(float(s) for s in raw[scored & is_trigger]),
         benign_scores=tuple(float(s) for s in raw[scored & ~is_trigger]),
     )
-    unusable = _unusable(partial, n_words, min_coverage) or _uninformative(embeddings, raw)
+    unusable = _unusable(partial, n_words, min_coverage) or _uninformative(scores.embeddings, raw)
     if unusable:
         return _inconclusive(common, unusable[0], next_step=unusable[1], **partial)
-    p_values = _p_values(scores, plan, is_trigger, scored, common["statistic"])
+    p_values = _p_values(scores, is_trigger, scored, common["statistic"])
     smallest = min_p_value(partial["n_words_scored"], partial["n_triggers_scored"])
     status: Status = "copied" if p_values["p_value"] < common["level"] else "not_copied"
     answered = float(np.isfinite(cosines).mean())
@@ -550,7 +552,7 @@ def _decide(
         next_step=withheld[1] if withheld else "",
         min_possible_p_value=smallest,
         **p_values,
-        **_paper_metrics(cosines, plan.owner, is_trigger),
+        **_paper_metrics(cosines, scores.plan.owner, is_trigger),
         **partial,
         **common,
     )
@@ -611,20 +613,16 @@ def _withheld(
 
 def _p_values(
     scores: _WordScores,
-    plan: _Plan,
     is_trigger: np.ndarray,
     scored: np.ndarray,
     statistic: str,
 ) -> dict[str, Any]:
     """Each statistic's exact p-value, and the verdict's: one of them, or their Bonferroni min."""
-    raw, cosines = scores.raw, scores.cosines
+    raw, reference = scores.raw, scores.reference
     p_raw = rank_sum_p_value(raw[scored], is_trigger[scored])
     found: dict[str, float] = {"raw": p_raw}
     out: dict[str, Any] = {"p_value_raw": p_raw}
-    if plan.reference is not None:
-        reference = _mean_per_word(
-            np.where(np.isfinite(cosines), plan.reference, np.nan), plan.owner, len(raw)
-        )
+    if reference is not None:
         fitted = statistic != "corrected"
         slope = reference_slope(raw[scored], reference[scored]) if fitted else 1.0
         adjusted = raw - slope * reference
