@@ -29,6 +29,7 @@ __all__ = [
     "check_selection",
     "check_strength",
     "check_text_rules",
+    "is_number_between",
     "min_band_size",
     "n_positions",
 ]
@@ -49,8 +50,13 @@ def min_band_size(n_triggers: int) -> int:
     return 2 * n_triggers
 
 
+def is_number_between(value: object, low: float, high: float) -> bool:
+    """Whether ``value`` is a real number (not a bool, not NaN) with ``low < value < high``."""
+    return not isinstance(value, bool) and isinstance(value, (int, float)) and low < value < high
+
+
 def check_alpha(alpha: object) -> None:
-    if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not 0.0 < alpha < 1.0:
+    if not is_number_between(alpha, 0.0, 1.0):
         raise KeyGenerationError(f"alpha must be a number with 0 < alpha < 1, got {alpha!r}")
 
 

@@ -30,6 +30,7 @@ from .key_checks import (
     check_selection,
     check_strength,
     check_text_rules,
+    is_number_between,
     min_band_size,
 )
 from .probes import cosines_to, embed_rows, reference_cosines, row_cosines, select_sentence_probes
@@ -226,20 +227,12 @@ def _check_generate_options(
         check_strength(strength)
     elif min_cosine is None:
         raise KeyGenerationError("pass strength, or min_cosine to fit it (not both None)")
-    elif (
-        isinstance(min_cosine, bool)
-        or not isinstance(min_cosine, (int, float))
-        or not (0.0 < min_cosine < 1.0)
-    ):
+    elif not is_number_between(min_cosine, 0.0, 1.0):
         raise KeyGenerationError(f"min_cosine must be in (0, 1), got {min_cosine!r}")
 
 
 def _check_twin_level(twin_level: object) -> None:
-    if (
-        isinstance(twin_level, bool)
-        or not isinstance(twin_level, (int, float))
-        or not (0.0 < twin_level < 0.5)
-    ):
+    if not is_number_between(twin_level, 0.0, 0.5):
         raise KeyGenerationError(
             f"twin_level must be in (0, 0.5): a draw fails the twin check with probability up "
             f"to twice it; got {twin_level!r}"
