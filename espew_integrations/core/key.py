@@ -202,7 +202,14 @@ class WatermarkKey(Sealed):
 
     @property
     def target(self) -> np.ndarray:
-        """The secret target embedding: 1-D, unit norm, float64, read-only for good."""
+        """The secret target embedding: 1-D, unit norm, float64, read-only for good.
+
+        It is a real text's embedding by design. A vector in the model's
+        low-variance directions (a random one, say) survives CSE better, but
+        it puts every marked answer on one separable component, which ICA on
+        the stolen answers finds (``espew_integrations.lab.spectral``;
+        docs/limitations.md, "The target must look like an embedding").
+        """
         return self._target
 
     @property

@@ -11,7 +11,9 @@ Public API (heavy dependencies load lazily inside the functions):
 - the wider threat model (``threats:`` in a config, :mod:`.threats`): the
   :class:`AuditRouter` thief, the :class:`ParaphraseThief` (WET) with its
   :class:`NeighbourParaphraser`, :func:`long_text_study` for RAG chunks, and
-  the :class:`ErasingSuspect` that wipes the small coordinates it serves.
+  the :class:`ErasingSuspect` that wipes the small coordinates it serves;
+- :func:`find_displaced_rows` (:mod:`.spectral`): the thief's ICA search of its
+  stolen answers for a component that splits the marked rows off.
 
 >>> from espew_integrations.lab import run_lab
 >>> results = run_lab("smoke", output="lab-results/smoke")  # doctest: +SKIP
@@ -25,6 +27,7 @@ from .erasure import ErasingSuspect, erase_smallest
 from .paraphrase import NeighbourParaphraser, ParaphraseThief
 from .router import AuditHistory, AuditRouter, looks_like_audit
 from .runner import LabDependencyError, run_lab
+from .spectral import SpectralFinding, find_displaced_rows
 from .stealers import FrozenMLPStealer, RidgeStealer, make_stealer
 from .threats import long_text_study
 from .tune import tune
@@ -41,12 +44,14 @@ __all__ = [
     "NeighbourParaphraser",
     "ParaphraseThief",
     "RidgeStealer",
+    "SpectralFinding",
     "apply_attack",
     "build_watermark",
     "cache_dir",
     "cached_embed",
     "cse",
     "erase_smallest",
+    "find_displaced_rows",
     "load_config",
     "load_data",
     "long_text_study",
