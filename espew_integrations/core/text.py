@@ -261,7 +261,9 @@ def _canonical_unicode(text: str) -> str:
     for i, part in enumerate(parts):
         parts[i] = part.translate(tables.bmp) if i % 2 else _ascii(part)
     folded = "".join(parts)
-    if top >= _FIRST_IDEOGRAPH and tables.cjk.search(folded) is not None:
+    # The test is on the folded text: a character below the ideographs can map to
+    # one (the Kangxi radical "\u2f00" is "\u4e00", "\u3358" is "0\u70b9").
+    if folded and max(folded) >= _FIRST_IDEOGRAPH and tables.cjk.search(folded) is not None:
         folded = tables.cjk_gap.sub(" ", folded)
     return unicodedata.normalize("NFC", folded)
 

@@ -111,6 +111,8 @@ def reference(text: str) -> str:
         ("Δ\u20ddx", "δx"),  # enclosing mark (Me) dropped
         ("\U0001d415ac\U000e0041cine \U0001f600", "vaccine \U0001f600"),  # astral: math, tag
         ("VACCINE漢字", "vaccine 漢 字"),  # BERT reads each ideograph as a word
+        ("\u3358", "0 \u70b9"),  # folds to an ideograph from below the ideograph ranges
+        ("x\u2f00y", "x \u4e00 y"),  # a Kangxi radical is its ideograph, a word of its own
     ],
 )
 def test_unicode_v1_undoes_evasions(raw, canonical):
