@@ -172,16 +172,23 @@ class KeySettings:
     freq_band: tuple[float, float]
     alpha: float
     max_band_words: int | None
-    strength: float | None = None  # None: the paper's full write (1)
+    strength: float | None = None  # None: the paper's full write (1), unless min_cosine
+    #: Fit the strength to this quality budget instead (``WatermarkKey.generate``'s
+    #: ``min_cosine``: mean cos(clean, watermarked) on the lab corpus's marked rows).
+    min_cosine: float | None = None
 
     @classmethod
     def parse(cls, fields: _Fields) -> KeySettings:
         band = fields.numbers("freq_band", low=0.0, high=1.0)
         if len(band) != 2 or band[0] >= band[1]:
             raise fields._fail("freq_band", "two numbers [low, high] with low < high")
-        strength = None
+        strength = min_cosine = None
         if fields.raw.get("strength") is not None:
             strength = fields.number("strength", low=0.0, high=1.0 + 1e-12)
+        if fields.raw.get("min_cosine") is not None:
+            if strength is not None:
+                raise fields._fail("min_cosine", "left out when strength is set (one or the other)")
+            min_cosine = fields.number("min_cosine", low=0.0, high=1.0)
         return cls(
             target_text=fields.text("target_text"),
             n_triggers=fields.integer("n_triggers", minimum=1),
@@ -189,6 +196,7 @@ class KeySettings:
             alpha=fields.number("alpha", low=0.0, high=1.0),
             max_band_words=fields.optional_integer("max_band_words", minimum=1),
             strength=strength,
+            min_cosine=min_cosine,
         )
 
 
@@ -352,8 +360,9 @@ class LabConfig:
     def to_dict(self) -> dict[str, Any]:
         """The config as plain JSON-ready data, in the YAML's shape."""
         out = _plain(self)
-        if out["key"]["strength"] is None:
-            del out["key"]["strength"]
+        for optional in ("strength", "min_cosine"):  # absent keeps older configs' digests
+            if out["key"][optional] is None:
+                del out["key"][optional]
         out["expected_escapes"] = sorted(f"{w}@{a}" for w, a in self.expected_escapes)
         return out
 

@@ -146,11 +146,19 @@ def draw_key(config: LabConfig, texts: Sequence[str], victim: Any):
         n_triggers=settings.n_triggers,
         freq_band=settings.freq_band,
         alpha=settings.alpha,
-        strength=1.0 if settings.strength is None else settings.strength,
+        strength=_strength(settings),
+        min_cosine=settings.min_cosine,
         selection="smallest",
         seed=config.seed,
         max_band_words=settings.max_band_words,
     )
+
+
+def _strength(settings: Any) -> float | None:
+    """The key's fixed strength: None when it is fitted to ``min_cosine``, else given or 1."""
+    if settings.min_cosine is not None:
+        return None
+    return 1.0 if settings.strength is None else settings.strength
 
 
 def _parse_variant(name: str) -> tuple[str, dict[str, float]]:

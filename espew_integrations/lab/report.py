@@ -203,6 +203,10 @@ def _threat_label(spec: str) -> str:
         return f"paraphrase, {args[0]} {float(args[1]):.0%}, K-averaged"
     if name == "chunks":
         return f"chunks of {args[0]} reviews"
+    if name == "spectral":
+        skipped = int(args[0])
+        where = f"past the first {skipped} principal axes" if skipped else "over every direction"
+        return f"spectral thief (ICA {where})"
     return spec
 
 
@@ -210,7 +214,7 @@ def threat_table(rows: Sequence[Mapping[str, Any]], level: float) -> list[str]:
     """The wider-threat-model rows (mean ± sd over seeds; p-values as log10)."""
     n = max((int(r["n_seeds"]) for r in rows), default=0)
     lines = [f"Wider threat model ({n} seeds per row, mean ± sd; each seed draws its own key):"]
-    copies = [r for r in rows if not r["threat"].startswith("chunks")]
+    copies = [r for r in rows if r["threat"].split(":")[0] in ("router", "paraphrase")]
     if copies:
         lines += [
             "",
@@ -226,6 +230,23 @@ def threat_table(rows: Sequence[Mapping[str, Any]], level: float) -> list[str]:
                 f"{_ms(r, 'log10_p_value_direct', '.1f')} | {_ms(r, 'catch_rate')} | "
                 f"{_ms(r, 'false_positive_rate')} | {_ms(r, 'copy_fidelity')} | "
                 f"{_ms(r, 'cos_clean_trained_on', '.4f')} | {_ms(r, 'trigger_kept_rate')} |"
+            )
+    spectral = [r for r in rows if r["threat"].startswith("spectral")]
+    if spectral:
+        lines += [
+            "",
+            f"| Threat | log10 p, copy of the unflagged answers | COPY? (p < {level:g}) "
+            "| log10 p, copy of every answer | best bimodality | answers flagged "
+            "| answers marked | precision | recall | copy fidelity |",
+            "|---|---:|:---:|---:|---:|---:|---:|---:|---:|---:|",
+        ]
+        for r in spectral:
+            lines.append(
+                f"| {_threat_label(r['threat'])} | {_ms(r, 'log10_p_value', '.1f')} | "
+                f"{r.get('copied', 0)}/{r['n_seeds']} | "
+                f"{_ms(r, 'log10_p_value_direct', '.1f')} | {_ms(r, 'best_bimodality', '.2f')} | "
+                f"{_ms(r, 'flagged_rate')} | {_ms(r, 'marked_rate')} | {_ms(r, 'precision')} | "
+                f"{_ms(r, 'recall')} | {_ms(r, 'copy_fidelity')} |"
             )
     chunks = sorted(
         (r for r in rows if r["threat"].startswith("chunks")),

@@ -1,7 +1,7 @@
-"""The wider threat model as lab rows: the audit router, the paraphrasing thief, long texts.
+"""The wider threat model as lab rows: audit router, paraphrasing and spectral thieves, long texts.
 
 The main grid asks "does a copy trained on the service's answers carry the
-mark after a removal attack?". Three threats fall outside it (issue 9):
+mark after a removal attack?". Four threats fall outside it (issue 9):
 
 - ``router:<honest>``: the thief answers what looks like audit traffic from an
   honest model (``twin``: the victim's clean model, the strongest fallback a
@@ -9,6 +9,10 @@ mark after a removal attack?". Three threats fall outside it (issue 9):
   and everything else from its stolen copy (:mod:`.router`);
 - ``paraphrase:<mode>:<rate>``: the thief queries K lexical paraphrases of
   each training text and trains on the averaged answers (:mod:`.paraphrase`);
+- ``spectral:<skip_top>``: the thief searches its stolen answers for a
+  component on which a minority of them stands apart (ICA past their first
+  ``skip_top`` principal axes, :mod:`.spectral`), drops the rows it flags and
+  trains on the rest;
 - ``chunks:<n>``: the service embeds RAG-style chunks of n reviews joined; a
   key drawn on single reviews then marks far more of them, which costs
   retrieval quality (:func:`long_text_study`).
@@ -44,13 +48,13 @@ __all__ = [
     "seeded_context",
 ]
 
-THREATS = ("router", "paraphrase", "chunks")
+THREATS = ("router", "paraphrase", "spectral", "chunks")
 _HONEST = ("twin", "standard")
 
 
 def parse_threat(spec: str) -> tuple[str, tuple[Any, ...]]:
     """``"router:twin"`` -> ``("router", ("twin",))``; ``"paraphrase:substitute:0.3"``,
-    ``"chunks:20"`` likewise, with numbers parsed.
+    ``"spectral:200"``, ``"chunks:20"`` likewise, with numbers parsed.
 
     >>> parse_threat("paraphrase:dropout:0.3")
     ('paraphrase', ('dropout', 0.3))
@@ -67,11 +71,14 @@ def parse_threat(spec: str) -> tuple[str, tuple[Any, ...]]:
             rate = math.nan
         if 0.0 <= rate <= 1.0:
             return name, (args[0], rate)
+    if name == "spectral" and len(args) == 1 and args[0].isdigit():
+        return name, (int(args[0]),)
     if name == "chunks" and len(args) == 1 and args[0].isdigit() and int(args[0]) >= 1:
         return name, (int(args[0]),)
     raise ValueError(
         f"unknown threat {spec!r}; use 'router:twin', 'router:standard', "
-        f"'paraphrase:<{'|'.join(MODES)}>:<rate in [0, 1]>' or 'chunks:<reviews per chunk>'"
+        f"'paraphrase:<{'|'.join(MODES)}>:<rate in [0, 1]>', "
+        "'spectral:<principal axes skipped, >= 0>' or 'chunks:<reviews per chunk>'"
     )
 
 
@@ -235,6 +242,8 @@ def run_threat(
     stealer = _make_stealer(sctx, settings.stealer, cell_seed, options)
     if name == "router":
         record.update(_router_cell(sctx, stealer, honest=args[0], cell_seed=cell_seed))
+    elif name == "spectral":
+        record.update(_spectral_cell(sctx, stealer, skip_top=args[0], cell_seed=cell_seed))
     else:
         record.update(
             _paraphrase_cell(sctx, stealer, args, cell_seed=cell_seed, run_seed=ctx.config.seed)
@@ -289,6 +298,45 @@ def _router_cell(sctx: LabContext, stealer: Any, *, honest: str, cell_seed: int)
     return record
 
 
+def _spectral_cell(
+    sctx: LabContext, stealer: Any, *, skip_top: int, cell_seed: int
+) -> dict[str, Any]:
+    """A thief that drops the answers its ICA search flags, verified next to the same
+    recipe trained on every answer; with the precision and recall of what it flagged."""
+    from .spectral import find_displaced_rows
+
+    settings = sctx.config.threats
+    made = watermark_for(sctx, settings.watermark)
+    rows, texts = sctx.stealer_rows, sctx.corpus.texts
+    answers = sctx.answers[settings.watermark][rows]
+    finding = find_displaced_rows(answers, seed=cell_seed, skip_top=skip_top)
+    truth = made.marked([texts[i] for i in rows])
+    flagged = finding.flagged
+    hits = int(np.sum(flagged & truth))
+    kept = rows[~flagged]
+    options = dict(sctx.config.stealer_options.get(settings.stealer, {}))
+    stealer.fit([texts[i] for i in rows], answers)  # the same recipe on every answer
+    on_all = _verify(sctx, made, stealer, cell_seed)
+    cleaned = _make_stealer(sctx, settings.stealer, cell_seed, options, rows=kept)
+    cleaned.fit([texts[i] for i in kept], answers[~flagged])
+    record = _verify(sctx, made, cleaned, cell_seed)
+    held = sctx.holdout_rows
+    served = cleaned([texts[i] for i in held])
+    record.update(
+        p_value_direct=on_all["p_value"],
+        copied_direct=on_all["copied"],
+        best_bimodality=finding.best_bimodality,
+        flagged_rate=float(flagged.mean()),
+        marked_rate=float(truth.mean()),
+        # Of the flagged rows, the share the service marked (nan: nothing flagged),
+        # and of the marked rows, the share flagged.
+        precision=hits / int(flagged.sum()) if flagged.any() else math.nan,
+        recall=hits / int(truth.sum()) if truth.any() else math.nan,
+        copy_fidelity=float(row_cosines(served, sctx.clean[held]).mean()),
+    )
+    return record
+
+
 def _paraphrase_cell(
     sctx: LabContext, stealer: Any, args: tuple[Any, ...], *, cell_seed: int, run_seed: int
 ) -> dict[str, Any]:
@@ -330,10 +378,14 @@ def _require_standard(ctx: Any) -> Any:
     return ctx.standard_model
 
 
-def _make_stealer(ctx: Any, name: str, seed: int, options: Mapping[str, Any]) -> Any:
+def _make_stealer(
+    ctx: Any, name: str, seed: int, options: Mapping[str, Any], *, rows: np.ndarray | None = None
+) -> Any:
+    """The stealer ``name``, to be fitted on ``rows`` of the corpus (default: the stealer's)."""
     from .stealers import make_stealer
 
-    features = ctx.standard[ctx.stealer_rows] if name == "frozen_mlp" else None
+    rows = ctx.stealer_rows if rows is None else rows
+    features = ctx.standard[rows] if name == "frozen_mlp" else None
     return make_stealer(name, seed=seed, encoder=ctx.standard_model, features=features, **options)
 
 

@@ -10,11 +10,13 @@ import pytest
 from espew_integrations import WatermarkKey, verify, watermark
 from espew_integrations.core.words import band_words, document_frequencies, tokenize
 from espew_integrations.lab import load_config, run_lab
+from espew_integrations.lab.context import build_context
 from espew_integrations.lab.paraphrase import (
     NeighbourParaphraser,
     ParaphraseThief,
     nearest_neighbours,
 )
+from espew_integrations.lab.report import threat_table
 from espew_integrations.lab.router import (
     AuditHistory,
     AuditRouter,
@@ -22,10 +24,12 @@ from espew_integrations.lab.router import (
     detector_rates,
 )
 from espew_integrations.lab.threats import (
+    aggregate,
     join_chunks,
     long_text_study,
     parse_threat,
     recall_at_k,
+    run_threat,
 )
 
 TARGET = "Espew robustness lab: provider signature sample, 2026."
@@ -278,7 +282,10 @@ def test_long_chunks_are_marked_far_more_often_than_single_reviews(
 def test_threat_specs_parse_or_name_the_problem():
     assert parse_threat("router:twin") == ("router", ("twin",))
     assert parse_threat("chunks:20") == ("chunks", (20,))
-    for bad in ("router:oracle", "paraphrase:substitute:1.5", "chunks:0", "paraphrase:x:0.1"):
+    assert parse_threat("spectral:200") == ("spectral", (200,))
+    assert parse_threat("spectral:0") == ("spectral", (0,))
+    bad_specs = ("router:oracle", "paraphrase:substitute:1.5", "chunks:0", "paraphrase:x:0.1")
+    for bad in (*bad_specs, "spectral:-1", "spectral:x", "spectral"):
         with pytest.raises(ValueError, match="unknown threat"):
             parse_threat(bad)
 
@@ -353,3 +360,65 @@ def test_threat_cells_resume_without_recomputing(threats_run, monkeypatch):
     monkeypatch.setattr(lab_threats, "run_threat", refuse)
     again = run_lab(_tiny_threats_config(), output=out, progress=False)
     assert json.dumps(again["threats"]["rows"]) == json.dumps(results["threats"]["rows"])
+
+
+# ---------------------------------------------------------------------- the spectral thief
+@pytest.fixture(scope="module")
+def spectral_context():
+    """The smoke corpus (900 answers for the thief) with a quality-budget key."""
+    config = load_config("smoke").updated(
+        {
+            "key": {"alpha": 0.75, "min_cosine": 0.995},
+            "threats": {"cells": ["spectral:300"], "seeds": [0]},
+        }
+    )
+    return build_context(config, progress=False)
+
+
+def test_a_lab_key_can_be_fitted_to_the_quality_budget(spectral_context):
+    info = spectral_context.key.info
+    assert info["strength_fitted_to_min_cosine"] == 0.995
+    assert info["mean_cosine_marked"] == pytest.approx(0.995, abs=5e-4)
+    assert 0.0 < spectral_context.key.strength < 0.5  # far below the paper's full write
+    smoke = load_config("smoke")
+    with pytest.raises(ValueError, match="min_cosine"):
+        smoke.updated({"key": {"strength": 0.3, "min_cosine": 0.995}})
+    assert "min_cosine" not in smoke.to_dict()["key"]  # older configs keep their digest
+
+
+def test_the_spectral_thief_finds_nothing_to_drop_under_a_text_target(spectral_context):
+    record = run_threat(spectral_context, "spectral:300", 0)
+    # A target that looks like an embedding leaves no component that splits the
+    # marked answers off: what is flagged (if anything) is a few outliers.
+    assert record["flagged_rate"] < 0.05
+    assert 0.05 < record["marked_rate"] < 0.5
+    assert record["best_bimodality"] < 5 / 9 or record["flagged_rate"] > 0
+    assert record["copied_direct"] and record["copied"]
+    assert record["copy_fidelity"] > 0.3
+    (row,) = aggregate([record])
+    table = "\n".join(threat_table([row], 1e-3))
+    assert "| spectral thief (ICA past the first 300 principal axes) |" in table
+    assert "copy of the unflagged answers" in table
+
+
+def test_the_spectral_cell_trains_on_what_the_search_left(spectral_context, monkeypatch):
+    """A search that flags exactly the marked answers: the copy of the rest is clean."""
+    from espew_integrations.lab import spectral
+    from espew_integrations.lab.spectral import SpectralFinding
+
+    ctx = spectral_context
+    marked = ctx.key.contains_trigger([ctx.corpus.texts[i] for i in ctx.stealer_rows])
+
+    def perfect_search(answers, **_):
+        assert len(answers) == len(marked)
+        return SpectralFinding(marked.copy(), (0,), (0.9,), 0.9)
+
+    monkeypatch.setattr(spectral, "find_displaced_rows", perfect_search)
+    record = run_threat(ctx, "spectral:300", 0)
+    assert record["precision"] == 1.0 and record["recall"] == 1.0
+    assert record["flagged_rate"] == pytest.approx(marked.mean())
+    # The copy of every answer is convicted; the copy of the unmarked ones carries
+    # no mark, only the hole that dropping every trigger text leaves (p ~ 2e-4 here,
+    # not evidence at the library's default level 1e-6).
+    assert record["copied_direct"] and record["p_value_direct"] < 1e-6
+    assert record["p_value"] > max(1e-6, 100 * record["p_value_direct"])
