@@ -164,7 +164,8 @@ def test_every_packaged_config_loads_frozen_and_typed():
     with pytest.raises(dataclasses.FrozenInstanceError):
         config.seed = 1  # type: ignore[misc]
     assert "provider signature" not in repr(config)  # the target text is key material
-    assert config.updated({"key": {"alpha": 0.3}}).key.alpha == 0.3 and config.key.alpha == 0.2
+    assert config.updated({"key": {"alpha": 0.3}}).key.alpha == 0.3 and config.key.alpha == 0.75
+    assert config.key.min_cosine == 0.995 and config.key.strength is None  # the default key
 
 
 @pytest.mark.parametrize(
