@@ -63,8 +63,9 @@ def _add_tune(subparsers: Any) -> argparse.ArgumentParser:
         description="For a model and corpus, judge candidate target texts by expected "
         "distortion, then measure each alpha (at the paper's full write and at the strength "
         "that fits --min-cosine) with the default audit against two copies: the watermarked "
-        "service itself (a perfect copy) and a ridge copy after --attack; the worse p-value "
-        "counts. Prints and writes the frontier. Exit code 0: a point meets both the budget "
+        "service itself (a perfect copy) and a ridge copy after --attack (a third with "
+        "--neural-judge: a frozen-MLP copy after --attack); the worst p-value counts. Prints "
+        "and writes the frontier. Exit code 0: a point meets both the budget "
         "and --level; 1: none does; 3: bad arguments or data, or a missing package (the "
         "message names its install line).",
     )
@@ -120,6 +121,12 @@ def _add_tune_search(tune: argparse.ArgumentParser) -> None:
         action="store_true",
         help="measure only the paper's full write (strength 1), not the strength that fits "
         "the budget",
+    )
+    tune.add_argument(
+        "--neural-judge",
+        action="store_true",
+        help="also judge each point by a frozen-MLP copy on the --standard model after the "
+        "attack: the copy that separates settings in the budget (about a minute per point)",
     )
     tune.add_argument("--seed", type=int, default=0)
     tune.add_argument("--out", default=None, help="write tune.json (and frontier.md) here")
@@ -186,6 +193,7 @@ def _run_tune(args: argparse.Namespace) -> int:
             max_band_words=args.max_band_words,
             top_targets=args.top_targets,
             fit_strength=not args.paper_strength_only,
+            neural_judge=args.neural_judge,
             seed=args.seed,
             out=args.out,
         )

@@ -13,7 +13,14 @@ p-value counts:
   a copy that reproduces the service perfectly (it carries only what the
   service carries);
 * a **ridge copy** trained on the service's answers after the attack (CSE by
-  default).
+  default);
+* with ``neural_judge``, also a **frozen-MLP copy** (an MLP head on the
+  attacker's own model, ``standard``) trained on the same attacked answers:
+  the weakest copy the lab knows, which carries a quality-budget mark least
+  (``docs/results/frontier``). Both judges above sit at the test's floor for
+  every point in the budget on the offline defaults, so this one is what
+  separates the settings; it costs about a minute per point on 12,752 texts
+  (``docs/lab.md`` has the measured frontier).
 
 The tuner:
 
@@ -87,10 +94,12 @@ def fingerprint(text: str) -> str:
 class TunePoint:
     """One (target, alpha, strength) measured end to end.
 
-    ``p_value`` is the worse of the two judges (``judged_by`` says which):
-    the watermarked service itself (``p_value_service``) and the ridge copy
-    after the attack (``p_value_ridge``). ``copied`` is ``p_value < level``;
-    ``delta_cos`` comes from the same judge; ``n_queries`` is both audits'.
+    ``p_value`` is the worst of the judges (``judged_by`` says which): the
+    watermarked service itself (``p_value_service``), the ridge copy after
+    the attack (``p_value_ridge``) and, when asked for, the frozen-MLP copy
+    after the attack (``p_value_mlp``, NaN when not judged). ``copied`` is
+    ``p_value < level``; ``delta_cos`` comes from the same judge;
+    ``n_queries`` is all the audits'.
     """
 
     target: int
@@ -104,6 +113,7 @@ class TunePoint:
     p_value_service: float = math.nan
     p_value_ridge: float = math.nan
     judged_by: str = ""
+    p_value_mlp: float = math.nan
 
 
 @dataclasses.dataclass
@@ -141,15 +151,21 @@ class TuneResult:
             )
         return "\n".join(lines) + "\n"
 
+    @property
+    def _neural(self) -> bool:
+        """Whether a frozen-MLP copy judged the points (``tune(neural_judge=True)``)."""
+        return bool(self.setup.get("neural_judge", False))
+
     def _header(self) -> list[str]:
         s = self.setup
+        copies = "a ridge copy and a frozen-MLP copy" if self._neural else "a ridge copy"
         return [
             f"Tuning on {s['corpus']} ({s['n_texts']} texts), model {s['model']}, "
             f"{s['n_triggers']} triggers, band of {s['band_words']} words "
             f"({s['n_queries']} audit queries per judge), attack {self.attack}.",
             f"Budget: cos(clean, watermarked) >= {self.min_cos} on marked rows; "
             f"goal: p < {self.level:g} for the faithful copy (the watermarked service "
-            "itself) and for a ridge copy after the attack; the worse p counts.",
+            f"itself) and for {copies} after the attack; the worst p counts.",
             "",
         ]
 
@@ -171,20 +187,25 @@ class TuneResult:
         return lines
 
     def _frontier_table(self) -> list[str]:
+        copies = "ridge and frozen-MLP copies" if self._neural else "ridge copy"
+        mlp_header, mlp_rule = ("", "")
+        if self._neural:
+            mlp_header, mlp_rule = (" p frozen-MLP after attack |", "---:|")
         lines = [
             "",
             "Frontier (measured end to end: watermark, audit the service itself; attack, "
-            "ridge copy, audit it):",
+            f"{copies}, audit them):",
             "",
             "| target # | alpha | strength | cos(clean, wm) marked | in budget | p service "
-            "| p ridge after attack | p (worse) | Δcos (%) | meets goal |",
-            "|---:|---:|---:|---:|:---:|---:|---:|---:|---:|:---:|",
+            f"| p ridge after attack |{mlp_header} p (worst) | Δcos (%) | meets goal |",
+            f"|---:|---:|---:|---:|:---:|---:|---:|{mlp_rule}---:|---:|:---:|",
         ]
         for p in self.frontier:
+            mlp = f" {p.p_value_mlp:.2g} |" if self._neural else ""
             lines.append(
                 f"| {p.target} | {p.alpha:g} | {p.strength:.3g} | {p.cos_marked:.4f} | "
                 f"{'yes' if p.cos_marked >= self.min_cos else 'no'} | "
-                f"{p.p_value_service:.2g} | {p.p_value_ridge:.2g} | {p.p_value:.2g} | "
+                f"{p.p_value_service:.2g} | {p.p_value_ridge:.2g} |{mlp} {p.p_value:.2g} | "
                 f"{100 * p.delta_cos:.2f} | {'yes' if p.p_value < self.level else 'no'} |"
             )
         return lines
@@ -383,17 +404,29 @@ def _prepare(
     return _Setup(data.name, texts, clean, name, clean_model, base, marked_rows)
 
 
-def _standard_embeddings(attack: str, standard: str, texts: list[str], progress: bool):
-    """The CSE attacker's own model's embeddings of the corpus (None for other attacks)."""
+@dataclasses.dataclass(frozen=True)
+class _Attacker:
+    """The attacker's own model: its corpus embeddings (CSE needs them) and the model
+    itself (a frozen-MLP copy answers through it); each None when nothing needs it."""
+
+    embeddings: np.ndarray | None = None
+    model: Embedder | None = None
+
+
+def _attacker(
+    attack: str, standard: str, texts: list[str], *, neural_judge: bool, progress: bool
+) -> _Attacker:
     from .attacks import parse_attack
-    from .cache import cached_embed
+    from .cache import CorpusEmbedder, cached_embed
     from .context import model_name, resolve_model
 
-    if parse_attack(attack)[0] != "cse":
-        return None
+    if parse_attack(attack)[0] != "cse" and not neural_judge:
+        return _Attacker()
     model = resolve_model(standard)
     name = model_name(model, standard)
-    return cached_embed(model, texts, model_name=name, progress=progress).astype(np.float64)
+    matrix = cached_embed(model, texts, model_name=name, progress=progress).astype(np.float64)
+    own = CorpusEmbedder(texts, matrix, model, model_name=name) if neural_judge else None
+    return _Attacker(matrix, own)
 
 
 def _service(key: WatermarkKey, clean_model: Embedder) -> Embedder:
@@ -405,34 +438,50 @@ def _service(key: WatermarkKey, clean_model: Embedder) -> Embedder:
     return serve
 
 
-def _ridge_verdict(
+def _copy_verdicts(
     made: Any,
     setup: _Setup,
     answers: np.ndarray,
     attack: str,
-    standard: Any,
+    attacker: _Attacker,
     level: float,
     seed: int,
-) -> Any:
-    """Attack the service's answers, train a ridge copy on them, audit the copy."""
+) -> dict[str, Any]:
+    """Attack the service's answers, train each judging copy on them, audit each copy."""
     from .attacks import apply_attack, cse_suspicious
-    from .stealers import RidgeStealer
+    from .stealers import FrozenMLPStealer, RidgeStealer
 
+    standard = attacker.embeddings
     suspicious = None
     if standard is not None:
         suspicious, _ = cse_suspicious(answers, standard, seed=seed)
     attacked = apply_attack(
         attack, setup.texts, answers, standard=standard, seed=seed, suspicious=suspicious
     )
-    copy = RidgeStealer(seed=seed).fit(setup.texts, attacked.embeddings)
-    return made.verify(copy, target_mode=attacked.target_mode, level=level, seed=seed)
+    copies: dict[str, Any] = {"ridge copy": RidgeStealer(seed=seed)}
+    if attacker.model is not None:
+        copies["frozen-MLP copy"] = FrozenMLPStealer(attacker.model, seed=seed, features=standard)
+    return {
+        name: made.verify(
+            copy.fit(setup.texts, attacked.embeddings),
+            target_mode=attacked.target_mode,
+            level=level,
+            seed=seed,
+        )
+        for name, copy in copies.items()
+    }
 
 
-def _worse(faithful: Any, ridge: Any) -> tuple[Any, str]:
-    """The verdict with the larger p-value (an inconclusive NaN counts as the worst)."""
-    if not math.isfinite(faithful.p_value) or faithful.p_value >= ridge.p_value:
-        return faithful, "faithful copy"
-    return ridge, "ridge copy"
+def _worst(verdicts: dict[str, Any]) -> tuple[Any, str]:
+    """The verdict with the largest p-value (an inconclusive NaN counts as the worst);
+    on a tie the first judge named (the faithful copy) says it."""
+
+    def badness(name: str) -> float:
+        p = verdicts[name].p_value
+        return math.inf if not math.isfinite(p) else p
+
+    name = max(verdicts, key=badness)  # max keeps the first of equal values
+    return verdicts[name], name
 
 
 def _measure_point(
@@ -441,18 +490,21 @@ def _measure_point(
     *,
     setup: _Setup,
     attack: str,
-    standard: np.ndarray | None,
+    attacker: _Attacker,
     level: float,
     seed: int,
 ) -> TunePoint:
-    """Watermark; audit the service itself; attack, train a ridge copy, audit it: one point."""
+    """Watermark; audit the service itself; attack, train the copies, audit them: one point."""
     from .watermarks import ESpeW
 
     made = ESpeW(key)
     answers = np.asarray(made.apply(setup.texts, setup.clean), dtype=np.float64)
-    faithful = made.verify(_service(key, setup.clean_model), level=level, seed=seed)
-    ridge = _ridge_verdict(made, setup, answers, attack, standard, level, seed)
-    worse, judged_by = _worse(faithful, ridge)
+    verdicts = {
+        "faithful copy": made.verify(_service(key, setup.clean_model), level=level, seed=seed),
+        **_copy_verdicts(made, setup, answers, attack, attacker, level, seed),
+    }
+    worse, judged_by = _worst(verdicts)
+    mlp = verdicts.get("frozen-MLP copy")
     rows = setup.marked_rows
     return TunePoint(
         target=target,
@@ -462,10 +514,11 @@ def _measure_point(
         p_value=worse.p_value,
         copied=bool(worse.p_value < level),
         delta_cos=worse.delta_cos,
-        n_queries=faithful.n_queries + ridge.n_queries,
-        p_value_service=faithful.p_value,
-        p_value_ridge=ridge.p_value,
+        n_queries=sum(v.n_queries for v in verdicts.values()),
+        p_value_service=verdicts["faithful copy"].p_value,
+        p_value_ridge=verdicts["ridge copy"].p_value,
         judged_by=judged_by,
+        p_value_mlp=math.nan if mlp is None else mlp.p_value,
     )
 
 
@@ -536,6 +589,7 @@ def tune(
     max_band_words: int | None = 300,
     top_targets: int = 2,
     fit_strength: bool = True,
+    neural_judge: bool = False,
     seed: int = 0,
     out: str | Path | None = None,
     progress: bool = True,
@@ -546,7 +600,9 @@ def tune(
     ``fit_strength`` and the full write exceeds the quality budget, also with
     the largest strength that fits the budget (:func:`strength_for_budget`).
     Each point is judged by the faithful copy (the watermarked service
-    itself) and by a ridge copy after ``attack``; the worse p-value counts.
+    itself) and by a ridge copy after ``attack`` and, with ``neural_judge``,
+    by a frozen-MLP copy on the ``standard`` model after ``attack``; the
+    worst p-value counts.
 
     >>> result = tune(corpus="rotten_tomatoes", min_cos=0.995, level=1e-10)  # doctest: +SKIP
     >>> print(result.markdown())                                            # doctest: +SKIP
@@ -571,11 +627,13 @@ def tune(
     frontier = _measure_frontier(
         chosen, alphas, setup=setup, fit_strength=fit_strength, min_cos=min_cos,
         progress=progress, attack=attack, level=level, seed=seed,
-        standard=_standard_embeddings(attack, standard, setup.texts, progress),
+        attacker=_attacker(
+            attack, standard, setup.texts, neural_judge=neural_judge, progress=progress
+        ),
     )  # fmt: skip
     result = TuneResult(
         min_cos, level, attack, judged, frontier, _choose(frontier, min_cos, level),
-        setup={**setup.describe(), "seed": seed},
+        setup={**setup.describe(), "seed": seed, "neural_judge": neural_judge},
     )  # fmt: skip
     if out is not None:
         _write(result, out)

@@ -81,6 +81,32 @@ def test_each_point_is_judged_by_the_service_itself_and_a_ridge_copy(result):
         assert p.n_queries > 2 * 40  # both audits ask the key's stored sentence probes
     table = res.markdown()
     assert "p service" in table and "p ridge after attack" in table
+    assert all(np.isnan(p.p_value_mlp) for p in res.frontier)  # not asked for
+    assert "frozen-MLP" not in table
+
+
+def test_the_neural_judge_trains_a_frozen_mlp_copy_and_the_worst_judge_counts(tmp_path):
+    res = tune(
+        corpus="rotten_tomatoes", limit=1000, targets=TARGETS[:1], alphas=[0.75], min_cos=0.995,
+        level=1e-3, attack="cse:50", n_triggers=8, freq_band=(0.01, 0.03), max_band_words=40,
+        top_targets=1, neural_judge=True, seed=0, out=tmp_path, progress=False,
+    )  # fmt: skip
+    assert len(res.frontier) == 2  # the full write and the strength fitted to the budget
+    for p in res.frontier:
+        judges = {
+            "faithful copy": p.p_value_service,
+            "ridge copy": p.p_value_ridge,
+            "frozen-MLP copy": p.p_value_mlp,
+        }
+        assert all(np.isfinite(v) for v in judges.values())
+        assert p.p_value == max(judges.values())
+        assert judges[p.judged_by] == p.p_value
+        assert p.n_queries > 3 * 40  # three audits of the stored probes
+    # the weak copy carries less of a quality-budget mark than the service does
+    budget = min(res.frontier, key=lambda p: p.strength)
+    assert budget.p_value_mlp > budget.p_value_service
+    table = (tmp_path / "frontier.md").read_text()
+    assert "| p frozen-MLP after attack |" in table and "frozen-MLP copy after the attack" in table
 
 
 def test_a_target_key_carries_the_audit_references_for_its_own_target():
@@ -184,7 +210,7 @@ def test_cli_tune_prints_both_judges_and_exits_by_the_choice(capsys):
     args += ["--freq-band", "0.01,0.03", "--max-band-words", "40", "--top-targets", "1"]
     assert lab_main(args) == 0
     printed = capsys.readouterr().out
-    assert "| p service | p ridge after attack | p (worse) |" in printed
+    assert "| p service | p ridge after attack | p (worst) |" in printed
     assert "Choice: target #0, alpha = 0.2" in printed and TARGETS[0] not in printed
     assert lab_main(["tune", "--alphas", "0.2,x"]) == 3
     assert "comma-separated numbers" in capsys.readouterr().err
