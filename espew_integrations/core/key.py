@@ -78,6 +78,9 @@ DEFAULT_MIN_COSINE = 0.995
 #: where 0.2 missed one of three, and survives a thief that erases its answers'
 #: smallest coordinates, which 0.2 does not (docs/limitations.md).
 DEFAULT_ALPHA = 0.75
+#: The innocent-twin check's level: a draw the clean model itself would implicate at
+#: this raw p-value is thrown away at keygen (``WatermarkKey.generate``'s ``twin_level``).
+DEFAULT_TWIN_LEVEL = 1e-3
 
 
 class KeyFileWarning(UserWarning):
@@ -597,7 +600,7 @@ class WatermarkKey(Sealed):
         probes_per_word: int | None = None,
         window: int | None = None,
         normalization: str = UNICODE_V1,
-        twin_level: float = 1e-3,
+        twin_level: float = DEFAULT_TWIN_LEVEL,
         twin_check: bool = True,
     ) -> WatermarkKey:
         """Draw a fresh key from a corpus and the provider's clean embedder.

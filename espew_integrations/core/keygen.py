@@ -21,7 +21,14 @@ import numpy as np
 from .draw import draw_band, draw_triggers
 from .errors import KeyGenerationError
 from .inject import watermark
-from .key import DEFAULT_ALPHA, DEFAULT_MIN_COSINE, EmbedFn, Selection, WatermarkKey
+from .key import (
+    DEFAULT_ALPHA,
+    DEFAULT_MIN_COSINE,
+    DEFAULT_TWIN_LEVEL,
+    EmbedFn,
+    Selection,
+    WatermarkKey,
+)
 from .key_checks import (
     SALT_BYTES,
     check_alpha,
@@ -38,7 +45,7 @@ from .ranktest import rank_sum_p_value
 from .text import UNICODE_V1
 from .words import band_words, document_frequencies
 
-__all__ = ["DEFAULT_PROBES_PER_WORD", "DEFAULT_PROBE_BUDGET", "generate"]
+__all__ = ["DEFAULT_PROBES_PER_WORD", "DEFAULT_PROBE_BUDGET", "generate", "twin_p_value"]
 
 #: Sentence probes per band word, and the audit's query budget they must fit.
 DEFAULT_PROBES_PER_WORD = 8
@@ -69,7 +76,7 @@ def generate(
     probes_per_word: int | None = None,
     window: int | None = None,
     normalization: str = UNICODE_V1,
-    twin_level: float = 1e-3,
+    twin_level: float = DEFAULT_TWIN_LEVEL,
     twin_check: bool = True,
 ) -> WatermarkKey:
     """Draw a fresh key; the options are documented on :meth:`WatermarkKey.generate`.
@@ -119,7 +126,7 @@ def generate(
         )
         if not twin_check:
             return key
-        twin_p = _twin_p_value(key)
+        twin_p = twin_p_value(key)
         if twin_p >= twin_level:
             info.update(twin_p_value=twin_p, twin_redraws=len(refused))
             return key.replace(info=info)
@@ -321,8 +328,12 @@ def fit_strength(mean_cosine_at: Callable[[float], float], budget: float) -> flo
     return low
 
 
-def _twin_p_value(key: WatermarkKey) -> float:
+def twin_p_value(key: WatermarkKey) -> float:
     """The smallest raw p-value the clean model itself gets, on either probe kind.
+
+    This is keygen's innocent-twin check (a draw below ``twin_level`` is thrown
+    away), and what ``espew tune`` reports per candidate target, so a target the
+    tuner calls usable is one keygen accepts.
 
     Its adjusted scores are zero by construction, so only the raw ones can tell
     whether the target sits near the triggers for reasons of meaning, which

@@ -55,8 +55,8 @@ from typing import Any
 import numpy as np
 
 from ..core.inject import watermark
-from ..core.key import WatermarkKey
-from ..core.keygen import fit_strength
+from ..core.key import DEFAULT_TWIN_LEVEL, WatermarkKey
+from ..core.keygen import fit_strength, twin_p_value
 from ..core.probes import reference_cosines, row_cosines, unit_rows
 from ..core.verify import verify
 
@@ -299,7 +299,12 @@ def judge_targets(
 def _judge_target(
     key: WatermarkKey, *, victim: Embedder, marked: MarkedRows, alphas: Sequence[float], seed: int
 ) -> dict[str, Any]:
-    """Twin p-value, score spread and, per alpha, the distortion and detectability proxy."""
+    """Twin p-value, score spread and, per alpha, the distortion and detectability proxy.
+
+    The twin p-value is keygen's innocent-twin check (:func:`.keygen.twin_p_value`:
+    the clean model's raw scores on the sentence and the word probes), so a
+    target below keygen's twin level is one ``WatermarkKey.generate`` would refuse.
+    """
     # The clean model itself on the key's audit, raw scores: what an innocent twin shows.
     twin = verify(victim, key, seed=seed, level=0.5, statistic="raw")
     scores = np.array(twin.trigger_scores + twin.benign_scores)
@@ -311,7 +316,8 @@ def _judge_target(
         pull = float(np.mean((unit_rows(moved) - unit_rows(marked.clean)) @ key.target))
         proxy = pull / spread if spread > 0 else math.nan
         per_alpha.append({"alpha": float(alpha), "cos_marked": cos, "proxy": proxy})
-    return {"twin_p_value": float(twin.p_value), "score_spread": spread, "per_alpha": per_alpha}
+    twin_p = twin_p_value(key) if key.probe_texts else float(twin.p_value)
+    return {"twin_p_value": twin_p, "score_spread": spread, "per_alpha": per_alpha}
 
 
 def _budget_summary(per_alpha: list[dict[str, float]], min_cos: float) -> dict[str, Any]:
@@ -335,7 +341,10 @@ def _budget_summary(per_alpha: list[dict[str, float]], min_cos: float) -> dict[s
 
 def _usability(candidate: dict[str, Any]) -> tuple[bool, float]:
     """Rank key: a target the clean model already links to the triggers is unusable."""
-    usable = candidate["twin_p_value"] >= 1e-3 and candidate["proxy_per_distortion"] is not None
+    usable = (
+        candidate["twin_p_value"] >= DEFAULT_TWIN_LEVEL
+        and candidate["proxy_per_distortion"] is not None
+    )
     return (usable, candidate["proxy_per_distortion"] or -math.inf)
 
 

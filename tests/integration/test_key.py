@@ -107,11 +107,11 @@ def test_generate_redraws_a_key_its_innocent_twin_would_convict(minilm_model, rt
         rt_subset.texts, minilm_model, target_text=target_text, twin_check=False, **kwargs
     )
     assert unchecked.triggers == first.triggers
-    assert keygen._twin_p_value(unchecked) < 1e-3
+    assert keygen.twin_p_value(unchecked) < 1e-3
     key = WatermarkKey.generate(rt_subset.texts, minilm_model, target_text=target_text, **kwargs)
     assert key.info["twin_redraws"] >= 1
     assert key.salt != first.salt and key.triggers != first.triggers
-    assert key.info["twin_p_value"] == keygen._twin_p_value(key) >= 1e-3
+    assert key.info["twin_p_value"] == keygen.twin_p_value(key) >= 1e-3
     again = WatermarkKey.generate(rt_subset.texts, minilm_model, target_text=target_text, **kwargs)
     assert again.salt == key.salt  # the redraw is seeded too
     ok = WatermarkKey.generate(
@@ -122,7 +122,7 @@ def test_generate_redraws_a_key_its_innocent_twin_would_convict(minilm_model, rt
 
 def test_generate_gives_up_when_every_draw_fails_the_twin_check(monkeypatch):
     texts, _ = words_corpus()
-    monkeypatch.setattr(keygen, "_twin_p_value", lambda key: 1e-9)  # a degenerate model
+    monkeypatch.setattr(keygen, "twin_p_value", lambda key: 1e-9)  # a degenerate model
     with pytest.raises(KeyGenerationError, match=r"all 5 draws .*degenerate"):
         WatermarkKey.generate(
             texts, toy_embed, target_text="t", n_triggers=10, freq_band=(0.005, 0.02), seed=0

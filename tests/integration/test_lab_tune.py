@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from espew_integrations import WatermarkKey, verify, watermark
+from espew_integrations.core.keygen import twin_p_value
 from espew_integrations.core.probes import reference_cosines
 from espew_integrations.lab.cache import CorpusEmbedder, cached_embed
 from espew_integrations.lab.data import load_data
@@ -129,6 +130,13 @@ def test_a_target_key_carries_the_audit_references_for_its_own_target():
     # the clean model (the innocent twin) on the default audit: references cancel it exactly
     twin = verify(clean_model, key, level=1e-3, seed=0)
     assert twin.probes == "sentences" and not twin.copied
+    # the tuner's twin p-value is keygen's twin check, on both probe kinds
+    rows = np.flatnonzero(key.contains_trigger(texts))
+    marked = MarkedRows([texts[i] for i in rows], np.asarray(clean[rows], dtype=np.float64))
+    (judged,) = judge_targets([key], victim=clean_model, marked=marked, alphas=[0.2], min_cos=0.97)
+    assert judged["twin_p_value"] == twin_p_value(key)
+    sentence_only = verify(clean_model, key, level=0.5, seed=0, statistic="raw").p_value
+    assert twin_p_value(key) <= sentence_only
 
 
 def test_candidates_are_judged_by_expected_distortion(result):
