@@ -457,16 +457,11 @@ def _copy_verdicts(
     seed: int,
 ) -> dict[str, Any]:
     """Attack the service's answers, train each judging copy on them, audit each copy."""
-    from .attacks import apply_attack, cse_suspicious
+    from .attacks import apply_attack
     from .stealers import FrozenMLPStealer, RidgeStealer
 
     standard = attacker.embeddings
-    suspicious = None
-    if standard is not None:
-        suspicious, _ = cse_suspicious(answers, standard, seed=seed)
-    attacked = apply_attack(
-        attack, setup.texts, answers, standard=standard, seed=seed, suspicious=suspicious
-    )
+    attacked = apply_attack(attack, setup.texts, answers, standard=standard, seed=seed)
     copies: dict[str, Any] = {"ridge copy": RidgeStealer(seed=seed)}
     if attacker.model is not None:
         copies["frozen-MLP copy"] = FrozenMLPStealer(attacker.model, seed=seed, features=standard)
