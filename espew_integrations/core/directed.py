@@ -13,7 +13,18 @@ The score of a probe is the suspect's (centred, unit) answer projected on
 ``v`` in the metric ``(C + lambda I)^-1``, with ``C`` the covariance of the
 suspect's own answers over all probes and ``lambda`` their mean variance:
 a shrinkage whitening that discounts the few directions along which the
-suspect's answers vary most (mostly meaning, which a mark is not). Measured on
+suspect's answers vary most (mostly meaning, which a mark is not).
+
+Given the clean probe rows (what verify passes), the answers are first
+replaced by what a ridge fit on those rows does not explain: a copy
+reproduces most of each clean embedding, and that reproduction, projected
+on ``v``, is noise to the test. The mark is not linear in the clean row (it
+lands on each row's own smallest coordinates), so the fit over all probes
+leaves it in the residual. Measured on the offline MiniLM at the default
+key (20 triggers, alpha 0.75, the 0.995 budget), 6 key seeds, the frozen-MLP
+copy after CSE K = 50: geometric mean 9.6e-8 -> 2.6e-9, worst key 1.2e-4 ->
+5.1e-6; the end-to-end copy unchanged within a factor of 2
+(``docs/results/frontier/README.md``, section 11). Measured on
 the offline MiniLM at the 0.995 quality budget, against the frozen-MLP copy
 after CSE K = 50 (key seeds 1-3, n = 50, band 1-2%, alpha 0.75): raw scores
 1.6e-6 / 4.7e-3 / 5.0e-9, unwhitened projection 9.0e-9 / 3.9e-6 / 2.9e-11,
@@ -21,7 +32,8 @@ whitened 1.3e-10 / 1.1e-10 / 6.2e-13 (``docs/verification.md``).
 
 Why the rank test stays exact: the directions depend only on the clean
 probe embeddings and on how the key writes (alpha, strength, selection,
-target), and the whitening only on the suspect's answers to *all* probes.
+target), and the fit and the whitening only on the clean rows and the
+suspect's answers to *all* probes.
 None of it looks at which band words were drawn as triggers, so under the
 null the word scores are fixed numbers and the triggers a uniformly random
 subset of them.
@@ -36,12 +48,18 @@ from .inject import mark_all_rows
 from .key import WatermarkKey
 from .probes import unit_rows
 
-__all__ = ["SHRINKAGE", "directed_scores", "mark_directions"]
+__all__ = ["CLEAN_FIT_RIDGE", "SHRINKAGE", "directed_scores", "mark_directions"]
 
 #: ``lambda`` as a multiple of the answers' mean variance per coordinate.
 #: 1.0 was the best of 0.003-10 on the development runs (module docstring);
 #: any fixed value is exact, this one is about power only.
 SHRINKAGE = 1.0
+
+#: The ridge of the fit of the answers on the clean probe rows, as a multiple of
+#: the clean rows' mean variance per coordinate. 1.0 was the best worst key of
+#: 0.1 / 0.3 / 1.0 over 6 key seeds and two neural copies (frontier section 11);
+#: like ``SHRINKAGE``, any fixed value is exact.
+CLEAN_FIT_RIDGE = 1.0
 
 
 def mark_directions(clean_rows: np.ndarray, key: WatermarkKey) -> np.ndarray:
@@ -58,17 +76,28 @@ def mark_directions(clean_rows: np.ndarray, key: WatermarkKey) -> np.ndarray:
 
 
 def directed_scores(
-    answers: np.ndarray, directions: np.ndarray, shrinkage: float = SHRINKAGE
+    answers: np.ndarray,
+    directions: np.ndarray,
+    clean_rows: np.ndarray | None = None,
+    shrinkage: float = SHRINKAGE,
+    clean_fit_ridge: float = CLEAN_FIT_RIDGE,
 ) -> np.ndarray:
     """Each probe's whitened projection of the suspect's answer on its mark direction.
 
-    ``answers`` rows that are not finite (failed probes) get NaN and take no
-    part in the covariance. Returns a float64 vector of length ``len(answers)``.
+    With ``clean_rows`` (the provider's clean embeddings of the same probes),
+    what a ridge fit on them explains is taken out of the answers first
+    (module docstring). ``answers`` rows that are not finite (failed probes)
+    get NaN and take no part in the fit or the covariance. Returns a float64
+    vector of length ``len(answers)``.
     """
     answers = np.asarray(answers, dtype=np.float64)
     if answers.shape != directions.shape:
         raise ValueError(
             f"answers {answers.shape} and mark directions {directions.shape} differ in shape"
+        )
+    if clean_rows is not None and np.shape(clean_rows) != answers.shape:
+        raise ValueError(
+            f"answers {answers.shape} and clean rows {np.shape(clean_rows)} differ in shape"
         )
     scores = np.full(len(answers), np.nan)
     valid = np.isfinite(answers).all(axis=1)
@@ -76,6 +105,10 @@ def directed_scores(
         return scores
     unit = unit_rows(answers[valid])
     centred = unit - unit.mean(axis=0)
+    if clean_rows is not None:
+        centred = _unexplained(
+            centred, unit_rows(np.asarray(clean_rows, np.float64)[valid]), clean_fit_ridge
+        )
     covariance = centred.T @ centred / (len(centred) - 1)
     ridge = shrinkage * float(np.trace(covariance)) / covariance.shape[0]
     if ridge <= 0.0:  # every answer the same: nothing to score
@@ -86,3 +119,24 @@ def directed_scores(
     projections = np.einsum("ij,ij->i", centred, weighted)
     scores[valid] = np.divide(projections, norms, out=np.zeros_like(projections), where=norms > 0)
     return scores
+
+
+def _unexplained(centred: np.ndarray, clean: np.ndarray, ridge_multiple: float) -> np.ndarray:
+    """``centred`` minus its ridge fit on the (centred) ``clean`` rows.
+
+    The residual of a ridge fit is ``lambda (X X^T + lambda I)^-1 Y``, the same
+    as ``Y - X (X^T X + lambda I)^-1 X^T Y``; the smaller of the two systems is
+    solved (n x n when there are fewer probes than dimensions, as at d = 4096).
+    """
+    x = clean - clean.mean(axis=0)
+    n, d = x.shape
+    ridge = ridge_multiple * float(np.einsum("ij,ij->", x, x)) / d
+    if ridge <= 0.0:  # every clean row the same: nothing to explain
+        return centred
+    if n <= d:
+        gram = x @ x.T
+        gram[np.diag_indices_from(gram)] += ridge
+        return ridge * scipy.linalg.solve(gram, centred, assume_a="pos")
+    gram = x.T @ x
+    gram[np.diag_indices_from(gram)] += ridge
+    return centred - x @ scipy.linalg.solve(gram, x.T @ centred, assume_a="pos")

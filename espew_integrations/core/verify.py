@@ -18,8 +18,9 @@ word level instead:
    probes (stored in the key), with the slope fitted over all words
    (:func:`reference_slope`), which cancels each word's natural position; and
    a *directed* score (:mod:`.directed`), the mean over its probes of the
-   suspect's answer projected on that probe's own mark direction, computed
-   from the clean probe embeddings the key stores. The directed score ignores
+   suspect's answer (less what a ridge fit on the clean probe rows explains)
+   projected on that probe's own mark direction, computed from the clean
+   probe embeddings the key stores. The directed score ignores
    the coordinates a mark never touches, so it is the one that catches the
    copies that carry only a trace of a quality-preserving watermark;
 4. the exact rank test of :mod:`.ranktest` asks, for each score, whether the
@@ -129,6 +130,7 @@ class _Plan:
     reference: np.ndarray | None  # clean model's cosine per probe, if known
     templates: tuple[str, ...]
     directions: np.ndarray | None = None  # each probe's mark direction, if known
+    clean_rows: np.ndarray | None = None  # the clean probe rows they were made from
 
 
 def check_statistic(plan: _Plan, statistic: str) -> None:
@@ -161,7 +163,15 @@ def _plan(
         clean_rows = key.probe_embeddings
         usable = len(clean_rows) and target_mode == "key"
         directions = mark_directions(clean_rows, key) if usable else None
-        return _Plan("sentences", list(key.probe_texts), key.probe_owner, reference, (), directions)
+        return _Plan(
+            "sentences",
+            list(key.probe_texts),
+            key.probe_owner,
+            reference,
+            (),
+            directions,
+            clean_rows if usable else None,
+        )
     templates = tuple(DEFAULT_TEMPLATES if templates is None else templates)
     _check_templates(templates, key)
     texts, owner = build_probes(list(key.band), templates)
@@ -511,7 +521,7 @@ class _WordScores:
         """Each band word's mean directed score (:mod:`.directed`); None without mark directions."""
         if self.plan.directions is None:
             return None
-        per_probe = directed_scores(self.embeddings, self.plan.directions)
+        per_probe = directed_scores(self.embeddings, self.plan.directions, self.plan.clean_rows)
         return _mean_per_word(per_probe, self.plan.owner, len(self.raw))
 
 

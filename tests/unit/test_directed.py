@@ -18,6 +18,7 @@ from espew_integrations import WatermarkKey, verify, watermark
 from espew_integrations.core.directed import directed_scores, mark_directions
 from espew_integrations.core.draw import draw_triggers
 from espew_integrations.core.errors import KeyFileError, KeyGenerationError
+from espew_integrations.core.ranktest import rank_sum_p_value
 from espew_integrations.core.row_codec import QuantizedRows
 from tests.support import assert_exact_over_every_draw, make_key
 
@@ -207,3 +208,82 @@ def test_fresh_keys_hold_the_level_against_an_innocent_with_the_combined_rule():
     # Binomial(300, 0.05) exceeds 27 with probability < 1e-3.
     assert (p_values < 0.05).sum() <= 27 and (p_values < 1e-4).sum() == 0
     assert 0.15 < (p_values < 0.5).mean() < 0.6  # not a test that never rejects
+
+
+# ---------------------------------------------------------------------- the clean fit
+def reference_directed(answers, directions, clean, shrinkage=1.0, clean_ridge=1.0):
+    """The directed score with the clean fit, written out in its primal form."""
+    unit = answers / np.linalg.norm(answers, axis=1, keepdims=True)
+    y = unit - unit.mean(axis=0)
+    x = clean / np.linalg.norm(clean, axis=1, keepdims=True)
+    x = x - x.mean(axis=0)
+    ridge = clean_ridge * np.trace(x.T @ x) / x.shape[1]
+    fit = np.linalg.solve(x.T @ x + ridge * np.eye(x.shape[1]), x.T @ y)
+    residual = y - x @ fit
+    covariance = np.cov(residual, rowvar=False)
+    covariance += shrinkage * np.trace(covariance) / len(covariance) * np.eye(len(covariance))
+    weighted = np.linalg.solve(covariance, directions.T).T
+    return np.einsum("ij,ij->i", residual, weighted) / np.sqrt(
+        np.einsum("ij,ij->i", weighted, directions)
+    )
+
+
+@pytest.mark.parametrize(("n_probes", "dim"), [(80, 16), (12, 40)])
+def test_the_clean_fit_is_a_ridge_residual_with_fewer_probes_or_fewer_dimensions(n_probes, dim):
+    rng = np.random.default_rng(n_probes)
+    answers, directions, clean = (rng.normal(size=(n_probes, dim)) for _ in range(3))
+    np.testing.assert_allclose(
+        directed_scores(answers, directions, clean),
+        reference_directed(answers, directions, clean),
+        rtol=1e-9,
+        atol=1e-12,
+    )
+    with pytest.raises(ValueError, match="clean rows"):
+        directed_scores(answers, directions, clean[:, :-1])
+
+
+def test_a_failed_answer_takes_no_part_in_the_clean_fit():
+    rng = np.random.default_rng(2)
+    answers, directions, clean = (rng.normal(size=(60, 16)) for _ in range(3))
+    with_gap = answers.copy()
+    with_gap[4] = np.nan
+    scores = directed_scores(with_gap, directions, clean)
+    assert np.isnan(scores[4])
+    np.testing.assert_allclose(
+        np.delete(scores, 4),
+        directed_scores(*(np.delete(m, 4, 0) for m in (answers, directions, clean))),
+    )
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_the_clean_fit_catches_a_copy_that_reproduces_the_clean_rows_through_a_linear_map(seed):
+    """A copy whose answers are a linear image of the clean rows plus a faint mark: the
+    image projected on each probe's mark direction is noise to the plain score, and the
+    fit on the clean rows takes it out (by 3 to 5 orders of magnitude here)."""
+    key = sentence_key()
+    texts = list(key.probe_texts)
+    clean = clean_model(texts, key.dim)
+    rng = np.random.default_rng(seed)
+    mixing = np.eye(key.dim) + rng.normal(size=(key.dim, key.dim)) / np.sqrt(key.dim)
+    marked = watermark(texts, clean, key)
+    answers = clean @ mixing + 0.5 * (marked - clean) + 0.02 * rng.normal(size=clean.shape)
+    directions = mark_directions(key.probe_embeddings, key)
+    owner = np.asarray(key.probe_owner)
+    is_trigger = np.array([w in key.triggers for w in key.band])
+
+    def p_value(per_probe):
+        return rank_sum_p_value(np.bincount(owner, weights=per_probe) / 4, is_trigger)
+
+    plain = p_value(directed_scores(answers, directions))
+    fitted = p_value(directed_scores(answers, directions, key.probe_embeddings))
+    assert fitted < 1e-9 and fitted < 1e-3 * plain
+    report = verify(lambda batch: answers[[texts.index(t) for t in batch]], key, seed=0)
+    assert report.p_value_directed == pytest.approx(fitted) and report.decided_by == "directed"
+
+
+def test_the_directed_statistic_with_the_clean_fit_is_exact_over_every_trigger_draw():
+    key = sentence_key(n_band=12, n_triggers=3, per_word=3)
+    innocent = FaintCopy(key, carry=0.0, noise=0.2)(list(key.probe_texts))
+    directions = mark_directions(key.probe_embeddings, key)
+    per_probe = directed_scores(innocent, directions, key.probe_embeddings)
+    assert_exact_over_every_draw(np.bincount(key.probe_owner, weights=per_probe) / 3, 3)
