@@ -6,8 +6,8 @@ innocent suspects, as ``bench_null_study.py`` does for the default key: one real
 key from ``WatermarkKey.generate`` with the given configuration, then
 ``--draws`` fresh salts (fresh trigger draws via ``draw_triggers``) per
 innocent suspect; each suspect answers the key's probes once and its raw,
-adjusted and directed scores come from verify's own functions (via bench_null_study's
-``audit_scores``); each draw's p-values come from ``subset_p_values`` (the
+adjusted and directed scores come from verify's own functions (via
+``lab.null_study.audit_scores``); each draw's p-values come from ``subset_p_values`` (the
 vectorised ``rank_sum_p_value``) and are combined as verify does. The first
 ``--verify-draws`` draws per suspect also go through ``verify()`` itself and
 must agree exactly.
@@ -31,7 +31,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_faithful_copy import TARGET_TEXT, corpus_lookups
 from bench_null_study import (
     STATISTICS,
-    audit_scores,
     check_against_verify,
     counts_row,
     fast_p_values,
@@ -40,6 +39,7 @@ from bench_null_study import (
 
 from espew_integrations import WatermarkKey
 from espew_integrations.core.ranktest import subset_p_values
+from espew_integrations.lab.null_study import audit_scores
 from espew_integrations.lab.stealers import RidgeStealer
 
 

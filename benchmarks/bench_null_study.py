@@ -48,17 +48,20 @@ import numpy as np
 from scipy.stats import beta, ks_2samp, rankdata
 
 from espew_integrations import WatermarkKey, build_probes, min_p_value, verify
-from espew_integrations.core.directed import directed_scores, mark_directions
 from espew_integrations.core.draw import draw_triggers
 from espew_integrations.core.ranktest import rank_sum_p_value
 from espew_integrations.core.verify import (
-    _mean_per_word,
-    _probe_cosines,
-    reference_slope,
     score_words,
 )
 from espew_integrations.lab.cache import cached_embed
-from espew_integrations.lab.null_study import NullStudy, false_positive_summary, null_p_values
+from espew_integrations.lab.null_study import (
+    PARTS,
+    NullStudy,
+    audit_scores,
+    combined_p_values,
+    false_positive_summary,
+    null_p_values,
+)
 from espew_integrations.lab.stealers import RidgeStealer
 from espew_integrations.offline.corpora import health_tweets, load_corpus
 from espew_integrations.offline.embedders import minilm, paraphrase_minilm_l3
@@ -68,8 +71,6 @@ N_TARGETS = 50
 #: The issue's bar: observed / expected false positives at 1e-3, and none at 1e-6.
 MAX_RATIO_AT_1E3 = 1.5
 STATISTICS = ("raw", "adjusted", "directed", "combined")
-#: The statistics verify() combines for a key with probe embeddings.
-PARTS = ("raw", "adjusted", "directed")
 #: An experiment key (seeded, hence public by construction): the same recipe as the
 #: faithful-copy tests. Its target text is never printed or written out.
 AUDIT_KEY_SEED = 3
@@ -148,29 +149,6 @@ def fresh_draws(key: WatermarkKey, n_draws: int, rng: np.random.Generator):
     return salts, indices
 
 
-def audit_scores(answers: np.ndarray, key: WatermarkKey) -> dict[str, np.ndarray | float]:
-    """One suspect's raw, adjusted and directed word scores, as verify's ``_p_values``
-    makes them (``directed`` only for a key that stores its probe embeddings).
-
-    None of this looks at the triggers, so it is computed once per suspect.
-    """
-    n_words = len(key.band)
-    cosines = _probe_cosines(answers, key.target)
-    raw = _mean_per_word(cosines, key.probe_owner, n_words)
-    reference = _mean_per_word(
-        np.where(np.isfinite(cosines), key.probe_reference, np.nan), key.probe_owner, n_words
-    )
-    if not np.isfinite(raw).all():
-        raise RuntimeError("an innocent suspect left band words unscored; the study assumes none")
-    slope = reference_slope(raw, reference)
-    out = {"raw": raw, "adjusted": raw - slope * reference, "slope": slope}
-    if len(key.probe_embeddings):
-        directions = mark_directions(key.probe_embeddings, key)
-        per_probe = directed_scores(answers, directions)
-        out["directed"] = _mean_per_word(per_probe, key.probe_owner, n_words)
-    return out
-
-
 def exact_p_values(scores: np.ndarray, draws: np.ndarray) -> np.ndarray:
     """``rank_sum_p_value(scores, mask)`` for every draw (row of band indices).
 
@@ -189,17 +167,11 @@ def exact_p_values(scores: np.ndarray, draws: np.ndarray) -> np.ndarray:
     return distinct[inverse.ravel()]
 
 
-def combined(*parts: np.ndarray) -> np.ndarray:
-    """verify's rule, ``min(1, m * min(p_1, ..., p_m))``, elementwise (the same floats)."""
-    m = float(len(parts))
-    return np.array([min(1.0, m * min(ps)) for ps in zip(*parts, strict=True)])
-
-
 def fast_p_values(scores: dict, draws: np.ndarray, p_values=None) -> dict[str, np.ndarray]:
     """Each statistic's p-value for every draw, and the combined verdict's."""
     p_values = p_values or exact_p_values
     fast = {s: p_values(scores[s], draws) for s in PARTS if s in scores}
-    fast["combined"] = combined(*fast.values())
+    fast["combined"] = combined_p_values(*fast.values())
     return fast
 
 

@@ -16,9 +16,22 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..core.directed import directed_scores, mark_directions
+from ..core.key import WatermarkKey
 from ..core.ranktest import subset_p_values
+from ..core.verify import _mean_per_word, _probe_cosines, reference_slope
 
-__all__ = ["NullStudy", "false_positive_summary", "null_p_values"]
+__all__ = [
+    "NullStudy",
+    "audit_scores",
+    "combined_p_values",
+    "false_positive_summary",
+    "null_p_values",
+    "verdict_null_p_values",
+]
+
+#: The statistics verify() combines for a key with probe embeddings, in its order.
+PARTS = ("raw", "adjusted", "directed")
 
 
 def null_p_values(
@@ -42,6 +55,50 @@ def null_p_values(
     # A random n-subset per draw: the n smallest of N uniform keys.
     draws = np.argpartition(rng.random((n_draws, total)), n_triggers - 1, axis=1)[:, :n_triggers]
     return subset_p_values(scores, draws)
+
+
+def audit_scores(answers: np.ndarray, key: WatermarkKey) -> dict[str, np.ndarray | float]:
+    """One suspect's raw, adjusted and directed word scores for a sentence-probe key,
+    as verify() makes them (``directed`` only for a key that stores its probe
+    embeddings), and the fitted reference ``slope``.
+
+    ``answers`` are the suspect's embeddings of ``key.probe_texts``. None of
+    this looks at the triggers, so it is computed once per suspect and reused
+    for every fresh trigger draw.
+    """
+    n_words = len(key.band)
+    cosines = _probe_cosines(answers, key.target)
+    raw = _mean_per_word(cosines, key.probe_owner, n_words)
+    reference = _mean_per_word(
+        np.where(np.isfinite(cosines), key.probe_reference, np.nan), key.probe_owner, n_words
+    )
+    if not np.isfinite(raw).all():
+        raise ValueError("the suspect left band words unscored; a null study assumes none")
+    slope = reference_slope(raw, reference)
+    out: dict[str, np.ndarray | float] = {
+        "raw": raw,
+        "adjusted": raw - slope * reference,
+        "slope": slope,
+    }
+    if len(key.probe_embeddings):
+        directions = mark_directions(key.probe_embeddings, key)
+        per_probe = directed_scores(answers, directions, key.probe_embeddings)
+        out["directed"] = _mean_per_word(per_probe, key.probe_owner, n_words)
+    return out
+
+
+def combined_p_values(*parts: np.ndarray) -> np.ndarray:
+    """verify's rule, ``min(1, m * min(p_1, ..., p_m))``, elementwise (the same floats)."""
+    m = float(len(parts))
+    return np.array([min(1.0, m * min(ps)) for ps in zip(*parts, strict=True)])
+
+
+def verdict_null_p_values(scores: dict, draws: np.ndarray) -> dict[str, np.ndarray]:
+    """Each statistic's p-value for every trigger draw (rows of band indices), and the
+    verdict's (``"combined"``), from :func:`audit_scores`' output."""
+    found = {name: subset_p_values(scores[name], draws) for name in PARTS if name in scores}
+    found["combined"] = combined_p_values(*found.values())
+    return found
 
 
 @dataclass(frozen=True)

@@ -15,8 +15,14 @@ import numpy as np
 import pytest
 
 from espew_integrations import DEFAULT_LEVEL, WatermarkKey, build_probes, verify, watermark
+from espew_integrations.core.draw import draw_triggers
 from espew_integrations.core.verify import score_words
-from espew_integrations.lab.null_study import NullStudy, null_p_values
+from espew_integrations.lab.null_study import (
+    NullStudy,
+    audit_scores,
+    null_p_values,
+    verdict_null_p_values,
+)
 from espew_integrations.lab.stealers import RidgeStealer
 
 TARGET_TEXTS = [
@@ -105,3 +111,33 @@ def test_a_copy_trained_on_watermarked_embeddings_is_detected(
     assert report.copied, str(report)
     assert report.p_value < 1e-10
     assert report.n_queries == len(key.probe_texts)
+
+
+@pytest.mark.parametrize("suspect_name", ["clean_copy", "minilm_model"])
+def test_the_default_verdict_holds_its_level_over_fresh_trigger_draws(
+    reference_key, suspect_name, request
+):
+    """The default audit (stored sentence probes; raw, adjusted and directed scores with
+    the clean fit, three times the smallest p) against an innocent suspect, over 250
+    fresh trigger draws of the same key: no conviction at the default level, and
+    p-values spread as an exact test's are. Three draws also go through verify()."""
+    suspect = request.getfixturevalue(suspect_name)
+    key = reference_key
+    answers = np.asarray(suspect(list(key.probe_texts)), dtype=np.float64)
+    scores = audit_scores(answers, key)
+    assert set(scores) == {"raw", "adjusted", "directed", "slope"}
+    position = {word: i for i, word in enumerate(key.band)}
+    rng = np.random.default_rng(9)
+    salts = [rng.bytes(32) for _ in range(250)]
+    triggers = [draw_triggers(salt, key.band, len(key.triggers)) for salt in salts]
+    draws = np.array([sorted(position[w] for w in drawn) for drawn in triggers])
+    found = verdict_null_p_values(scores, draws)
+    study = NullStudy(len(draws), found["combined"])
+    assert study.false_positives(DEFAULT_LEVEL) == 0
+    assert study.false_positives(0.05) <= 0.05 * study.n_trials + 4 * np.sqrt(study.n_trials)
+    for name in ("raw", "adjusted", "directed"):
+        assert 0.2 < np.median(found[name]) < 0.8, name  # calibrated, not merely conservative
+    for d in range(3):
+        report = verify(suspect, key.replace(salt=salts[d], triggers=triggers[d]), seed=d)
+        assert report.p_value_directed == pytest.approx(found["directed"][d], rel=1e-9)
+        assert report.p_value == pytest.approx(found["combined"][d], rel=1e-9)
