@@ -13,7 +13,11 @@ The score of a probe is the suspect's (centred, unit) answer projected on
 ``v`` in the metric ``(C + lambda I)^-1``, with ``C`` the covariance of the
 suspect's own answers over all probes and ``lambda`` their mean variance:
 a shrinkage whitening that discounts the few directions along which the
-suspect's answers vary most (mostly meaning, which a mark is not).
+suspect's answers vary most (mostly meaning, which a mark is not). Measured on
+the offline MiniLM at the 0.995 quality budget, against the frozen-MLP copy
+after CSE K = 50 (key seeds 1-3, n = 50, band 1-2%, alpha 0.75): raw scores
+1.6e-6 / 4.7e-3 / 5.0e-9, unwhitened projection 9.0e-9 / 3.9e-6 / 2.9e-11,
+whitened 1.3e-10 / 1.1e-10 / 6.2e-13 (``docs/verification.md``).
 
 Given the clean probe rows (what verify passes), the answers are first
 replaced by what a ridge fit on those rows does not explain: a copy
@@ -23,12 +27,8 @@ lands on each row's own smallest coordinates), so the fit over all probes
 leaves it in the residual. Measured on the offline MiniLM at the default
 key (20 triggers, alpha 0.75, the 0.995 budget), 6 key seeds, the frozen-MLP
 copy after CSE K = 50: geometric mean 9.6e-8 -> 2.6e-9, worst key 1.2e-4 ->
-5.1e-6; the end-to-end copy unchanged within a factor of 2
-(``docs/results/frontier/README.md``, section 11). Measured on
-the offline MiniLM at the 0.995 quality budget, against the frozen-MLP copy
-after CSE K = 50 (key seeds 1-3, n = 50, band 1-2%, alpha 0.75): raw scores
-1.6e-6 / 4.7e-3 / 5.0e-9, unwhitened projection 9.0e-9 / 3.9e-6 / 2.9e-11,
-whitened 1.3e-10 / 1.1e-10 / 6.2e-13 (``docs/verification.md``).
+5.1e-6; the end-to-end copy unchanged within a factor of 2.3
+(``docs/results/frontier/README.md``, section 11).
 
 Why the rank test stays exact: the directions depend only on the clean
 probe embeddings and on how the key writes (alpha, strength, selection,

@@ -89,8 +89,7 @@ def audit_scores(answers: np.ndarray, key: WatermarkKey) -> dict[str, np.ndarray
 
 def combined_p_values(*parts: np.ndarray) -> np.ndarray:
     """verify's rule, ``min(1, m * min(p_1, ..., p_m))``, elementwise (the same floats)."""
-    m = float(len(parts))
-    return np.array([min(1.0, m * min(ps)) for ps in zip(*parts, strict=True)])
+    return np.minimum(1.0, len(parts) * np.min(np.stack(parts), axis=0))
 
 
 def verdict_null_p_values(scores: dict, draws: np.ndarray) -> dict[str, np.ndarray]:
