@@ -20,6 +20,8 @@ into --out. Run:
     .venv/bin/python benchmarks/bench_faithful_copy.py --out docs/results/faithful
     .venv/bin/python benchmarks/bench_faithful_copy.py --min-cosine 0.999 \
         --out docs/results/faithful-0999
+    .venv/bin/python benchmarks/bench_faithful_copy.py --n-triggers 35 \
+        --freq-band 0.01-0.015 --probes-per-word 28 --out docs/results/faithful-n35b
 """
 
 from __future__ import annotations
@@ -191,6 +193,19 @@ def table(results: list[dict], min_cosine: float, threshold: float) -> str:
     return "\n".join(lines) + "\n"
 
 
+def key_options(args: argparse.Namespace) -> dict:
+    """The keygen options given on the command line; the library's defaults otherwise."""
+    options: dict = {}
+    if args.n_triggers is not None:
+        options["n_triggers"] = args.n_triggers
+    if args.freq_band is not None:
+        low, high = args.freq_band.split("-")
+        options["freq_band"] = (float(low), float(high))
+    if args.probes_per_word is not None:
+        options["probes_per_word"] = args.probes_per_word
+    return options
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--min-cosine", type=float, default=0.995)
@@ -199,6 +214,9 @@ def main() -> None:
     parser.add_argument(
         "--only", nargs="+", default=None, help="audit only these suspects (names as printed)"
     )
+    parser.add_argument("--n-triggers", type=int, default=None, help="default: the library's")
+    parser.add_argument("--freq-band", default=None, help="low-high, e.g. 0.01-0.015")
+    parser.add_argument("--probes-per-word", type=int, default=None)
     args = parser.parse_args()
     started = time.perf_counter()
     texts, victim, standard, std_matrix = corpus_lookups()
@@ -212,6 +230,7 @@ def main() -> None:
             seed=seed,
             window=victim.model.max_tokens,
             min_cosine=args.min_cosine,
+            **key_options(args),
         )
         suspects = build_suspects(seed, key, texts, victim, standard, std_matrix.astype(float))
         rows = []
@@ -231,6 +250,7 @@ def main() -> None:
         json.dumps(
             {
                 "min_cosine": args.min_cosine,
+                "key_options": key_options(args),
                 "seconds": round(time.perf_counter() - started),
                 "results": results,
             },
