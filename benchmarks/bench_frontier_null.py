@@ -34,12 +34,11 @@ from bench_null_study import (
     check_against_verify,
     counts_row,
     fast_p_values,
-    fresh_draws,
 )
 
 from espew_integrations import WatermarkKey
 from espew_integrations.core.ranktest import subset_p_values
-from espew_integrations.lab.null_study import audit_scores
+from espew_integrations.lab.null_study import audit_scores, fresh_draws
 from espew_integrations.lab.stealers import RidgeStealer
 
 

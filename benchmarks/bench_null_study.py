@@ -60,6 +60,7 @@ from espew_integrations.lab.null_study import (
     audit_scores,
     combined_p_values,
     false_positive_summary,
+    fresh_draws,
     null_p_values,
 )
 from espew_integrations.lab.stealers import RidgeStealer
@@ -137,18 +138,6 @@ def paper_ks_study(suspect, band, target, n_keys, rng) -> np.ndarray:
 
 
 # ---------------------------------------------------------------------- the verdict of verify()
-def fresh_draws(key: WatermarkKey, n_draws: int, rng: np.random.Generator):
-    """``n_draws`` fresh salts and the band indices of the triggers each one draws."""
-    position = {word: i for i, word in enumerate(key.band)}
-    n_triggers = len(key.triggers)
-    salts, indices = [], np.empty((n_draws, n_triggers), dtype=np.int64)
-    for d in range(n_draws):
-        salt = rng.bytes(32)
-        salts.append(salt)
-        indices[d] = sorted(position[w] for w in draw_triggers(salt, key.band, n_triggers))
-    return salts, indices
-
-
 def exact_p_values(scores: np.ndarray, draws: np.ndarray) -> np.ndarray:
     """``rank_sum_p_value(scores, mask)`` for every draw (row of band indices).
 

@@ -16,16 +16,17 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..core.directed import directed_scores, mark_directions
+from ..core.draw import draw_triggers
 from ..core.key import WatermarkKey
 from ..core.ranktest import subset_p_values
-from ..core.verify import _mean_per_word, _probe_cosines, reference_slope
+from ..core.verify import _plan, _word_scores, reference_slope
 
 __all__ = [
     "NullStudy",
     "audit_scores",
     "combined_p_values",
     "false_positive_summary",
+    "fresh_draws",
     "null_p_values",
     "verdict_null_p_values",
 ]
@@ -57,21 +58,36 @@ def null_p_values(
     return subset_p_values(scores, draws)
 
 
+def fresh_draws(
+    key: WatermarkKey, n_draws: int, rng: np.random.Generator
+) -> tuple[list[bytes], np.ndarray]:
+    """``n_draws`` fresh salts and the sorted band indices of the triggers each one draws.
+
+    Each salt is one fresh key (``key.replace(salt=..., triggers=draw_triggers(...))``),
+    drawn exactly as keygen draws its triggers.
+    """
+    position = {word: i for i, word in enumerate(key.band)}
+    n_triggers = len(key.triggers)
+    salts, indices = [], np.empty((n_draws, n_triggers), dtype=np.int64)
+    for d in range(n_draws):
+        salt = rng.bytes(32)
+        salts.append(salt)
+        indices[d] = sorted(position[w] for w in draw_triggers(salt, key.band, n_triggers))
+    return salts, indices
+
+
 def audit_scores(answers: np.ndarray, key: WatermarkKey) -> dict[str, np.ndarray | float]:
     """One suspect's raw, adjusted and directed word scores for a sentence-probe key,
-    as verify() makes them (``directed`` only for a key that stores its probe
-    embeddings), and the fitted reference ``slope``.
+    made by verify()'s own plan and scoring (``directed`` only for a key that
+    stores its probe embeddings), and the fitted reference ``slope``.
 
     ``answers`` are the suspect's embeddings of ``key.probe_texts``. None of
     this looks at the triggers, so it is computed once per suspect and reused
     for every fresh trigger draw.
     """
     n_words = len(key.band)
-    cosines = _probe_cosines(answers, key.target)
-    raw = _mean_per_word(cosines, key.probe_owner, n_words)
-    reference = _mean_per_word(
-        np.where(np.isfinite(cosines), key.probe_reference, np.nan), key.probe_owner, n_words
-    )
+    scores = _word_scores(_plan(key, "sentences", None), answers, key.target, n_words)
+    raw, reference = scores.raw, scores.reference
     if not np.isfinite(raw).all():
         raise ValueError("the suspect left band words unscored; a null study assumes none")
     slope = reference_slope(raw, reference)
@@ -80,10 +96,8 @@ def audit_scores(answers: np.ndarray, key: WatermarkKey) -> dict[str, np.ndarray
         "adjusted": raw - slope * reference,
         "slope": slope,
     }
-    if len(key.probe_embeddings):
-        directions = mark_directions(key.probe_embeddings, key)
-        per_probe = directed_scores(answers, directions, key.probe_embeddings)
-        out["directed"] = _mean_per_word(per_probe, key.probe_owner, n_words)
+    if scores.directed is not None:
+        out["directed"] = scores.directed
     return out
 
 

@@ -20,6 +20,7 @@ from espew_integrations.core.verify import score_words
 from espew_integrations.lab.null_study import (
     NullStudy,
     audit_scores,
+    fresh_draws,
     null_p_values,
     verdict_null_p_values,
 )
@@ -126,11 +127,7 @@ def test_the_default_verdict_holds_its_level_over_fresh_trigger_draws(
     answers = np.asarray(suspect(list(key.probe_texts)), dtype=np.float64)
     scores = audit_scores(answers, key)
     assert set(scores) == {"raw", "adjusted", "directed", "slope"}
-    position = {word: i for i, word in enumerate(key.band)}
-    rng = np.random.default_rng(9)
-    salts = [rng.bytes(32) for _ in range(250)]
-    triggers = [draw_triggers(salt, key.band, len(key.triggers)) for salt in salts]
-    draws = np.array([sorted(position[w] for w in drawn) for drawn in triggers])
+    salts, draws = fresh_draws(key, 250, np.random.default_rng(9))
     found = verdict_null_p_values(scores, draws)
     study = NullStudy(len(draws), found["combined"])
     assert study.false_positives(DEFAULT_LEVEL) == 0
@@ -138,6 +135,7 @@ def test_the_default_verdict_holds_its_level_over_fresh_trigger_draws(
     for name in ("raw", "adjusted", "directed"):
         assert 0.2 < np.median(found[name]) < 0.8, name  # calibrated, not merely conservative
     for d in range(3):
-        report = verify(suspect, key.replace(salt=salts[d], triggers=triggers[d]), seed=d)
+        triggers = draw_triggers(salts[d], key.band, len(key.triggers))
+        report = verify(suspect, key.replace(salt=salts[d], triggers=triggers), seed=d)
         assert report.p_value_directed == pytest.approx(found["directed"][d], rel=1e-9)
         assert report.p_value == pytest.approx(found["combined"][d], rel=1e-9)
