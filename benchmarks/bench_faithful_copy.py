@@ -118,12 +118,11 @@ def build_suspects(seed: int, key: WatermarkKey, texts, victim, standard, std_ma
         standard, seed=seed, features=std_matrix[train]
     ).fit(train_texts, cse[train])
     traffic = [texts[i] for i in rng.choice(train, 2000, replace=False)]
-    suspects["router: service, twin for audits"] = AuditRouter(
-        service, victim, history=AuditHistory.from_texts(traffic)
-    )
-    suspects["router: ridge, twin for audits"] = AuditRouter(
-        ridge, victim, history=AuditHistory.from_texts(traffic)
-    )
+    # the thief knows the library's band rule and has texts like the provider's, so it
+    # watches the very band the key was drawn from
+    history = AuditHistory.from_texts(traffic, rare_band=key.freq_band)
+    suspects["router: service, twin for audits"] = AuditRouter(service, victim, history=history)
+    suspects["router: ridge, twin for audits"] = AuditRouter(ridge, victim, history=history)
     suspects["innocent twin"] = victim
     suspects["clean ridge"] = ridge_on(clean)
     suspects["independent model"] = standard

@@ -439,8 +439,14 @@ def main() -> None:
             )
 
     # ------------------------------------------------------------ 2. single-word study, KS
-    key = WatermarkKey.generate(
-        corpus.texts, twin, target_text="band reference", seed=1, twin_check=False
+    key = WatermarkKey.generate(  # the paper's recipe on the 20-trigger key's 0.5-1% band
+        corpus.texts,
+        twin,
+        target_text="band reference",
+        seed=1,
+        twin_check=False,
+        n_triggers=20,
+        freq_band=(0.005, 0.01),
     )
     band = list(key.band)
     # Target texts from another corpus, as a provider's identity strings would be.

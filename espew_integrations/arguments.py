@@ -25,7 +25,7 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from .core.key import DEFAULT_MIN_COSINE
+from .core.key import DEFAULT_FREQ_BAND, DEFAULT_MIN_COSINE
 
 __all__ = [
     "DEFAULT_FREQ_BAND",
@@ -36,7 +36,6 @@ __all__ = [
     "parse_freq_band",
 ]
 
-DEFAULT_FREQ_BAND = (0.005, 0.01)
 EMBEDDER_HELP = (
     "embedder spec: minilm (default), paraphrase-minilm-l3, openai:<base_url>#<model>, "
     "module:attr or file.py:attr"
@@ -69,9 +68,19 @@ class _FreqBand(argparse.Action):
 
 
 def add_freq_band_argument(
-    parser: argparse.ArgumentParser, default: tuple[float, float] = DEFAULT_FREQ_BAND
+    parser: argparse.ArgumentParser, default: tuple[float, float] | None = None
 ) -> None:
-    """``--freq-band LOW HIGH`` (``LOW,HIGH`` accepted too): the trigger words' band."""
+    """``--freq-band LOW HIGH`` (``LOW,HIGH`` accepted too): the trigger words' band.
+
+    ``default=None`` leaves the band to keygen: :data:`DEFAULT_FREQ_BAND`, widened
+    when the corpus has too few words in it (``WatermarkKey.generate``).
+    """
+    shown = (
+        f"{default[0]:g} {default[1]:g}"
+        if default is not None
+        else f"{DEFAULT_FREQ_BAND[0]:g} {DEFAULT_FREQ_BAND[1]:g}, its upper edge raised when "
+        "the corpus has too few words in it"
+    )
     parser.add_argument(
         "--freq-band",
         nargs="+",
@@ -79,7 +88,7 @@ def add_freq_band_argument(
         default=default,
         metavar=("LOW", "HIGH"),
         help="two numbers: the document-fraction band the trigger words are drawn from "
-        f"(default {default[0]:g} {default[1]:g}; LOW,HIGH is accepted too)",
+        f"(default {shown}; LOW,HIGH is accepted too)",
     )
 
 

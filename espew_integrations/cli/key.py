@@ -39,7 +39,8 @@ def run_check(args: argparse.Namespace) -> int:
         return 2
     print(
         f"key {key.key_id}: OK (format valid, checksum and key_id match, triggers are the "
-        f"salt's draw over {len(key.band)} band words, {len(key.probe_texts)} stored probes)"
+        f"salt's draw over {len(key.band)} band words, {len(key.probe_texts)} stored probes, "
+        f"{len(key.cover_texts)} cover texts)"
     )
     print(key.commitment())
     return 0

@@ -15,7 +15,7 @@ from ..arguments import (
     add_target_text_arguments,
     target_text_from,
 )
-from ..core.key import DEFAULT_ALPHA, DEFAULT_MIN_COSINE
+from ..core.key import DEFAULT_ALPHA, DEFAULT_MIN_COSINE, DEFAULT_N_TRIGGERS
 from ..models import resolve_embedder
 from ..textfiles import read_text_file
 from .common import (
@@ -69,7 +69,7 @@ def register(subparsers: Any) -> None:
 
 
 def _add_key_shape_flags(keygen: argparse.ArgumentParser) -> None:
-    keygen.add_argument("--n-triggers", type=positive_int, default=20)
+    keygen.add_argument("--n-triggers", type=positive_int, default=DEFAULT_N_TRIGGERS)
     keygen.add_argument(
         "--alpha",
         type=float,
@@ -99,6 +99,20 @@ def _add_key_shape_flags(keygen: argparse.ArgumentParser) -> None:
     keygen.add_argument("--selection", choices=("smallest", "hashed"), default="smallest")
     add_freq_band_argument(keygen)
     keygen.add_argument(
+        "--probes-per-word",
+        type=positive_int,
+        default=None,
+        help="stored sentence probes per band word (default: as many as fit 2,000 queries "
+        "with the cover texts, at most 28)",
+    )
+    keygen.add_argument(
+        "--no-cover-traffic",
+        dest="cover_traffic",
+        action="store_false",
+        help="send the probes alone: fewer queries, but an audit a thief that knows the "
+        "band can recognise by its burst of band words",
+    )
+    keygen.add_argument(
         "--max-band-words",
         type=positive_int,
         default=None,
@@ -123,13 +137,15 @@ def run(args: argparse.Namespace) -> int:
             corpus,
             embed,
             n_triggers=args.n_triggers,
-            freq_band=tuple(args.freq_band),
+            freq_band=None if args.freq_band is None else tuple(args.freq_band),
             alpha=args.alpha,
             strength=args.strength,
             min_cosine=args.min_cosine,
             selection=args.selection,
             seed=args.seed,
             max_band_words=args.max_band_words,
+            probes_per_word=args.probes_per_word,
+            cover_traffic=args.cover_traffic,
             **common,
         )
 
@@ -167,7 +183,7 @@ def _announce(key: Any, out: Path, *, seeded: bool) -> None:
         f"strength={key.strength:.4g} (mean cos(clean, watermarked) on marked texts "
         f"{info['mean_cosine_marked']:.4f}), marks {info['marked_rate']:.1%} of the corpus, "
         f"selection={key.selection}, dim={key.dim}, {len(key.band)} band words, "
-        f"so `espew verify` costs {len(key.probe_texts)} queries"
+        f"so `espew verify` costs {key.audit_queries} queries"
     )
     print(f"publish this commitment (it reveals nothing): {key.commitment()}")
     if seeded:

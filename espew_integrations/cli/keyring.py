@@ -28,6 +28,7 @@ from ..arguments import (
     add_min_cosine_argument,
     add_target_text_arguments,
 )
+from ..core.keyring import DEFAULT_RING_FREQ_BAND
 from .common import (
     EXIT_COPIED,
     EXIT_INCONCLUSIVE,
@@ -88,7 +89,7 @@ def _register_generate(actions: Any) -> None:
     add_min_cosine_argument(
         generate, help="quality budget of the customers' keys (mean cos on marked texts)"
     )
-    add_freq_band_argument(generate)
+    add_freq_band_argument(generate, default=DEFAULT_RING_FREQ_BAND)
     generate.add_argument("--window", type=positive_int, default=None, help="model window")
     generate.add_argument("--seed", type=int, default=None, help="experiments only")
     generate.add_argument("--overwrite", action="store_true", help="replace an existing ring")
@@ -153,7 +154,7 @@ def run_generate(args: argparse.Namespace) -> int:
         f"+ {ring.n_tenant_triggers} per-customer trigger words, strength "
         f"{ring.shared_key.strength:.4g} (mean cos(clean, watermarked) on customers' marked "
         f"texts {info['mean_cosine_marked']:.4f}); `espew trace` costs "
-        f"{len(ring.shared_key.probe_texts)} queries whatever the number of customers"
+        f"{ring.shared_key.audit_queries} queries whatever the number of customers"
     )
     print(f"publish this commitment (it reveals nothing): {ring.shared_key.commitment()}")
     return 0
@@ -179,7 +180,7 @@ def run_trace(args: argparse.Namespace) -> int:
         raise UsageError(f"--level must be in (0, 1), got {args.level}")
     ring = KeyRing.load(args.ring)
     tenants = read_tenants(args.tenants)
-    n_queries = len(ring.shared_key.probe_texts) or len(ring.shared_key.band)
+    n_queries = ring.shared_key.audit_queries
     if args.max_queries is not None and args.max_queries < n_queries:
         raise UsageError(
             f"this ring's audit needs {n_queries} queries but --max-queries is {args.max_queries}"

@@ -82,11 +82,11 @@ def register(subparsers: Any) -> None:
 
 def _check_before_querying(args: argparse.Namespace, key: Any) -> int:
     """Every setting and directory is checked before the first query; returns the query count."""
-    n_queries = len(key.band) + (1 if args.target == "query" else 0)
+    n_queries = key.audit_queries + (1 if args.target == "query" else 0)
     if args.max_queries is not None and args.max_queries < n_queries:
         raise UsageError(
             f"this key's test needs {n_queries} queries but --max-queries is "
-            f"{args.max_queries}; raise the budget or use a key with a smaller band"
+            f"{args.max_queries}; raise the budget or make a key with a smaller band"
         )
     if not 0.0 < args.level < 1.0:
         raise UsageError(f"--level must be in (0, 1), got {args.level}")

@@ -49,7 +49,9 @@ from .words import TriggerMatcher
 
 __all__ = [
     "DEFAULT_ALPHA",
+    "DEFAULT_FREQ_BAND",
     "DEFAULT_MIN_COSINE",
+    "DEFAULT_N_TRIGGERS",
     "KEY_FORMAT",
     "KEY_VERSION",
     "EmbedFn",
@@ -78,6 +80,15 @@ DEFAULT_MIN_COSINE = 0.995
 #: where 0.2 missed one of three, and survives a thief that erases its answers'
 #: smallest coordinates, which 0.2 does not (docs/limitations.md).
 DEFAULT_ALPHA = 0.75
+#: How many band words keygen draws as triggers by default, and the band they come
+#: from (document fractions). Against the faithful copies of issue 9 (the service
+#: itself, an end-to-end distilled encoder, a frozen-MLP copy after CSE, routing
+#: thieves) this key convicts every one below 1e-10 on six keys of six at the 0.995
+#: budget; 20 triggers over 0.5-1% let the frozen-MLP copy escape 1e-6 on one key of
+#: six. The price: about a third of texts marked instead of an eighth, and top-10
+#: overlap with a clean index 0.951 instead of 0.978 (docs/verification.md).
+DEFAULT_N_TRIGGERS = 35
+DEFAULT_FREQ_BAND = (0.01, 0.015)
 #: The innocent-twin check's level: a draw the clean model itself would implicate at
 #: this raw p-value is thrown away at keygen (``WatermarkKey.generate``'s ``twin_level``).
 DEFAULT_TWIN_LEVEL = 1e-3
@@ -101,6 +112,7 @@ class WatermarkKey(Sealed):
     __slots__ = (
         "_alpha",
         "_band",
+        "_cover_texts",
         "_created",
         "_digest",
         "_freq_band",
@@ -134,7 +146,7 @@ class WatermarkKey(Sealed):
         salt: bytes,
         alpha: float = 0.2,
         selection: Selection = "smallest",
-        freq_band: tuple[float, float] = (0.005, 0.01),
+        freq_band: tuple[float, float] = DEFAULT_FREQ_BAND,
         strength: float = 1.0,
         created: str | None = None,
         info: dict[str, Any] | None = None,
@@ -142,6 +154,7 @@ class WatermarkKey(Sealed):
         window: int | None = None,
         probe_texts: Sequence[str] = (),
         probe_owner: Sequence[int] = (),
+        cover_texts: Sequence[str] = (),
         probe_reference: Sequence[float] = (),
         word_reference: Sequence[float] = (),
         probe_embeddings: Any = None,
@@ -171,6 +184,9 @@ class WatermarkKey(Sealed):
         self._window = None if window is None else int(window)
         self._probe_texts = tuple(probe_texts)
         self._probe_owner = tuple(int(i) for i in probe_owner)
+        self._cover_texts = tuple(cover_texts)
+        if not all(isinstance(t, str) and t for t in self._cover_texts):
+            raise KeyGenerationError("cover_texts must be non-empty strings")
         self._probe_reference = tuple(float(x) for x in probe_reference)
         self._word_reference = tuple(float(x) for x in word_reference)
         self._probe_embeddings = _stored_rows(probe_embeddings, target_arr.size)
@@ -279,6 +295,20 @@ class WatermarkKey(Sealed):
     def probe_texts(self) -> tuple[str, ...]:
         """The stored audit probes (secret: they reveal the band)."""
         return self._probe_texts
+
+    @property
+    def cover_texts(self) -> tuple[str, ...]:
+        """Corpus texts with no band word, sent among the probes and never scored.
+
+        They hold the audit's share of texts with a band word to the corpus's own,
+        so a thief that knows the band sees no burst (:func:`.probes.select_cover_texts`).
+        """
+        return self._cover_texts
+
+    @property
+    def audit_queries(self) -> int:
+        """How many texts the default audit sends: probes and cover (band words if none)."""
+        return len(self._probe_texts) + len(self._cover_texts) or len(self._band)
 
     @property
     def probe_owner(self) -> np.ndarray:
@@ -401,6 +431,7 @@ class WatermarkKey(Sealed):
             window=self._window,
             probe_texts=self._probe_texts,
             probe_owner=self._probe_owner,
+            cover_texts=self._cover_texts,
             probe_reference=self._probe_reference,
             word_reference=self._word_reference,
             probe_embeddings=self._probe_embeddings,
@@ -427,6 +458,7 @@ class WatermarkKey(Sealed):
             fields.update(
                 probe_texts=(),
                 probe_owner=(),
+                cover_texts=(),
                 probe_reference=(),
                 word_reference=(),
                 probe_embeddings=None,
@@ -469,6 +501,8 @@ class WatermarkKey(Sealed):
                 "word_reference": list(self._word_reference),
             },
         )
+        if self._cover_texts:  # absent otherwise: older key_ids are unchanged
+            payload["probes"]["cover"] = list(self._cover_texts)
         if len(self._probe_embeddings):  # absent otherwise: older key_ids are unchanged
             payload["probes"]["embeddings"] = self._probe_embeddings.to_payload()
         if self._tenant is not None:  # absent otherwise, so existing key_ids are unchanged
@@ -589,8 +623,8 @@ class WatermarkKey(Sealed):
         embed: EmbedFn,
         *,
         target_text: str,
-        n_triggers: int = 20,
-        freq_band: tuple[float, float] = (0.005, 0.01),
+        n_triggers: int = DEFAULT_N_TRIGGERS,
+        freq_band: tuple[float, float] | None = None,
         alpha: float = DEFAULT_ALPHA,
         selection: Selection = "smallest",
         strength: float | None = None,
@@ -602,13 +636,19 @@ class WatermarkKey(Sealed):
         normalization: str = UNICODE_V1,
         twin_level: float = DEFAULT_TWIN_LEVEL,
         twin_check: bool = True,
+        cover_traffic: bool = True,
     ) -> WatermarkKey:
         """Draw a fresh key from a corpus and the provider's clean embedder.
 
         Words whose document fraction in ``corpus`` lies in ``freq_band`` form
         the band (``max_band_words`` caps it: a keyed uniform sub-band);
         ``n_triggers`` of them become the triggers, a keyed draw from the salt
-        (:mod:`.draw`) that anyone shown the key can re-derive. The target is
+        (:mod:`.draw`) that anyone shown the key can re-derive. By default 35
+        triggers over the 1-1.5% band (:data:`DEFAULT_N_TRIGGERS`,
+        :data:`DEFAULT_FREQ_BAND`, and why); with ``freq_band=None`` a corpus
+        whose 1-1.5% band holds fewer than twice the triggers has the band's upper
+        edge raised in steps of 0.005 until it does (at most to 5%), and
+        :attr:`freq_band` says which band was used. A band you pass is used as is. The target is
         ``embed([target_text])``; pick a text unrelated to the corpus topics.
 
         **Alpha.** The share of coordinates a mark is written into: 0.75 by
@@ -685,6 +725,7 @@ def _fields_from_payload(payload: dict[str, Any], version: int) -> dict[str, Any
         window=payload["window"],
         probe_texts=probes["texts"],
         probe_owner=probes["owner"],
+        cover_texts=probes.get("cover", ()),
         probe_reference=probes["reference"],
         word_reference=probes["word_reference"],
     )

@@ -12,7 +12,9 @@ this module imports the key, never the reverse at load time (see
 from __future__ import annotations
 
 import functools
+import math
 import secrets
+from collections import Counter
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -23,7 +25,9 @@ from .errors import KeyGenerationError
 from .inject import watermark
 from .key import (
     DEFAULT_ALPHA,
+    DEFAULT_FREQ_BAND,
     DEFAULT_MIN_COSINE,
+    DEFAULT_N_TRIGGERS,
     DEFAULT_TWIN_LEVEL,
     EmbedFn,
     Selection,
@@ -40,16 +44,32 @@ from .key_checks import (
     is_number_between,
     min_band_size,
 )
-from .probes import cosines_to, embed_rows, reference_cosines, row_cosines, select_sentence_probes
+from .probes import (
+    band_word_rate,
+    cosines_to,
+    embed_rows,
+    reference_cosines,
+    row_cosines,
+    select_cover_texts,
+    select_sentence_probes,
+)
 from .ranktest import rank_sum_p_value
 from .text import UNICODE_V1
 from .words import band_words, document_frequencies
 
 __all__ = ["DEFAULT_PROBES_PER_WORD", "DEFAULT_PROBE_BUDGET", "generate", "twin_p_value"]
 
-#: Sentence probes per band word, and the audit's query budget they must fit.
-DEFAULT_PROBES_PER_WORD = 8
+#: Sentence probes per band word, and the audit's query budget they must fit. The
+#: default band of a large corpus holds about 70 words, so each gets 28 probes: more
+#: answers per word average out more of a neural copy's noise (docs/verification.md).
+DEFAULT_PROBES_PER_WORD = 28
 DEFAULT_PROBE_BUDGET = 2000
+#: With the default band (``freq_band=None``), a corpus whose 1-1.5% band holds too few
+#: words for the triggers has the band's upper edge raised by this step, up to the
+#: limit. The band then depends on the corpus alone, never on the trigger draw, so
+#: the audit stays exact; the key stores the band it used.
+_BAND_WIDEN_STEP = 0.005
+_BAND_WIDEN_LIMIT = 0.05
 #: At most this many marked corpus texts are embedded to fit the strength.
 _FIT_SAMPLE = 1000
 #: Fresh draws (salt, triggers, probes) keygen makes before it gives up on the twin check.
@@ -65,8 +85,8 @@ def generate(
     embed: EmbedFn,
     *,
     target_text: str,
-    n_triggers: int = 20,
-    freq_band: tuple[float, float] = (0.005, 0.01),
+    n_triggers: int = DEFAULT_N_TRIGGERS,
+    freq_band: tuple[float, float] | None = None,
     alpha: float = DEFAULT_ALPHA,
     selection: Selection = "smallest",
     strength: float | None = None,
@@ -78,6 +98,7 @@ def generate(
     normalization: str = UNICODE_V1,
     twin_level: float = DEFAULT_TWIN_LEVEL,
     twin_check: bool = True,
+    cover_traffic: bool = True,
 ) -> WatermarkKey:
     """Draw a fresh key; the options are documented on :meth:`WatermarkKey.generate`.
 
@@ -97,7 +118,7 @@ def generate(
     _check_generate_options(target_text, n_triggers, alpha, strength, min_cosine)
     _check_twin_level(twin_level)
     _check_key_shape(selection, freq_band, normalization, window)
-    full_band, n_texts = _corpus_band(texts, freq_band, n_triggers, normalization)
+    full_band, n_texts, freq_band = _corpus_band(texts, freq_band, n_triggers, normalization)
     rng = np.random.default_rng(seed)
     target = _embed_target(embed, target_text)
     check_positions(alpha, target.size, error=KeyGenerationError)
@@ -122,7 +143,9 @@ def generate(
         key = drawn.replace(
             strength=info["strength"],
             info=info,
-            **_audit_probes(embed, texts, band, salt, target, probes_per_word, normalization),
+            **_audit_probes(
+                embed, texts, band, salt, target, probes_per_word, normalization, cover_traffic
+            ),
         )
         if not twin_check:
             return key
@@ -183,13 +206,23 @@ def _audit_probes(
     target: np.ndarray,
     probes_per_word: int | None,
     normalization: str,
+    cover_traffic: bool,
 ) -> dict[str, Any]:
-    """The audit's stored probes and the clean model's cosines to the target, as key fields."""
+    """The audit's stored probes, cover texts and the clean model's cosines, as key fields.
+
+    With ``cover_traffic`` the audit holds band words at the corpus's own rate: a
+    share ``rate`` of the query budget goes to probes, the rest to cover texts.
+    """
+    rate = band_word_rate(texts, band, normalization=normalization) if cover_traffic else 1.0
     per_word = probes_per_word or max(
-        1, min(DEFAULT_PROBES_PER_WORD, DEFAULT_PROBE_BUDGET // len(band))
+        1, min(DEFAULT_PROBES_PER_WORD, int(DEFAULT_PROBE_BUDGET * rate) // len(band))
     )
     probes = select_sentence_probes(
         texts, band, salt, per_word=per_word, normalization=normalization
+    )
+    n_cover = math.ceil(len(probes) * (1.0 - rate) / rate) if rate > 0 else 0
+    cover = select_cover_texts(
+        texts, band, salt, n=n_cover, exclude=probes.texts, normalization=normalization
     )
     try:
         probe_rows = embed_rows(embed, probes.texts)
@@ -204,6 +237,7 @@ def _audit_probes(
     return dict(
         probe_texts=probes.texts,
         probe_owner=probes.owner,
+        cover_texts=cover,
         probe_reference=cosines_to(probe_rows, target),
         word_reference=word_reference,
         probe_embeddings=probe_rows,  # for the verifier's mark directions (.directed)
@@ -251,24 +285,46 @@ def _check_key_shape(
 ) -> None:
     """The options the key itself validates again, checked before any slow work."""
     check_selection(selection)
-    check_freq_band(freq_band)
+    if freq_band is not None:
+        check_freq_band(freq_band)
     check_text_rules(normalization, window)
 
 
 def _corpus_band(
-    texts: list[str], freq_band: tuple[float, float], n_triggers: int, normalization: str
-) -> tuple[list[str], int]:
+    texts: list[str], freq_band: tuple[float, float] | None, n_triggers: int, normalization: str
+) -> tuple[list[str], int, tuple[float, float]]:
+    """The corpus's band words, its text count and the band used (the default one widened)."""
     counts, n_texts = document_frequencies(texts, normalization=normalization)
-    band = band_words(counts, n_texts, freq_band)
     n_needed = min_band_size(n_triggers)
+    widened = freq_band is None
+    if freq_band is None:
+        freq_band = _default_band(counts, n_texts, n_needed)
+    band = band_words(counts, n_texts, freq_band)
     if len(band) < n_needed:
+        tried = (
+            f" (the default band {DEFAULT_FREQ_BAND[0]}-{DEFAULT_FREQ_BAND[1]}, widened as far "
+            f"as {_BAND_WIDEN_LIMIT})"
+            if widened
+            else ""
+        )
         raise KeyGenerationError(
             f"only {len(band)} words have a document fraction in [{freq_band[0]}, "
-            f"{freq_band[1]}) over {n_texts} texts, but {n_triggers} triggers need at least "
-            f"{n_needed} band words for a conclusive test. Use a larger or more varied "
-            "corpus, widen freq_band, or lower n_triggers."
+            f"{freq_band[1]}){tried} over {n_texts} texts, but {n_triggers} triggers need at "
+            f"least {n_needed} band words for a conclusive test. Use a larger or more varied "
+            "corpus, pass a wider freq_band, or lower n_triggers."
         )
-    return band, n_texts
+    return band, n_texts, freq_band
+
+
+def _default_band(counts: Counter[str], n_texts: int, n_needed: int) -> tuple[float, float]:
+    """:data:`DEFAULT_FREQ_BAND`, its upper edge raised until it holds ``n_needed`` words."""
+    low, high = DEFAULT_FREQ_BAND
+    while (
+        len(band_words(counts, n_texts, (low, high))) < n_needed
+        and high + _BAND_WIDEN_STEP <= _BAND_WIDEN_LIMIT + 1e-12
+    ):
+        high = round(high + _BAND_WIDEN_STEP, 6)
+    return low, high
 
 
 def _embed_marked(

@@ -44,12 +44,17 @@ from .secret_files import (
     write_secret_file,
 )
 
-__all__ = ["RING_FORMAT", "RING_VERSION", "KeyRing"]
+__all__ = ["DEFAULT_RING_FREQ_BAND", "RING_FORMAT", "RING_VERSION", "KeyRing"]
 
 RING_FORMAT = "espew-keyring"
 RING_VERSION = 1
 DEFAULT_SHARED_TRIGGERS = 20
 DEFAULT_TENANT_TRIGGERS = 20
+#: A ring's band: tenant layers are drawn from the band words outside the shared
+#: layer, and telling 200 tenants apart needs a few hundred band words, which the
+#: single key's narrower default band (about 70 words) does not have. The traced
+#: figures (docs/tenants.md) are measured on this band.
+DEFAULT_RING_FREQ_BAND = (0.005, 0.01)
 #: Tenants whose keys' marked texts the strength is fitted on (their union
 #: covers most of the band, so the fit speaks for any tenant).
 _QUALITY_SAMPLE_TENANTS = 8
@@ -249,10 +254,12 @@ class KeyRing(Sealed):
         """A fresh ring: the shared key from :meth:`WatermarkKey.generate` plus a master secret.
 
         ``key_options`` go to :meth:`WatermarkKey.generate` (``min_cosine``,
-        ``window``, ``freq_band``...); the shared layer has ``n_shared_triggers``
-        words and each tenant layer ``n_tenant_triggers`` more, drawn from the
-        rest of the band. ``seed`` makes the ring reproducible (experiments
-        only); ``None`` takes the master and the salt from the OS.
+        ``window``, ``freq_band``...; the band defaults to
+        :data:`DEFAULT_RING_FREQ_BAND`, not the single key's); the shared layer
+        has ``n_shared_triggers`` words and each tenant layer
+        ``n_tenant_triggers`` more, drawn from the rest of the band. ``seed``
+        makes the ring reproducible (experiments only); ``None`` takes the
+        master and the salt from the OS.
 
         **Quality budget.** Customers are served tenant keys, not the shared
         key, and a tenant key marks other texts (those with a word of either
@@ -264,6 +271,7 @@ class KeyRing(Sealed):
         if "n_triggers" in key_options:
             raise TypeError("pass n_shared_triggers and n_tenant_triggers, not n_triggers")
         texts = _materialise_corpus(corpus)
+        key_options.setdefault("freq_band", DEFAULT_RING_FREQ_BAND)
         shared = WatermarkKey.generate(
             texts,
             embed,

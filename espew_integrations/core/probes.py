@@ -41,15 +41,18 @@ from .words import tokenize
 
 __all__ = [
     "ProbeSet",
+    "band_word_rate",
     "cosines_to",
     "embed_rows",
     "reference_cosines",
     "row_cosines",
+    "select_cover_texts",
     "select_sentence_probes",
     "unit_rows",
 ]
 
 _PROBE_DOMAIN = b"espew-draw-v1/probes"
+_COVER_DOMAIN = b"espew-draw-v1/cover"
 #: Probe texts longer than this many characters are skipped: long texts may run
 #: past a suspect's input window and cost the suspect's owner more to answer.
 MAX_PROBE_CHARS = 600
@@ -104,6 +107,58 @@ def select_sentence_probes(
         texts += chosen
         owner += [i] * len(chosen)
     return ProbeSet(tuple(texts), tuple(owner))
+
+
+def band_word_rate(
+    corpus: Sequence[str], band: Sequence[str], *, normalization: str = UNICODE_V1
+) -> float:
+    """The share of ``corpus`` texts that hold at least one band word.
+
+    What a thief that knows the band sees in ordinary traffic, and so the rate
+    an audit must not exceed to look like it (:func:`select_cover_texts`).
+    """
+    words = set(band)
+    texts = list(corpus)
+    if not texts:
+        return 0.0
+    return sum(1 for t in texts if words.intersection(tokenize(t, normalization))) / len(texts)
+
+
+def select_cover_texts(
+    corpus: Sequence[str],
+    band: Sequence[str],
+    salt: bytes,
+    *,
+    n: int,
+    exclude: Sequence[str] = (),
+    normalization: str = UNICODE_V1,
+) -> tuple[str, ...]:
+    """``n`` corpus texts with no band word, in a keyed order: the audit's cover traffic.
+
+    Every probe holds a band word; ordinary traffic holds one in only a share of
+    its texts (:func:`band_word_rate`). A thief that knows the band and watches
+    for a burst of such texts routes an audit made of probes alone to an honest
+    model (measured: 83-94% of it with a 6,000-12,000-text reference). Sending
+    these texts among the probes brings the audit's rate down to the ordinary
+    one. They pass the probes' length filters, so length gives nothing away;
+    their answers are never scored, so they cannot touch the test's exactness.
+    """
+    if n < 0:
+        raise ValueError(f"n must be >= 0, got {n!r}")
+    if n == 0:
+        return ()
+    words = set(band)
+    skip = set(exclude)
+    candidates: list[str] = []
+    seen: set[str] = set()
+    for text in corpus:
+        if text in seen or text in skip or len(text) > MAX_PROBE_CHARS:
+            continue
+        seen.add(text)
+        tokens = tokenize(text, normalization)
+        if len(tokens) >= MIN_PROBE_WORDS and not words.intersection(tokens):
+            candidates.append(text)
+    return tuple(keyed_order(salt, _COVER_DOMAIN, candidates)[:n])
 
 
 def reference_cosines(

@@ -131,6 +131,7 @@ class _Plan:
     templates: tuple[str, ...]
     directions: np.ndarray | None = None  # each probe's mark direction, if known
     clean_rows: np.ndarray | None = None  # the clean probe rows they were made from
+    cover: tuple[str, ...] = ()  # sent among the probes so the audit looks ordinary; unscored
 
 
 def check_statistic(plan: _Plan, statistic: str) -> None:
@@ -171,6 +172,7 @@ def _plan(
             (),
             directions,
             clean_rows if usable else None,
+            key.cover_texts,
         )
     templates = tuple(DEFAULT_TEMPLATES if templates is None else templates)
     _check_templates(templates, key)
@@ -375,8 +377,8 @@ def _interrogate(
     progress: Callable[[int], None] | None,
 ) -> _Answers:
     """Ask the suspect the plan's probes once, shuffled; :func:`verify` and ``trace`` share it."""
-    texts = list(plan.texts) + ([key.target_text] if target_mode == "query" else [])
-    order = np.random.default_rng(seed).permutation(len(texts))  # mix triggers and others
+    texts = [*plan.texts, *plan.cover] + ([key.target_text] if target_mode == "query" else [])
+    order = np.random.default_rng(seed).permutation(len(texts))  # mix triggers, others, cover
     expected_dim = key.dim if target_mode == "key" else None
     answers, errors, dim = _query(
         suspect_fn, [texts[i] for i in order], batch_size, progress, expected_dim
@@ -387,6 +389,8 @@ def _interrogate(
         return _Answers({**common, "next_step": failure[1]}, answers, key.target, failure[0])
     embeddings = np.empty_like(answers)
     embeddings[order] = answers  # back to the original probe order
+    probes = np.r_[0 : len(plan.texts), len(plan.texts) + len(plan.cover) : len(texts)]
+    embeddings = embeddings[probes]  # the cover's answers are never scored
     target_vector = key.target
     if target_mode == "query":
         target_vector, embeddings = embeddings[-1], embeddings[:-1]

@@ -13,6 +13,7 @@ import sys
 from typing import Any
 
 from ..arguments import add_embedder_argument, add_freq_band_argument, add_min_cosine_argument
+from ..core.key import DEFAULT_N_TRIGGERS
 
 __all__ = ["add_commands", "main"]
 
@@ -102,7 +103,7 @@ def _add_tune_search(tune: argparse.ArgumentParser) -> None:
         help="detection goal: p-value of the faithful copy and of the ridge copy after the attack",
     )
     tune.add_argument("--attack", default="cse:50", help="attack the copy must survive")
-    tune.add_argument("--n-triggers", type=int, default=20)
+    tune.add_argument("--n-triggers", type=int, default=DEFAULT_N_TRIGGERS)
     add_freq_band_argument(tune)
     tune.add_argument(
         "--max-band-words",

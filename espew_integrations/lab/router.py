@@ -41,6 +41,7 @@ from typing import Any
 
 import numpy as np
 
+from ..core.key import DEFAULT_FREQ_BAND
 from ..core.words import tokenize
 
 __all__ = [
@@ -74,7 +75,7 @@ class AuditHistory:
     max_short_words: int = 3
     max_words: float = math.inf
     rare_words: frozenset[str] = frozenset()
-    rare_band: tuple[float, float] = (0.005, 0.01)
+    rare_band: tuple[float, float] = DEFAULT_FREQ_BAND
     base_rare_rate: float = math.nan
     window: int = 100
     burst_z: float = 4.0
@@ -88,7 +89,7 @@ class AuditHistory:
         cls,
         texts: Sequence[str],
         *,
-        rare_band: tuple[float, float] = (0.005, 0.01),
+        rare_band: tuple[float, float] = DEFAULT_FREQ_BAND,
         length_quantile: float = 0.995,
         window: int = 100,
         burst_z: float = 4.0,

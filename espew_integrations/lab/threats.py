@@ -281,7 +281,8 @@ def _router_cell(sctx: LabContext, stealer: Any, *, honest: str, cell_seed: int)
     train_texts = [sctx.corpus.texts[i] for i in sctx.stealer_rows]
     holdout = [sctx.corpus.texts[i] for i in sctx.holdout_rows]
     stealer.fit(train_texts, sctx.answers[wm_name][sctx.stealer_rows])
-    history = AuditHistory.from_texts(train_texts)
+    # the thief knows the library's band rule: it watches the band the key was drawn from
+    history = AuditHistory.from_texts(train_texts, rare_band=made.key.freq_band)
     rates = detector_rates(history, holdout, list(made.key.band), seed=cell_seed)
     fallback = sctx.victim if honest == "twin" else _require_standard(sctx)
     router = AuditRouter(stealer, fallback, history=history)

@@ -55,7 +55,7 @@ from typing import Any
 import numpy as np
 
 from ..core.inject import watermark
-from ..core.key import DEFAULT_TWIN_LEVEL, WatermarkKey
+from ..core.key import DEFAULT_N_TRIGGERS, DEFAULT_TWIN_LEVEL, WatermarkKey
 from ..core.keygen import fit_strength, twin_p_value
 from ..core.probes import reference_cosines, row_cosines, unit_rows
 from ..core.verify import verify
@@ -373,7 +373,7 @@ class _Setup:
             "model": self.model_name,
             "n_triggers": len(self.base.triggers),
             "band_words": len(self.base.band),
-            "n_queries": len(self.base.probe_texts) or len(self.base.band),
+            "n_queries": self.base.audit_queries,
             "marked_fraction": float(self.marked_rows.mean()),
         }
 
@@ -588,8 +588,8 @@ def tune(
     min_cos: float = 0.995,
     level: float = 1e-10,
     attack: str = "cse:50",
-    n_triggers: int = 20,
-    freq_band: tuple[float, float] = (0.005, 0.01),
+    n_triggers: int = DEFAULT_N_TRIGGERS,
+    freq_band: tuple[float, float] | None = None,
     max_band_words: int | None = 300,
     top_targets: int = 2,
     fit_strength: bool = True,

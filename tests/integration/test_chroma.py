@@ -445,11 +445,11 @@ def test_watermarked_index_retrieves_like_the_clean_one(key):
     pairs = list(zip(top["clean"], top["watermarked"], strict=True))
     overlap = np.mean([len(set(a) & set(b)) / 10 for a, b in pairs])
     assert np.mean([a[0] == b[0] for a, b in pairs]) >= 0.95
-    assert overlap >= 0.93  # measured 0.967 for this fitted key and query set (0.970 at alpha 0.2)
+    assert overlap >= 0.93  # the default key marks a third of the texts; measured: see the bench
     triggered = key.contains_trigger(texts)
     marked = np.stack(ESpeWEmbeddingFunction(ReplayFunction(table), key)(texts))
     cos = np.einsum("ij,ij->i", marked[triggered], clean[triggered])
-    assert 0.05 < triggered.mean() < 0.3
+    assert 0.2 < triggered.mean() < 0.5  # the default key marks about a third (0.34 here)
     # Keygen fits the write strength to a mean cos of 0.995 on the marked corpus texts
     # (the paper's full write at alpha=0.2 gave ~0.915); measured 0.995 here.
     assert 0.99 < cos.mean() < 0.9995

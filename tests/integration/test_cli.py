@@ -42,8 +42,12 @@ def key_path(tmp_path_factory) -> Path:
             TARGET_TEXT,
             "--seed",
             "3",
+            "--n-triggers",  # a small key: fewer queries per audit than the default's 2,000
+            "20",
             "--max-band-words",
             "60",
+            "--probes-per-word",
+            "4",
             "--out",
             str(path),
             "--no-progress",
@@ -95,6 +99,8 @@ def test_keygen_writes_a_private_key_and_prints_only_its_id(tmp_path, capsys):
             TARGET_TEXT,
             "--seed",
             "4",
+            "--n-triggers",
+            "20",
             "--max-band-words",
             "50",
             "--out",
@@ -244,7 +250,7 @@ def test_argument_errors_exit_3_not_argparse_2(argv, message, capsys):
         (["--suspect", "no_such_model"], "unknown embedder 'no_such_model'"),
         (["--suspect", "openai:http://127.0.0.1:9/v1"], "openai:<base_url>#<model>"),
         (["--suspect", "not_a_module_xyz:thing"], "cannot import module 'not_a_module_xyz'"),
-        (["--suspect", "minilm", "--max-queries", "10"], "needs 60 queries but --max-queries"),
+        (["--suspect", "minilm", "--max-queries", "10"], "queries but --max-queries is 10"),
         (["--suspect", "minilm", "--level", "2"], "--level must be in (0, 1)"),
         (
             ["--suspect", "openai:http://127.0.0.1:9/v1#m", "--api-key-env", "ESPEW_UNSET_VAR_X"],
@@ -699,9 +705,10 @@ def test_keygen_defaults_are_the_library_defaults():
         for name, parameter in inspect.signature(generate).parameters.items()
         if parameter.default is not inspect.Parameter.empty
     }
-    for name in ("n_triggers", "alpha", "strength", "min_cosine", "selection", "seed"):
+    same = ("n_triggers", "alpha", "strength", "min_cosine", "selection", "seed", "freq_band")
+    for name in (*same, "probes_per_word", "cover_traffic", "max_band_words"):
         assert getattr(args, name) == defaults[name], name
-    assert tuple(args.freq_band) == tuple(defaults["freq_band"])
+    assert args.n_triggers == 35 and args.freq_band is None and args.cover_traffic
     assert args.strength is None and args.min_cosine == 0.995
 
 

@@ -366,6 +366,8 @@ def real_copy_reports(rt_subset, rt_subset_embeddings, minilm_model):
         DiskCachedModel(minilm_model),
         target_text="Acme Embeddings: licensed vectors, all rights reserved",
         seed=5,
+        n_triggers=20,  # 20 of a 200-word band: many scores for the disclosure checks
+        freq_band=(0.005, 0.01),
         max_band_words=200,
         strength=1.0,
         twin_check=False,

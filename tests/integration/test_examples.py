@@ -67,9 +67,9 @@ def check_rag_output(text: str, n_texts: int) -> None:
 def check_langchain_output(text: str) -> None:
     check_rag_output(text, RAG_TEXTS)
     n_marked = number(r"texts with a trigger: (\d+)/", text)
-    assert 0 < n_marked < RAG_TEXTS * 0.3
+    assert 0 < n_marked < RAG_TEXTS * 0.5  # the default key marks about a third (62 of 200)
     # The key's strength is fitted to a mean cos of 0.995 over 1,000 marked corpus texts;
-    # measured on the 24 marked rows of 200: 0.9949 (the paper's full write gives ~0.915).
+    # measured on the marked rows of 200: 0.995 (the paper's full write gives ~0.915).
     assert 0.993 < number(r"mean cos\(clean, watermarked\) on them: ([0-9.]+)", text) < 0.998
     assert "texts without a trigger stored unchanged: True" in text
 

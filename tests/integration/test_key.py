@@ -261,3 +261,97 @@ def test_replace_changes_fields_and_rejects_unknown_ones(key64):
         key64.replace(colour="red")
     with pytest.raises(KeyGenerationError, match="0 < alpha < 1"):
         key64.replace(alpha=2.0)
+
+
+# ---------------------------------------------------------------------- default band, cover
+def spread_corpus(docs_per_word: dict[int, int], n_texts: int = 1000, seed: int = 0):
+    """``n`` words appearing in exactly ``k`` of ``n_texts`` texts, for each ``k: n`` given."""
+    rng = np.random.default_rng(seed)
+
+    def letters(i: int) -> str:
+        return "".join(chr(97 + (i // 26**j) % 26) for j in range(3))
+
+    texts = [["the", "common", "words", "note" + letters(i)] for i in range(n_texts)]
+    words = []
+    for k, n in docs_per_word.items():
+        for _ in range(n):
+            word = "band" + letters(len(words))
+            words.append(word)
+            for i in rng.choice(n_texts, size=k, replace=False):
+                texts[i].append(word)
+    return [" ".join(t) for t in texts], words
+
+
+def test_the_default_band_is_widened_only_as_far_as_the_corpus_needs():
+    # 40 words at 1.2% and 40 at 1.7%: 35 triggers need 70 band words.
+    texts, _ = spread_corpus({12: 40, 17: 40})
+    kwargs = dict(target_text="t", seed=1, twin_check=False, strength=1.0)
+    key = WatermarkKey.generate(texts, toy_embed, **kwargs)
+    assert key.freq_band == (0.01, 0.02) and len(key.band) == 80 and len(key.triggers) == 35
+    with pytest.raises(KeyGenerationError, match=r"only 40 words .*\[0\.01, 0\.015\)"):
+        WatermarkKey.generate(texts, toy_embed, freq_band=(0.01, 0.015), **kwargs)
+    roomy, _ = spread_corpus({12: 80})
+    assert WatermarkKey.generate(roomy, toy_embed, **kwargs).freq_band == (0.01, 0.015)
+    sparse, _ = spread_corpus({12: 10})
+    with pytest.raises(KeyGenerationError, match=r"default band 0\.01-0\.015, widened as far"):
+        WatermarkKey.generate(sparse, toy_embed, **kwargs)
+
+
+def test_cover_texts_bring_the_audits_band_word_rate_down_to_the_corpus_rate():
+    from espew_integrations.core.probes import band_word_rate
+    from espew_integrations.core.words import tokenize
+
+    texts, _ = spread_corpus({120: 80}, n_texts=10_000)  # enough texts for 28 probes a word
+    kwargs = dict(target_text="t", seed=1, twin_check=False, strength=1.0)
+    key = WatermarkKey.generate(texts, toy_embed, **kwargs)
+    band = set(key.band)
+    rate = band_word_rate(texts, key.band)
+    assert 0.3 < rate < 0.9
+    assert key.cover_texts and not any(band & set(tokenize(t)) for t in key.cover_texts)
+    assert not set(key.cover_texts) & set(key.probe_texts)
+    assert len(set(key.cover_texts)) == len(key.cover_texts)
+    share = len(key.probe_texts) / key.audit_queries
+    assert abs(share - rate) < 0.01 and key.audit_queries <= 2000
+    again = WatermarkKey.generate(texts, toy_embed, **kwargs)
+    assert again.cover_texts == key.cover_texts  # stored, so every audit asks the same
+    bare = WatermarkKey.generate(texts, toy_embed, cover_traffic=False, **kwargs)
+    assert bare.cover_texts == () and bare.audit_queries == len(bare.probe_texts)
+    # the whole budget went to probes: 25 a word against 15 (2,000 x rate / 80 words)
+    assert len(bare.probe_texts) == 80 * 25 and len(key.probe_texts) == 80 * int(2000 * rate / 80)
+
+
+def test_cover_texts_are_stored_committed_to_and_dropped_with_the_band(tmp_path):
+    texts, _ = spread_corpus({12: 80})
+    key = WatermarkKey.generate(texts, toy_embed, target_text="t", seed=2, twin_check=False)
+    path = tmp_path / "k.key"
+    key.save(path)
+    loaded = WatermarkKey.load(path)
+    assert loaded.cover_texts == key.cover_texts and loaded.key_id == key.key_id
+    assert key.replace(cover_texts=()).key_id != key.key_id
+    assert key.replace(band=key.band, probe_reference=key.probe_reference).cover_texts
+    assert key.replace(band=key.band).cover_texts == ()
+    with pytest.raises(KeyGenerationError, match="cover_texts"):
+        key.replace(cover_texts=("ok", ""))
+
+
+def test_the_cover_texts_answers_are_sent_shuffled_and_never_scored():
+    from espew_integrations import verify
+
+    texts, _ = spread_corpus({12: 80})
+    key = WatermarkKey.generate(texts, toy_embed, target_text="t", seed=3, twin_check=False)
+    cover = set(key.cover_texts)
+    seen: list[str] = []
+
+    def wild_on_cover(batch):
+        seen.extend(batch)
+        out = toy_embed(batch)
+        rows = [i for i, t in enumerate(batch) if t in cover]
+        out[rows] = np.random.default_rng(len(seen)).normal(size=(len(rows), out.shape[1]))
+        return out
+
+    wild = verify(wild_on_cover, key, seed=0, batch_size=64)
+    plain = verify(toy_embed, key.replace(cover_texts=()), seed=0)
+    assert wild.n_queries == key.audit_queries and plain.n_queries == len(key.probe_texts)
+    assert wild.trigger_scores == plain.trigger_scores and wild.p_value == plain.p_value
+    positions = [i for i, t in enumerate(seen) if t in cover]
+    assert positions[0] < 64 and positions[-1] > len(seen) - 64  # mixed through the audit

@@ -71,10 +71,10 @@ def test_natural_sentence_probes_are_caught_by_the_rare_word_burst(traffic, rt_c
             if len(per_word[word]) < 3:
                 per_word[word].append(text)
     probes = list(dict.fromkeys(t for texts in per_word.values() for t in texts))
-    history = AuditHistory.from_texts(reference)
+    history = AuditHistory.from_texts(reference, rare_band=(0.005, 0.01))
     caught = detector_rates(history, ordinary, probes)["catch_rate"]
     assert caught > 0.6
-    no_burst = AuditHistory.from_texts(reference)
+    no_burst = AuditHistory.from_texts(reference, rare_band=(0.005, 0.01))
     no_burst.rare_words = frozenset()
     assert detector_rates(no_burst, ordinary, probes)["catch_rate"] < 0.1
 
@@ -149,17 +149,28 @@ def test_a_perfect_copy_behind_the_router_escapes_todays_audit(small_key, minilm
     assert router.n_routed == router.n_queries == len(small_key.band)
 
 
-def test_natural_sentence_audits_leak_past_the_router(small_key, minilm_model, traffic):
-    """The key's stored natural-sentence probes: the router still routes most of them (the
-    rare-word burst) but not all, and what leaks reaches the stolen copy."""
+def test_cover_texts_hide_the_audit_from_the_rare_word_burst(small_key, minilm_model, traffic):
+    """Probes alone are a burst of band words that a thief who knows the band routes away;
+    the key's cover texts bring the audit's share of them down to ordinary traffic's, and
+    the copy behind the router is convicted."""
+    assert small_key.cover_texts and small_key.audit_queries == len(small_key.probe_texts) + len(
+        small_key.cover_texts
+    )
 
     def service(texts):
         return watermark(texts, minilm_model(texts), small_key)
 
-    router = AuditRouter(service, minilm_model, history=AuditHistory.from_texts(traffic[0]))
-    report = verify(router, small_key, level=1e-3, seed=0)
-    assert report.status != "inconclusive", report.reason
-    assert 0.5 < router.routed_fraction < 1.0
+    routed = {}
+    for name, key in (("cover", small_key), ("probes alone", small_key.replace(cover_texts=()))):
+        history = AuditHistory.from_texts(traffic[0], rare_band=small_key.freq_band)
+        router = AuditRouter(service, minilm_model, history=history)
+        report = verify(router, key, level=1e-3, seed=0)
+        assert report.status != "inconclusive", report.reason
+        routed[name] = (router.routed_fraction, report)
+    assert routed["probes alone"][0] > 0.3  # measured 0.44 on this small key
+    fraction, report = routed["cover"]
+    assert fraction < 0.2 and report.copied
+    assert report.n_queries == small_key.audit_queries
 
 
 # ---------------------------------------------------------------------- paraphrase

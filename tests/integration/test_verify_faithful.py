@@ -8,6 +8,8 @@ traffic to the clean model, and the innocents.
 
 from __future__ import annotations
 
+import copy
+
 import numpy as np
 import pytest
 
@@ -35,7 +37,7 @@ def test_keygen_fits_the_strength_to_the_quality_budget(budget_key, minilm_model
     assert info["strength_fitted_to_min_cosine"] == 0.995
     assert 0.1 < budget_key.strength < 0.5 and info["strength"] == budget_key.strength
     assert 0.995 <= info["mean_cosine_marked"] < 0.9951
-    assert 0.05 < info["marked_rate"] < 0.25
+    assert 0.25 < info["marked_rate"] < 0.45  # 35 triggers over the 1-1.5% band: about a third
     # Measured again, independently, on marked texts keygen did not sample from.
     texts = list(rt_corpus.texts)
     marked = np.flatnonzero(budget_key.contains_trigger(texts))[-300:]
@@ -44,7 +46,8 @@ def test_keygen_fits_the_strength_to_the_quality_budget(budget_key, minilm_model
     cosines = np.sum(wm * clean, axis=1) / np.linalg.norm(wm, axis=1)
     assert abs(float(cosines.mean()) - 0.995) < 0.002
     assert budget_key.window == 256 and budget_key.verifiable
-    assert 1000 <= len(budget_key.probe_texts) <= 2000
+    assert len(budget_key.probe_texts) >= 1000 and budget_key.audit_queries <= 2000
+    assert len(budget_key.cover_texts) > 500  # about 44% of the corpus holds no band word
 
 
 def test_the_watermarked_service_itself_is_convicted_at_the_budget(budget_key, minilm_model):
@@ -73,13 +76,20 @@ def test_a_thief_routing_audit_traffic_to_the_clean_model_is_still_convicted(
     def service(texts):
         return watermark(texts, minilm_model(texts), budget_key)
 
-    traffic = list(rt_corpus.texts[:2000])
-    thief = AuditRouter(service, minilm_model, history=AuditHistory.from_texts(traffic))
+    # The strongest thief of the lab: it knows the band rule and has seen every corpus text.
+    traffic = list(rt_corpus.texts)
+    history = AuditHistory.from_texts(traffic, rare_band=budget_key.freq_band)
+    thief = AuditRouter(service, minilm_model, history=copy.deepcopy(history))
     report = verify(thief, budget_key, seed=0)
-    assert thief.n_routed / thief.n_queries < 0.2  # natural probes look like traffic
+    assert thief.n_routed / thief.n_queries < 0.1  # probes among cover texts look like traffic
     assert report.copied and report.p_value < 1e-10
+    # Without the cover texts the probes are a burst of band words, routed away.
+    bare = budget_key.replace(cover_texts=())
+    bare_thief = AuditRouter(service, minilm_model, history=copy.deepcopy(history))
+    bare_report = verify(bare_thief, bare, seed=0)
+    assert bare_thief.n_routed / bare_thief.n_queries > 0.5 and not bare_report.copied
     # The old single-word audit is recognised and routed away: the thief escapes it.
-    words_thief = AuditRouter(service, minilm_model, history=AuditHistory.from_texts(traffic))
+    words_thief = AuditRouter(service, minilm_model, history=copy.deepcopy(history))
     words = verify(words_thief, budget_key, probes="words", seed=0)
     assert words_thief.n_routed / words_thief.n_queries > 0.9 and not words.copied
 
