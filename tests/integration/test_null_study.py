@@ -111,7 +111,7 @@ def test_a_copy_trained_on_watermarked_embeddings_is_detected(
     report = verify(stolen, key, seed=0)
     assert report.copied, str(report)
     assert report.p_value < 1e-10
-    assert report.n_queries == len(key.probe_texts)
+    assert report.n_queries == key.audit_queries == len(key.probe_texts) + len(key.cover_texts)
 
 
 @pytest.mark.parametrize("suspect_name", ["clean_copy", "minilm_model"])
