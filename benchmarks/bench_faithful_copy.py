@@ -117,12 +117,16 @@ def build_suspects(seed: int, key: WatermarkKey, texts, victim, standard, std_ma
     suspects["frozen-MLP + CSE K=50"] = FrozenMLPStealer(
         standard, seed=seed, features=std_matrix[train]
     ).fit(train_texts, cse[train])
-    traffic = [texts[i] for i in rng.choice(train, 2000, replace=False)]
-    # the thief knows the library's band rule and has texts like the provider's, so it
-    # watches the very band the key was drawn from
-    history = AuditHistory.from_texts(traffic, rare_band=key.freq_band)
-    suspects["router: service, twin for audits"] = AuditRouter(service, victim, history=history)
-    suspects["router: ridge, twin for audits"] = AuditRouter(ridge, victim, history=history)
+    # The strongest router of the lab: it knows the library's band rule and takes every
+    # text it trained on as its sample of ordinary traffic, so it watches the very band
+    # the key was drawn from, with well-estimated rates.
+    traffic = train_texts
+
+    def history():  # each router keeps its own state (what it has seen, its window)
+        return AuditHistory.from_texts(traffic, rare_band=key.freq_band)
+
+    suspects["router: service, twin for audits"] = AuditRouter(service, victim, history=history())
+    suspects["router: ridge, twin for audits"] = AuditRouter(ridge, victim, history=history())
     suspects["innocent twin"] = victim
     suspects["clean ridge"] = ridge_on(clean)
     suspects["independent model"] = standard
