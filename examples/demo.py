@@ -211,7 +211,7 @@ def main(argv: list[str] | None = None) -> int:
     honest = RidgeStealer(seed=0).fit(served, clean)
     print("thief's copy: trained on the watermarked answers")
     print("honest competitor's model: trained on clean embeddings of the same texts")
-    steps.start(f"4. The provider audits both suspects ({len(key.probe_texts)} stored probes each)")
+    steps.start(f"4. The provider audits both suspects ({key.audit_queries} stored texts each)")
     reports = audit({"thief": thief, "honest": honest}, key, out, args.seed)
     if not args.skip_rag:
         steps.start("5. A RAG builder indexes the corpus through the LangChain wrapper into Chroma")

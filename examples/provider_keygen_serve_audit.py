@@ -92,8 +92,9 @@ print(key)
 print(f"saved to {key_path.name} with mode {oct(key_path.stat().st_mode & 0o777)}")
 print(f"fitted strength {key.info['strength']:.3f}: mean cos(clean, watermarked) "
       f"{key.info['mean_cosine_marked']:.4f} on the texts it marks")  # fmt: skip
-print(f"verification will cost {len(key.probe_texts)} queries "
-      f"(about {len(key.probe_texts) / len(key.band):.0f} per band word)")  # fmt: skip
+print(f"verification will cost {key.audit_queries} queries: {len(key.probe_texts)} probes "
+      f"(about {len(key.probe_texts) / len(key.band):.0f} per band word) among "
+      f"{len(key.cover_texts)} cover texts that hold no band word")  # fmt: skip
 print(f"publish: {key.commitment()}")
 
 # %% [markdown]
@@ -168,7 +169,7 @@ for name, url, model_name in (
     ("copy", copy_url, "copycat-embed"),
     ("honest", honest_url, "honest-embed"),
 ):
-    suspect = OpenAIEndpoint(url, model_name, max_queries=len(key.probe_texts) + 100)
+    suspect = OpenAIEndpoint(url, model_name, max_queries=key.audit_queries + 100)
     reports[name] = verify(suspect, key, seed=0)
     print(f"--- suspect: {name}")
     print(reports[name])

@@ -24,7 +24,7 @@ replaced by what a ridge fit on those rows does not explain: a copy
 reproduces most of each clean embedding, and that reproduction, projected
 on ``v``, is noise to the test. The mark is not linear in the clean row (it
 lands on each row's own smallest coordinates), so the fit over all probes
-leaves it in the residual. Measured on the offline MiniLM at the default
+leaves it in the residual. Measured on the offline MiniLM at the then-default
 key (20 triggers, alpha 0.75, the 0.995 budget), 6 key seeds, the frozen-MLP
 copy after CSE K = 50: geometric mean 9.6e-8 -> 2.6e-9, worst key 1.2e-4 ->
 5.1e-6; the end-to-end copy unchanged within a factor of 2.3

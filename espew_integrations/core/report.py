@@ -199,7 +199,7 @@ def _test_lines(report: VerificationReport) -> list[str]:
 
 def _query_count(report: VerificationReport) -> str:
     """Texts asked and answered; texts nobody answered are never called 'sent'."""
-    kind = {"words": "word probes", "sentences": "sentence probes"}.get(
+    kind = {"words": "word probes", "sentences": "texts (sentence probes and cover)"}.get(
         report.probes, f"{report.probes} probes"
     )
     if report.n_answered == 0:
