@@ -138,7 +138,7 @@ def select_cover_texts(
     Every probe holds a band word; ordinary traffic holds one in only a share of
     its texts (:func:`band_word_rate`). A thief that knows the band and watches
     for a burst of such texts routes an audit made of probes alone to an honest
-    model (measured: 83-94% of it with a 6,000-12,000-text reference). Sending
+    model (measured: all of it, given the whole corpus as its traffic sample). Sending
     these texts among the probes brings the audit's rate down to the ordinary
     one. They pass the probes' length filters, so length gives nothing away;
     their answers are never scored, so they cannot touch the test's exactness.
