@@ -59,9 +59,10 @@ from .words import band_words, document_frequencies
 
 __all__ = ["DEFAULT_PROBES_PER_WORD", "DEFAULT_PROBE_BUDGET", "generate", "twin_p_value"]
 
-#: Sentence probes per band word, and the audit's query budget they must fit. The
-#: default band of a large corpus holds about 70 words, so each gets 28 probes: more
-#: answers per word average out more of a neural copy's noise (docs/verification.md).
+#: Sentence probes per band word (at most), and the audit's query budget they share with
+#: the cover texts. The default band of a large corpus holds about 70 words and about
+#: 56% of texts hold one, so each word gets about 15 probes (28 without the cover texts);
+#: more answers per word average out more of a neural copy's noise (docs/limitations.md).
 DEFAULT_PROBES_PER_WORD = 28
 DEFAULT_PROBE_BUDGET = 2000
 #: With the default band (``freq_band=None``), a corpus whose 1-1.5% band holds too few
