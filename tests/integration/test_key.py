@@ -355,3 +355,24 @@ def test_the_cover_texts_answers_are_sent_shuffled_and_never_scored():
     assert wild.trigger_scores == plain.trigger_scores and wild.p_value == plain.p_value
     positions = [i for i, t in enumerate(seen) if t in cover]
     assert positions[0] < 64 and positions[-1] > len(seen) - 64  # mixed through the audit
+
+
+def test_cover_texts_pass_the_probes_filters_and_follow_the_salt():
+    from espew_integrations.core.probes import MAX_PROBE_CHARS, select_cover_texts
+
+    corpus = [
+        "a plain text with four words",
+        "short one",  # too few words for a probe, so too few for a cover
+        "x " * (MAX_PROBE_CHARS // 2 + 1),  # too long
+        "a text that names bandword here",
+        "a plain text with four words",  # a repeat is asked once
+        *(f"another ordinary text number {chr(97 + i)}" for i in range(20)),
+    ]
+    cover = select_cover_texts(corpus, ["bandword"], bytes(32), n=100)
+    assert "a plain text with four words" in cover and len(cover) == 21
+    assert not {"short one", corpus[2], corpus[3]} & set(cover)
+    assert select_cover_texts(corpus, ["bandword"], bytes(32), n=5) == cover[:5]
+    assert select_cover_texts(corpus, ["bandword"], bytes([1] * 32), n=21) != cover
+    assert select_cover_texts(corpus, ["bandword"], bytes(32), n=0) == ()
+    with pytest.raises(ValueError, match="n must be >= 0"):
+        select_cover_texts(corpus, ["bandword"], bytes(32), n=-1)
