@@ -242,7 +242,7 @@ def test_verify_over_http_says_the_copy_is_copied(workdir, servers, key):
     # 250 marked): convicted at the default level (measured p = 2.8e-20; 1.2e-8 at alpha 0.2).
     assert report["status"] == "copied"
     assert report["p_value"] < 1e-6
-    assert report["n_queries"] == len(key.probe_texts) and report["n_failed_queries"] == 0
+    assert report["n_queries"] == key.audit_queries and report["n_failed_queries"] == 0
     summary = (workdir / "evidence" / "summary.md").read_text()
     assert summary.startswith("# Watermark check: COPIED")
     # Shareable evidence only: the per-word score plot is private now.

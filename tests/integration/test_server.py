@@ -177,7 +177,7 @@ def test_verify_over_http_finds_the_watermarked_server_and_clears_the_clean_one(
     assert marked.status == "copied" and marked.p_value < 1e-10
     clean = verify(OpenAIEndpoint(clean_url, "clean", batch_size=4), key, seed=0)
     assert clean.status == "not_copied" and clean.p_value > 1e-3
-    assert clean.n_queries == marked.n_queries == len(key.probe_texts)
+    assert clean.n_queries == marked.n_queries == key.audit_queries
 
 
 def test_loopback_detection():
