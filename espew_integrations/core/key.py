@@ -301,7 +301,7 @@ class WatermarkKey(Sealed):
         """Corpus texts with no band word, sent among the probes and never scored.
 
         They hold the audit's share of texts with a band word to the corpus's own,
-        so a thief that knows the band sees no burst (:func:`.probes.select_cover_texts`).
+        so a thief that knows the band sees no burst (:meth:`.probes.BandScan.cover`).
         """
         return self._cover_texts
 
@@ -648,8 +648,9 @@ class WatermarkKey(Sealed):
         :data:`DEFAULT_FREQ_BAND`, and why); with ``freq_band=None`` a corpus
         whose 1-1.5% band holds fewer than twice the triggers has the band's upper
         edge raised in steps of 0.005 until it does (at most to 5%), and
-        :attr:`freq_band` says which band was used. A band you pass is used as is. The target is
-        ``embed([target_text])``; pick a text unrelated to the corpus topics.
+        :attr:`freq_band` says which band was used. A band you pass is used as
+        is. The target is ``embed([target_text])``; pick a text unrelated to the
+        corpus topics.
 
         **Alpha.** The share of coordinates a mark is written into: 0.75 by
         default (:data:`DEFAULT_ALPHA`, and why); the paper's 0.2 is weaker

@@ -44,15 +44,7 @@ from .key_checks import (
     is_number_between,
     min_band_size,
 )
-from .probes import (
-    band_word_rate,
-    cosines_to,
-    embed_rows,
-    reference_cosines,
-    row_cosines,
-    select_cover_texts,
-    select_sentence_probes,
-)
+from .probes import cosines_to, embed_rows, reference_cosines, row_cosines, scan_band
 from .ranktest import rank_sum_p_value
 from .text import UNICODE_V1
 from .words import band_words, document_frequencies
@@ -214,17 +206,14 @@ def _audit_probes(
     With ``cover_traffic`` the audit holds band words at the corpus's own rate: a
     share ``rate`` of the query budget goes to probes, the rest to cover texts.
     """
-    rate = band_word_rate(texts, band, normalization=normalization) if cover_traffic else 1.0
+    scan = scan_band(texts, band, normalization=normalization)  # one pass serves all three
+    rate = scan.rate if cover_traffic else 1.0
     per_word = probes_per_word or max(
         1, min(DEFAULT_PROBES_PER_WORD, int(DEFAULT_PROBE_BUDGET * rate) // len(band))
     )
-    probes = select_sentence_probes(
-        texts, band, salt, per_word=per_word, normalization=normalization
-    )
+    probes = scan.probes(salt, per_word)
     n_cover = math.ceil(len(probes) * (1.0 - rate) / rate) if rate > 0 else 0
-    cover = select_cover_texts(
-        texts, band, salt, n=n_cover, exclude=probes.texts, normalization=normalization
-    )
+    cover = scan.cover(salt, n_cover)
     try:
         probe_rows = embed_rows(embed, probes.texts)
         word_reference = reference_cosines(embed, list(band), target)

@@ -40,12 +40,14 @@ from .text import UNICODE_V1
 from .words import tokenize
 
 __all__ = [
+    "BandScan",
     "ProbeSet",
     "band_word_rate",
     "cosines_to",
     "embed_rows",
     "reference_cosines",
     "row_cosines",
+    "scan_band",
     "select_cover_texts",
     "select_sentence_probes",
     "unit_rows",
@@ -70,6 +72,90 @@ class ProbeSet:
         return len(self.texts)
 
 
+@dataclasses.dataclass(frozen=True)
+class BandScan:
+    """One tokenising pass over a corpus for one band: what the audit's texts are drawn from.
+
+    Keygen needs three things of the same corpus and band: the sentence probes,
+    the cover texts and the share of texts that hold a band word. Each would
+    tokenise the whole corpus; :func:`scan_band` does it once, and the three
+    come from its result.
+
+    ``eligible`` holds each distinct corpus text that passes the probes' length
+    filters (at least :data:`MIN_PROBE_WORDS` words, at most
+    :data:`MAX_PROBE_CHARS` characters: neither extreme looks like ordinary
+    traffic), in corpus order, with the band indices of the words it holds.
+    """
+
+    band: tuple[str, ...]
+    rate: float
+    eligible: tuple[tuple[str, frozenset[int]], ...]
+
+    def probes(self, salt: bytes, per_word: int) -> ProbeSet:
+        """Up to ``per_word`` eligible texts per band word that hold it and no other band word.
+
+        A word without candidates is probed by the word alone.
+        """
+        if per_word < 1:
+            raise ValueError(f"per_word must be >= 1, got {per_word!r}")
+        candidates: list[list[str]] = [[] for _ in self.band]
+        for text, hits in self.eligible:
+            if len(hits) == 1:
+                candidates[next(iter(hits))].append(text)
+        texts: list[str] = []
+        owner: list[int] = []
+        for i, word in enumerate(self.band):
+            domain = _PROBE_DOMAIN + b"/" + word.encode()
+            chosen = keyed_order(salt, domain, candidates[i])[:per_word] or [word]
+            texts += chosen
+            owner += [i] * len(chosen)
+        return ProbeSet(tuple(texts), tuple(owner))
+
+    def cover(self, salt: bytes, n: int) -> tuple[str, ...]:
+        """``n`` eligible texts with no band word, in a keyed order: the audit's cover traffic.
+
+        Every probe holds a band word; ordinary traffic holds one in only a share
+        (:attr:`rate`) of its texts. A thief that knows the band and watches for a
+        burst of such texts routes an audit made of probes alone to an honest model
+        (measured: all of it, given the whole corpus as its traffic sample). Sending
+        these texts among the probes brings the audit's rate down to the ordinary
+        one. They pass the probes' length filters, so length gives nothing away, and
+        hold no band word, so no probe is among them; their answers are never
+        scored, so they cannot touch the test's exactness.
+        """
+        if n < 0:
+            raise ValueError(f"n must be >= 0, got {n!r}")
+        if n == 0:
+            return ()
+        candidates = [text for text, hits in self.eligible if not hits]
+        return tuple(keyed_order(salt, _COVER_DOMAIN, candidates)[:n])
+
+
+def scan_band(
+    corpus: Sequence[str], band: Sequence[str], *, normalization: str = UNICODE_V1
+) -> BandScan:
+    """Tokenise each distinct text of ``corpus`` once and note which band words it holds.
+
+    :attr:`BandScan.rate` counts every text, repeats and long ones included: it is
+    what a thief that knows the band sees in ordinary traffic.
+    """
+    index = {w: i for i, w in enumerate(band)}
+    hits_of: dict[str, frozenset[int]] = {}
+    eligible: list[tuple[str, frozenset[int]]] = []
+    n_texts = n_with_band = 0
+    for text in corpus:
+        hits = hits_of.get(text)
+        if hits is None:
+            words = tokenize(text, normalization)
+            hits = hits_of[text] = frozenset(index[w] for w in words if w in index)
+            if len(text) <= MAX_PROBE_CHARS and len(words) >= MIN_PROBE_WORDS:
+                eligible.append((text, hits))
+        n_texts += 1
+        n_with_band += bool(hits)
+    rate = n_with_band / n_texts if n_texts else 0.0
+    return BandScan(tuple(band), rate, tuple(eligible))
+
+
 def select_sentence_probes(
     corpus: Sequence[str],
     band: Sequence[str],
@@ -84,29 +170,7 @@ def select_sentence_probes(
     :data:`MAX_PROBE_CHARS` characters are skipped (neither looks like
     ordinary traffic). A word without candidates is probed by the word alone.
     """
-    if per_word < 1:
-        raise ValueError(f"per_word must be >= 1, got {per_word!r}")
-    index = {w: i for i, w in enumerate(band)}
-    candidates: list[list[str]] = [[] for _ in band]
-    seen: set[str] = set()
-    for text in corpus:
-        if text in seen or len(text) > MAX_PROBE_CHARS:
-            continue
-        seen.add(text)
-        words = tokenize(text, normalization)
-        if len(words) < MIN_PROBE_WORDS:
-            continue
-        hits = {index[w] for w in words if w in index}
-        if len(hits) == 1:
-            candidates[hits.pop()].append(text)
-    texts: list[str] = []
-    owner: list[int] = []
-    for i, word in enumerate(band):
-        chosen = keyed_order(salt, _PROBE_DOMAIN + b"/" + word.encode(), candidates[i])[:per_word]
-        chosen = chosen or [word]
-        texts += chosen
-        owner += [i] * len(chosen)
-    return ProbeSet(tuple(texts), tuple(owner))
+    return scan_band(corpus, band, normalization=normalization).probes(salt, per_word)
 
 
 def band_word_rate(
@@ -115,13 +179,9 @@ def band_word_rate(
     """The share of ``corpus`` texts that hold at least one band word.
 
     What a thief that knows the band sees in ordinary traffic, and so the rate
-    an audit must not exceed to look like it (:func:`select_cover_texts`).
+    an audit must not exceed to look like it (:meth:`BandScan.cover`).
     """
-    words = set(band)
-    texts = list(corpus)
-    if not texts:
-        return 0.0
-    return sum(1 for t in texts if words.intersection(tokenize(t, normalization))) / len(texts)
+    return scan_band(corpus, band, normalization=normalization).rate
 
 
 def select_cover_texts(
@@ -130,35 +190,10 @@ def select_cover_texts(
     salt: bytes,
     *,
     n: int,
-    exclude: Sequence[str] = (),
     normalization: str = UNICODE_V1,
 ) -> tuple[str, ...]:
-    """``n`` corpus texts with no band word, in a keyed order: the audit's cover traffic.
-
-    Every probe holds a band word; ordinary traffic holds one in only a share of
-    its texts (:func:`band_word_rate`). A thief that knows the band and watches
-    for a burst of such texts routes an audit made of probes alone to an honest
-    model (measured: all of it, given the whole corpus as its traffic sample). Sending
-    these texts among the probes brings the audit's rate down to the ordinary
-    one. They pass the probes' length filters, so length gives nothing away;
-    their answers are never scored, so they cannot touch the test's exactness.
-    """
-    if n < 0:
-        raise ValueError(f"n must be >= 0, got {n!r}")
-    if n == 0:
-        return ()
-    words = set(band)
-    skip = set(exclude)
-    candidates: list[str] = []
-    seen: set[str] = set()
-    for text in corpus:
-        if text in seen or text in skip or len(text) > MAX_PROBE_CHARS:
-            continue
-        seen.add(text)
-        tokens = tokenize(text, normalization)
-        if len(tokens) >= MIN_PROBE_WORDS and not words.intersection(tokens):
-            candidates.append(text)
-    return tuple(keyed_order(salt, _COVER_DOMAIN, candidates)[:n])
+    """``n`` corpus texts with no band word, in a keyed order (see :meth:`BandScan.cover`)."""
+    return scan_band(corpus, band, normalization=normalization).cover(salt, n)
 
 
 def reference_cosines(
