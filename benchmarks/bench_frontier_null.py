@@ -81,7 +81,9 @@ def main() -> None:
     results, pooled = {}, {s: [] for s in STATISTICS}
     for i, (name, suspect) in enumerate(suspects.items()):
         started = time.perf_counter()
-        scores = audit_scores(np.asarray(suspect(list(key.probe_texts)), float), key)
+        answers = np.asarray(suspect(list(key.probe_texts)), float)
+        cover = np.asarray(suspect(list(key.cover_texts)), float) if key.cover_texts else None
+        scores = audit_scores(answers, key, cover)
         salts, draws = fresh_draws(key, args.draws, np.random.default_rng([20261126, i]))
         fast = fast_p_values(scores, draws, subset_p_values)
         check = check_against_verify(suspect, key, salts, draws, fast, args.verify_draws)

@@ -229,7 +229,8 @@ def audit_null_study(suspects: dict, key: WatermarkKey, args) -> dict:
     for i, (name, suspect) in enumerate(suspects.items()):
         started = time.perf_counter()
         answers = np.asarray(suspect(list(key.probe_texts)), dtype=np.float64)
-        scores = audit_scores(answers, key)
+        cover = np.asarray(suspect(list(key.cover_texts)), dtype=np.float64)
+        scores = audit_scores(answers, key, cover if len(key.cover_texts) else None)
         n_draws = args.ridge_draws if "ridge" in name and args.ridge_draws else args.draws
         rng = np.random.default_rng([DRAW_SEED, i])
         salts, draws = fresh_draws(key, n_draws, rng)

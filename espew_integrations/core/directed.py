@@ -30,16 +30,26 @@ copy after CSE K = 50: geometric mean 9.6e-8 -> 2.6e-9, worst key 1.2e-4 ->
 5.1e-6; the end-to-end copy unchanged within a factor of 2.3
 (``docs/results/frontier/README.md``, section 11).
 
+The audit's cover texts hold no band word, so no answer to them carries the
+mark: given their clean rows (``unscored_clean``, stored in the key) and the
+suspect's answers to them (``unscored_answers``), they join the fit and the
+covariance without getting a score. More rows pin the fit down, and none of
+them can absorb part of a mark. Measured on the default key's saved answers
+(keys 1-3, ``benchmarks/bench_cover_fit.py``): the frozen-MLP copy after CSE
+K = 50 gains a factor of 2.5-4.5, the end-to-end copy 15-182.
+
 Why the rank test stays exact: the directions depend only on the clean
 probe embeddings and on how the key writes (alpha, strength, selection,
 target), and the fit and the whitening only on the clean rows and the
-suspect's answers to *all* probes.
+suspect's answers to *all* probes and cover texts.
 None of it looks at which band words were drawn as triggers, so under the
 null the word scores are fixed numbers and the triggers a uniformly random
 subset of them.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 import numpy as np
 import scipy.linalg
@@ -81,14 +91,19 @@ def directed_scores(
     clean_rows: np.ndarray | None = None,
     shrinkage: float = SHRINKAGE,
     clean_fit_ridge: float = CLEAN_FIT_RIDGE,
+    *,
+    unscored_answers: np.ndarray | None = None,
+    unscored_clean: np.ndarray | None = None,
 ) -> np.ndarray:
     """Each probe's whitened projection of the suspect's answer on its mark direction.
 
     With ``clean_rows`` (the provider's clean embeddings of the same probes),
     what a ridge fit on them explains is taken out of the answers first
-    (module docstring). ``answers`` rows that are not finite (failed probes)
-    get NaN and take no part in the fit or the covariance. Returns a float64
-    vector of length ``len(answers)``.
+    (module docstring). ``unscored_answers`` and ``unscored_clean`` are the
+    suspect's answers to, and the clean rows of, texts that get no score (the
+    audit's cover texts): they join the fit and the covariance only. Rows that
+    are not finite (failed queries) get NaN and take no part in the fit or the
+    covariance. Returns a float64 vector of length ``len(answers)``.
     """
     answers = np.asarray(answers, dtype=np.float64)
     if answers.shape != directions.shape:
@@ -103,12 +118,14 @@ def directed_scores(
     valid = np.isfinite(answers).all(axis=1)
     if valid.sum() < 2:
         return scores
-    unit = unit_rows(answers[valid])
+    rows = answers[valid]
+    clean = None if clean_rows is None else np.asarray(clean_rows, np.float64)[valid]
+    if unscored_answers is not None:
+        rows, clean = _with_unscored(rows, clean, unscored_answers, unscored_clean)
+    unit = unit_rows(rows)
     centred = unit - unit.mean(axis=0)
-    if clean_rows is not None:
-        centred = _unexplained(
-            centred, unit_rows(np.asarray(clean_rows, np.float64)[valid]), clean_fit_ridge
-        )
+    if clean is not None:
+        centred = _unexplained(centred, unit_rows(clean), clean_fit_ridge)
     covariance = centred.T @ centred / (len(centred) - 1)
     ridge = shrinkage * float(np.trace(covariance)) / covariance.shape[0]
     if ridge <= 0.0:  # every answer the same: nothing to score
@@ -116,9 +133,30 @@ def directed_scores(
     covariance[np.diag_indices_from(covariance)] += ridge
     weighted = scipy.linalg.solve(covariance, directions[valid].T, assume_a="pos").T
     norms = np.sqrt(np.maximum(np.einsum("ij,ij->i", weighted, directions[valid]), 0.0))
-    projections = np.einsum("ij,ij->i", centred, weighted)
+    projections = np.einsum("ij,ij->i", centred[: int(valid.sum())], weighted)
     scores[valid] = np.divide(projections, norms, out=np.zeros_like(projections), where=norms > 0)
     return scores
+
+
+def _with_unscored(
+    rows: np.ndarray, clean: np.ndarray | None, unscored: np.ndarray, unscored_clean: Any
+) -> tuple[np.ndarray, np.ndarray]:
+    """The scored rows followed by the finite unscored ones, and the clean rows to match."""
+    unscored = np.asarray(unscored, dtype=np.float64)
+    if clean is None or unscored_clean is None:
+        raise ValueError("unscored answers need clean_rows and unscored_clean for the fit")
+    unscored_clean = np.asarray(unscored_clean, dtype=np.float64)
+    if unscored.ndim != 2 or unscored.shape[1] != rows.shape[1]:
+        raise ValueError(
+            f"unscored answers {unscored.shape} must have {rows.shape[1]} columns like the answers"
+        )
+    if unscored_clean.shape != unscored.shape:
+        raise ValueError(
+            f"unscored answers {unscored.shape} and their clean rows {unscored_clean.shape} "
+            "differ in shape"
+        )
+    finite = np.isfinite(unscored).all(axis=1)
+    return np.vstack([rows, unscored[finite]]), np.vstack([clean, unscored_clean[finite]])
 
 
 def _unexplained(centred: np.ndarray, clean: np.ndarray, ridge_multiple: float) -> np.ndarray:

@@ -112,6 +112,7 @@ class WatermarkKey(Sealed):
     __slots__ = (
         "_alpha",
         "_band",
+        "_cover_embeddings",
         "_cover_texts",
         "_created",
         "_digest",
@@ -158,6 +159,7 @@ class WatermarkKey(Sealed):
         probe_reference: Sequence[float] = (),
         word_reference: Sequence[float] = (),
         probe_embeddings: Any = None,
+        cover_embeddings: Any = None,
         tenant: TenantLayer | None = None,
     ):
         triggers = frozenset(triggers)
@@ -190,6 +192,12 @@ class WatermarkKey(Sealed):
         self._probe_reference = tuple(float(x) for x in probe_reference)
         self._word_reference = tuple(float(x) for x in word_reference)
         self._probe_embeddings = _stored_rows(probe_embeddings, target_arr.size)
+        self._cover_embeddings = _stored_rows(cover_embeddings, target_arr.size)
+        if len(self._cover_embeddings) not in (0, len(self._cover_texts)):
+            raise KeyGenerationError(
+                f"the key stores {len(self._cover_embeddings)} cover embeddings for "
+                f"{len(self._cover_texts)} cover texts; they must match one to one"
+            )
         if tenant is not None and not isinstance(tenant, TenantLayer):
             raise KeyGenerationError("tenant must be a TenantLayer (see KeyRing.key_for)")
         self._tenant = tenant
@@ -302,8 +310,20 @@ class WatermarkKey(Sealed):
 
         They hold the audit's share of texts with a band word to the corpus's own,
         so a thief that knows the band sees no burst (:meth:`.probes.BandScan.cover`).
+        Their answers join the directed score's clean fit (:attr:`cover_embeddings`).
         """
         return self._cover_texts
+
+    @property
+    def cover_embeddings(self) -> np.ndarray:
+        """The clean model's embedding of each cover text, ``(n_cover, dim)`` float64.
+
+        Stored int8-quantised like :attr:`probe_embeddings`; ``(0, dim)`` for keys
+        made before they were stored. The cover texts hold no band word, so no
+        answer to them carries the mark: the verifier adds them to the fit that
+        takes out what the suspect reproduces of the clean model (:mod:`.directed`).
+        """
+        return self._cover_embeddings.rows()
 
     @property
     def audit_queries(self) -> int:
@@ -435,6 +455,7 @@ class WatermarkKey(Sealed):
             probe_reference=self._probe_reference,
             word_reference=self._word_reference,
             probe_embeddings=self._probe_embeddings,
+            cover_embeddings=self._cover_embeddings,
             tenant=self._tenant,
         )
 
@@ -444,7 +465,7 @@ class WatermarkKey(Sealed):
         For experiments such as alpha ablations: the result is validated like
         any key and gets its own key_id. ``created`` is kept unless given.
         Changing the target or the band drops the stored references, which
-        belong to the old ones.
+        belong to the old ones; changing the cover texts drops their embeddings.
 
         >>> weaker = key.replace(alpha=0.2, strength=0.25)  # doctest: +SKIP
         """
@@ -462,7 +483,10 @@ class WatermarkKey(Sealed):
                 probe_reference=(),
                 word_reference=(),
                 probe_embeddings=None,
+                cover_embeddings=None,
             )
+        if "cover_texts" in changes and "cover_embeddings" not in changes:
+            fields["cover_embeddings"] = None  # they belong to the old cover texts
         fields.update(changes)
         return WatermarkKey(**fields)
 
@@ -505,6 +529,8 @@ class WatermarkKey(Sealed):
             payload["probes"]["cover"] = list(self._cover_texts)
         if len(self._probe_embeddings):  # absent otherwise: older key_ids are unchanged
             payload["probes"]["embeddings"] = self._probe_embeddings.to_payload()
+        if len(self._cover_embeddings):  # absent otherwise: older key_ids are unchanged
+            payload["probes"]["cover_embeddings"] = self._cover_embeddings.to_payload()
         if self._tenant is not None:  # absent otherwise, so existing key_ids are unchanged
             payload["tenant"] = self._tenant.to_payload()
         return payload
@@ -732,6 +758,8 @@ def _fields_from_payload(payload: dict[str, Any], version: int) -> dict[str, Any
     )
     if "embeddings" in probes:
         fields["probe_embeddings"] = QuantizedRows.from_payload(probes["embeddings"])
+    if "cover_embeddings" in probes:
+        fields["cover_embeddings"] = QuantizedRows.from_payload(probes["cover_embeddings"])
     if "tenant" in payload:
         fields["tenant"] = TenantLayer.from_payload(payload["tenant"])
     return fields

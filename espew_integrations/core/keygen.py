@@ -214,8 +214,9 @@ def _audit_probes(
     probes = scan.probes(salt, per_word)
     n_cover = math.ceil(len(probes) * (1.0 - rate) / rate) if rate > 0 else 0
     cover = scan.cover(salt, n_cover)
-    try:
-        probe_rows = embed_rows(embed, probes.texts)
+    try:  # one call embeds the probes and the cover texts (the latter for the clean fit)
+        rows = embed_rows(embed, [*probes.texts, *cover])
+        probe_rows, cover_rows = rows[: len(probes.texts)], rows[len(probes.texts) :]
         word_reference = reference_cosines(embed, list(band), target)
     except ValueError as exc:
         raise KeyGenerationError(f"embedding the audit probes failed: {exc}") from None
@@ -231,6 +232,7 @@ def _audit_probes(
         probe_reference=cosines_to(probe_rows, target),
         word_reference=word_reference,
         probe_embeddings=probe_rows,  # for the verifier's mark directions (.directed)
+        cover_embeddings=cover_rows if len(cover_rows) else None,  # for its clean fit
     )
 
 

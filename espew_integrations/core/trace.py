@@ -255,7 +255,7 @@ def trace(
     if asked.reason:
         shared = _inconclusive(asked.common, asked.reason)
         return _no_verdict(shared, dict.fromkeys(ids, math.nan), 0, common)
-    scores = _word_scores(plan, asked.embeddings, asked.target_vector, len(key.band))
+    scores = _word_scores(plan, asked, len(key.band))
     shared = _decide(key, scores, min_coverage, asked.common)
     raw, reference, directed = _universe_scores(scores, ring, shared.statistic)
     adjusted = tenant_p_values(

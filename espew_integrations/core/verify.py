@@ -132,6 +132,7 @@ class _Plan:
     directions: np.ndarray | None = None  # each probe's mark direction, if known
     clean_rows: np.ndarray | None = None  # the clean probe rows they were made from
     cover: tuple[str, ...] = ()  # sent among the probes so the audit looks ordinary; unscored
+    cover_rows: np.ndarray | None = None  # their clean rows, which join the directed score's fit
 
 
 def check_statistic(plan: _Plan, statistic: str) -> None:
@@ -164,6 +165,7 @@ def _plan(
         clean_rows = key.probe_embeddings
         usable = len(clean_rows) and target_mode == "key"
         directions = mark_directions(clean_rows, key) if usable else None
+        cover_rows = key.cover_embeddings if usable and len(key.cover_embeddings) else None
         return _Plan(
             "sentences",
             list(key.probe_texts),
@@ -173,6 +175,7 @@ def _plan(
             directions,
             clean_rows if usable else None,
             key.cover_texts,
+            cover_rows,
         )
     templates = tuple(DEFAULT_TEMPLATES if templates is None else templates)
     _check_templates(templates, key)
@@ -337,7 +340,7 @@ def verify(
     )
     if asked.reason:
         return _inconclusive(asked.common, asked.reason)
-    scores = _word_scores(plan, asked.embeddings, asked.target_vector, len(key.band))
+    scores = _word_scores(plan, asked, len(key.band))
     return _decide(key, scores, min_coverage, asked.common)
 
 
@@ -363,6 +366,7 @@ class _Answers:
     embeddings: np.ndarray
     target_vector: np.ndarray
     reason: str = ""
+    cover: np.ndarray | None = None  # the answers to the cover texts, in the plan's order
 
 
 def _interrogate(
@@ -389,16 +393,17 @@ def _interrogate(
         return _Answers({**common, "next_step": failure[1]}, answers, key.target, failure[0])
     embeddings = np.empty_like(answers)
     embeddings[order] = answers  # back to the original probe order
-    probes = np.r_[0 : len(plan.texts), len(plan.texts) + len(plan.cover) : len(texts)]
-    embeddings = embeddings[probes]  # the cover's answers are never scored
+    n_probes, n_cover = len(plan.texts), len(plan.cover)
+    cover = embeddings[n_probes : n_probes + n_cover]  # never scored; they join the clean fit
+    embeddings = embeddings[np.r_[0:n_probes, n_probes + n_cover : len(texts)]]
     target_vector = key.target
     if target_mode == "query":
         target_vector, embeddings = embeddings[-1], embeddings[:-1]
         if not np.isfinite(target_vector).all():
             reason = "the suspect failed to embed the target text"
             common["next_step"] = _NEXT_RETRY
-            return _Answers(common, embeddings, key.target, reason)
-    return _Answers(common, embeddings, target_vector)
+            return _Answers(common, embeddings, key.target, reason, cover)
+    return _Answers(common, embeddings, target_vector, cover=cover)
 
 
 _NEXT_RETRY = (
@@ -511,6 +516,7 @@ class _WordScores:
     embeddings: np.ndarray
     cosines: np.ndarray
     raw: np.ndarray
+    cover: np.ndarray | None = None  # the answers to the cover texts (for the clean fit)
 
     @functools.cached_property
     def reference(self) -> np.ndarray | None:
@@ -525,15 +531,21 @@ class _WordScores:
         """Each band word's mean directed score (:mod:`.directed`); None without mark directions."""
         if self.plan.directions is None:
             return None
-        per_probe = directed_scores(self.embeddings, self.plan.directions, self.plan.clean_rows)
+        with_cover = self.cover is not None and self.plan.cover_rows is not None
+        per_probe = directed_scores(
+            self.embeddings,
+            self.plan.directions,
+            self.plan.clean_rows,
+            unscored_answers=self.cover if with_cover else None,
+            unscored_clean=self.plan.cover_rows if with_cover else None,
+        )
         return _mean_per_word(per_probe, self.plan.owner, len(self.raw))
 
 
-def _word_scores(
-    plan: _Plan, embeddings: np.ndarray, target_vector: np.ndarray, n_words: int
-) -> _WordScores:
-    cosines = _probe_cosines(embeddings, target_vector)
-    return _WordScores(plan, embeddings, cosines, _mean_per_word(cosines, plan.owner, n_words))
+def _word_scores(plan: _Plan, asked: _Answers, n_words: int) -> _WordScores:
+    cosines = _probe_cosines(asked.embeddings, asked.target_vector)
+    raw = _mean_per_word(cosines, plan.owner, n_words)
+    return _WordScores(plan, asked.embeddings, cosines, raw, asked.cover)
 
 
 def _decide(

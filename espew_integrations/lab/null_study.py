@@ -19,7 +19,7 @@ import numpy as np
 from ..core.draw import draw_triggers
 from ..core.key import WatermarkKey
 from ..core.ranktest import subset_p_values
-from ..core.verify import _plan, _word_scores, reference_slope
+from ..core.verify import _Answers, _plan, _word_scores, reference_slope
 
 __all__ = [
     "NullStudy",
@@ -76,17 +76,33 @@ def fresh_draws(
     return salts, indices
 
 
-def audit_scores(answers: np.ndarray, key: WatermarkKey) -> dict[str, np.ndarray | float]:
+def audit_scores(
+    answers: np.ndarray, key: WatermarkKey, cover_answers: np.ndarray | None = None
+) -> dict[str, np.ndarray | float]:
     """One suspect's raw, adjusted and directed word scores for a sentence-probe key,
     made by verify()'s own plan and scoring (``directed`` only for a key that
     stores its probe embeddings), and the fitted reference ``slope``.
 
-    ``answers`` are the suspect's embeddings of ``key.probe_texts``. None of
-    this looks at the triggers, so it is computed once per suspect and reused
-    for every fresh trigger draw.
+    ``answers`` are the suspect's embeddings of ``key.probe_texts``;
+    ``cover_answers`` its embeddings of ``key.cover_texts``, required when the
+    key stores their clean rows (verify fits the directed score on them too).
+    None of this looks at the triggers, so it is computed once per suspect and
+    reused for every fresh trigger draw.
     """
     n_words = len(key.band)
-    scores = _word_scores(_plan(key, "sentences", None), answers, key.target, n_words)
+    plan = _plan(key, "sentences", None)
+    if plan.cover_rows is not None and cover_answers is None:
+        raise ValueError(
+            "this key stores its cover texts' clean rows: pass the suspect's answers to "
+            "key.cover_texts as cover_answers, as verify() uses them"
+        )
+    if cover_answers is not None and np.shape(cover_answers) != (len(key.cover_texts), key.dim):
+        raise ValueError(
+            f"cover_answers must have shape ({len(key.cover_texts)}, {key.dim}), "
+            f"got {np.shape(cover_answers)}"
+        )
+    asked = _Answers({}, np.asarray(answers, dtype=np.float64), key.target, cover=cover_answers)
+    scores = _word_scores(plan, asked, n_words)
     raw, reference = scores.raw, scores.reference
     if not np.isfinite(raw).all():
         raise ValueError("the suspect left band words unscored; a null study assumes none")

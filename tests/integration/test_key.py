@@ -328,13 +328,19 @@ def test_cover_texts_are_stored_committed_to_and_dropped_with_the_band(tmp_path)
     loaded = WatermarkKey.load(path)
     assert loaded.cover_texts == key.cover_texts and loaded.key_id == key.key_id
     assert key.replace(cover_texts=()).key_id != key.key_id
+    np.testing.assert_array_equal(loaded.cover_embeddings, key.cover_embeddings)
+    assert key.cover_embeddings.shape == (len(key.cover_texts), key.dim)
+    assert key.replace(cover_embeddings=None).key_id != key.key_id  # committed to
+    assert key.replace(cover_texts=key.cover_texts[:-1]).cover_embeddings.shape == (0, key.dim)
+    with pytest.raises(KeyGenerationError, match="cover embeddings for"):
+        key.replace(cover_embeddings=key.cover_embeddings[:-1])
     assert key.replace(band=key.band, probe_reference=key.probe_reference).cover_texts
     assert key.replace(band=key.band).cover_texts == ()
     with pytest.raises(KeyGenerationError, match="cover_texts"):
         key.replace(cover_texts=("ok", ""))
 
 
-def test_the_cover_texts_answers_are_sent_shuffled_and_never_scored():
+def test_the_cover_texts_answers_are_sent_shuffled_never_scored_and_join_the_clean_fit():
     from espew_integrations import verify
 
     texts, _ = spread_corpus({12: 80})
@@ -352,7 +358,14 @@ def test_the_cover_texts_answers_are_sent_shuffled_and_never_scored():
     wild = verify(wild_on_cover, key, seed=0, batch_size=64)
     plain = verify(toy_embed, key.replace(cover_texts=()), seed=0)
     assert wild.n_queries == key.audit_queries and plain.n_queries == len(key.probe_texts)
-    assert wild.trigger_scores == plain.trigger_scores and wild.p_value == plain.p_value
+    # the cover's answers never become word scores...
+    assert wild.trigger_scores == plain.trigger_scores
+    assert (wild.p_value_raw, wild.p_value_adjusted) == (plain.p_value_raw, plain.p_value_adjusted)
+    # ...but they join the directed score's clean fit, where the key stores their clean rows
+    assert len(key.cover_embeddings) == len(key.cover_texts)
+    assert wild.p_value_directed != verify(toy_embed, key, seed=0).p_value_directed
+    unfitted = key.replace(cover_embeddings=None)
+    assert verify(wild_on_cover, unfitted, seed=0).p_value_directed == plain.p_value_directed
     positions = [i for i, t in enumerate(seen) if t in cover]
     assert positions[0] < 64 and positions[-1] > len(seen) - 64  # mixed through the audit
 

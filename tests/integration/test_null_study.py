@@ -125,7 +125,11 @@ def test_the_default_verdict_holds_its_level_over_fresh_trigger_draws(
     suspect = request.getfixturevalue(suspect_name)
     key = reference_key
     answers = np.asarray(suspect(list(key.probe_texts)), dtype=np.float64)
-    scores = audit_scores(answers, key)
+    cover = np.asarray(suspect(list(key.cover_texts)), dtype=np.float64)
+    assert len(key.cover_embeddings) == len(cover) > 0  # verify fits on them: so must this
+    with pytest.raises(ValueError, match="cover_answers"):
+        audit_scores(answers, key)
+    scores = audit_scores(answers, key, cover)
     assert set(scores) == {"raw", "adjusted", "directed", "slope"}
     salts, draws = fresh_draws(key, 250, np.random.default_rng(9))
     found = verdict_null_p_values(scores, draws)

@@ -287,3 +287,80 @@ def test_the_directed_statistic_with_the_clean_fit_is_exact_over_every_trigger_d
     directions = mark_directions(key.probe_embeddings, key)
     per_probe = directed_scores(innocent, directions, key.probe_embeddings)
     assert_exact_over_every_draw(np.bincount(key.probe_owner, weights=per_probe) / 3, 3)
+
+
+# ---------------------------------------------------------------------- unscored rows (cover)
+def test_unscored_rows_join_the_fit_and_the_covariance_but_get_no_score():
+    """Cover rows are fit-only: the probes' scores equal those of the stacked rows."""
+    rng = np.random.default_rng(11)
+    answers, directions, clean = (rng.normal(size=(30, 16)) for _ in range(3))
+    cover, cover_clean = rng.normal(size=(50, 16)), rng.normal(size=(50, 16))
+    with_cover = directed_scores(
+        answers, directions, clean, unscored_answers=cover, unscored_clean=cover_clean
+    )
+    stacked = reference_directed(
+        np.vstack([answers, cover]),
+        np.vstack([directions, rng.normal(size=(50, 16))]),  # never used for the cover
+        np.vstack([clean, cover_clean]),
+    )
+    assert with_cover.shape == (30,)
+    np.testing.assert_allclose(with_cover, stacked[:30], rtol=1e-9, atol=1e-12)
+    assert not np.allclose(with_cover, directed_scores(answers, directions, clean))
+    failed = cover.copy()
+    failed[3] = np.nan  # a failed cover query is left out, like a failed probe
+    np.testing.assert_allclose(
+        directed_scores(
+            answers, directions, clean, unscored_answers=failed, unscored_clean=cover_clean
+        ),
+        directed_scores(
+            answers,
+            directions,
+            clean,
+            unscored_answers=np.delete(cover, 3, 0),
+            unscored_clean=np.delete(cover_clean, 3, 0),
+        ),
+    )
+    with pytest.raises(ValueError, match="need clean_rows and unscored_clean"):
+        directed_scores(answers, directions, unscored_answers=cover, unscored_clean=cover_clean)
+    with pytest.raises(ValueError, match="differ in shape"):
+        directed_scores(
+            answers, directions, clean, unscored_answers=cover, unscored_clean=cover_clean[:-1]
+        )
+    with pytest.raises(ValueError, match="columns"):
+        directed_scores(
+            answers, directions, clean, unscored_answers=cover[:, :-1], unscored_clean=cover_clean
+        )
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_unmarked_cover_rows_sharpen_the_clean_fit_of_a_copy(seed):
+    """Few probes for the dimension: the fit on the probes alone also absorbs part of the
+    mark and leaves a noisy map; unmarked cover rows, answered through the same map, pin
+    the map down, and the test gains more than an order of magnitude."""
+    key = sentence_key(n_band=40, n_triggers=10, per_word=2, strength=0.3, seed=seed)
+    texts = list(key.probe_texts)
+    cover_texts = [f"an ordinary text about nothing, number {i}" for i in range(400)]
+    rng = np.random.default_rng(seed)
+    mixing = np.eye(key.dim) + rng.normal(size=(key.dim, key.dim)) / np.sqrt(key.dim)
+    clean, cover_clean = clean_model(texts, key.dim), clean_model(cover_texts, key.dim)
+    marked = watermark(texts, clean, key)
+    answers = clean @ mixing + 0.5 * (marked - clean) + 0.02 * rng.normal(size=clean.shape)
+    cover = cover_clean @ mixing + 0.02 * rng.normal(size=cover_clean.shape)
+    directions = mark_directions(key.probe_embeddings, key)
+    owner = np.asarray(key.probe_owner)
+    is_trigger = np.array([w in key.triggers for w in key.band])
+
+    def p_value(per_probe):
+        return rank_sum_p_value(np.bincount(owner, weights=per_probe) / 2, is_trigger)
+
+    alone = p_value(directed_scores(answers, directions, key.probe_embeddings))
+    helped = p_value(
+        directed_scores(
+            answers,
+            directions,
+            key.probe_embeddings,
+            unscored_answers=cover,
+            unscored_clean=cover_clean,
+        )
+    )
+    assert helped < 1e-3 and helped < alone / 20, (helped, alone)  # 30-130x on these seeds
