@@ -100,9 +100,9 @@ def adjusted_effect(report, key: WatermarkKey) -> dict:
     }
 
 
-def build(config: dict, seed: int, texts, victim, standard, std_matrix, min_cosine, skip):
-    started = time.perf_counter()
-    key = WatermarkKey.generate(
+def make_key(config: dict, seed: int, texts, victim, min_cosine: float) -> WatermarkKey:
+    """The key of one config and seed, made on the victim model."""
+    return WatermarkKey.generate(
         texts,
         victim,
         target_text=TARGET_TEXT,
@@ -115,6 +115,11 @@ def build(config: dict, seed: int, texts, victim, standard, std_matrix, min_cosi
         window=victim.model.max_tokens,
         min_cosine=min_cosine,
     )
+
+
+def build(config: dict, seed: int, texts, victim, standard, std_matrix, min_cosine, skip):
+    started = time.perf_counter()
+    key = make_key(config, seed, texts, victim, min_cosine)
     print(f"  keygen {time.perf_counter() - started:.0f} s: {key.info}", flush=True)
     clean = victim.matrix.astype(np.float64)
     answers = watermark(texts, clean, key)
