@@ -364,3 +364,28 @@ def test_unmarked_cover_rows_sharpen_the_clean_fit_of_a_copy(seed):
         )
     )
     assert helped < 1e-3 and helped < alone / 20, (helped, alone)  # 30-130x on these seeds
+
+
+def test_hostile_cover_answers_leave_the_scores_finite_and_the_probes_scored():
+    """A suspect may answer the cover with zeros, 1e300s or infinities: the infinite
+    rows are left out like failures, the rest are scaled like any answer."""
+    rng = np.random.default_rng(5)
+    answers, directions, clean = (rng.normal(size=(40, 12)) for _ in range(3))
+    cover, cover_clean = rng.normal(size=(30, 12)), rng.normal(size=(30, 12))
+    cover[:5] = 0.0
+    cover[5:10] *= 1e300
+    cover[10] = np.inf
+    scores = directed_scores(
+        answers, directions, clean, unscored_answers=cover, unscored_clean=cover_clean
+    )
+    assert np.isfinite(scores).all()
+    np.testing.assert_allclose(
+        scores,
+        directed_scores(
+            answers,
+            directions,
+            clean,
+            unscored_answers=np.delete(cover, 10, 0),
+            unscored_clean=np.delete(cover_clean, 10, 0),
+        ),
+    )
