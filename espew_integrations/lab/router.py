@@ -21,7 +21,11 @@ defaults (the key's default frequency band). It flags a text that
 - carries a rare-ish word (document fraction in ``rare_band``) while the
   recent stream is in a burst of such texts: far more of them than ordinary
   traffic holds (a sliding window, kept across calls, tested against the
-  reference rate plus ``burst_z`` binomial standard deviations).
+  reference rate plus ``burst_z`` binomial standard deviations);
+- optionally (``lone_z``, off by default), carries a rare-ish word while the
+  recent texts that carry one carry exactly one far more often than ordinary
+  traffic's do: the audit's probes each hold a single band word, where 40% of
+  ordinary Rotten Tomatoes texts with a band word hold two or more.
 
 Two numbers decide whether the router is a threat: its false-positive rate on
 ordinary texts (routing customers to the honest model costs the thief the
@@ -79,10 +83,14 @@ class AuditHistory:
     base_rare_rate: float = math.nan
     window: int = 100
     burst_z: float = 4.0
+    lone_z: float | None = None  # the single-rare-word rule, off unless set
+    base_lone_rate: float = math.nan
     seen: set[str] = field(default_factory=set)
     templates: set[str] = field(default_factory=set)
     recent: deque = field(default_factory=deque)
+    recent_lone: deque = field(default_factory=deque)  # one flag per rare-carrying text
     burst_left: int = 0
+    lone_left: int = 0
 
     @classmethod
     def from_texts(
@@ -94,12 +102,14 @@ class AuditHistory:
         window: int = 100,
         burst_z: float = 4.0,
         max_short_words: int = 3,
+        lone_z: float | None = None,
     ) -> AuditHistory:
         """Statistics of ordinary traffic ``texts`` (the thief's own sample of it).
 
         ``rare_band`` defaults to the library's default key band: a thief reads
         the public docs. The sliding window starts filled with the last
         ``window`` reference texts, as if the router had been serving them.
+        ``lone_z`` switches on the single-rare-word rule (module docstring).
         """
         if len(texts) < window:
             raise ValueError(
@@ -113,7 +123,9 @@ class AuditHistory:
         low, high = rare_band
         n = len(texts)
         rare = frozenset(w for w, c in counts.items() if low <= c / n < high)
-        carries = np.fromiter((bool(rare.intersection(w)) for w in tokens), bool, count=n)
+        held = np.fromiter((len(rare.intersection(w)) for w in tokens), np.int64, count=n)
+        carries = held > 0
+        lone = held[carries] == 1
         lengths = np.fromiter((len(w) for w in tokens), np.int64, count=n)
         history = cls(
             max_short_words=max_short_words,
@@ -123,23 +135,55 @@ class AuditHistory:
             base_rare_rate=float(carries.mean()),
             window=int(window),
             burst_z=float(burst_z),
+            lone_z=None if lone_z is None else float(lone_z),
+            base_lone_rate=float(lone.mean()) if lone.size else math.nan,
         )
         history.recent.extend(carries[-window:].tolist())
+        history.recent_lone.extend(lone[-window:].tolist())
         return history
 
     @property
     def burst_threshold(self) -> float:
         """Fraction of rare-ish texts in the window above which the stream is a burst."""
-        p = self.base_rare_rate
-        if not math.isfinite(p):
+        return _binomial_threshold(self.base_rare_rate, self.burst_z, self.window)
+
+    @property
+    def lone_threshold(self) -> float:
+        """Share of lone rare words among the window's rare-carrying texts that is a burst."""
+        if self.lone_z is None:
             return math.inf
-        return p + self.burst_z * math.sqrt(max(p * (1.0 - p), 1e-12) / self.window)
+        return _binomial_threshold(self.base_lone_rate, self.lone_z, self.window)
 
     def __repr__(self) -> str:
         return (
             f"AuditHistory(seen={len(self.seen)}, rare_words={len(self.rare_words)}, "
             f"max_words={self.max_words:g}, window={self.window})"
         )
+
+
+def _binomial_threshold(p: float, z: float, n: int) -> float:
+    """``p`` plus ``z`` binomial standard deviations of a share over ``n`` draws."""
+    if not math.isfinite(p):
+        return math.inf
+    return p + z * math.sqrt(max(p * (1.0 - p), 1e-12) / n)
+
+
+def _window_exceeds(past: deque, new: np.ndarray, window: int, threshold: float) -> bool:
+    """Whether a full sliding window over ``past`` then ``new`` has a share above ``threshold``."""
+    old = np.fromiter(past, bool, count=len(past))
+    stream = np.concatenate([old, new]).astype(np.int64)
+    sums = np.concatenate([[0], np.cumsum(stream)])
+    ends = np.arange(len(old) + 1, len(stream) + 1)
+    starts = np.maximum(ends - window, 0)
+    full = (ends - starts) >= window
+    rate = (sums[ends] - sums[starts]) / np.maximum(ends - starts, 1)
+    return bool((full & (rate > threshold)).any())
+
+
+def _slide(past: deque, new: np.ndarray, window: int) -> None:
+    past.extend(new.tolist())
+    while len(past) > window:
+        past.popleft()
 
 
 def _normalise(text: str) -> str:
@@ -155,9 +199,10 @@ def audit_reasons(texts: Sequence[str], history: AuditHistory) -> list[tuple[str
     """Why each text looks like an audit (an empty tuple: it does not); updates ``history``.
 
     The rule names are ``short``, ``no_punctuation``, ``long``, ``repeat``,
-    ``template`` and ``rare_burst``. A batch is judged as a whole, as the
-    thief sees it before answering: a burst found anywhere in the batch flags
-    every rare-ish text of it, and keeps the burst on for one more window.
+    ``template``, ``rare_burst`` and (when ``lone_z`` is set) ``lone_burst``.
+    A batch is judged as a whole, as the thief sees it before answering: a
+    burst found anywhere in the batch flags every rare-ish text of it, and
+    keeps the burst on for one more window.
     """
     texts = list(texts)
     tokens = [tokenize(t) for t in texts]
@@ -177,26 +222,27 @@ def audit_reasons(texts: Sequence[str], history: AuditHistory) -> list[tuple[str
         if any(s in history.templates for s in signatures) and "repeat" not in reasons[i]:
             reasons[i].append("template")
         history.templates.update(signatures)
-    carries = np.fromiter(
-        (bool(history.rare_words.intersection(w)) for w in tokens), bool, count=len(texts)
+    held = np.fromiter(
+        (len(history.rare_words.intersection(w)) for w in tokens), np.int64, count=len(texts)
     )
+    carries = held > 0
     if history.rare_words and len(texts):
-        past = np.fromiter(history.recent, bool, count=len(history.recent))
-        stream = np.concatenate([past, carries]).astype(np.int64)
-        sums = np.concatenate([[0], np.cumsum(stream)])
-        ends = np.arange(len(past) + 1, len(stream) + 1)
-        starts = np.maximum(ends - history.window, 0)
-        full = (ends - starts) >= history.window
-        rate = (sums[ends] - sums[starts]) / np.maximum(ends - starts, 1)
-        if (full & (rate > history.burst_threshold)).any():
+        if _window_exceeds(history.recent, carries, history.window, history.burst_threshold):
             history.burst_left = history.window
         if history.burst_left > 0:
             for i in np.flatnonzero(carries):
                 reasons[i].append("rare_burst")
             history.burst_left = max(0, history.burst_left - len(texts))
-        history.recent.extend(carries.tolist())
-        while len(history.recent) > history.window:
-            history.recent.popleft()
+        _slide(history.recent, carries, history.window)
+        if history.lone_z is not None:
+            lone = held[carries] == 1
+            if _window_exceeds(history.recent_lone, lone, history.window, history.lone_threshold):
+                history.lone_left = history.window
+            if history.lone_left > 0:
+                for i in np.flatnonzero(carries):
+                    reasons[i].append("lone_burst")
+                history.lone_left = max(0, history.lone_left - int(carries.sum()))
+            _slide(history.recent_lone, lone, history.window)
     return [tuple(r) for r in reasons]
 
 

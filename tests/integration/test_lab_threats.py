@@ -94,6 +94,39 @@ def test_each_rule_fires_on_its_shape_and_state_carries_across_calls(traffic):
     assert "long" in audit_reasons([long_text], history)[0]
 
 
+def _band_stream(n, rng, lone_share):
+    """Texts over filler words; 40% carry a rare word, ``lone_share`` of those exactly one."""
+    rare = [f"rareword{chr(97 + i // 26)}{chr(97 + i % 26)}" for i in range(40)]
+    texts = []
+    for i in range(n):
+        words = [f"filler{j}" for j in rng.choice(30, size=8, replace=False)]
+        if rng.random() < 0.4:
+            k = 1 if rng.random() < lone_share else 2
+            words += list(rng.choice(rare, size=k, replace=False))
+        texts.append(f"Text {i}: " + " ".join(words) + ".")
+    return texts
+
+
+def test_the_lone_word_rule_spots_texts_that_each_carry_exactly_one_rare_word():
+    """The lab's strongest router knows that probes carry a single band word each: among
+    ordinary texts with one, 40% carry two here. It fires on a stream where every
+    carrying text holds exactly one, at the ordinary share of carriers, and stays quiet
+    on ordinary traffic; without ``lone_z`` the rule is off."""
+    rng = np.random.default_rng(0)
+    reference = _band_stream(4000, rng, lone_share=0.6)
+    kwargs = dict(rare_band=(0.005, 0.05), window=100)
+    armed = AuditHistory.from_texts(reference, lone_z=4.0, **kwargs)
+    assert len(armed.rare_words) == 40 and 0.55 < armed.base_lone_rate < 0.65
+    ordinary = detector_rates(armed, _band_stream(2000, rng, 0.6), [])
+    assert ordinary["false_positive_rate"] < 0.01 and "lone_burst" not in ordinary["ordinary_rules"]
+    audit = _band_stream(2000, rng, lone_share=1.0)
+    caught = detector_rates(armed, [], audit)["catch_rate"]
+    assert caught > 0.3  # every carrying text of the audit (40% of it) once the rule fires
+    plain = AuditHistory.from_texts(reference, **kwargs)
+    assert plain.lone_threshold == float("inf")
+    assert detector_rates(plain, [], audit)["catch_rate"] == 0.0
+
+
 def test_router_answers_in_the_original_order_and_checks_its_parts():
     def stolen(texts):
         return np.array([[1.0, float(len(t))] for t in texts])
