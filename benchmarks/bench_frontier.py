@@ -76,6 +76,8 @@ def parse_config(text: str) -> dict:
             config[field] = int(value)
         elif field == "alpha":
             config["alpha"] = float(value)
+        elif field == "mix":
+            config["mix"] = value
         else:
             raise ValueError(f"unknown config field {field!r} in {text!r}")
     return config
@@ -114,6 +116,7 @@ def make_key(config: dict, seed: int, texts, victim, min_cosine: float) -> Water
         max_band_words=config.get("max_band"),
         window=victim.model.max_tokens,
         min_cosine=min_cosine,
+        probe_mix=config.get("mix", "single"),
     )
 
 
@@ -198,6 +201,8 @@ def describe(config: dict) -> str:
         text += f", ppw={config['ppw']}"
     if config.get("max_band"):
         text += f", max_band={config['max_band']}"
+    if config.get("mix", "single") != "single":
+        text += f", mix={config['mix']}"
     return text
 
 

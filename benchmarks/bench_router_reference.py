@@ -42,6 +42,7 @@ def main() -> None:
     parser.add_argument("--references", type=int, nargs="+", default=[2000, 6000, 12752])
     parser.add_argument("--lone-z", type=float, default=None, help="arm the lone-word rule")
     parser.add_argument("--designs", choices=["all", "default"], default="all")
+    parser.add_argument("--probe-mix", choices=["single", "corpus"], default="single")
     args = parser.parse_args()
     model, corpus = minilm(), rotten_tomatoes()
     texts = list(corpus.texts)
@@ -50,7 +51,7 @@ def main() -> None:
         texts, model, n_triggers=20, freq_band=(0.005, 0.01), probes_per_word=8,
         cover_traffic=False, **common,
     )  # fmt: skip
-    default = WatermarkKey.generate(texts, model, **common)
+    default = WatermarkKey.generate(texts, model, probe_mix=args.probe_mix, **common)
     designs = {
         "earlier default (20 triggers, 0.5-1%, no cover)": earlier,
         "default without its cover texts": default.replace(cover_texts=()),
@@ -59,6 +60,7 @@ def main() -> None:
     if args.designs == "default":
         designs = {"default (probes and cover texts)": default}
     rules = "the default ones" + ("" if args.lone_z is None else f" + lone_z={args.lone_z:g}")
+    print(f"default key's probe_mix: {args.probe_mix}")
     print(f"router rules: {rules}; 'ordinary routed': of 2,000 corpus texts after the reference")
     print("(its last 2,000 when it is the whole corpus), sent in batches of 64 like an audit")
     print(f"{'audit':48s} {'queries':>7s} {'reference':>9s} {'routed':>7s}  verdict")

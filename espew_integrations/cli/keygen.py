@@ -106,6 +106,14 @@ def _add_key_shape_flags(keygen: argparse.ArgumentParser) -> None:
         "with the cover texts, at most 28)",
     )
     keygen.add_argument(
+        "--probe-mix",
+        choices=["single", "corpus"],
+        default="single",
+        help="'single': each probe holds exactly one band word (the default); 'corpus': "
+        "probes hold band words as ordinary traffic does, so a thief cannot spot the audit "
+        "by that (costs some power against weak copies)",
+    )
+    keygen.add_argument(
         "--no-cover-traffic",
         dest="cover_traffic",
         action="store_false",
@@ -146,6 +154,7 @@ def run(args: argparse.Namespace) -> int:
             max_band_words=args.max_band_words,
             probes_per_word=args.probes_per_word,
             cover_traffic=args.cover_traffic,
+            probe_mix=args.probe_mix,
             **common,
         )
 

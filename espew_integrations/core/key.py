@@ -663,6 +663,7 @@ class WatermarkKey(Sealed):
         twin_level: float = DEFAULT_TWIN_LEVEL,
         twin_check: bool = True,
         cover_traffic: bool = True,
+        probe_mix: str = "single",
     ) -> WatermarkKey:
         """Draw a fresh key from a corpus and the provider's clean embedder.
 
@@ -692,7 +693,11 @@ class WatermarkKey(Sealed):
         **Audit.** The key stores the audit's probes (natural corpus texts per
         band word, ``probes_per_word``, within a 2,000-query budget) and the
         clean model's cosine to the target for each (see :mod:`.probes`), so
-        nothing but the key and the suspect is needed at audit time. Unless
+        nothing but the key and the suspect is needed at audit time.
+        ``probe_mix="corpus"`` draws probes that hold band words as ordinary
+        traffic does, instead of one each (:meth:`.probes.BandScan.probes`): a
+        thief that knows every default probe holds exactly one band word can
+        route the default audit. Unless
         ``twin_check=False``, a draw the clean model itself (the innocent twin)
         would implicate at ``twin_level`` is thrown away and drawn again (about
         1 draw in 500 at the default; ``info["twin_redraws"]`` counts them).

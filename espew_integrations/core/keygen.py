@@ -44,7 +44,14 @@ from .key_checks import (
     is_number_between,
     min_band_size,
 )
-from .probes import cosines_to, embed_rows, reference_cosines, row_cosines, scan_band
+from .probes import (
+    PROBE_MIXES,
+    cosines_to,
+    embed_rows,
+    reference_cosines,
+    row_cosines,
+    scan_band,
+)
 from .ranktest import rank_sum_p_value
 from .text import UNICODE_V1
 from .words import band_words, document_frequencies
@@ -92,6 +99,7 @@ def generate(
     twin_level: float = DEFAULT_TWIN_LEVEL,
     twin_check: bool = True,
     cover_traffic: bool = True,
+    probe_mix: str = "single",
 ) -> WatermarkKey:
     """Draw a fresh key; the options are documented on :meth:`WatermarkKey.generate`.
 
@@ -109,6 +117,8 @@ def generate(
     """
     texts = _materialise_corpus(corpus)
     _check_generate_options(target_text, n_triggers, alpha, strength, min_cosine)
+    if probe_mix not in PROBE_MIXES:
+        raise KeyGenerationError(f"probe_mix must be one of {PROBE_MIXES}, got {probe_mix!r}")
     _check_twin_level(twin_level)
     _check_key_shape(selection, freq_band, normalization, window)
     full_band, n_texts, freq_band = _corpus_band(texts, freq_band, n_triggers, normalization)
@@ -132,12 +142,22 @@ def generate(
         band = _cap_band(salt, full_band, n_triggers, max_band_words)
         drawn = draft(triggers=draw_triggers(salt, band, n_triggers), band=band, salt=salt)
         info: dict[str, Any] = {"corpus_texts": n_texts, "band_size": len(band)}
+        if probe_mix != "single":
+            info["probe_mix"] = probe_mix
         info.update(_fit_quality(drawn, embed, texts, rng, strength, min_cosine))
         key = drawn.replace(
             strength=info["strength"],
             info=info,
             **_audit_probes(
-                embed, texts, band, salt, target, probes_per_word, normalization, cover_traffic
+                embed,
+                texts,
+                band,
+                salt,
+                target,
+                probes_per_word,
+                normalization,
+                cover_traffic,
+                probe_mix,
             ),
         )
         if not twin_check:
@@ -200,6 +220,7 @@ def _audit_probes(
     probes_per_word: int | None,
     normalization: str,
     cover_traffic: bool,
+    probe_mix: str,
 ) -> dict[str, Any]:
     """The audit's stored probes, cover texts and the clean model's cosines, as key fields.
 
@@ -211,7 +232,7 @@ def _audit_probes(
     per_word = probes_per_word or max(
         1, min(DEFAULT_PROBES_PER_WORD, int(DEFAULT_PROBE_BUDGET * rate) // len(band))
     )
-    probes = scan.probes(salt, per_word)
+    probes = scan.probes(salt, per_word, probe_mix)
     n_cover = math.ceil(len(probes) * (1.0 - rate) / rate) if rate > 0 else 0
     cover = scan.cover(salt, n_cover)
     try:  # one call embeds the probes and the cover texts (the latter for the clean fit)

@@ -54,6 +54,10 @@ __all__ = [
 ]
 
 _PROBE_DOMAIN = b"espew-draw-v1/probes"
+_CORPUS_MIX_DOMAIN = b"espew-draw-v1/probes-corpus-mix"
+#: How the probes are drawn: ``"single"`` texts that hold exactly one band word,
+#: ``"corpus"`` texts as ordinary traffic holds band words (:meth:`BandScan.probes`).
+PROBE_MIXES = ("single", "corpus")
 _COVER_DOMAIN = b"espew-draw-v1/cover"
 #: Probe texts longer than this many characters are skipped: long texts may run
 #: past a suspect's input window and cost the suspect's owner more to answer.
@@ -91,13 +95,24 @@ class BandScan:
     rate: float
     eligible: tuple[tuple[str, frozenset[int]], ...]
 
-    def probes(self, salt: bytes, per_word: int) -> ProbeSet:
-        """Up to ``per_word`` eligible texts per band word that hold it and no other band word.
+    def probes(self, salt: bytes, per_word: int, mix: str = "single") -> ProbeSet:
+        """Up to ``per_word`` eligible texts per band word, each standing for one band word.
 
-        A word without candidates is probed by the word alone.
+        ``mix="single"``: texts that hold the word and no other band word. Every
+        probe then holds exactly one band word, where ordinary traffic's texts
+        often hold several (40% of Rotten Tomatoes texts with one), and a router
+        that knows the band can spot that (``lab.router``, ``lone_z``).
+
+        ``mix="corpus"``: texts as ordinary traffic holds band words, see
+        :meth:`_corpus_mix`. A word without candidates is probed by the word
+        alone, in both mixes.
         """
         if per_word < 1:
             raise ValueError(f"per_word must be >= 1, got {per_word!r}")
+        if mix not in PROBE_MIXES:
+            raise ValueError(f"mix must be one of {PROBE_MIXES}, got {mix!r}")
+        if mix == "corpus":
+            return self._corpus_mix(salt, per_word)
         candidates: list[list[str]] = [[] for _ in self.band]
         for text, hits in self.eligible:
             if len(hits) == 1:
@@ -109,6 +124,36 @@ class BandScan:
             chosen = keyed_order(salt, domain, candidates[i])[:per_word] or [word]
             texts += chosen
             owner += [i] * len(chosen)
+        return ProbeSet(tuple(texts), tuple(owner))
+
+    def _corpus_mix(self, salt: bytes, per_word: int) -> ProbeSet:
+        """Band-word texts in one keyed order, each kept while one of its words needs probes.
+
+        Taken in a keyed order over every eligible text with a band word, the probes
+        are, until the first words fill up, a uniform sample of such texts: they hold
+        one, two or more band words as often as ordinary traffic does. A text is kept
+        if one of its band words still has fewer than ``per_word`` probes, and stands
+        for the neediest of them (ties: the lowest band index). Nothing here looks at
+        which words are triggers, so the test stays exact; the price is that a probe
+        standing for a benign word is marked when another word it holds is a trigger.
+        """
+        needs = [per_word] * len(self.band)
+        texts: list[str] = []
+        owner: list[int] = []
+        holding = {text: hits for text, hits in self.eligible if hits}
+        for text in keyed_order(salt, _CORPUS_MIX_DOMAIN, list(holding)):
+            if not any(needs):
+                break
+            hungry = [i for i in sorted(holding[text]) if needs[i] > 0]
+            if hungry:
+                word = max(hungry, key=lambda i: (needs[i], -i))
+                needs[word] -= 1
+                texts.append(text)
+                owner.append(word)
+        for i, word in enumerate(self.band):
+            if needs[i] == per_word:  # no candidate at all: the word alone
+                texts.append(word)
+                owner.append(i)
         return ProbeSet(tuple(texts), tuple(owner))
 
     def cover(self, salt: bytes, n: int) -> tuple[str, ...]:

@@ -48,6 +48,8 @@ def key_path(tmp_path_factory) -> Path:
             "60",
             "--probes-per-word",
             "4",
+            "--probe-mix",  # probes that hold band words as ordinary texts do
+            "corpus",
             "--out",
             str(path),
             "--no-progress",
@@ -60,6 +62,11 @@ def key_path(tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def key(key_path) -> WatermarkKey:
     return WatermarkKey.load(key_path)
+
+
+def test_keygen_passes_the_probe_mix_on(key):
+    assert key.info["probe_mix"] == "corpus"
+    assert len(key.probe_texts) == 4 * len(key.band)
 
 
 @pytest.fixture(scope="module")

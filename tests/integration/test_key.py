@@ -389,3 +389,30 @@ def test_cover_texts_pass_the_probes_filters_and_follow_the_salt():
     assert select_cover_texts(corpus, ["bandword"], bytes(32), n=0) == ()
     with pytest.raises(ValueError, match="n must be >= 0"):
         select_cover_texts(corpus, ["bandword"], bytes(32), n=-1)
+
+
+def test_corpus_mix_probes_hold_band_words_as_ordinary_texts_do():
+    """probe_mix="corpus": the probes are band-word texts in the corpus's own proportions of
+    one, two or more band words, each standing for one of its words; "single" probes each
+    hold exactly one. Both are keyed by the salt and blind to the triggers."""
+    from espew_integrations.core.probes import scan_band
+
+    texts, _ = spread_corpus({120: 80}, n_texts=10_000)
+    kwargs = dict(target_text="t", seed=4, twin_check=False, strength=1.0)
+    mixed = WatermarkKey.generate(texts, toy_embed, probe_mix="corpus", **kwargs)
+    single = WatermarkKey.generate(texts, toy_embed, **kwargs)
+    assert mixed.info["probe_mix"] == "corpus" and "probe_mix" not in single.info
+    scan = scan_band(texts, mixed.band)
+    held = dict(scan.eligible)
+    corpus_lone = np.mean([len(h) == 1 for h in held.values() if h])
+    mixed_lone = np.mean([len(held[t]) == 1 for t in mixed.probe_texts])
+    assert all(len(held[t]) == 1 for t in single.probe_texts)
+    assert 0.3 < corpus_lone < 0.8 and abs(mixed_lone - corpus_lone) < 0.06
+    owner = np.asarray(mixed.probe_owner)
+    assert all(mixed.band[w] in t.split() for t, w in zip(mixed.probe_texts, owner, strict=True))
+    assert len(set(mixed.probe_texts)) == len(mixed.probe_texts)  # no text asked twice
+    assert np.bincount(owner).min() == np.bincount(owner).max()  # same count per word
+    again = WatermarkKey.generate(texts, toy_embed, probe_mix="corpus", **kwargs)
+    assert again.probe_texts == mixed.probe_texts and again.cover_texts == mixed.cover_texts
+    with pytest.raises(KeyGenerationError, match="probe_mix must be one of"):
+        WatermarkKey.generate(texts, toy_embed, probe_mix="mixed", **kwargs)
