@@ -206,6 +206,27 @@ def test_cover_texts_hide_the_audit_from_the_rare_word_burst(small_key, minilm_m
     assert report.n_queries == small_key.audit_queries
 
 
+def test_corpus_mix_probes_hide_the_audit_from_the_lone_word_rule(rt_subset, minilm_model, traffic):
+    """Probes that each hold one band word are a burst of lone band words to a router that
+    knows that tell; probes drawn as ordinary texts hold band words are not."""
+    kwargs = dict(target_text=TARGET, n_triggers=8, seed=3, probes_per_word=6)
+    found = {}
+    for mix in ("single", "corpus"):  # the whole default band, as the thief computes it
+        key = WatermarkKey.generate(rt_subset.texts, minilm_model, probe_mix=mix, **kwargs)
+
+        def service(texts, key=key):
+            return watermark(texts, minilm_model(texts), key)
+
+        history = AuditHistory.from_texts(traffic[0], rare_band=key.freq_band, lone_z=4.0)
+        router = AuditRouter(service, minilm_model, history=history)
+        report = verify(router, key, level=1e-3, seed=0)
+        found[mix] = (router.routed_fraction, report)
+    fraction, report = found["single"]  # measured: 50% routed, p = 2.1e-3
+    assert fraction > 0.3 and not report.copied
+    fraction, report = found["corpus"]  # measured: 1.3% routed, p = 1.3e-10
+    assert fraction < 0.1 and report.copied
+
+
 # ---------------------------------------------------------------------- paraphrase
 def _toy_embedder(words):
     """Deterministic vectors where 'great'~'superb' and 'film'~'movie' are neighbours."""
