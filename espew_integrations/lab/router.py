@@ -168,8 +168,16 @@ def _binomial_threshold(p: float, z: float, n: int) -> float:
     return p + z * math.sqrt(max(p * (1.0 - p), 1e-12) / n)
 
 
-def _window_exceeds(past: deque, new: np.ndarray, window: int, threshold: float) -> bool:
-    """Whether a full sliding window over ``past`` then ``new`` has a share above ``threshold``."""
+def _burst(
+    past: deque, new: np.ndarray, window: int, threshold: float, left: int, spent: int
+) -> tuple[bool, int]:
+    """One burst rule over a stream of flags: is it on for this batch, and for how long after.
+
+    The rule turns on (for ``window`` more items) when a full sliding window over
+    ``past`` then ``new`` has a share of flags above ``threshold``; a batch in which
+    it is on uses up ``spent`` of that. ``new`` then joins ``past``, kept to
+    ``window`` items.
+    """
     old = np.fromiter(past, bool, count=len(past))
     stream = np.concatenate([old, new]).astype(np.int64)
     sums = np.concatenate([[0], np.cumsum(stream)])
@@ -177,13 +185,13 @@ def _window_exceeds(past: deque, new: np.ndarray, window: int, threshold: float)
     starts = np.maximum(ends - window, 0)
     full = (ends - starts) >= window
     rate = (sums[ends] - sums[starts]) / np.maximum(ends - starts, 1)
-    return bool((full & (rate > threshold)).any())
-
-
-def _slide(past: deque, new: np.ndarray, window: int) -> None:
+    if (full & (rate > threshold)).any():
+        left = window
+    on = left > 0
     past.extend(new.tolist())
     while len(past) > window:
         past.popleft()
+    return on, max(0, left - spent) if on else left
 
 
 def _normalise(text: str) -> str:
@@ -227,22 +235,22 @@ def audit_reasons(texts: Sequence[str], history: AuditHistory) -> list[tuple[str
     )
     carries = held > 0
     if history.rare_words and len(texts):
-        if _window_exceeds(history.recent, carries, history.window, history.burst_threshold):
-            history.burst_left = history.window
-        if history.burst_left > 0:
-            for i in np.flatnonzero(carries):
-                reasons[i].append("rare_burst")
-            history.burst_left = max(0, history.burst_left - len(texts))
-        _slide(history.recent, carries, history.window)
-        if history.lone_z is not None:
-            lone = held[carries] == 1
-            if _window_exceeds(history.recent_lone, lone, history.window, history.lone_threshold):
-                history.lone_left = history.window
-            if history.lone_left > 0:
-                for i in np.flatnonzero(carries):
-                    reasons[i].append("lone_burst")
-                history.lone_left = max(0, history.lone_left - int(carries.sum()))
-            _slide(history.recent_lone, lone, history.window)
+        fired = []
+        on, history.burst_left = _burst(
+            history.recent, carries, history.window, history.burst_threshold,
+            history.burst_left, spent=len(texts),
+        )  # fmt: skip
+        if on:
+            fired.append("rare_burst")
+        if history.lone_z is not None:  # over the rare-carrying texts only
+            on, history.lone_left = _burst(
+                history.recent_lone, held[carries] == 1, history.window, history.lone_threshold,
+                history.lone_left, spent=int(carries.sum()),
+            )  # fmt: skip
+            if on:
+                fired.append("lone_burst")
+        for i in np.flatnonzero(carries):
+            reasons[i].extend(fired)
     return [tuple(r) for r in reasons]
 
 
