@@ -102,16 +102,17 @@ def _add_key_shape_flags(keygen: argparse.ArgumentParser) -> None:
         "--probes-per-word",
         type=positive_int,
         default=None,
-        help="stored sentence probes per band word (default: as many as fit 2,000 queries "
+        help="stored sentence probes per band word (default: as many as fit 4,300 queries "
         "with the cover texts, at most 28)",
     )
     keygen.add_argument(
         "--probe-mix",
         choices=["single", "corpus"],
         default="single",
-        help="'single': each probe holds exactly one band word (the default); 'corpus': "
-        "probes hold band words as ordinary traffic does, so a thief cannot spot the audit "
-        "by that (costs some power against weak copies)",
+        help="'single': each probe holds exactly one band word, and cover texts with "
+        "several restore ordinary traffic's share (the default); 'corpus': the probes "
+        "themselves hold band words as ordinary traffic does (less power against weak "
+        "copies)",
     )
     keygen.add_argument(
         "--no-cover-traffic",

@@ -306,11 +306,14 @@ class WatermarkKey(Sealed):
 
     @property
     def cover_texts(self) -> tuple[str, ...]:
-        """Corpus texts with no band word, sent among the probes and never scored.
+        """Corpus texts sent among the probes and never scored.
 
-        They hold the audit's share of texts with a band word to the corpus's own,
-        so a thief that knows the band sees no burst (:meth:`.probes.BandScan.cover`).
-        Their answers join the directed score's clean fit (:attr:`cover_embeddings`).
+        Most hold no band word: they bring the audit's share of texts with a band
+        word down to the corpus's own, so a thief that knows the band sees no
+        burst. The rest hold two or more band words, as that share of ordinary
+        traffic's band-word texts does, where every single-mix probe holds one
+        (:meth:`.probes.BandScan.cover`). Their answers join the directed score's
+        clean fit (:attr:`cover_embeddings`).
         """
         return self._cover_texts
 
@@ -319,9 +322,10 @@ class WatermarkKey(Sealed):
         """The clean model's embedding of each cover text, ``(n_cover, dim)`` float64.
 
         Stored int8-quantised like :attr:`probe_embeddings`; ``(0, dim)`` for keys
-        made before they were stored. The cover texts hold no band word, so no
-        answer to them carries the mark: the verifier adds them to the fit that
-        takes out what the suspect reproduces of the clean model (:mod:`.directed`).
+        made before they were stored. The verifier adds them to the fit that takes
+        out what the suspect reproduces of the clean model (:mod:`.directed`). The
+        fit never sees which words are triggers, so under the null it stays exact
+        whichever cover texts happen to hold one.
         """
         return self._cover_embeddings.rows()
 
@@ -691,13 +695,15 @@ class WatermarkKey(Sealed):
         strength, the measured cosine and the marked rate are in :attr:`info`.
 
         **Audit.** The key stores the audit's probes (natural corpus texts per
-        band word, ``probes_per_word``, within a 2,000-query budget) and the
-        clean model's cosine to the target for each (see :mod:`.probes`), so
-        nothing but the key and the suspect is needed at audit time.
-        ``probe_mix="corpus"`` draws probes that hold band words as ordinary
-        traffic does, instead of one each (:meth:`.probes.BandScan.probes`): a
-        thief that knows every default probe holds exactly one band word can
-        route the default audit. Unless
+        band word, ``probes_per_word``, within a 4,300-query budget), the cover
+        texts sent among them, and the clean model's rows and cosines to the
+        target (see :mod:`.probes`), so nothing but the key and the suspect is
+        needed at audit time. With ``cover_traffic`` (the default) the audit
+        holds band words as ordinary traffic does: the corpus's share of its
+        texts hold one, and of those, the corpus's share hold two or more
+        (:meth:`.probes.BandScan.cover`). ``probe_mix="corpus"`` draws the probes
+        themselves that way (:meth:`.probes.BandScan.probes`), at a cost in
+        power against weak copies. Unless
         ``twin_check=False``, a draw the clean model itself (the innocent twin)
         would implicate at ``twin_level`` is thrown away and drawn again (about
         1 draw in 500 at the default; ``info["twin_redraws"]`` counts them).

@@ -59,11 +59,14 @@ from .words import band_words, document_frequencies
 __all__ = ["DEFAULT_PROBES_PER_WORD", "DEFAULT_PROBE_BUDGET", "generate", "twin_p_value"]
 
 #: Sentence probes per band word (at most), and the audit's query budget they share with
-#: the cover texts. The default band of a large corpus holds about 70 words and about
-#: 56% of texts hold one, so each word gets about 15 probes (28 without the cover texts);
-#: more answers per word average out more of a neural copy's noise (docs/limitations.md).
+#: the cover texts. The default band of a large corpus holds about 70 words; about 56% of
+#: texts hold one, and 40% of those hold two or more. So about a third of the budget
+#: goes to probes, and each word gets about 20 (28 without the cover texts). More answers
+#: per word average out more of a neural copy's noise: against the frozen-MLP copy after
+#: CSE K=50, 9 a word (2,000 queries) let it go on two keys of six, 15 on one, and 20
+#: convicted it on both of those below 1e-9 (docs/results/frontier/multi).
 DEFAULT_PROBES_PER_WORD = 28
-DEFAULT_PROBE_BUDGET = 2000
+DEFAULT_PROBE_BUDGET = 4300
 #: With the default band (``freq_band=None``), a corpus whose 1-1.5% band holds too few
 #: words for the triggers has the band's upper edge raised by this step, up to the
 #: limit. The band then depends on the corpus alone, never on the trigger draw, so
@@ -224,17 +227,25 @@ def _audit_probes(
 ) -> dict[str, Any]:
     """The audit's stored probes, cover texts and the clean model's cosines, as key fields.
 
-    With ``cover_traffic`` the audit holds band words at the corpus's own rate: a
-    share ``rate`` of the query budget goes to probes, the rest to cover texts.
+    With ``cover_traffic`` the audit looks like ordinary traffic to a thief that
+    knows the band: its texts hold band words at the corpus's own rate, and of
+    those, the share holding two or more is the corpus's too (single-mix probes
+    hold exactly one, so texts with several join the cover). The query budget is
+    split accordingly: a share ``rate * (1 - multi_share)`` goes to probes.
     """
     scan = scan_band(texts, band, normalization=normalization)  # one pass serves all three
     rate = scan.rate if cover_traffic else 1.0
+    multi = scan.multi_share if cover_traffic and probe_mix == "single" else 0.0
     per_word = probes_per_word or max(
-        1, min(DEFAULT_PROBES_PER_WORD, int(DEFAULT_PROBE_BUDGET * rate) // len(band))
+        1,
+        min(DEFAULT_PROBES_PER_WORD, int(DEFAULT_PROBE_BUDGET * rate * (1 - multi)) // len(band)),
     )
     probes = scan.probes(salt, per_word, probe_mix)
-    n_cover = math.ceil(len(probes) * (1.0 - rate) / rate) if rate > 0 else 0
-    cover = scan.cover(salt, n_cover)
+    n_multi = math.ceil(len(probes) * multi / (1.0 - multi)) if multi < 1 else 0
+    n_multi = min(n_multi, sum(len(hits) >= 2 for _, hits in scan.eligible))
+    n_band = len(probes) + n_multi
+    n_plain = math.ceil(n_band * (1.0 - rate) / rate) if rate > 0 else 0
+    cover = scan.cover(salt, n_plain, n_multi)
     try:  # one call embeds the probes and the cover texts (the latter for the clean fit)
         rows = embed_rows(embed, [*probes.texts, *cover])
         probe_rows, cover_rows = rows[: len(probes.texts)], rows[len(probes.texts) :]

@@ -59,6 +59,7 @@ _CORPUS_MIX_DOMAIN = b"espew-draw-v1/probes-corpus-mix"
 #: ``"corpus"`` texts as ordinary traffic holds band words (:meth:`BandScan.probes`).
 PROBE_MIXES = ("single", "corpus")
 _COVER_DOMAIN = b"espew-draw-v1/cover"
+_MULTI_COVER_DOMAIN = b"espew-draw-v1/cover-multi"
 #: Probe texts longer than this many characters are skipped: long texts may run
 #: past a suspect's input window and cost the suspect's owner more to answer.
 MAX_PROBE_CHARS = 600
@@ -94,6 +95,10 @@ class BandScan:
     band: tuple[str, ...]
     rate: float
     eligible: tuple[tuple[str, frozenset[int]], ...]
+    #: Of the texts that hold a band word, the share that hold two or more (every
+    #: text counted, like :attr:`rate`): what the audit must match so that its
+    #: band-word texts look like ordinary traffic's (:meth:`cover`).
+    multi_share: float = 0.0
 
     def probes(self, salt: bytes, per_word: int, mix: str = "single") -> ProbeSet:
         """Up to ``per_word`` eligible texts per band word, each standing for one band word.
@@ -156,24 +161,36 @@ class BandScan:
                 owner.append(i)
         return ProbeSet(tuple(texts), tuple(owner))
 
-    def cover(self, salt: bytes, n: int) -> tuple[str, ...]:
-        """``n`` eligible texts with no band word, in a keyed order: the audit's cover traffic.
+    def cover(self, salt: bytes, n: int, n_multi: int = 0) -> tuple[str, ...]:
+        """The audit's cover traffic: ``n`` eligible texts with no band word, then
+        ``n_multi`` with two or more, each kind in its own keyed order.
 
         Every probe holds a band word; ordinary traffic holds one in only a share
         (:attr:`rate`) of its texts. A thief that knows the band and watches for a
         burst of such texts routes an audit made of probes alone to an honest model
         (measured: all of it, given the whole corpus as its traffic sample). Sending
-        these texts among the probes brings the audit's rate down to the ordinary
-        one. They pass the probes' length filters, so length gives nothing away, and
-        hold no band word, so no probe is among them; their answers are never
-        scored, so they cannot touch the test's exactness.
+        texts with no band word among the probes brings the audit's rate down to
+        the ordinary one.
+
+        Single-mix probes hold exactly one band word each, where ordinary traffic's
+        band-word texts hold two or more in a share :attr:`multi_share` (40% on
+        Rotten Tomatoes); a router that watches for that routes half the audit and
+        lets the service itself go (``lab.router``, ``lone_z``). The ``n_multi``
+        texts with several band words restore the share.
+
+        All pass the probes' length filters, so length gives nothing away; none is
+        a probe, and their answers are never scored, so they cannot touch the
+        test's exactness (the clean fit they join never sees which words are
+        triggers). Fewer are returned where the corpus holds fewer.
         """
-        if n < 0:
-            raise ValueError(f"n must be >= 0, got {n!r}")
-        if n == 0:
-            return ()
-        candidates = [text for text, hits in self.eligible if not hits]
-        return tuple(keyed_order(salt, _COVER_DOMAIN, candidates)[:n])
+        if n < 0 or n_multi < 0:
+            raise ValueError(f"cover sizes must be >= 0, got n={n!r}, n_multi={n_multi!r}")
+        plain = [text for text, hits in self.eligible if not hits]
+        multi = [text for text, hits in self.eligible if len(hits) >= 2]
+        return (
+            *keyed_order(salt, _COVER_DOMAIN, plain)[:n],
+            *keyed_order(salt, _MULTI_COVER_DOMAIN, multi)[:n_multi],
+        )
 
 
 def scan_band(
@@ -187,7 +204,7 @@ def scan_band(
     index = {w: i for i, w in enumerate(band)}
     hits_of: dict[str, frozenset[int]] = {}
     eligible: list[tuple[str, frozenset[int]]] = []
-    n_texts = n_with_band = 0
+    n_texts = n_with_band = n_with_several = 0
     for text in corpus:
         hits = hits_of.get(text)
         if hits is None:
@@ -197,8 +214,10 @@ def scan_band(
                 eligible.append((text, hits))
         n_texts += 1
         n_with_band += bool(hits)
+        n_with_several += len(hits) >= 2
     rate = n_with_band / n_texts if n_texts else 0.0
-    return BandScan(tuple(band), rate, tuple(eligible))
+    multi_share = n_with_several / n_with_band if n_with_band else 0.0
+    return BandScan(tuple(band), rate, tuple(eligible), multi_share)
 
 
 def select_sentence_probes(
@@ -235,10 +254,12 @@ def select_cover_texts(
     salt: bytes,
     *,
     n: int,
+    n_multi: int = 0,
     normalization: str = UNICODE_V1,
 ) -> tuple[str, ...]:
-    """``n`` corpus texts with no band word, in a keyed order (see :meth:`BandScan.cover`)."""
-    return scan_band(corpus, band, normalization=normalization).cover(salt, n)
+    """``n`` corpus texts with no band word, then ``n_multi`` with two or more, each kind in a
+    keyed order (see :meth:`BandScan.cover`)."""
+    return scan_band(corpus, band, normalization=normalization).cover(salt, n, n_multi)
 
 
 def reference_cosines(

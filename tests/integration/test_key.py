@@ -297,27 +297,36 @@ def test_the_default_band_is_widened_only_as_far_as_the_corpus_needs():
         WatermarkKey.generate(sparse, toy_embed, **kwargs)
 
 
-def test_cover_texts_bring_the_audits_band_word_rate_down_to_the_corpus_rate():
-    from espew_integrations.core.probes import band_word_rate
+def test_the_audit_holds_band_words_as_ordinary_traffic_does():
+    """Of the audit's texts, the corpus's share hold a band word (probes plus cover texts
+    with several band words), and of those, the corpus's share hold two or more; the cover
+    texts with none bring the rest. A router watching either share sees ordinary traffic."""
+    from espew_integrations.core.probes import scan_band
     from espew_integrations.core.words import tokenize
 
     texts, _ = spread_corpus({120: 80}, n_texts=10_000)  # enough texts for 28 probes a word
     kwargs = dict(target_text="t", seed=1, twin_check=False, strength=1.0)
     key = WatermarkKey.generate(texts, toy_embed, **kwargs)
     band = set(key.band)
-    rate = band_word_rate(texts, key.band)
-    assert 0.3 < rate < 0.9
-    assert key.cover_texts and not any(band & set(tokenize(t)) for t in key.cover_texts)
+    scan = scan_band(texts, key.band)
+    assert 0.3 < scan.rate < 0.9 and 0.2 < scan.multi_share < 0.8
+    held = [len(band & set(tokenize(t))) for t in (*key.probe_texts, *key.cover_texts)]
+    assert all(n == 1 for n in held[: len(key.probe_texts)])  # single-mix probes
+    audit_rate = np.mean([n > 0 for n in held])
+    audit_multi = np.mean([n >= 2 for n in held if n > 0])
+    assert abs(audit_rate - scan.rate) < 0.01 and abs(audit_multi - scan.multi_share) < 0.01
     assert not set(key.cover_texts) & set(key.probe_texts)
-    assert len(set(key.cover_texts)) == len(key.cover_texts)
-    share = len(key.probe_texts) / key.audit_queries
-    assert abs(share - rate) < 0.01 and key.audit_queries <= 2000
+    assert len(set(key.cover_texts)) == len(key.cover_texts) and key.audit_queries <= 4300
     again = WatermarkKey.generate(texts, toy_embed, **kwargs)
     assert again.cover_texts == key.cover_texts  # stored, so every audit asks the same
     bare = WatermarkKey.generate(texts, toy_embed, cover_traffic=False, **kwargs)
     assert bare.cover_texts == () and bare.audit_queries == len(bare.probe_texts)
-    # the whole budget went to probes: 25 a word against 15 (2,000 x rate / 80 words)
-    assert len(bare.probe_texts) == 80 * 25 and len(key.probe_texts) == 80 * int(2000 * rate / 80)
+    # the whole budget went to probes: 28 a word (the cap), against 4,300 x rate x (1 - multi)
+    per_word = int(4300 * scan.rate * (1 - scan.multi_share)) // 80
+    assert len(bare.probe_texts) == 80 * 28 and len(key.probe_texts) == 80 * per_word < 80 * 28
+    # corpus-mix probes already hold several band words as ordinary texts do: no such cover
+    mixed = WatermarkKey.generate(texts, toy_embed, probe_mix="corpus", **kwargs)
+    assert not any(band & set(tokenize(t)) for t in mixed.cover_texts)
 
 
 def test_cover_texts_are_stored_committed_to_and_dropped_with_the_band(tmp_path):
@@ -387,8 +396,17 @@ def test_cover_texts_pass_the_probes_filters_and_follow_the_salt():
     assert select_cover_texts(corpus, ["bandword"], bytes(32), n=5) == cover[:5]
     assert select_cover_texts(corpus, ["bandword"], bytes([1] * 32), n=21) != cover
     assert select_cover_texts(corpus, ["bandword"], bytes(32), n=0) == ()
-    with pytest.raises(ValueError, match="n must be >= 0"):
+    with pytest.raises(ValueError, match="cover sizes must be >= 0"):
         select_cover_texts(corpus, ["bandword"], bytes(32), n=-1)
+    # texts with two or more band words come after, in their own keyed order
+    band = ["bandword", "other", "third"]
+    several = [f"bandword and other in text {chr(97 + i)}" for i in range(10)]
+    several += ["other and third and bandword together", "only other in this one"]
+    both = select_cover_texts(corpus + several, band, bytes(32), n=3, n_multi=20)
+    assert len(both) == 3 + 11 and set(both[3:]) == set(several[:11])
+    assert both[:3] == select_cover_texts(corpus, band, bytes(32), n=3)
+    again = select_cover_texts(corpus + several, band, bytes(32), n=0, n_multi=4)
+    assert again == both[3:7] and again != tuple(several[:4])
 
 
 def test_corpus_mix_probes_hold_band_words_as_ordinary_texts_do():

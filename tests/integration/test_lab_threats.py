@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+import math
 
 import numpy as np
 import pytest
 
 from espew_integrations import WatermarkKey, verify, watermark
+from espew_integrations.core.probes import scan_band
 from espew_integrations.core.words import band_words, document_frequencies, tokenize
 from espew_integrations.lab import load_config, run_lab
 from espew_integrations.lab.context import build_context
@@ -206,24 +208,34 @@ def test_cover_texts_hide_the_audit_from_the_rare_word_burst(small_key, minilm_m
     assert report.n_queries == small_key.audit_queries
 
 
-def test_corpus_mix_probes_hide_the_audit_from_the_lone_word_rule(rt_subset, minilm_model, traffic):
-    """Probes that each hold one band word are a burst of lone band words to a router that
-    knows that tell; probes drawn as ordinary texts hold band words are not."""
+def test_cover_texts_with_several_band_words_hide_the_lone_word_tell(
+    rt_subset, minilm_model, traffic
+):
+    """Single-mix probes each hold one band word. Sent only with cover texts that hold
+    none (the earlier design), the audit is a burst of lone band words to a router that
+    knows that tell, and the service itself walks free. The default cover also holds
+    texts with several band words, in the corpus's share, and the same router lets the
+    audit through."""
     kwargs = dict(target_text=TARGET, n_triggers=8, seed=3, probes_per_word=6)
+    key = WatermarkKey.generate(rt_subset.texts, minilm_model, **kwargs)
+    band = set(key.band)
+    plain = [t for t in key.cover_texts if not band & set(tokenize(t))]
+    rate = scan_band(rt_subset.texts, key.band).rate
+    earlier = key.replace(cover_texts=plain[: math.ceil(len(key.probe_texts) * (1 - rate) / rate)])
+    assert 0.2 < 1 - len(plain) / len(key.cover_texts) < 0.6  # the texts with several
+
+    def service(texts):
+        return watermark(texts, minilm_model(texts), key)
+
     found = {}
-    for mix in ("single", "corpus"):  # the whole default band, as the thief computes it
-        key = WatermarkKey.generate(rt_subset.texts, minilm_model, probe_mix=mix, **kwargs)
-
-        def service(texts, key=key):
-            return watermark(texts, minilm_model(texts), key)
-
+    for name, audited in (("earlier", earlier), ("default", key)):
         history = AuditHistory.from_texts(traffic[0], rare_band=key.freq_band, lone_z=4.0)
         router = AuditRouter(service, minilm_model, history=history)
-        report = verify(router, key, level=1e-3, seed=0)
-        found[mix] = (router.routed_fraction, report)
-    fraction, report = found["single"]  # measured: 50% routed, p = 2.1e-3
+        report = verify(router, audited, level=1e-3, seed=0)
+        found[name] = (router.routed_fraction, report)
+    fraction, report = found["earlier"]  # measured: 50% routed, p = 2.1e-3
     assert fraction > 0.3 and not report.copied
-    fraction, report = found["corpus"]  # measured: 1.3% routed, p = 1.3e-10
+    fraction, report = found["default"]
     assert fraction < 0.1 and report.copied
 
 
