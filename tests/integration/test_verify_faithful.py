@@ -46,7 +46,7 @@ def test_keygen_fits_the_strength_to_the_quality_budget(budget_key, minilm_model
     cosines = np.sum(wm * clean, axis=1) / np.linalg.norm(wm, axis=1)
     assert abs(float(cosines.mean()) - 0.995) < 0.002
     assert budget_key.window == 256 and budget_key.verifiable
-    assert len(budget_key.probe_texts) >= 1000 and budget_key.audit_queries <= 2000
+    assert len(budget_key.probe_texts) >= 1400 and budget_key.audit_queries <= 4300
     assert len(budget_key.cover_texts) > 500  # about 44% of the corpus holds no band word
 
 
@@ -56,7 +56,7 @@ def test_the_watermarked_service_itself_is_convicted_at_the_budget(budget_key, m
 
     report = verify(service, budget_key, seed=0)
     assert report.status == "copied" and report.p_value < 1e-10
-    assert report.probes == "sentences" and report.n_queries <= 2000
+    assert report.probes == "sentences" and report.n_queries <= 4300
     assert report.decided_by == "adjusted" and 0.9 < report.reference_slope < 1.1
 
 
@@ -76,9 +76,10 @@ def test_a_thief_routing_audit_traffic_to_the_clean_model_is_still_convicted(
     def service(texts):
         return watermark(texts, minilm_model(texts), budget_key)
 
-    # The strongest thief of the lab: it knows the band rule and has seen every corpus text.
+    # The strongest thief of the lab: it knows the band rule, has seen every corpus text,
+    # and watches for texts that hold one band word more often than ordinary ones do.
     traffic = list(rt_corpus.texts)
-    history = AuditHistory.from_texts(traffic, rare_band=budget_key.freq_band)
+    history = AuditHistory.from_texts(traffic, rare_band=budget_key.freq_band, lone_z=4.0)
     thief = AuditRouter(service, minilm_model, history=copy.deepcopy(history))
     report = verify(thief, budget_key, seed=0)
     assert thief.n_routed / thief.n_queries < 0.1  # probes among cover texts look like traffic
@@ -101,25 +102,29 @@ def test_two_hundred_fresh_keys_hold_the_level_against_real_innocents(
 ):
     """200 null trials of the combined statistic: fresh salts, hence fresh trigger
     draws, against a fixed innocent suspect (the draw is all that varies under
-    the null). The benchmark runs 10,000 (benchmarks/bench_null_study.py)."""
+    the null). The word scores do not depend on the draw, so they are made once by
+    verify()'s own scoring (``lab.null_study.audit_scores``) and ranked for each
+    draw; five draws also go through verify() whole, to the same floats. The
+    benchmark runs 10,000 (benchmarks/bench_null_study.py)."""
+    from espew_integrations.lab.null_study import audit_scores, fresh_draws, verdict_null_p_values
     from espew_integrations.offline.embedders import paraphrase_minilm_l3
 
     suspect = minilm_model if suspect_name == "twin" else paraphrase_minilm_l3()
     asked = [*budget_key.probe_texts, *budget_key.cover_texts]
-    answers = dict(zip(asked, suspect(asked), strict=True))
+    rows = np.asarray(suspect(asked), dtype=np.float64)
+    answers = dict(zip(asked, rows, strict=True))
 
     def cached(texts):
         return np.stack([answers[t] for t in texts])
 
-    rng = np.random.default_rng(2026)
-    p_values = []
-    for _ in range(200):
-        salt = rng.bytes(32)
-        key = budget_key.replace(
-            salt=salt, triggers=draw_triggers(salt, budget_key.band, len(budget_key.triggers))
-        )
-        p_values.append(verify(cached, key, seed=0).p_value)
-    p_values = np.array(p_values)
+    n_probes = len(budget_key.probe_texts)
+    scores = audit_scores(rows[:n_probes], budget_key, rows[n_probes:])
+    salts, draws = fresh_draws(budget_key, 200, np.random.default_rng(2026))
+    p_values = verdict_null_p_values(scores, draws)["combined"]
+    for d in range(5):
+        triggers = draw_triggers(salts[d], budget_key.band, len(budget_key.triggers))
+        key = budget_key.replace(salt=salts[d], triggers=triggers)
+        assert verify(cached, key, seed=0).p_value == pytest.approx(p_values[d], rel=1e-9)
     # Binomial(200, 0.05) exceeds 22 with probability < 1e-3; (200, 1e-3) exceeds 2 w.p. 1e-3.
     assert (p_values < 0.05).sum() <= 22
     assert (p_values < 1e-3).sum() <= 2
