@@ -55,6 +55,40 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         kind = Path(item.path).resolve().relative_to(_TESTS).parts[0]
         if kind in ("unit", "integration"):
             item.add_marker(getattr(pytest.mark, kind))
+    n_integration = sum(item.get_closest_marker("integration") is not None for item in items)
+    config.stash[_WARM_STORE] = n_integration >= _WARM_STORE_FROM
+
+
+#: Runs that select at least this many integration tests (``make test``) warm the store.
+_WARM_STORE_FROM = 200
+_WARM_STORE = pytest.StashKey[bool]()
+
+
+@pytest.fixture(autouse=True)
+def _warm_embedding_store(request: pytest.FixtureRequest) -> None:
+    """Before a worker's first integration test of a full run, embed its share of the corpus.
+
+    Nearly every real-model test, example, notebook, CLI process and doc page keygens
+    on or audits Rotten Tomatoes texts, each with its own salt, so each embeds a
+    different few thousand of them. Embedding the whole corpus into the run's store
+    once (each xdist worker a disjoint share, in parallel) turns all of that into
+    reads. It changes no result: the store holds the model's own rows, bit for bit.
+    """
+    if request.config.stash.get(_WARM_STORE, False) and request.node.get_closest_marker(
+        "integration"
+    ):
+        request.getfixturevalue("_embedding_store_warmed")
+
+
+@pytest.fixture(scope="session")
+def _embedding_store_warmed(rt_corpus) -> None:
+    from espew_integrations.offline.embedders import minilm
+
+    worker = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw"))
+    n_workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    share = list(rt_corpus.texts[worker::n_workers])
+    for start in range(0, len(share), 512):
+        minilm()(share[start : start + 512])
 
 
 @pytest.fixture

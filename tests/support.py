@@ -100,8 +100,12 @@ CHROMA_BIN = Path(sys.executable).with_name("chroma")
 
 
 @lru_cache(maxsize=1)
+@lru_cache(maxsize=1)
 def real_key() -> WatermarkKey:
-    """A key generated the way a provider would: real corpus, real offline model."""
+    """A key generated the way a provider would: real corpus, real offline model.
+
+    Made once per process (keys are immutable): a dozen fixtures share it.
+    """
     return WatermarkKey.generate(rotten_tomatoes().texts, minilm(), target_text=TARGET_TEXT, seed=1)
 
 

@@ -132,6 +132,20 @@ print("\nALL BLOCKS RAN", flush=True)
 """
 
 
+def fresh_user_env() -> dict[str, str]:
+    """A fresh user's environment: no key variable left over from the caller.
+
+    The run's embedding store (``ESPEW_EMBED_CACHE``, tests/conftest.py) stays: it
+    changes no vector (tests/integration/test_embedding_store.py) and spares each
+    page embedding again the corpus texts other tests already embedded.
+    """
+    return {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith("ESPEW_") or k == "ESPEW_EMBED_CACHE"
+    }
+
+
 @pytest.mark.parametrize("page", pages_with_blocks(), ids=page_id)
 def test_page_runs_as_pasted(page: Path, tmp_path: Path):
     blocks = python_blocks(page)
@@ -153,8 +167,7 @@ def test_page_runs_as_pasted(page: Path, tmp_path: Path):
     )
     work = tmp_path / "work"  # the reader's empty folder
     work.mkdir()
-    # A fresh user's environment: no key variable left over from the caller.
-    env = {k: v for k, v in os.environ.items() if not k.startswith("ESPEW_")}
+    env = fresh_user_env()
     env.pop("PYTHONPATH", None)
     done = subprocess.run(
         [sys.executable, "-c", RUNNER, str(spec)],
@@ -515,7 +528,7 @@ def test_cli_md_sample_output_is_what_keygen_and_key_check_print(tmp_path: Path)
     corpus.write_text("\n".join(rotten_tomatoes().subset(400).texts) + "\n", encoding="utf-8")
     (tmp_path / "target.txt").write_text("a funny and moving film about love and family\n")
     script = Path(sys.executable).with_name("espew")
-    env = {k: v for k, v in os.environ.items() if not k.startswith("ESPEW_")}
+    env = fresh_user_env()
 
     def espew(*args: str) -> str:
         done = subprocess.run(
