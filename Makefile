@@ -42,7 +42,7 @@ demo: $(VENV)/.installed-all
 
 test: $(VENV)/.installed-dev
 	$(BIN)/ruff check espew_integrations tests benchmarks examples
-	$(BIN)/python -m pytest -n auto  # one worker per core (pytest-xdist)
+	$(BIN)/python -m pytest -n auto --durations=15  # one worker per core (pytest-xdist); the slowest 15 listed
 
 # The unit tests only (tests/unit: no real model, server or process), for development.
 test-fast: $(VENV)/.installed-dev
