@@ -242,7 +242,7 @@ def _audit_probes(
     )
     probes = scan.probes(salt, per_word, probe_mix)
     n_multi = math.ceil(len(probes) * multi / (1.0 - multi)) if multi < 1 else 0
-    n_multi = min(n_multi, sum(len(hits) >= 2 for _, hits in scan.eligible))
+    n_multi = min(n_multi, len(scan.several))  # what the corpus holds
     n_band = len(probes) + n_multi
     n_plain = math.ceil(n_band * (1.0 - rate) / rate) if rate > 0 else 0
     cover = scan.cover(salt, n_plain, n_multi)

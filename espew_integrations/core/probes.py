@@ -100,6 +100,11 @@ class BandScan:
     #: band-word texts look like ordinary traffic's (:meth:`cover`).
     multi_share: float = 0.0
 
+    @property
+    def several(self) -> list[str]:
+        """The eligible texts that hold two or more band words, in corpus order."""
+        return [text for text, hits in self.eligible if len(hits) >= 2]
+
     def probes(self, salt: bytes, per_word: int, mix: str = "single") -> ProbeSet:
         """Up to ``per_word`` eligible texts per band word, each standing for one band word.
 
@@ -186,10 +191,9 @@ class BandScan:
         if n < 0 or n_multi < 0:
             raise ValueError(f"cover sizes must be >= 0, got n={n!r}, n_multi={n_multi!r}")
         plain = [text for text, hits in self.eligible if not hits]
-        multi = [text for text, hits in self.eligible if len(hits) >= 2]
         return (
             *keyed_order(salt, _COVER_DOMAIN, plain)[:n],
-            *keyed_order(salt, _MULTI_COVER_DOMAIN, multi)[:n_multi],
+            *keyed_order(salt, _MULTI_COVER_DOMAIN, self.several)[:n_multi],
         )
 
 

@@ -220,9 +220,13 @@ def test_cover_texts_with_several_band_words_hide_the_lone_word_tell(
     key = WatermarkKey.generate(rt_subset.texts, minilm_model, **kwargs)
     band = set(key.band)
     plain = [t for t in key.cover_texts if not band & set(tokenize(t))]
-    rate = scan_band(rt_subset.texts, key.band).rate
-    earlier = key.replace(cover_texts=plain[: math.ceil(len(key.probe_texts) * (1 - rate) / rate)])
+    assert tuple(plain) == key.cover_texts[: len(plain)]  # the cover lists them first
     assert 0.2 < 1 - len(plain) / len(key.cover_texts) < 0.6  # the texts with several
+    rate = scan_band(rt_subset.texts, key.band).rate
+    n_earlier = math.ceil(len(key.probe_texts) * (1 - rate) / rate)
+    earlier = key.replace(  # with its cover's clean rows, which that design fitted on too
+        cover_texts=plain[:n_earlier], cover_embeddings=key.cover_embeddings[:n_earlier]
+    )
 
     def service(texts):
         return watermark(texts, minilm_model(texts), key)
@@ -235,7 +239,7 @@ def test_cover_texts_with_several_band_words_hide_the_lone_word_tell(
         found[name] = (router.routed_fraction, report)
     fraction, report = found["earlier"]  # measured: 50% routed, p = 2.1e-3
     assert fraction > 0.3 and not report.copied
-    fraction, report = found["default"]
+    fraction, report = found["default"]  # measured: 1.6% routed, p = 1.3e-10
     assert fraction < 0.1 and report.copied
 
 
