@@ -52,7 +52,6 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-import scipy.linalg
 
 from .inject import mark_all_rows
 from .key import WatermarkKey
@@ -131,6 +130,8 @@ def directed_scores(
     if ridge <= 0.0:  # every answer the same: nothing to score
         return scores
     covariance[np.diag_indices_from(covariance)] += ridge
+    import scipy.linalg  # here, not at the top: an import costs every process ~0.5 s
+
     weighted = scipy.linalg.solve(covariance, directions[valid].T, assume_a="pos").T
     norms = np.sqrt(np.maximum(np.einsum("ij,ij->i", weighted, directions[valid]), 0.0))
     projections = np.einsum("ij,ij->i", centred[: int(valid.sum())], weighted)
@@ -166,6 +167,8 @@ def _unexplained(centred: np.ndarray, clean: np.ndarray, ridge_multiple: float) 
     as ``Y - X (X^T X + lambda I)^-1 X^T Y``; the smaller of the two systems is
     solved (n x n when there are fewer probes than dimensions, as at d = 4096).
     """
+    import scipy.linalg
+
     x = clean - clean.mean(axis=0)
     n, d = x.shape
     ridge = ridge_multiple * float(np.einsum("ij,ij->", x, x)) / d

@@ -58,12 +58,11 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from scipy.stats import rankdata
 
 from .evidence_files import EVIDENCE_FILES
 from .keyring import KeyRing
 from .layers import check_tenant_id
-from .ranktest import _subset_sum_counts, _untied_counts
+from .ranktest import _subset_sum_counts, _untied_counts, doubled_mid_ranks
 from .safe_dir import SafeDirectory
 from .verify import (
     DEFAULT_LEVEL,
@@ -450,7 +449,7 @@ def _layer_p_values(scores: np.ndarray, keep: np.ndarray, layers: np.ndarray) ->
     if n_kept < 2:
         return p
     doubled = np.zeros(scores.size, dtype=np.int64)
-    doubled[keep] = np.rint(2 * rankdata(scores[keep])).astype(np.int64)
+    doubled[keep] = doubled_mid_ranks(scores[keep])
     sums = doubled[layers].sum(axis=1)
     sizes = keep[layers].sum(axis=1)
     tied = np.unique(doubled[keep]).size < n_kept

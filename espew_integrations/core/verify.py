@@ -46,7 +46,6 @@ from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
 import numpy as np
-from scipy.stats import ks_2samp
 
 from .directed import directed_scores, mark_directions
 from .errors import SuspectError
@@ -698,6 +697,8 @@ def _paper_metrics(
     benign = valid & ~is_trigger[owner]
     if not backdoor.any() or not benign.any():
         return {"ks_p_value": math.nan, "delta_cos": math.nan, "delta_l2": math.nan}
+    from scipy.stats import ks_2samp  # the paper's statistic; importing it costs ~1 s
+
     ks = ks_2samp(cosines[backdoor], cosines[benign], alternative="two-sided")
     squared_l2 = 2.0 - 2.0 * cosines
     return {

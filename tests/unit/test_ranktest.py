@@ -198,3 +198,14 @@ def test_tied_null_p_values_match_the_per_key_test():
         mask = np.zeros(300, bool)
         mask[draw] = True
         assert p == pytest.approx(full_table_p(scores, mask), rel=1e-9, abs=1e-13)
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_doubled_mid_ranks_are_twice_scipys_average_ranks(seed):
+    rng = np.random.default_rng(seed)
+    scores = rng.integers(0, 6, size=40).astype(float)  # many ties
+    scores[:5] = rng.random(5)  # and some singletons
+    doubled = ranktest.doubled_mid_ranks(scores)
+    assert doubled.dtype == np.int64
+    np.testing.assert_array_equal(doubled, 2 * rankdata(scores))
+    assert ranktest.doubled_mid_ranks(np.array([])).shape == (0,)
