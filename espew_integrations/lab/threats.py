@@ -38,6 +38,7 @@ from ..core.probes import row_cosines, unit_rows
 from .context import LabContext, draw_key, seed_for, watermark_for
 
 __all__ = [
+    "ROUTER_LONE_Z",
     "THREATS",
     "aggregate",
     "join_chunks",
@@ -49,6 +50,11 @@ __all__ = [
 ]
 
 THREATS = ("router", "paraphrase", "spectral", "chunks")
+
+#: The router cell's lone-word rule (:class:`.router.AuditHistory`): a window of band-word
+#: texts that holds single band words this many binomial sds above the traffic's share is
+#: routed. 4 is the setting ``benchmarks/bench_router_reference.py --lone-z 4`` measures.
+ROUTER_LONE_Z = 4.0
 _HONEST = ("twin", "standard")
 
 
@@ -281,8 +287,12 @@ def _router_cell(sctx: LabContext, stealer: Any, *, honest: str, cell_seed: int)
     train_texts = [sctx.corpus.texts[i] for i in sctx.stealer_rows]
     holdout = [sctx.corpus.texts[i] for i in sctx.holdout_rows]
     stealer.fit(train_texts, sctx.answers[wm_name][sctx.stealer_rows])
-    # the thief knows the library's band rule: it watches the band the key was drawn from
-    history = AuditHistory.from_texts(train_texts, rare_band=made.key.freq_band)
+    # The strongest router of the lab: it knows the library's band rule, so it watches the
+    # band the key was drawn from, and it also watches for texts that hold a single band
+    # word more often than its traffic does (the lone-word rule).
+    history = AuditHistory.from_texts(
+        train_texts, rare_band=made.key.freq_band, lone_z=ROUTER_LONE_Z
+    )
     rates = detector_rates(history, holdout, list(made.key.band), seed=cell_seed)
     fallback = sctx.victim if honest == "twin" else _require_standard(sctx)
     router = AuditRouter(stealer, fallback, history=history)
