@@ -125,7 +125,8 @@ def _add_key_shape_flags(keygen: argparse.ArgumentParser) -> None:
         "--max-band-words",
         type=positive_int,
         default=None,
-        help="cap the band (each band word costs one verification query)",
+        help="cap the band (the audit's query budget is shared among the band's words: a "
+        "smaller band gets more probes a word)",
     )
 
 

@@ -109,7 +109,7 @@ def _add_tune_search(tune: argparse.ArgumentParser) -> None:
         "--max-band-words",
         type=int,
         default=300,
-        help="band size cap (the audit asks up to 2,000 stored sentence probes over the band)",
+        help="band size cap (the audit's query budget is shared among the band's words)",
     )
     tune.add_argument(
         "--top-targets",
