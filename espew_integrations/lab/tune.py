@@ -36,7 +36,9 @@ The tuner:
    full write and at the strength that just fits the budget: watermark the
    corpus, verify the service itself, attack, train a ridge copy, verify it;
 4. reports the frontier (cos vs p per point) and the choice: the highest
-   quality point that meets the detection goal, or None when nothing does.
+   quality point that meets the detection goal (qualities within
+   :data:`QUALITY_TOLERANCE` tie, and the smallest p-value breaks the tie), or
+   None when nothing does.
 
 Candidate target texts are secret key material once chosen, so outputs name
 them by index and fingerprint only.
@@ -564,10 +566,24 @@ def _check_arguments(min_cos: float, alphas: Sequence[float], targets: Sequence[
         raise ValueError("candidate target texts must be non-empty")
 
 
+#: Qualities closer than this are the same quality to :func:`_choose`. Every point whose
+#: strength was fitted sits at the budget to within ~1e-7, so ranking those by cosine
+#: alone would pick by the fit's rounding; within this tolerance the stronger verdict wins.
+QUALITY_TOLERANCE = 1e-4
+
+
 def _choose(frontier: list[TunePoint], min_cos: float, level: float) -> TunePoint | None:
-    """The highest-quality point within the budget whose worse judge convicts at ``level``."""
+    """The highest-quality point within the budget whose worse judge convicts at ``level``.
+
+    Points within :data:`QUALITY_TOLERANCE` of the best quality tie, and the tie goes
+    to the smallest worst-judge p-value: the widest margin at the same cost.
+    """
     meets = [p for p in frontier if p.cos_marked >= min_cos and p.p_value < level]
-    return max(meets, key=lambda p: (p.cos_marked, -p.p_value)) if meets else None
+    if not meets:
+        return None
+    best_cos = max(p.cos_marked for p in meets)
+    tied = [p for p in meets if p.cos_marked >= best_cos - QUALITY_TOLERANCE]
+    return min(tied, key=lambda p: (p.p_value, -p.cos_marked))
 
 
 def _write(result: TuneResult, out: str | Path) -> None:

@@ -11,7 +11,10 @@ from espew_integrations.core.probes import reference_cosines
 from espew_integrations.lab.cache import CorpusEmbedder, cached_embed
 from espew_integrations.lab.data import load_data
 from espew_integrations.lab.tune import (
+    QUALITY_TOLERANCE,
     MarkedRows,
+    TunePoint,
+    _choose,
     fingerprint,
     judge_targets,
     key_for_target,
@@ -170,8 +173,28 @@ def test_frontier_is_measured_and_the_choice_meets_budget_and_goal(result):
     assert all(f.alpha in {p.alpha for p in full if p.cos_marked < 0.97} for f in fitted)
     assert res.choice is not None
     assert res.choice.cos_marked >= 0.97 and res.choice.p_value < 1e-3
-    better = [p for p in res.frontier if p.cos_marked > res.choice.cos_marked]
+    better = [p for p in res.frontier if p.cos_marked > res.choice.cos_marked + QUALITY_TOLERANCE]
     assert all(p.p_value >= 1e-3 for p in better)  # nothing of higher quality also detects
+
+
+def test_points_fitted_to_the_same_budget_tie_and_the_stronger_verdict_wins():
+    """Fitted strengths all land at the budget to ~1e-7; that rounding must not choose."""
+
+    def point(alpha, cos, p):
+        return TunePoint(0, alpha, cos, p, p < 1e-10, 0.0, 4201, strength=0.1)
+
+    frontier = [
+        point(0.1, 0.9950001, 1.1e-15),
+        point(0.75, 0.9950003, 2.1e-14),  # higher by the fit's rounding only
+        point(0.2, 0.9950000, 4.8e-17),
+        point(0.4, 0.9950002, 3.0e-9),  # does not meet the goal
+        point(0.3, 0.9949, 1e-20),  # outside the budget
+    ]
+    assert _choose(frontier, 0.995, 1e-10).alpha == 0.2
+    # a real quality gain still beats a stronger verdict
+    frontier.append(point(0.05, 0.9960, 5e-11))
+    assert _choose(frontier, 0.995, 1e-10).alpha == 0.05
+    assert _choose(frontier, 0.995, 1e-30) is None
 
 
 def test_outputs_name_targets_only_by_fingerprint(result):
