@@ -65,7 +65,9 @@ def _add_tune(subparsers: Any) -> argparse.ArgumentParser:
         "distortion, then measure each alpha (at the paper's full write and at the strength "
         "that fits --min-cosine) with the default audit against two copies: the watermarked "
         "service itself (a perfect copy) and a ridge copy after --attack (a third with "
-        "--neural-judge: a frozen-MLP copy after --attack); the worst p-value counts. Prints "
+        "--neural-judge: a frozen-MLP copy after --attack; with --erasure-judge, the service "
+        "behind a thief that zeroes the smallest half of every answer's coordinates); the "
+        "worst p-value counts. Prints "
         "and writes the frontier. Exit code 0: a point meets both the budget "
         "and --level; 1: none does; 3: bad arguments or data, or a missing package (the "
         "message names its install line).",
@@ -128,6 +130,13 @@ def _add_tune_search(tune: argparse.ArgumentParser) -> None:
         action="store_true",
         help="also judge each point by a frozen-MLP copy on the --standard model after the "
         "attack: the copy that separates settings in the budget (about a minute per point)",
+    )
+    tune.add_argument(
+        "--erasure-judge",
+        action="store_true",
+        help="also judge each point by the service itself behind a thief that zeroes the "
+        "smallest half of every answer's coordinates, which wipes a mark written into fewer "
+        "than half of them (seconds per point)",
     )
     tune.add_argument("--seed", type=int, default=0)
     tune.add_argument("--out", default=None, help="write tune.json (and frontier.md) here")
@@ -195,6 +204,7 @@ def _run_tune(args: argparse.Namespace) -> int:
             top_targets=args.top_targets,
             fit_strength=not args.paper_strength_only,
             neural_judge=args.neural_judge,
+            erasure_judge=args.erasure_judge,
             seed=args.seed,
             out=args.out,
         )

@@ -99,7 +99,9 @@ class TunePoint:
     ``p_value`` is the worst of the judges (``judged_by`` says which): the
     watermarked service itself (``p_value_service``), the ridge copy after
     the attack (``p_value_ridge``) and, when asked for, the frozen-MLP copy
-    after the attack (``p_value_mlp``, NaN when not judged). ``copied`` is
+    after the attack (``p_value_mlp``, NaN when not judged) and, when asked
+    for, the service itself with the smallest half of every answer's
+    coordinates erased (``p_value_erased``, NaN when not judged). ``copied`` is
     ``p_value < level``; ``delta_cos`` comes from the same judge;
     ``n_queries`` is all the audits'.
     """
@@ -116,6 +118,7 @@ class TunePoint:
     p_value_ridge: float = math.nan
     judged_by: str = ""
     p_value_mlp: float = math.nan
+    p_value_erased: float = math.nan
 
 
 @dataclasses.dataclass
@@ -158,6 +161,11 @@ class TuneResult:
         """Whether a frozen-MLP copy judged the points (``tune(neural_judge=True)``)."""
         return bool(self.setup.get("neural_judge", False))
 
+    @property
+    def _erasure(self) -> bool:
+        """Whether an erasing thief judged the points (``tune(erasure_judge=True)``)."""
+        return bool(self.setup.get("erasure_judge", False))
+
     def _header(self) -> list[str]:
         s = self.setup
         copies = "a ridge copy and a frozen-MLP copy" if self._neural else "a ridge copy"
@@ -167,7 +175,14 @@ class TuneResult:
             f"({s['n_queries']} audit queries per judge), attack {self.attack}.",
             f"Budget: cos(clean, watermarked) >= {self.min_cos} on marked rows; "
             f"goal: p < {self.level:g} for the faithful copy (the watermarked service "
-            f"itself) and for {copies} after the attack; the worst p counts.",
+            f"itself) and for {copies} after the attack"
+            + (
+                ", and for the service behind a thief that zeroes the smallest half of every "
+                "answer's coordinates"
+                if self._erasure
+                else ""
+            )
+            + "; the worst p counts.",
             "",
         ]
 
@@ -193,6 +208,9 @@ class TuneResult:
         mlp_header, mlp_rule = ("", "")
         if self._neural:
             mlp_header, mlp_rule = (" p frozen-MLP after attack |", "---:|")
+        if self._erasure:
+            mlp_header += " p service, smallest half erased |"
+            mlp_rule += "---:|"
         lines = [
             "",
             "Frontier (measured end to end: watermark, audit the service itself; attack, "
@@ -204,6 +222,7 @@ class TuneResult:
         ]
         for p in self.frontier:
             mlp = f" {p.p_value_mlp:.2g} |" if self._neural else ""
+            mlp += f" {p.p_value_erased:.2g} |" if self._erasure else ""
             lines.append(
                 f"| {p.target} | {p.alpha:g} | {p.strength:.3g} | {p.cos_marked:.4f} | "
                 f"{'yes' if p.cos_marked >= self.min_cos else 'no'} | "
@@ -499,16 +518,23 @@ def _measure_point(
     attacker: _Attacker,
     level: float,
     seed: int,
+    erasure_judge: bool = False,
 ) -> TunePoint:
     """Watermark; audit the service itself; attack, train the copies, audit them: one point."""
     from .watermarks import ESpeW
 
     made = ESpeW(key)
     answers = np.asarray(made.apply(setup.texts, setup.clean), dtype=np.float64)
+    service = _service(key, setup.clean_model)
     verdicts = {
-        "faithful copy": made.verify(_service(key, setup.clean_model), level=level, seed=seed),
+        "faithful copy": made.verify(service, level=level, seed=seed),
         **_copy_verdicts(made, setup, answers, attack, attacker, level, seed),
     }
+    if erasure_judge:
+        from .erasure import ErasingSuspect
+
+        erasing = ErasingSuspect(service, ERASURE_JUDGE_FRACTION, mode="zero", seed=seed)
+        verdicts["erasing service"] = made.verify(erasing, level=level, seed=seed)
     worse, judged_by = _worst(verdicts)
     mlp = verdicts.get("frozen-MLP copy")
     rows = setup.marked_rows
@@ -525,6 +551,7 @@ def _measure_point(
         p_value_ridge=verdicts["ridge copy"].p_value,
         judged_by=judged_by,
         p_value_mlp=math.nan if mlp is None else mlp.p_value,
+        p_value_erased=verdicts["erasing service"].p_value if erasure_judge else math.nan,
     )
 
 
@@ -565,6 +592,10 @@ def _check_arguments(min_cos: float, alphas: Sequence[float], targets: Sequence[
     if any(not t.strip() for t in targets):
         raise ValueError("candidate target texts must be non-empty")
 
+
+#: The share of coordinates the erasure judge zeroes in every answer: the erasing thief of
+#: ``benchmarks/bench_erasure.py`` at the point where its own top-10 overlap is 0.78.
+ERASURE_JUDGE_FRACTION = 0.5
 
 #: Qualities closer than this are the same quality to :func:`_choose`. Every point whose
 #: strength was fitted sits at the budget to within ~1e-7, so ranking those by cosine
@@ -610,6 +641,7 @@ def tune(
     top_targets: int = 2,
     fit_strength: bool = True,
     neural_judge: bool = False,
+    erasure_judge: bool = False,
     seed: int = 0,
     out: str | Path | None = None,
     progress: bool = True,
@@ -621,8 +653,11 @@ def tune(
     the largest strength that fits the budget (:func:`strength_for_budget`).
     Each point is judged by the faithful copy (the watermarked service
     itself) and by a ridge copy after ``attack`` and, with ``neural_judge``,
-    by a frozen-MLP copy on the ``standard`` model after ``attack``; the
-    worst p-value counts.
+    by a frozen-MLP copy on the ``standard`` model after ``attack`` and, with
+    ``erasure_judge``, by the service itself behind a thief that zeroes the
+    smallest half of every answer's coordinates (:mod:`.erasure`; it wipes a
+    mark written into fewer than half of them, alpha < 0.5 at a budget's low
+    strength); the worst p-value counts.
 
     >>> result = tune(corpus="rotten_tomatoes", min_cos=0.995, level=1e-10)  # doctest: +SKIP
     >>> print(result.markdown())                                            # doctest: +SKIP
@@ -647,13 +682,16 @@ def tune(
     frontier = _measure_frontier(
         chosen, alphas, setup=setup, fit_strength=fit_strength, min_cos=min_cos,
         progress=progress, attack=attack, level=level, seed=seed,
-        attacker=_attacker(
+        erasure_judge=erasure_judge, attacker=_attacker(
             attack, standard, setup.texts, neural_judge=neural_judge, progress=progress
         ),
     )  # fmt: skip
     result = TuneResult(
         min_cos, level, attack, judged, frontier, _choose(frontier, min_cos, level),
-        setup={**setup.describe(), "seed": seed, "neural_judge": neural_judge},
+        setup={
+            **setup.describe(), "seed": seed, "neural_judge": neural_judge,
+            "erasure_judge": erasure_judge,
+        },
     )  # fmt: skip
     if out is not None:
         _write(result, out)

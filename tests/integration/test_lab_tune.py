@@ -113,6 +113,29 @@ def test_the_neural_judge_trains_a_frozen_mlp_copy_and_the_worst_judge_counts(tm
     assert "| p frozen-MLP after attack |" in table and "frozen-MLP copy after the attack" in table
 
 
+def test_the_erasure_judge_lets_a_low_alpha_go_and_keeps_alpha_075(tmp_path):
+    """A mark in the smallest fifth of the coordinates is wiped by a thief that zeroes the
+    smallest half; one in three quarters of them is not. The worst judge counts."""
+    res = tune(
+        corpus="rotten_tomatoes", limit=1000, targets=TARGETS[:1], alphas=[0.2, 0.75],
+        min_cos=0.995, level=1e-3, attack="none", n_triggers=8, freq_band=(0.01, 0.03),
+        max_band_words=40, top_targets=1, erasure_judge=True, seed=0, out=tmp_path,
+        progress=False,
+    )  # fmt: skip
+    fitted = {p.alpha: p for p in res.frontier if p.strength < 1.0}
+    assert set(fitted) == {0.2, 0.75}
+    for p in res.frontier:
+        assert np.isfinite(p.p_value_erased)
+        assert p.p_value == max(p.p_value_service, p.p_value_ridge, p.p_value_erased)
+    low, high = fitted[0.2], fitted[0.75]
+    assert low.p_value_service < 1e-3  # the service alone convicts at alpha 0.2 ...
+    assert low.p_value_erased > 1e-3 and low.judged_by == "erasing service"  # ... erased: not
+    assert high.p_value_erased < 1e-3
+    assert res.choice is not None and res.choice.alpha == 0.75
+    table = (tmp_path / "frontier.md").read_text()
+    assert "| p service, smallest half erased |" in table
+
+
 def test_a_target_key_carries_the_audit_references_for_its_own_target():
     corpus = load_data("rotten_tomatoes", limit=1000, seed=0)
     texts = list(corpus.texts)
