@@ -135,8 +135,8 @@ def _add_tune_search(tune: argparse.ArgumentParser) -> None:
         "--erasure-judge",
         action="store_true",
         help="also judge each point by the service itself behind a thief that zeroes the "
-        "smallest half of every answer's coordinates, which wipes a mark written into fewer "
-        "than half of them (seconds per point)",
+        "smallest half of every answer's coordinates, which can wipe a mark written into "
+        "fewer than half of them (seconds per point)",
     )
     tune.add_argument("--seed", type=int, default=0)
     tune.add_argument("--out", default=None, help="write tune.json (and frontier.md) here")

@@ -205,28 +205,28 @@ class TuneResult:
 
     def _frontier_table(self) -> list[str]:
         copies = "ridge and frozen-MLP copies" if self._neural else "ridge copy"
-        mlp_header, mlp_rule = ("", "")
+        judge_header, judge_rule = ("", "")
         if self._neural:
-            mlp_header, mlp_rule = (" p frozen-MLP after attack |", "---:|")
+            judge_header, judge_rule = (" p frozen-MLP after attack |", "---:|")
         if self._erasure:
-            mlp_header += " p service, smallest half erased |"
-            mlp_rule += "---:|"
+            judge_header += " p service, smallest half erased |"
+            judge_rule += "---:|"
         lines = [
             "",
             "Frontier (measured end to end: watermark, audit the service itself; attack, "
             f"{copies}, audit them):",
             "",
             "| target # | alpha | strength | cos(clean, wm) marked | in budget | p service "
-            f"| p ridge after attack |{mlp_header} p (worst) | Δcos (%) | meets goal |",
-            f"|---:|---:|---:|---:|:---:|---:|---:|{mlp_rule}---:|---:|:---:|",
+            f"| p ridge after attack |{judge_header} p (worst) | Δcos (%) | meets goal |",
+            f"|---:|---:|---:|---:|:---:|---:|---:|{judge_rule}---:|---:|:---:|",
         ]
         for p in self.frontier:
-            mlp = f" {p.p_value_mlp:.2g} |" if self._neural else ""
-            mlp += f" {p.p_value_erased:.2g} |" if self._erasure else ""
+            judges = f" {p.p_value_mlp:.2g} |" if self._neural else ""
+            judges += f" {p.p_value_erased:.2g} |" if self._erasure else ""
             lines.append(
                 f"| {p.target} | {p.alpha:g} | {p.strength:.3g} | {p.cos_marked:.4f} | "
                 f"{'yes' if p.cos_marked >= self.min_cos else 'no'} | "
-                f"{p.p_value_service:.2g} | {p.p_value_ridge:.2g} |{mlp} {p.p_value:.2g} | "
+                f"{p.p_value_service:.2g} | {p.p_value_ridge:.2g} |{judges} {p.p_value:.2g} | "
                 f"{100 * p.delta_cos:.2f} | {'yes' if p.p_value < self.level else 'no'} |"
             )
         return lines
@@ -655,9 +655,9 @@ def tune(
     itself) and by a ridge copy after ``attack`` and, with ``neural_judge``,
     by a frozen-MLP copy on the ``standard`` model after ``attack`` and, with
     ``erasure_judge``, by the service itself behind a thief that zeroes the
-    smallest half of every answer's coordinates (:mod:`.erasure`; it wipes a
-    mark written into fewer than half of them, alpha < 0.5 at a budget's low
-    strength); the worst p-value counts.
+    smallest half of every answer's coordinates (:mod:`.erasure`; it can wipe
+    a mark written into fewer than half of them, alpha < 0.5 at a budget's
+    low strength, depending on the target); the worst p-value counts.
 
     >>> result = tune(corpus="rotten_tomatoes", min_cos=0.995, level=1e-10)  # doctest: +SKIP
     >>> print(result.markdown())                                            # doctest: +SKIP
