@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import stat
+import zlib
 
 import numpy as np
 import pytest
@@ -19,11 +20,15 @@ CORPUS = [
 
 
 def toy_embed(texts):
-    """A deterministic toy embedder (unit tests only): hashed bag of words."""
+    """A deterministic toy embedder (unit tests only): hashed bag of words.
+
+    CRC-32, not ``hash()``: Python salts string hashes per process, which made the
+    embedder (and what the tests built on it measured) differ from run to run.
+    """
     out = np.zeros((len(texts), 32))
     for i, text in enumerate(texts):
         for word in text.lower().split():
-            out[i, hash(word) % 32] += 1.0
+            out[i, zlib.crc32(word.encode("utf-8")) % 32] += 1.0
         out[i, 0] += 0.5
     return out
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import zlib
+
 import numpy as np
 import pytest
 
@@ -109,7 +111,8 @@ def _planted_suspect(triggers, target, strength):
     """A suspect whose embedding of any trigger word leans toward ``target``."""
 
     def embed(batch):
-        rng = np.random.default_rng(abs(hash(tuple(batch))) % 2**32)
+        # CRC-32, not hash(): Python salts string hashes per process
+        rng = np.random.default_rng(zlib.crc32("\x00".join(batch).encode("utf-8")))
         out = rng.normal(size=(len(batch), target.size))
         lean = np.array([strength if t in triggers else 0.0 for t in batch])
         return out + lean[:, None] * target[None, :]
