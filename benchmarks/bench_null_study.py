@@ -45,11 +45,11 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
-from scipy.stats import beta, ks_2samp, rankdata
+from scipy.stats import beta, ks_2samp
 
 from espew_integrations import WatermarkKey, build_probes, min_p_value, verify
 from espew_integrations.core.draw import draw_triggers
-from espew_integrations.core.ranktest import rank_sum_p_value
+from espew_integrations.core.ranktest import doubled_mid_ranks, rank_sum_p_value
 from espew_integrations.core.verify import (
     score_words,
 )
@@ -145,7 +145,7 @@ def exact_p_values(scores: np.ndarray, draws: np.ndarray) -> np.ndarray:
     triggers' (doubled mid-)rank sum, so the function itself is called once
     per distinct sum and the result is shared by every draw with that sum.
     """
-    doubled = np.rint(2 * rankdata(scores)).astype(np.int64)
+    doubled = doubled_mid_ranks(scores)  # the ranks rank_sum_p_value sums
     sums = doubled[draws].sum(axis=1)
     _, first, inverse = np.unique(sums, return_index=True, return_inverse=True)
     distinct = np.empty(first.size)
