@@ -2,9 +2,11 @@
 
 Each configuration is a ``WatermarkKey.generate`` setting at a fixed quality
 budget (mean cos(clean, watermarked) on marked rows >= --min-cosine): number of
-triggers ``n``, band frequency range ``band``, ``alpha`` and probes per word
-``ppw``. For each configuration and key seed the suspects are trained on that
-key's answers and audited with the default ``verify(suspect, key)``:
+triggers ``n``, band frequency range ``band``, ``alpha``, probes per word
+``ppw`` and ``target`` (``text``, the default; ``lowvar`` or ``minus50``, the
+other targets of ``bench_spectral.py``). For each configuration and key seed
+the suspects are trained on that key's answers and audited with the default
+``verify(suspect, key)``:
 
 - guilty: the service itself, the lab's end-to-end torch encoder, the
   frozen-MLP copy after CSE K=50, a ridge copy and a ridge copy after CSE K=50;
@@ -44,11 +46,14 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_faithful_copy import TARGET_TEXT, corpus_lookups
+from bench_spectral import target_embedder
 
 from espew_integrations import WatermarkKey, verify, watermark
 from espew_integrations.lab.attacks import apply_attack
 from espew_integrations.lab.stealers import FrozenMLPStealer, RidgeStealer
 
+#: ``target=`` values: the default text target, and bench_spectral's other kinds.
+TARGET_KINDS = {"text": "text", "lowvar": "low-variance", "minus50": "text minus top-50"}
 GUILTY = ("service itself", "torch encoder", "frozen-MLP + CSE K=50", "ridge", "ridge + CSE K=50")
 INNOCENT = ("innocent twin", "clean ridge", "independent model")
 SHORT = {
@@ -78,6 +83,10 @@ def parse_config(text: str) -> dict:
             config["alpha"] = float(value)
         elif field == "mix":
             config["mix"] = value
+        elif field == "target":
+            if value not in TARGET_KINDS:
+                raise ValueError(f"target must be one of {sorted(TARGET_KINDS)}, got {value!r}")
+            config["target"] = value
         else:
             raise ValueError(f"unknown config field {field!r} in {text!r}")
     return config
@@ -104,9 +113,11 @@ def adjusted_effect(report, key: WatermarkKey) -> dict:
 
 def make_key(config: dict, seed: int, texts, victim, min_cosine: float) -> WatermarkKey:
     """The key of one config and seed, made on the victim model."""
+    kind = TARGET_KINDS[config.get("target", "text")]
+    clean = victim.matrix.astype(np.float64)
     return WatermarkKey.generate(
         texts,
-        victim,
+        target_embedder(kind, seed, victim, clean),
         target_text=TARGET_TEXT,
         seed=seed,
         n_triggers=config["n"],
@@ -203,6 +214,8 @@ def describe(config: dict) -> str:
         text += f", max_band={config['max_band']}"
     if config.get("mix", "single") != "single":
         text += f", mix={config['mix']}"
+    if config.get("target", "text") != "text":
+        text += f", target={config['target']}"
     return text
 
 

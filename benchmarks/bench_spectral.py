@@ -30,6 +30,10 @@ Offline MiniLM + Rotten Tomatoes. Run (about 3 minutes per key and target on 2 c
 
     .venv/bin/python benchmarks/bench_spectral.py --out docs/results/spectral
 
+``--marked-rate 0.13`` thins the thief's training answers (every unmarked
+one kept, marked ones dropped at random) to that marked share: a thief whose
+traffic carries fewer trigger words than the keygen corpus.
+
 Rows merge into an existing ``--out/results.json`` (a rerun of a target and
 seed replaces its row); ``seconds`` is the last run's.
 """
@@ -80,35 +84,70 @@ def target_vector(kind: str, clean: np.ndarray, text_target: np.ndarray, seed: i
     return vector / np.linalg.norm(vector)
 
 
-def make_key(kind: str, seed: int, texts, victim, clean) -> WatermarkKey:
-    """The default key; for the other kinds the target text embeds to their vector.
+def target_embedder(kind: str, seed: int, victim, clean: np.ndarray):
+    """The victim's embedder, except that the target text embeds to ``kind``'s vector.
 
-    Going through ``WatermarkKey.generate`` keeps everything else identical:
+    Handing this to ``WatermarkKey.generate`` keeps everything else identical:
     the strength is fitted to the same budget, and the probes and reference
-    cosines are stored as for any key.
+    cosines are stored as for any key. ``text`` is the victim itself.
     """
-    embed = victim
-    if kind != "text":
-        vector = target_vector(kind, clean, np.asarray(victim([TARGET_TEXT])[0], float), seed)
+    if kind == "text":
+        return victim
+    vector = target_vector(kind, clean, np.asarray(victim([TARGET_TEXT])[0], float), seed)
 
-        def embed(batch):
-            batch = list(batch)
-            out = np.asarray(victim(batch), dtype=np.float64)
-            out[[i for i, text in enumerate(batch) if text == TARGET_TEXT]] = vector
-            return out
+    def embed(batch):
+        batch = list(batch)
+        out = np.asarray(victim(batch), dtype=np.float64)
+        out[[i for i, text in enumerate(batch) if text == TARGET_TEXT]] = vector
+        return out
 
+    return embed
+
+
+def make_key(kind: str, seed: int, texts, victim, clean) -> WatermarkKey:
+    """The default key, with ``kind``'s target (:func:`target_embedder`)."""
     return WatermarkKey.generate(
-        texts, embed, target_text=TARGET_TEXT, seed=seed, window=victim.model.max_tokens
+        texts,
+        target_embedder(kind, seed, victim, clean),
+        target_text=TARGET_TEXT,
+        seed=seed,
+        window=victim.model.max_tokens,
     )
 
 
-def run_one(kind: str, seed: int, texts, victim, standard, std_matrix, skip_top: int) -> dict:
+def thinned(train: np.ndarray, marked: np.ndarray, rate: float, seed: int) -> np.ndarray:
+    """``train`` with marked rows dropped at random until ``rate`` of it is marked.
+
+    Stands in for a thief whose own traffic carries fewer trigger words
+    (shorter texts, another domain): the thief does not choose which rows are
+    marked, its corpus does. Every unmarked row is kept.
+    """
+    hit, miss = train[marked[train]], train[~marked[train]]
+    if not 0 < rate <= len(hit) / len(train):
+        raise ValueError(f"--marked-rate must be in (0, {len(hit) / len(train):.3f}], got {rate}")
+    keep = round(rate * len(miss) / (1 - rate))
+    chosen = np.random.default_rng(10_000 + seed).choice(hit, keep, replace=False)
+    return np.sort(np.r_[miss, chosen])
+
+
+def run_one(
+    kind: str,
+    seed: int,
+    texts,
+    victim,
+    standard,
+    std_matrix,
+    skip_top: int,
+    marked_rate: float | None = None,
+) -> dict:
     clean = victim.matrix.astype(np.float64)
     key = make_key(kind, seed, texts, victim, clean)
     answers = watermark(texts, clean, key)
     marked = np.any(answers != clean, axis=1)
     rng = np.random.default_rng(seed)
     train = np.sort(rng.permutation(len(texts))[:-500])
+    if marked_rate is not None:
+        train = thinned(train, marked, marked_rate, seed)
     train_texts = [texts[i] for i in train]
     started = time.perf_counter()
     finding = find_displaced_rows(answers[train], seed=seed, skip_top=skip_top)
@@ -132,8 +171,11 @@ def run_one(kind: str, seed: int, texts, victim, standard, std_matrix, skip_top:
             [texts[i] for i in rows], purified[position]
         )
 
-    suspects = {  # CSE over every answer, as in bench_faithful_copy; then over the kept ones
-        "frozen-MLP + CSE K=50": mlp_after_cse(train, np.arange(len(texts))),
+    # CSE over every answer, as in bench_faithful_copy (over the thief's own
+    # answers when its traffic is thinned); then over the kept ones
+    everything = np.arange(len(texts)) if marked_rate is None else train
+    suspects = {
+        "frozen-MLP + CSE K=50": mlp_after_cse(train, everything),
         "frozen-MLP + CSE, unflagged rows": mlp_after_cse(kept, kept),
         "ridge": RidgeStealer(seed=seed).fit(train_texts, answers[train]),
         "ridge, unflagged rows": RidgeStealer(seed=seed).fit(kept_texts, answers[kept]),
@@ -191,11 +233,26 @@ def main() -> None:
     parser.add_argument("--targets", nargs="+", choices=TARGETS, default=list(TARGETS))
     parser.add_argument("--out", type=Path, default=Path("docs/results/spectral"))
     parser.add_argument("--skip-top", type=int, default=SKIP_TOP)
+    parser.add_argument(
+        "--marked-rate",
+        type=float,
+        help="thin the thief's training answers to this marked share (a thief whose "
+        "traffic carries fewer trigger words); default: the corpus as it is",
+    )
     args = parser.parse_args()
     texts, victim, standard, std_matrix = corpus_lookups()
     started = time.perf_counter()
     rows = [
-        run_one(kind, seed, texts, victim, standard, std_matrix.astype(np.float64), args.skip_top)
+        run_one(
+            kind,
+            seed,
+            texts,
+            victim,
+            standard,
+            std_matrix.astype(np.float64),
+            args.skip_top,
+            args.marked_rate,
+        )
         for kind in args.targets
         for seed in args.seeds
     ]
@@ -211,6 +268,7 @@ def main() -> None:
         "seconds": round(time.perf_counter() - started),
         "level": 1e-6,
         "skip_top": args.skip_top,
+        "marked_rate": args.marked_rate,
     }
     (args.out / "results.json").write_text(json.dumps(results, indent=1))
     (args.out / "table.md").write_text(table(rows))
