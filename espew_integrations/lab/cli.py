@@ -14,6 +14,7 @@ from typing import Any
 
 from ..arguments import add_embedder_argument, add_freq_band_argument, add_min_cosine_argument
 from ..core.key import DEFAULT_N_TRIGGERS
+from .tune import ERASURE_JUDGE_FRACTION
 
 __all__ = ["add_commands", "main"]
 
@@ -66,7 +67,8 @@ def _add_tune(subparsers: Any) -> argparse.ArgumentParser:
         "that fits --min-cosine) with the default audit against two copies: the watermarked "
         "service itself (a perfect copy) and a ridge copy after --attack (a third with "
         "--neural-judge: a frozen-MLP copy after --attack; with --erasure-judge, the service "
-        "behind a thief that zeroes the smallest half of every answer's coordinates); the "
+        "behind a thief that zeroes the smallest half, or FRACTION, of every answer's "
+        "coordinates); the "
         "worst p-value counts. Prints "
         "and writes the frontier. Exit code 0: a point meets both the budget "
         "and --level; 1: none does; 3: bad arguments or data, or a missing package (the "
@@ -133,10 +135,14 @@ def _add_tune_search(tune: argparse.ArgumentParser) -> None:
     )
     tune.add_argument(
         "--erasure-judge",
-        action="store_true",
+        nargs="?",
+        type=float,
+        const=ERASURE_JUDGE_FRACTION,
+        default=None,
+        metavar="FRACTION",
         help="also judge each point by the service itself behind a thief that zeroes the "
-        "smallest half of every answer's coordinates, which can wipe a mark written into "
-        "fewer than half of them (seconds per point)",
+        "smallest FRACTION of every answer's coordinates (default half), which can wipe a "
+        "mark written into fewer of them (seconds per point)",
     )
     tune.add_argument("--seed", type=int, default=0)
     tune.add_argument("--out", default=None, help="write tune.json (and frontier.md) here")
@@ -204,7 +210,8 @@ def _run_tune(args: argparse.Namespace) -> int:
             top_targets=args.top_targets,
             fit_strength=not args.paper_strength_only,
             neural_judge=args.neural_judge,
-            erasure_judge=args.erasure_judge,
+            erasure_judge=args.erasure_judge is not None,
+            erasure_fraction=args.erasure_judge or ERASURE_JUDGE_FRACTION,
             seed=args.seed,
             out=args.out,
         )

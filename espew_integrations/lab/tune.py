@@ -100,8 +100,9 @@ class TunePoint:
     watermarked service itself (``p_value_service``), the ridge copy after
     the attack (``p_value_ridge``) and, when asked for, the frozen-MLP copy
     after the attack (``p_value_mlp``, NaN when not judged) and, when asked
-    for, the service itself with the smallest half of every answer's
-    coordinates erased (``p_value_erased``, NaN when not judged). ``copied`` is
+    for, the service itself with the smallest share (``erasure_fraction``,
+    half by default) of every answer's coordinates erased (``p_value_erased``,
+    NaN when not judged). ``copied`` is
     ``p_value < level``; ``delta_cos`` comes from the same judge;
     ``n_queries`` is all the audits'.
     """
@@ -166,6 +167,12 @@ class TuneResult:
         """Whether an erasing thief judged the points (``tune(erasure_judge=True)``)."""
         return bool(self.setup.get("erasure_judge", False))
 
+    @property
+    def _erased_share(self) -> str:
+        """The erasure judge's share in words: "half", or a percentage."""
+        fraction = float(self.setup.get("erasure_fraction", ERASURE_JUDGE_FRACTION))
+        return "half" if fraction == 0.5 else f"{fraction:.0%}"
+
     def _header(self) -> list[str]:
         s = self.setup
         copies = "a ridge copy and a frozen-MLP copy" if self._neural else "a ridge copy"
@@ -177,8 +184,8 @@ class TuneResult:
             f"goal: p < {self.level:g} for the faithful copy (the watermarked service "
             f"itself) and for {copies} after the attack"
             + (
-                ", and for the service behind a thief that zeroes the smallest half of every "
-                "answer's coordinates"
+                ", and for the service behind a thief that zeroes the smallest "
+                f"{self._erased_share} of every answer's coordinates"
                 if self._erasure
                 else ""
             )
@@ -209,7 +216,7 @@ class TuneResult:
         if self._neural:
             judge_header, judge_rule = (" p frozen-MLP after attack |", "---:|")
         if self._erasure:
-            judge_header += " p service, smallest half erased |"
+            judge_header += f" p service, smallest {self._erased_share} erased |"
             judge_rule += "---:|"
         lines = [
             "",
@@ -518,9 +525,13 @@ def _measure_point(
     attacker: _Attacker,
     level: float,
     seed: int,
-    erasure_judge: bool = False,
+    erasure_fraction: float | None = None,
 ) -> TunePoint:
-    """Watermark; audit the service itself; attack, train the copies, audit them: one point."""
+    """Watermark; audit the service itself; attack, train the copies, audit them: one point.
+
+    ``erasure_fraction`` (None: no erasure judge) is the share of every answer's
+    coordinates the erasing thief zeroes.
+    """
     from .watermarks import ESpeW
 
     made = ESpeW(key)
@@ -530,11 +541,12 @@ def _measure_point(
         "faithful copy": made.verify(service, level=level, seed=seed),
         **_copy_verdicts(made, setup, answers, attack, attacker, level, seed),
     }
-    if erasure_judge:
+    if erasure_fraction is not None:
         from .erasure import ErasingSuspect
 
-        erasing = ErasingSuspect(service, ERASURE_JUDGE_FRACTION, mode="zero", seed=seed)
+        erasing = ErasingSuspect(service, erasure_fraction, mode="zero", seed=seed)
         verdicts["erasing service"] = made.verify(erasing, level=level, seed=seed)
+    erasing_judged = "erasing service" in verdicts
     worse, judged_by = _worst(verdicts)
     mlp = verdicts.get("frozen-MLP copy")
     rows = setup.marked_rows
@@ -551,7 +563,7 @@ def _measure_point(
         p_value_ridge=verdicts["ridge copy"].p_value,
         judged_by=judged_by,
         p_value_mlp=math.nan if mlp is None else mlp.p_value,
-        p_value_erased=verdicts["erasing service"].p_value if erasure_judge else math.nan,
+        p_value_erased=verdicts["erasing service"].p_value if erasing_judged else math.nan,
     )
 
 
@@ -584,7 +596,11 @@ def _measure_frontier(
     return frontier
 
 
-def _check_arguments(min_cos: float, alphas: Sequence[float], targets: Sequence[str]) -> None:
+def _check_arguments(
+    min_cos: float, alphas: Sequence[float], targets: Sequence[str], erasure_fraction: float
+) -> None:
+    if not 0.0 < erasure_fraction < 1.0:
+        raise ValueError(f"erasure_fraction must be in (0, 1), got {erasure_fraction}")
     if not 0.0 < min_cos <= 1.0:
         raise ValueError(f"min_cos must be in (0, 1], got {min_cos}")
     if not alphas or any(not 0.0 < a < 1.0 for a in alphas):
@@ -593,8 +609,9 @@ def _check_arguments(min_cos: float, alphas: Sequence[float], targets: Sequence[
         raise ValueError("candidate target texts must be non-empty")
 
 
-#: The share of coordinates the erasure judge zeroes in every answer: the erasing thief of
-#: ``benchmarks/bench_erasure.py`` at the point where its own top-10 overlap is 0.78.
+#: The share of coordinates the erasure judge zeroes in every answer by default: the
+#: erasing thief of ``benchmarks/bench_erasure.py`` at the point where its own top-10
+#: overlap is 0.78 (0.70 at 60%, 0.60 at 70%: ``tune(erasure_fraction=...)``).
 ERASURE_JUDGE_FRACTION = 0.5
 
 #: Qualities closer than this are the same quality to :func:`_choose`. Every point whose
@@ -642,6 +659,7 @@ def tune(
     fit_strength: bool = True,
     neural_judge: bool = False,
     erasure_judge: bool = False,
+    erasure_fraction: float = ERASURE_JUDGE_FRACTION,
     seed: int = 0,
     out: str | Path | None = None,
     progress: bool = True,
@@ -655,9 +673,11 @@ def tune(
     itself) and by a ridge copy after ``attack`` and, with ``neural_judge``,
     by a frozen-MLP copy on the ``standard`` model after ``attack`` and, with
     ``erasure_judge``, by the service itself behind a thief that zeroes the
-    smallest half of every answer's coordinates (:mod:`.erasure`; it can wipe
-    a mark written into fewer than half of them, alpha < 0.5 at a budget's
-    low strength, depending on the target); the worst p-value counts.
+    smallest ``erasure_fraction`` of every answer's coordinates (half by
+    default; :mod:`.erasure`; it can wipe a mark written into fewer of them,
+    alpha < 0.5 at a budget's low strength, depending on the target); the
+    worst p-value counts. A thief who erases more pays more in quality: judge
+    0.6 or 0.7 to see whether your key survives one who will.
 
     >>> result = tune(corpus="rotten_tomatoes", min_cos=0.995, level=1e-10)  # doctest: +SKIP
     >>> print(result.markdown())                                            # doctest: +SKIP
@@ -665,7 +685,7 @@ def tune(
     from .stealers import RidgeStealer
 
     targets = list(targets or DEFAULT_TARGETS)
-    _check_arguments(min_cos, alphas, targets)
+    _check_arguments(min_cos, alphas, targets, erasure_fraction)
     key_options = dict(
         n_triggers=n_triggers, freq_band=freq_band, alpha=float(alphas[0]),
         max_band_words=max_band_words,
@@ -682,7 +702,7 @@ def tune(
     frontier = _measure_frontier(
         chosen, alphas, setup=setup, fit_strength=fit_strength, min_cos=min_cos,
         progress=progress, attack=attack, level=level, seed=seed,
-        erasure_judge=erasure_judge, attacker=_attacker(
+        erasure_fraction=erasure_fraction if erasure_judge else None, attacker=_attacker(
             attack, standard, setup.texts, neural_judge=neural_judge, progress=progress
         ),
     )  # fmt: skip
@@ -690,7 +710,7 @@ def tune(
         min_cos, level, attack, judged, frontier, _choose(frontier, min_cos, level),
         setup={
             **setup.describe(), "seed": seed, "neural_judge": neural_judge,
-            "erasure_judge": erasure_judge,
+            "erasure_judge": erasure_judge, "erasure_fraction": erasure_fraction,
         },
     )  # fmt: skip
     if out is not None:

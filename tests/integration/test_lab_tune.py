@@ -136,6 +136,27 @@ def test_the_erasure_judge_lets_a_low_alpha_go_and_keeps_alpha_075(tmp_path):
     assert "| p service, smallest half erased |" in table
 
 
+def test_the_erasure_judge_erases_the_share_it_is_given(tmp_path, capsys):
+    """Alpha 0.2's mark survives a thief who zeroes the smallest 30% (the judge at 0.5
+    above wipes it), and the table names the share judged."""
+    import json
+
+    from espew_integrations.lab.cli import main as lab_main
+
+    args = ["tune", "--limit", "1000", "--target", TARGETS[0], "--alphas", "0.2"]
+    args += ["--min-cos", "0.995", "--level", "1e-3", "--attack", "none", "--n-triggers", "8"]
+    args += ["--freq-band", "0.01,0.03", "--max-band-words", "40", "--top-targets", "1"]
+    args += ["--erasure-judge", "0.3", "--out", str(tmp_path)]
+    assert lab_main(args) == 0
+    assert "| p service, smallest 30% erased |" in capsys.readouterr().out
+    saved = json.loads((tmp_path / "tune.json").read_text())
+    assert saved["setup"]["erasure_fraction"] == 0.3
+    fitted = [p for p in saved["frontier"] if p["strength"] < 1.0]
+    assert len(fitted) == 1 and fitted[0]["p_value_erased"] < 1e-3
+    with pytest.raises(ValueError, match="erasure_fraction"):
+        tune(erasure_judge=True, erasure_fraction=1.0, progress=False)
+
+
 def test_a_target_key_carries_the_audit_references_for_its_own_target():
     corpus = load_data("rotten_tomatoes", limit=1000, seed=0)
     texts = list(corpus.texts)
