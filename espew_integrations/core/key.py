@@ -724,6 +724,52 @@ class WatermarkKey(Sealed):
 
         return generate(**options)
 
+    def with_audit(
+        self,
+        corpus: Iterable[str],
+        embed: EmbedFn,
+        *,
+        probes_per_word: int | None = None,
+        cover_traffic: bool = True,
+        probe_mix: str = "single",
+        twin_level: float = DEFAULT_TWIN_LEVEL,
+    ) -> WatermarkKey:
+        """This key with its audit drawn from ``corpus``: for a suspect from another domain.
+
+        The stored audit is made of keygen corpus texts. A thief whose customers
+        send something else (tweets, say, where your corpus is reviews) steals
+        with its own texts, and its copy then carries the mark mostly on texts
+        like those; and to its router, an audit of your reviews looks foreign
+        (``benchmarks/bench_cross_domain.py``: a classifier tells it from the
+        thief's traffic at ROC AUC 0.94-0.95). Drawing the audit from texts like
+        the suspect's traffic answers both.
+
+        Same triggers, target, salt and band; the probes, cover texts and the
+        clean model's answers to them (``embed``: your clean model, as at
+        keygen) are drawn afresh from ``corpus`` in the same keyed way, never
+        looking at which band words are triggers, so the test stays exact and
+        the same corpus always gives the same audit. Options as in
+        :meth:`generate`. Raises :class:`.KeyGenerationError` when no text of
+        ``corpus`` holds a band word, or when the clean model itself would be
+        implicated on the new audit (twin p below ``twin_level``; the trigger
+        draw cannot be redone on a key in service). ``info`` records the audit
+        corpus's size, its band-word rate and the new twin p-value.
+
+        >>> tweets_audit = key.with_audit(tweets, model)  # doctest: +SKIP
+        >>> verify(suspect, tweets_audit)                  # doctest: +SKIP
+        """
+        from .keygen import with_audit
+
+        return with_audit(
+            self,
+            corpus,
+            embed,
+            probes_per_word=probes_per_word,
+            cover_traffic=cover_traffic,
+            probe_mix=probe_mix,
+            twin_level=twin_level,
+        )
+
 
 # ---------------------------------------------------------------------- trigger draw
 def expected_triggers(key: WatermarkKey) -> frozenset[str]:

@@ -46,6 +46,7 @@ from .key_checks import (
 )
 from .probes import (
     PROBE_MIXES,
+    band_word_rate,
     cosines_to,
     embed_rows,
     reference_cosines,
@@ -56,7 +57,13 @@ from .ranktest import rank_sum_p_value
 from .text import UNICODE_V1
 from .words import band_words, document_frequencies
 
-__all__ = ["DEFAULT_PROBES_PER_WORD", "DEFAULT_PROBE_BUDGET", "generate", "twin_p_value"]
+__all__ = [
+    "DEFAULT_PROBES_PER_WORD",
+    "DEFAULT_PROBE_BUDGET",
+    "generate",
+    "twin_p_value",
+    "with_audit",
+]
 
 #: Sentence probes per band word (at most), and the audit's query budget they share with
 #: the cover texts. The default band of a large corpus holds about 70 words; about 56% of
@@ -177,6 +184,50 @@ def generate(
         f"{1 / (2 * twin_level) ** _MAX_DRAWS:.0e} calls, so the clean model's cosines to "
         "the target are degenerate: check the model and the target text"
     )
+
+
+def with_audit(
+    key: WatermarkKey,
+    corpus: Iterable[str],
+    embed: EmbedFn,
+    *,
+    probes_per_word: int | None = None,
+    cover_traffic: bool = True,
+    probe_mix: str = "single",
+    twin_level: float = DEFAULT_TWIN_LEVEL,
+) -> WatermarkKey:
+    """``key`` with its audit's probes, cover texts and references drawn from ``corpus``.
+
+    Options are documented on :meth:`WatermarkKey.with_audit`. The triggers,
+    target, salt and band stay; only what the audit sends and the clean model's
+    answers to it change. The new probes are a keyed draw over ``corpus`` that
+    never looks at which band words are triggers, so the test stays exact.
+    """
+    texts = _materialise_corpus(corpus)
+    if probe_mix not in PROBE_MIXES:
+        raise KeyGenerationError(f"probe_mix must be one of {PROBE_MIXES}, got {probe_mix!r}")
+    _check_twin_level(twin_level)
+    band = list(key.band)
+    rate = band_word_rate(texts, band, normalization=key.normalization)
+    if not rate:
+        raise KeyGenerationError(
+            f"none of the {len(texts)} audit corpus texts holds a word of the key's band: "
+            "an audit drawn from it would send bare words"
+        )
+    fields = _audit_probes(
+        embed, texts, band, key.salt, key.target, probes_per_word, key.normalization,
+        cover_traffic, probe_mix,
+    )  # fmt: skip
+    info = {**key.info, "audit_corpus_texts": len(texts), "audit_band_rate": round(rate, 4)}
+    redrawn = key.replace(**fields, info=info)
+    twin_p = twin_p_value(redrawn)
+    if twin_p < twin_level:
+        raise KeyGenerationError(
+            f"the clean model itself ranks the triggers near the target on the audit drawn "
+            f"from this corpus (twin p = {twin_p:.2e} < {twin_level:g}): audit with another "
+            "corpus, or with the key's own audit"
+        )
+    return redrawn.replace(info={**info, "audit_twin_p_value": twin_p})
 
 
 # ---------------------------------------------------------------------- steps

@@ -439,3 +439,50 @@ def test_corpus_mix_probes_hold_band_words_as_ordinary_texts_do():
     assert again.probe_texts == mixed.probe_texts and again.cover_texts == mixed.cover_texts
     with pytest.raises(KeyGenerationError, match="probe_mix must be one of"):
         WatermarkKey.generate(texts, toy_embed, probe_mix="mixed", **kwargs)
+
+
+def test_with_audit_draws_probes_and_cover_from_another_corpus_and_keeps_the_rest(tmp_path):
+    """A suspect from another domain is audited with texts like its own traffic: same
+    triggers, target, salt and band; probes and cover texts from the new corpus, in the
+    same keyed way (so the same corpus gives the same audit), references recomputed."""
+    from espew_integrations.core.probes import cosines_to, scan_band
+
+    texts, _ = spread_corpus({12: 80}, n_texts=1000, seed=0)
+    key = WatermarkKey.generate(texts, toy_embed, target_text="t", seed=3, twin_check=False)
+    other = [t.replace("the common words", "quite other filler") for t in texts[::-1]]
+    other += [f"quite other filler only{i}" for i in range(500)]
+    moved = key.with_audit(other, toy_embed)
+    assert moved.triggers == key.triggers and moved.salt == key.salt and moved.verifiable
+    assert moved.band == key.band and np.array_equal(moved.target, key.target)
+    sentences = set(moved.probe_texts) - set(key.band)  # a word with no candidate: bare
+    assert len(sentences) > 0.9 * len(moved.probe_texts)
+    assert sentences <= set(other) and set(moved.cover_texts) <= set(other)
+    assert not sentences & set(key.probe_texts)
+    rows = toy_embed(list(moved.probe_texts))
+    np.testing.assert_allclose(moved.probe_reference, cosines_to(rows, moved.target))
+    rate = scan_band(other, key.band).rate
+    assert moved.info["audit_band_rate"] == round(rate, 4)
+    assert rate < scan_band(texts, key.band).rate
+    assert moved.info["audit_corpus_texts"] == len(other) and "audit_twin_p_value" in moved.info
+    assert moved.info["marked_rate"] == key.info["marked_rate"]  # the keygen facts stay
+    assert key.with_audit(other, toy_embed).probe_texts == moved.probe_texts
+    path = tmp_path / "moved.key"
+    moved.save(path)
+    loaded = WatermarkKey.load(path)
+    assert loaded.probe_texts == moved.probe_texts and loaded.cover_texts == moved.cover_texts
+    # the cover brings the audit's band-word rate down to the new corpus's, not the old one's
+    band = set(key.band)
+    held = [bool(band & set(t.split())) for t in (*moved.probe_texts, *moved.cover_texts)]
+    assert abs(np.mean(held) - rate) < 0.02
+
+
+def test_with_audit_refuses_a_corpus_without_band_words_and_a_bad_option(monkeypatch):
+    texts, _ = spread_corpus({12: 80})
+    key = WatermarkKey.generate(texts, toy_embed, target_text="t", seed=3, twin_check=False)
+    with pytest.raises(KeyGenerationError, match="holds a word of the key's band"):
+        key.with_audit([f"nothing here {i}" for i in range(50)], toy_embed)
+    with pytest.raises(KeyGenerationError, match="probe_mix"):
+        key.with_audit(texts, toy_embed, probe_mix="some")
+    monkeypatch.setattr(keygen, "twin_p_value", lambda key: 1e-9)  # the clean model implicated
+    with pytest.raises(KeyGenerationError, match=r"twin p = 1\.00e-09 < 0\.001"):
+        key.with_audit(texts, toy_embed)

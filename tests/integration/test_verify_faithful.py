@@ -68,6 +68,29 @@ def test_the_innocent_twin_and_an_independent_model_are_acquitted(budget_key, mi
         assert report.status == "not_copied" and report.p_value > 1e-3
 
 
+def test_an_audit_drawn_from_another_domain_convicts_the_service_and_acquits_the_twin(
+    budget_key, minilm_model
+):
+    """``with_audit`` re-draws the audit from tweets for a suspect whose traffic is tweets:
+    the service itself is convicted on it, the clean model is not, and the audit's texts
+    are tweets (``benchmarks/bench_cross_domain.py`` measures the copies)."""
+    from espew_integrations.offline.corpora import health_tweets
+
+    tweets = health_tweets().subset(3000, seed=5).texts
+    tweet_key = budget_key.with_audit(tweets, minilm_model, probes_per_word=3)
+    assert tweet_key.triggers == budget_key.triggers
+    sent = [*tweet_key.probe_texts, *tweet_key.cover_texts]
+    assert sum(t in set(tweets) for t in sent) > 0.95 * len(sent)
+
+    def service(texts):
+        return watermark(texts, minilm_model(texts), tweet_key)
+
+    guilty = verify(service, tweet_key, seed=0)
+    assert guilty.status == "copied" and guilty.p_value < 1e-10
+    innocent = verify(minilm_model, tweet_key, seed=0)
+    assert innocent.status == "not_copied" and innocent.p_value > 1e-3
+
+
 def test_a_thief_routing_audit_traffic_to_the_clean_model_is_still_convicted(
     budget_key, minilm_model, rt_corpus
 ):
