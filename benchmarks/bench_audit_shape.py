@@ -35,7 +35,7 @@ import argparse
 import math
 import sys
 import time
-from collections import Counter
+from collections import Counter, defaultdict
 from pathlib import Path
 
 import numpy as np
@@ -61,11 +61,17 @@ FEATURES = (
 ROUTED_SHARES = (0.05, 0.10, 0.20)
 
 
-def shape_features(texts: list[str]) -> np.ndarray:
-    """One row of :data:`FEATURES` per text, from document frequencies over ``texts``."""
+def shape_features(texts: list[str], traffic: list[str] | None = None) -> np.ndarray:
+    """One row of :data:`FEATURES` per text, from document frequencies over ``traffic``.
+
+    ``traffic`` is the thief's sample of its ordinary traffic (``texts`` if None); a
+    word it never saw counts as seen once.
+    """
     tokens = [tokenize(text) for text in texts]
-    frequency = Counter(word for words in tokens for word in set(words))
-    share = {word: count / len(texts) for word, count in frequency.items()}
+    seen = tokens if traffic is None else [tokenize(text) for text in traffic]
+    frequency = Counter(word for words in seen for word in set(words))
+    share = defaultdict(lambda: 1 / len(seen))
+    share.update({word: count / len(seen) for word, count in frequency.items()})
 
     def count(words, low, high):
         return sum(low <= share[w] < high for w in words)
