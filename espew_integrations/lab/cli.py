@@ -211,7 +211,9 @@ def _run_tune(args: argparse.Namespace) -> int:
             fit_strength=not args.paper_strength_only,
             neural_judge=args.neural_judge,
             erasure_judge=args.erasure_judge is not None,
-            erasure_fraction=args.erasure_judge or ERASURE_JUDGE_FRACTION,
+            erasure_fraction=(
+                ERASURE_JUDGE_FRACTION if args.erasure_judge is None else args.erasure_judge
+            ),
             seed=args.seed,
             out=args.out,
         )

@@ -155,6 +155,8 @@ def test_the_erasure_judge_erases_the_share_it_is_given(tmp_path, capsys):
     assert len(fitted) == 1 and fitted[0]["p_value_erased"] < 1e-3
     with pytest.raises(ValueError, match="erasure_fraction"):
         tune(erasure_judge=True, erasure_fraction=1.0, progress=False)
+    assert lab_main(["tune", "--erasure-judge", "0"]) == 3  # refused, not taken as half
+    assert "erasure_fraction must be in (0, 1), got 0.0" in capsys.readouterr().err
 
 
 def test_a_target_key_carries_the_audit_references_for_its_own_target():
