@@ -1,12 +1,19 @@
-"""``espew key check``: re-check a key file and print its commitment."""
+"""``espew key check``: re-check a key file and print its commitment.
+
+``espew key reaudit``: the same key with its audit drawn from another corpus
+(:meth:`WatermarkKey.with_audit`), for a suspect whose traffic is not like the
+keygen corpus.
+"""
 
 from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 from typing import Any
 
-from .common import load_key
+from ..arguments import add_embedder_argument
+from .common import UsageError, counting, endpoint_options, load_key, positive_int, progress
 
 __all__ = ["register"]
 
@@ -24,6 +31,47 @@ def register(subparsers: Any) -> None:
     )
     check.add_argument("key", help="key file path, or env:VAR")
     check.set_defaults(func=run_check)
+    _register_reaudit(key_actions)
+
+
+def _register_reaudit(key_actions: Any) -> None:
+    reaudit = key_actions.add_parser(
+        "reaudit",
+        help="write the same key with its audit (probes, cover texts, clean references) "
+        "drawn from another corpus: for a suspect whose traffic is not like your keygen "
+        "corpus; needs your clean model, as keygen did",
+    )
+    reaudit.add_argument("key", help="key file path, or env:VAR")
+    reaudit.add_argument(
+        "--corpus", required=True, help="texts like the suspect's traffic: bundled name or file"
+    )
+    reaudit.add_argument("--text-column", default=None, help="CSV column / JSONL field")
+    add_embedder_argument(reaudit)
+    reaudit.add_argument("--out", required=True, help="where to write the re-audited key")
+    reaudit.add_argument(
+        "--probes-per-word",
+        type=positive_int,
+        default=None,
+        help="stored sentence probes per band word (default: as keygen's)",
+    )
+    reaudit.add_argument(
+        "--probe-mix",
+        choices=["single", "corpus"],
+        default="single",
+        help="how the probes hold band words, as for keygen (default: single)",
+    )
+    reaudit.add_argument(
+        "--no-cover-traffic",
+        dest="cover_traffic",
+        action="store_false",
+        help="send the probes alone, as for keygen",
+    )
+    reaudit.add_argument(
+        "--overwrite", "--force", action="store_true", help="replace an existing --out key file"
+    )
+    reaudit.add_argument("--api-key-env", metavar="VAR", help="API key for an openai: embedder")
+    reaudit.add_argument("--no-progress", action="store_true")
+    reaudit.set_defaults(func=run_reaudit)
 
 
 def run_check(args: argparse.Namespace) -> int:
@@ -43,4 +91,36 @@ def run_check(args: argparse.Namespace) -> int:
         f"{len(key.cover_texts)} cover texts)"
     )
     print(key.commitment())
+    return 0
+
+
+def run_reaudit(args: argparse.Namespace) -> int:
+    """Draw the key's audit from ``--corpus`` with the clean model; write it (mode 0600)."""
+    from ..models import resolve_embedder
+    from .keygen import corpus_texts
+
+    out = Path(args.out)
+    if out.exists() and not args.overwrite:  # before any slow work
+        raise UsageError(f"{out} already exists; pass --overwrite to replace it")
+    key = load_key(args.key)
+    corpus = corpus_texts(args)
+    embed, name = resolve_embedder(args.embedder, **endpoint_options(args))
+    with progress(None, f"embedding with {name}", "text", not args.no_progress) as bar:
+        moved = key.with_audit(
+            corpus,
+            counting(embed, bar),
+            probes_per_word=args.probes_per_word,
+            cover_traffic=args.cover_traffic,
+            probe_mix=args.probe_mix,
+        )
+    moved.save(out, overwrite=args.overwrite)
+    info = moved.info
+    print(
+        f"key {moved.key_id}: the audit of key {key.key_id} drawn from "
+        f"{info['audit_corpus_texts']:,} texts ({info['audit_band_rate']:.1%} hold a band "
+        f"word): {len(moved.probe_texts):,} probes and {len(moved.cover_texts):,} cover "
+        f"texts, {moved.audit_queries:,} queries; innocent-twin p = "
+        f"{info['audit_twin_p_value']:.2g}. Written to {out}: same triggers, same marks; "
+        "audit with it, keep serving with the original."
+    )
     return 0

@@ -26,7 +26,7 @@ from .common import (
     progress,
 )
 
-__all__ = ["BUNDLED_CORPORA", "register"]
+__all__ = ["BUNDLED_CORPORA", "corpus_texts", "register"]
 
 BUNDLED_CORPORA = ("rotten_tomatoes", "health_tweets")
 
@@ -130,7 +130,8 @@ def _add_key_shape_flags(keygen: argparse.ArgumentParser) -> None:
     )
 
 
-def _corpus_texts(args: argparse.Namespace) -> Sequence[str]:
+def corpus_texts(args: argparse.Namespace) -> Sequence[str]:
+    """``--corpus`` (a bundled corpus name or a text file, ``--text-column``) as texts."""
     if args.corpus in BUNDLED_CORPORA:
         from ..offline.corpora import load_corpus
 
@@ -179,7 +180,7 @@ def generate_from_corpus(args: argparse.Namespace, make: Callable[..., Any]) -> 
     if out.exists() and not args.overwrite:
         raise UsageError(f"{out} already exists; pass --overwrite to replace it")
     target_text = target_text_from(args)
-    corpus = _corpus_texts(args)
+    corpus = corpus_texts(args)
     embed, name = resolve_embedder(args.embedder, **endpoint_options(args))
     window = args.window if args.window is not None else getattr(embed, "max_tokens", None)
     with progress(None, f"embedding with {name}", "text", not args.no_progress) as bar:

@@ -783,3 +783,27 @@ def test_serve_without_the_http_extra_names_the_pip_line_before_loading_a_model(
     assert main(["serve", "--port", "0"]) == EXIT_USAGE
     err = capsys.readouterr().err
     assert "espew serve needs starlette: pip install 'espew-integrations[http]'" in err
+
+
+def test_key_reaudit_draws_the_audit_from_another_corpus(tmp_path, key_path, key, capsys):
+    """``espew key reaudit``: the same triggers, an audit of the given texts (here a file of
+    health tweets), written mode 0600 like any key; an existing --out is refused first."""
+    from espew_integrations.offline.corpora import health_tweets
+
+    tweets = tmp_path / "tweets.txt"
+    tweets.write_text("\n".join(health_tweets().subset(2000, seed=4).texts) + "\n")
+    out = tmp_path / "tweets-audit.key"
+    args = ["key", "reaudit", str(key_path), "--corpus", str(tweets), "--out", str(out)]
+    args += ["--probes-per-word", "2", "--no-progress"]
+    assert main(args) == 0
+    printed = capsys.readouterr().out
+    assert "drawn from 2,000 texts" in printed and "innocent-twin p" in printed
+    assert not any(f" {w} " in printed for w in key.triggers)
+    moved = WatermarkKey.load(out)
+    assert stat.S_IMODE(out.stat().st_mode) == 0o600
+    assert moved.triggers == key.triggers and moved.key_id != key.key_id and moved.verifiable
+    texts = set(tweets.read_text().splitlines())
+    sent = [t for t in (*moved.probe_texts, *moved.cover_texts) if t not in key.band]
+    assert sent and set(sent) <= texts
+    assert main(args) == EXIT_USAGE  # exists: refused before anything is embedded
+    assert "already exists" in capsys.readouterr().err
