@@ -758,17 +758,11 @@ class WatermarkKey(Sealed):
         >>> tweets_audit = key.with_audit(tweets, model)  # doctest: +SKIP
         >>> verify(suspect, tweets_audit)                  # doctest: +SKIP
         """
+        options = dict(locals())  # exactly the arguments above, passed on unchanged
+        del options["self"]
         from .keygen import with_audit
 
-        return with_audit(
-            self,
-            corpus,
-            embed,
-            probes_per_word=probes_per_word,
-            cover_traffic=cover_traffic,
-            probe_mix=probe_mix,
-            twin_level=twin_level,
-        )
+        return with_audit(self, **options)
 
 
 # ---------------------------------------------------------------------- trigger draw

@@ -46,7 +46,7 @@ from .key_checks import (
 )
 from .probes import (
     PROBE_MIXES,
-    band_word_rate,
+    BandScan,
     cosines_to,
     embed_rows,
     reference_cosines,
@@ -160,12 +160,10 @@ def generate(
             info=info,
             **_audit_probes(
                 embed,
-                texts,
-                band,
+                scan_band(texts, band, normalization=normalization),
                 salt,
                 target,
                 probes_per_word,
-                normalization,
                 cover_traffic,
                 probe_mix,
             ),
@@ -207,18 +205,16 @@ def with_audit(
     if probe_mix not in PROBE_MIXES:
         raise KeyGenerationError(f"probe_mix must be one of {PROBE_MIXES}, got {probe_mix!r}")
     _check_twin_level(twin_level)
-    band = list(key.band)
-    rate = band_word_rate(texts, band, normalization=key.normalization)
-    if not rate:
+    scan = scan_band(texts, key.band, normalization=key.normalization)
+    if not scan.rate:
         raise KeyGenerationError(
             f"none of the {len(texts)} audit corpus texts holds a word of the key's band: "
             "an audit drawn from it would send bare words"
         )
     fields = _audit_probes(
-        embed, texts, band, key.salt, key.target, probes_per_word, key.normalization,
-        cover_traffic, probe_mix,
-    )  # fmt: skip
-    info = {**key.info, "audit_corpus_texts": len(texts), "audit_band_rate": round(rate, 4)}
+        embed, scan, key.salt, key.target, probes_per_word, cover_traffic, probe_mix
+    )
+    info = {**key.info, "audit_corpus_texts": len(texts), "audit_band_rate": round(scan.rate, 4)}
     redrawn = key.replace(**fields, info=info)
     twin_p = twin_p_value(redrawn)
     if twin_p < twin_level:
@@ -267,12 +263,10 @@ def _fit_quality(
 
 def _audit_probes(
     embed: EmbedFn,
-    texts: list[str],
-    band: list[str],
+    scan: BandScan,
     salt: bytes,
     target: np.ndarray,
     probes_per_word: int | None,
-    normalization: str,
     cover_traffic: bool,
     probe_mix: str,
 ) -> dict[str, Any]:
@@ -284,7 +278,7 @@ def _audit_probes(
     hold exactly one, so texts with several join the cover). The query budget is
     split accordingly: a share ``rate * (1 - multi_share)`` goes to probes.
     """
-    scan = scan_band(texts, band, normalization=normalization)  # one pass serves all three
+    band = list(scan.band)  # one tokenising pass (the scan) serves probes, cover and rate
     rate = scan.rate if cover_traffic else 1.0
     multi = scan.multi_share if cover_traffic and probe_mix == "single" else 0.0
     per_word = probes_per_word or max(

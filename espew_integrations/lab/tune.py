@@ -546,9 +546,8 @@ def _measure_point(
 
         erasing = ErasingSuspect(service, erasure_fraction, mode="zero", seed=seed)
         verdicts["erasing service"] = made.verify(erasing, level=level, seed=seed)
-    erasing_judged = "erasing service" in verdicts
     worse, judged_by = _worst(verdicts)
-    mlp = verdicts.get("frozen-MLP copy")
+    mlp, erased = verdicts.get("frozen-MLP copy"), verdicts.get("erasing service")
     rows = setup.marked_rows
     return TunePoint(
         target=target,
@@ -563,7 +562,7 @@ def _measure_point(
         p_value_ridge=verdicts["ridge copy"].p_value,
         judged_by=judged_by,
         p_value_mlp=math.nan if mlp is None else mlp.p_value,
-        p_value_erased=verdicts["erasing service"].p_value if erasing_judged else math.nan,
+        p_value_erased=math.nan if erased is None else erased.p_value,
     )
 
 
