@@ -12,7 +12,6 @@ this module imports the key, never the reverse at load time (see
 from __future__ import annotations
 
 import functools
-import math
 import secrets
 from collections import Counter
 from collections.abc import Callable, Iterable
@@ -67,11 +66,12 @@ __all__ = [
 
 #: Sentence probes per band word (at most), and the audit's query budget they share with
 #: the cover texts. The default band of a large corpus holds about 70 words; about 56% of
-#: texts hold one, and 40% of those hold two or more. So about a third of the budget
-#: goes to probes, and each word gets about 20 (28 without the cover texts). More answers
-#: per word average out more of a neural copy's noise: against the frozen-MLP copy after
-#: CSE K=50, 9 a word (2,000 queries) let it go on two keys of six, 15 on one, and 20
-#: convicted it on both of those below 1e-9 (docs/results/frontier/multi).
+#: texts hold one, and 40% of those hold two or more. So about a third of a uniform sample
+#: of the corpus can be probes, and each word gets about 20 on average (28 without the
+#: cover texts). More answers per word average out more of a neural copy's noise: against
+#: the frozen-MLP copy after CSE K=50, 9 a word (2,000 queries) let it go on two keys of
+#: six, 15 on one, and 20 convicted it on both of those below 1e-9
+#: (docs/results/frontier/multi, sample).
 DEFAULT_PROBES_PER_WORD = 28
 DEFAULT_PROBE_BUDGET = 4300
 #: With the default band (``freq_band=None``), a corpus whose 1-1.5% band holds too few
@@ -272,25 +272,21 @@ def _audit_probes(
 ) -> dict[str, Any]:
     """The audit's stored probes, cover texts and the clean model's cosines, as key fields.
 
-    With ``cover_traffic`` the audit looks like ordinary traffic to a thief that
-    knows the band: its texts hold band words at the corpus's own rate, and of
-    those, the share holding two or more is the corpus's too (single-mix probes
-    hold exactly one, so texts with several join the cover). The query budget is
-    split accordingly: a share ``rate * (1 - multi_share)`` goes to probes.
+    With ``cover_traffic`` the audit is a keyed uniform sample of ``scan``'s
+    corpus (:meth:`BandScan.sample`), so a thief cannot tell it from an ordinary
+    client, text by text or as a whole; the query budget fixes its size, and the
+    probes are the share of it that holds exactly one band word
+    (:meth:`BandScan.probe_share`). Without, it is ``per_word`` probes for every word.
     """
     band = list(scan.band)  # one tokenising pass (the scan) serves probes, cover and rate
-    rate = scan.rate if cover_traffic else 1.0
-    multi = scan.multi_share if cover_traffic and probe_mix == "single" else 0.0
+    share = scan.probe_share(probe_mix) if cover_traffic else 1.0
     per_word = probes_per_word or max(
-        1,
-        min(DEFAULT_PROBES_PER_WORD, int(DEFAULT_PROBE_BUDGET * rate * (1 - multi)) // len(band)),
+        1, min(DEFAULT_PROBES_PER_WORD, int(DEFAULT_PROBE_BUDGET * share) // len(band))
     )
-    probes = scan.probes(salt, per_word, probe_mix)
-    n_multi = math.ceil(len(probes) * multi / (1.0 - multi)) if multi < 1 else 0
-    n_multi = min(n_multi, len(scan.several))  # what the corpus holds
-    n_band = len(probes) + n_multi
-    n_plain = math.ceil(n_band * (1.0 - rate) / rate) if rate > 0 else 0
-    cover = scan.cover(salt, n_plain, n_multi)
+    if cover_traffic:
+        probes, cover = scan.sample(salt, per_word, probe_mix)
+    else:
+        probes, cover = scan.probes(salt, per_word, probe_mix), ()
     try:  # one call embeds the probes and the cover texts (the latter for the clean fit)
         rows = embed_rows(embed, [*probes.texts, *cover])
         probe_rows, cover_rows = rows[: len(probes.texts)], rows[len(probes.texts) :]

@@ -23,6 +23,12 @@ So the key now carries, from keygen:
   position. The clean model does not depend on the trigger draw, so the
   corrected scores keep the test exact under the null.
 
+* **cover texts**: with them, the audit is a keyed uniform sample of the
+  keygen corpus (:meth:`BandScan.sample`): the probes are the sampled texts
+  that hold exactly one band word, the cover is everything else sampled, sent
+  with the probes and never scored. A thief watching one client's traffic, text
+  by text or as a whole, sees a random sample of ordinary texts.
+
 A band word with no usable corpus text falls back to the word alone as its
 probe; which words fall back depends on the corpus only, so exactness holds.
 """
@@ -48,7 +54,6 @@ __all__ = [
     "reference_cosines",
     "row_cosines",
     "scan_band",
-    "select_cover_texts",
     "select_sentence_probes",
     "unit_rows",
 ]
@@ -58,8 +63,7 @@ _CORPUS_MIX_DOMAIN = b"espew-draw-v1/probes-corpus-mix"
 #: How the probes are drawn: ``"single"`` texts that hold exactly one band word,
 #: ``"corpus"`` texts as ordinary traffic holds band words (:meth:`BandScan.probes`).
 PROBE_MIXES = ("single", "corpus")
-_COVER_DOMAIN = b"espew-draw-v1/cover"
-_MULTI_COVER_DOMAIN = b"espew-draw-v1/cover-multi"
+_SAMPLE_DOMAIN = b"espew-draw-v1/audit-sample"
 #: Probe texts longer than this many characters are skipped: long texts may run
 #: past a suspect's input window and cost the suspect's owner more to answer.
 MAX_PROBE_CHARS = 600
@@ -88,22 +92,29 @@ class BandScan:
 
     ``eligible`` holds each distinct corpus text that passes the probes' length
     filters (at least :data:`MIN_PROBE_WORDS` words, at most
-    :data:`MAX_PROBE_CHARS` characters: neither extreme looks like ordinary
-    traffic), in corpus order, with the band indices of the words it holds.
+    :data:`MAX_PROBE_CHARS` characters: a probe that short is mostly its band
+    word, one that long may run past a suspect's input window), in corpus
+    order, with the band indices of the words it holds. ``ineligible`` holds the
+    other distinct texts: never probes, but ordinary traffic sends them, and so
+    does the audit (:meth:`sample`).
     """
 
     band: tuple[str, ...]
     rate: float
     eligible: tuple[tuple[str, frozenset[int]], ...]
     #: Of the texts that hold a band word, the share that hold two or more (every
-    #: text counted, like :attr:`rate`): what the audit must match so that its
-    #: band-word texts look like ordinary traffic's (:meth:`cover`).
+    #: text counted, like :attr:`rate`).
     multi_share: float = 0.0
+    ineligible: tuple[str, ...] = ()
 
     @property
-    def several(self) -> list[str]:
-        """The eligible texts that hold two or more band words, in corpus order."""
-        return [text for text, hits in self.eligible if len(hits) >= 2]
+    def single(self) -> list[list[str]]:
+        """For each band word, the eligible texts that hold it and no other band word."""
+        candidates: list[list[str]] = [[] for _ in self.band]
+        for text, hits in self.eligible:
+            if len(hits) == 1:
+                candidates[next(iter(hits))].append(text)
+        return candidates
 
     def probes(self, salt: bytes, per_word: int, mix: str = "single") -> ProbeSet:
         """Up to ``per_word`` eligible texts per band word, each standing for one band word.
@@ -123,18 +134,75 @@ class BandScan:
             raise ValueError(f"mix must be one of {PROBE_MIXES}, got {mix!r}")
         if mix == "corpus":
             return self._corpus_mix(salt, per_word)
-        candidates: list[list[str]] = [[] for _ in self.band]
-        for text, hits in self.eligible:
-            if len(hits) == 1:
-                candidates[next(iter(hits))].append(text)
         texts: list[str] = []
         owner: list[int] = []
-        for i, word in enumerate(self.band):
-            domain = _PROBE_DOMAIN + b"/" + word.encode()
-            chosen = keyed_order(salt, domain, candidates[i])[:per_word] or [word]
+        for i, candidates in enumerate(self.single):
+            chosen = self._word_order(salt, i, candidates)[:per_word] or [self.band[i]]
             texts += chosen
             owner += [i] * len(chosen)
         return ProbeSet(tuple(texts), tuple(owner))
+
+    def probe_share(self, mix: str = "single") -> float:
+        """The share of distinct corpus texts that can be probes: what a uniform sample of
+        ``n`` texts holds about ``n`` times this many of (:meth:`sample`)."""
+        in_pool = _in_pool(mix)
+        pool = sum(1 for _, hits in self.eligible if in_pool(hits))
+        distinct = len(self.eligible) + len(self.ineligible)
+        return pool / distinct if distinct else 0.0
+
+    def _word_order(self, salt: bytes, i: int, candidates: list[str]) -> list[str]:
+        return keyed_order(salt, _PROBE_DOMAIN + b"/" + self.band[i].encode(), candidates)
+
+    def sample(
+        self, salt: bytes, per_word: int, mix: str = "single"
+    ) -> tuple[ProbeSet, tuple[str, ...]]:
+        """The audit as a uniform sample of the corpus: its probes and its cover texts.
+
+        The first texts of one keyed order over every distinct corpus text, as many
+        as hold about ``per_word`` probes per band word. Of them, the eligible texts
+        with exactly one band word (``mix="single"``; any band word with
+        ``"corpus"``, each standing for its least-probed word) are the probes, and
+        the rest are the cover: texts with no band word, with several, and those too
+        short or too long to be probes, each as often as in the corpus.
+
+        So the audit is, text for text, what an ordinary client sending a random
+        sample of the corpus sends: a thief gets nothing from its shares, lengths
+        or band-word counts, text by text or over the whole audit
+        (``bench_audit_shape.py``, ``bench_audit_window.py``). An audit of equal
+        parts per word, or of chosen kinds in chosen proportions, is not: the
+        first over-represents the band's rarer words, the second is too even to be
+        random, and a thief that counts over the whole audit sees either.
+
+        A band word with no probe in the sample gets the first text of its own
+        keyed order (the word alone if it has none), so every word is scored. The
+        cover's answers are never scored. Nothing here looks at which words are
+        triggers, so the test stays exact.
+        """
+        if per_word < 1:
+            raise ValueError(f"per_word must be >= 1, got {per_word!r}")
+        in_pool = _in_pool(mix)
+        hits_of = dict(self.eligible)
+        everything = [*hits_of, *self.ineligible]
+        share = self.probe_share(mix)
+        size = min(len(everything), round(per_word * len(self.band) / share)) if share else 0
+        counts = [0] * len(self.band)
+        texts: list[str] = []
+        owner: list[int] = []
+        cover: list[str] = []
+        for text in keyed_order(salt, _SAMPLE_DOMAIN, everything)[:size]:
+            hits = hits_of.get(text, frozenset())
+            if hits and in_pool(hits):
+                word = min(hits, key=lambda i: (counts[i], i))
+                counts[word] += 1
+                texts.append(text)
+                owner.append(word)
+            else:
+                cover.append(text)
+        for i, candidates in enumerate(self.single):
+            if not counts[i]:
+                texts += self._word_order(salt, i, candidates)[:1] or [self.band[i]]
+                owner.append(i)
+        return ProbeSet(tuple(texts), tuple(owner)), tuple(cover)
 
     def _corpus_mix(self, salt: bytes, per_word: int) -> ProbeSet:
         """Band-word texts in one keyed order, each kept while one of its words needs probes.
@@ -166,35 +234,12 @@ class BandScan:
                 owner.append(i)
         return ProbeSet(tuple(texts), tuple(owner))
 
-    def cover(self, salt: bytes, n: int, n_multi: int = 0) -> tuple[str, ...]:
-        """The audit's cover traffic: ``n`` eligible texts with no band word, then
-        ``n_multi`` with two or more, each kind in its own keyed order.
 
-        Every probe holds a band word; ordinary traffic holds one in only a share
-        (:attr:`rate`) of its texts. A thief that knows the band and watches for a
-        burst of such texts routes an audit made of probes alone to an honest model
-        (measured: all of it, given the whole corpus as its traffic sample). Sending
-        texts with no band word among the probes brings the audit's rate down to
-        the ordinary one.
-
-        Single-mix probes hold exactly one band word each, where ordinary traffic's
-        band-word texts hold two or more in a share :attr:`multi_share` (40% on
-        Rotten Tomatoes); a router that watches for that routes half the audit and
-        lets the service itself go (``lab.router``, ``lone_z``). The ``n_multi``
-        texts with several band words restore the share.
-
-        All pass the probes' length filters, so length gives nothing away; none is
-        a probe, and their answers are never scored, so they cannot touch the
-        test's exactness (the clean fit they join never sees which words are
-        triggers). Fewer are returned where the corpus holds fewer.
-        """
-        if n < 0 or n_multi < 0:
-            raise ValueError(f"cover sizes must be >= 0, got n={n!r}, n_multi={n_multi!r}")
-        plain = [text for text, hits in self.eligible if not hits]
-        return (
-            *keyed_order(salt, _COVER_DOMAIN, plain)[:n],
-            *keyed_order(salt, _MULTI_COVER_DOMAIN, self.several)[:n_multi],
-        )
+def _in_pool(mix: str) -> Callable[[frozenset[int]], bool]:
+    """Which band-word hits make an eligible text a probe in ``mix``."""
+    if mix not in PROBE_MIXES:
+        raise ValueError(f"mix must be one of {PROBE_MIXES}, got {mix!r}")
+    return (lambda hits: len(hits) == 1) if mix == "single" else bool
 
 
 def scan_band(
@@ -208,6 +253,7 @@ def scan_band(
     index = {w: i for i, w in enumerate(band)}
     hits_of: dict[str, frozenset[int]] = {}
     eligible: list[tuple[str, frozenset[int]]] = []
+    ineligible: list[str] = []
     n_texts = n_with_band = n_with_several = 0
     for text in corpus:
         hits = hits_of.get(text)
@@ -216,12 +262,14 @@ def scan_band(
             hits = hits_of[text] = frozenset(index[w] for w in words if w in index)
             if len(text) <= MAX_PROBE_CHARS and len(words) >= MIN_PROBE_WORDS:
                 eligible.append((text, hits))
+            else:
+                ineligible.append(text)
         n_texts += 1
         n_with_band += bool(hits)
         n_with_several += len(hits) >= 2
     rate = n_with_band / n_texts if n_texts else 0.0
     multi_share = n_with_several / n_with_band if n_with_band else 0.0
-    return BandScan(tuple(band), rate, tuple(eligible), multi_share)
+    return BandScan(tuple(band), rate, tuple(eligible), multi_share, tuple(ineligible))
 
 
 def select_sentence_probes(
@@ -246,24 +294,11 @@ def band_word_rate(
 ) -> float:
     """The share of ``corpus`` texts that hold at least one band word.
 
-    What a thief that knows the band sees in ordinary traffic, and so the rate
-    an audit must not exceed to look like it (:meth:`BandScan.cover`).
+    What a thief that knows the band sees in ordinary traffic; the audit, a
+    uniform sample of the corpus (:meth:`BandScan.sample`), holds band words at
+    the same rate.
     """
     return scan_band(corpus, band, normalization=normalization).rate
-
-
-def select_cover_texts(
-    corpus: Sequence[str],
-    band: Sequence[str],
-    salt: bytes,
-    *,
-    n: int,
-    n_multi: int = 0,
-    normalization: str = UNICODE_V1,
-) -> tuple[str, ...]:
-    """``n`` corpus texts with no band word, then ``n_multi`` with two or more, each kind in a
-    keyed order (see :meth:`BandScan.cover`)."""
-    return scan_band(corpus, band, normalization=normalization).cover(salt, n, n_multi)
 
 
 def reference_cosines(

@@ -302,36 +302,89 @@ def test_the_default_band_is_widened_only_as_far_as_the_corpus_needs():
         WatermarkKey.generate(sparse, toy_embed, **kwargs)
 
 
-def test_the_audit_holds_band_words_as_ordinary_traffic_does():
-    """Of the audit's texts, the corpus's share hold a band word (probes plus cover texts
-    with several band words), and of those, the corpus's share hold two or more; the cover
-    texts with none bring the rest. A router watching either share sees ordinary traffic."""
+def test_the_audit_is_a_uniform_sample_of_the_corpus():
+    """The probes and cover texts together hold band words, several band words, short
+    texts and each band word as the corpus does: a router watching any share, text by text
+    or over the whole audit, sees an ordinary client. Probes are the sampled texts with
+    exactly one band word; about ``per_word`` a word on average, in proportion to how
+    many such texts each word has."""
     from espew_integrations.core.probes import scan_band
     from espew_integrations.core.words import tokenize
 
-    texts, _ = spread_corpus({120: 80}, n_texts=10_000)  # enough texts for 28 probes a word
+    texts, words = spread_corpus({120: 40, 180: 40}, n_texts=10_000)
+    texts += [f"short{i}" for i in range(300)]  # 3% too short to be probes
     kwargs = dict(target_text="t", seed=1, twin_check=False, strength=1.0)
     key = WatermarkKey.generate(texts, toy_embed, **kwargs)
     band = set(key.band)
     scan = scan_band(texts, key.band)
-    assert 0.3 < scan.rate < 0.9 and 0.2 < scan.multi_share < 0.8
-    held = [len(band & set(tokenize(t))) for t in (*key.probe_texts, *key.cover_texts)]
+    sent = [*key.probe_texts, *key.cover_texts]
+    assert len(set(sent)) == len(sent) and set(sent) <= set(texts)
+    held = [len(band & set(tokenize(t))) for t in sent]
     assert all(n == 1 for n in held[: len(key.probe_texts)])  # single-mix probes
-    audit_rate = np.mean([n > 0 for n in held])
-    audit_multi = np.mean([n >= 2 for n in held if n > 0])
-    assert abs(audit_rate - scan.rate) < 0.01 and abs(audit_multi - scan.multi_share) < 0.01
-    assert not set(key.cover_texts) & set(key.probe_texts)
-    assert len(set(key.cover_texts)) == len(key.cover_texts) and key.audit_queries <= 4300
+    n_band = sum(n > 0 for n in held)
+    for audit_share, corpus_share in (
+        (n_band / len(sent), scan.rate),
+        (sum(n >= 2 for n in held) / n_band, scan.multi_share),
+        (np.mean([t.startswith("short") for t in sent]), 300 / len(texts)),
+    ):
+        assert abs(audit_share - corpus_share) < 0.03  # binomial sd at most 0.013 here
+    # each band word as often as in the corpus: the 180-text words 1.5 times the 120-text ones
+    assert sorted(key.band) == sorted(words)
+    counts = np.bincount(key.probe_owner, minlength=len(key.band))
+    frequent = np.isin(key.band, words[40:])
+    assert 1.2 < counts[frequent].mean() / counts[~frequent].mean() < 1.9
+    per_word = int(4300 * scan.probe_share()) // 80  # the budget fixes the sample's size
+    assert abs(len(key.probe_texts) / 80 - per_word) < 1.5 and key.audit_queries <= 4310
     again = WatermarkKey.generate(texts, toy_embed, **kwargs)
     assert again.cover_texts == key.cover_texts  # stored, so every audit asks the same
+    assert WatermarkKey.generate(texts, toy_embed, **{**kwargs, "seed": 2}).cover_texts != (
+        key.cover_texts
+    )
     bare = WatermarkKey.generate(texts, toy_embed, cover_traffic=False, **kwargs)
     assert bare.cover_texts == () and bare.audit_queries == len(bare.probe_texts)
-    # the whole budget went to probes: 28 a word (the cap), against 4,300 x rate x (1 - multi)
-    per_word = int(4300 * scan.rate * (1 - scan.multi_share)) // 80
-    assert len(bare.probe_texts) == 80 * 28 and len(key.probe_texts) == 80 * per_word < 80 * 28
-    # corpus-mix probes already hold several band words as ordinary texts do: no such cover
+    # without a cover the whole budget goes to probes: 28 a word (the cap) where it can
+    bare_counts = np.bincount(bare.probe_owner)
+    assert np.median(bare_counts) == bare_counts.max() == 28 and per_word < 28
+    # corpus-mix probes already hold several band words as ordinary texts do: none in cover
     mixed = WatermarkKey.generate(texts, toy_embed, probe_mix="corpus", **kwargs)
     assert not any(band & set(tokenize(t)) for t in mixed.cover_texts)
+
+
+def test_a_sampled_audit_keeps_every_kind_of_text_and_scores_every_word():
+    """BandScan.sample on a corpus small enough to read: texts too short or too long to be
+    probes are sent as cover when drawn, a repeat is asked once, and a band word that the
+    sample gives no probe gets the first text of its own keyed order, or itself alone."""
+    from espew_integrations.core.probes import MAX_PROBE_CHARS, scan_band
+
+    long_text = "x " * (MAX_PROBE_CHARS // 2 + 1)
+    corpus = [
+        "a plain text with four words",
+        "a plain text with four words",  # a repeat is asked once
+        "short one",
+        long_text,
+        "only this text names lonely here",
+        *(f"an ordinary text that names common {i}" for i in range(30)),
+        *(f"another ordinary text number {i}" for i in range(30)),
+    ]
+    band = ["common", "lonely", "absent"]
+    scan = scan_band(corpus, band)
+    assert scan.ineligible == ("short one", long_text)
+    probes, cover = scan.sample(bytes(32), per_word=100)  # asks for more than there is
+    assert len(probes) + len(cover) == 64 + 1  # every distinct text once, and "absent"
+    assert {"short one", long_text, "a plain text with four words"} <= set(cover)
+    owner = np.asarray(probes.owner)
+    assert np.bincount(owner, minlength=3).tolist() == [30, 1, 1]
+    assert probes.texts[owner.tolist().index(2)] == "absent"  # no text: the word alone
+    small, small_cover = scan.sample(bytes(32), per_word=2)
+    assert len(small) >= 3 and 0 < len(small_cover) < len(cover)
+    lonely = small.texts[small.owner.index(1)]
+    assert lonely == "only this text names lonely here"  # topped up if not drawn
+    assert scan.sample(bytes(32), per_word=2) == (small, small_cover)
+    assert scan.sample(bytes([1] * 32), per_word=2) != (small, small_cover)
+    with pytest.raises(ValueError, match="per_word must be >= 1"):
+        scan.sample(bytes(32), per_word=0)
+    with pytest.raises(ValueError, match="mix must be one of"):
+        scan.sample(bytes(32), per_word=2, mix="mixed")
 
 
 def test_cover_texts_are_stored_committed_to_and_dropped_with_the_band(tmp_path):
@@ -384,36 +437,6 @@ def test_the_cover_texts_answers_are_sent_shuffled_never_scored_and_join_the_cle
     assert positions[0] < 64 and positions[-1] > len(seen) - 64  # mixed through the audit
 
 
-def test_cover_texts_pass_the_probes_filters_and_follow_the_salt():
-    from espew_integrations.core.probes import MAX_PROBE_CHARS, select_cover_texts
-
-    corpus = [
-        "a plain text with four words",
-        "short one",  # too few words for a probe, so too few for a cover
-        "x " * (MAX_PROBE_CHARS // 2 + 1),  # too long
-        "a text that names bandword here",
-        "a plain text with four words",  # a repeat is asked once
-        *(f"another ordinary text number {chr(97 + i)}" for i in range(20)),
-    ]
-    cover = select_cover_texts(corpus, ["bandword"], bytes(32), n=100)
-    assert "a plain text with four words" in cover and len(cover) == 21
-    assert not {"short one", corpus[2], corpus[3]} & set(cover)
-    assert select_cover_texts(corpus, ["bandword"], bytes(32), n=5) == cover[:5]
-    assert select_cover_texts(corpus, ["bandword"], bytes([1] * 32), n=21) != cover
-    assert select_cover_texts(corpus, ["bandword"], bytes(32), n=0) == ()
-    with pytest.raises(ValueError, match="cover sizes must be >= 0"):
-        select_cover_texts(corpus, ["bandword"], bytes(32), n=-1)
-    # texts with two or more band words come after, in their own keyed order
-    band = ["bandword", "other", "third"]
-    several = [f"bandword and other in text {chr(97 + i)}" for i in range(10)]
-    several += ["other and third and bandword together", "only other in this one"]
-    both = select_cover_texts(corpus + several, band, bytes(32), n=3, n_multi=20)
-    assert len(both) == 3 + 11 and set(both[3:]) == set(several[:11])
-    assert both[:3] == select_cover_texts(corpus, band, bytes(32), n=3)
-    again = select_cover_texts(corpus + several, band, bytes(32), n=0, n_multi=4)
-    assert again == both[3:7] and again != tuple(several[:4])
-
-
 def test_corpus_mix_probes_hold_band_words_as_ordinary_texts_do():
     """probe_mix="corpus": the probes are band-word texts in the corpus's own proportions of
     one, two or more band words, each standing for one of its words; "single" probes each
@@ -434,7 +457,8 @@ def test_corpus_mix_probes_hold_band_words_as_ordinary_texts_do():
     owner = np.asarray(mixed.probe_owner)
     assert all(mixed.band[w] in t.split() for t, w in zip(mixed.probe_texts, owner, strict=True))
     assert len(set(mixed.probe_texts)) == len(mixed.probe_texts)  # no text asked twice
-    assert np.bincount(owner).min() == np.bincount(owner).max()  # same count per word
+    counts = np.bincount(owner)  # each stands for its least-probed word: counts stay even
+    assert counts.max() - counts.min() <= 0.5 * counts.mean()
     again = WatermarkKey.generate(texts, toy_embed, probe_mix="corpus", **kwargs)
     assert again.probe_texts == mixed.probe_texts and again.cover_texts == mixed.cover_texts
     with pytest.raises(KeyGenerationError, match="probe_mix must be one of"):

@@ -213,19 +213,22 @@ def test_cover_texts_with_several_band_words_hide_the_lone_word_tell(
 ):
     """Single-mix probes each hold one band word. Sent only with cover texts that hold
     none (the earlier design), the audit is a burst of lone band words to a router that
-    knows that tell, and the service itself walks free. The default cover also holds
-    texts with several band words, in the corpus's share, and the same router lets the
-    audit through."""
+    knows that tell, and the service itself walks free. The default audit, a uniform
+    sample of the corpus, also sends its texts with several band words, in the corpus's
+    share, and the same router lets it through."""
     kwargs = dict(target_text=TARGET, n_triggers=8, seed=3, probes_per_word=6)
     key = WatermarkKey.generate(rt_subset.texts, minilm_model, **kwargs)
     band = set(key.band)
-    plain = [t for t in key.cover_texts if not band & set(tokenize(t))]
-    assert tuple(plain) == key.cover_texts[: len(plain)]  # the cover lists them first
-    assert 0.2 < 1 - len(plain) / len(key.cover_texts) < 0.6  # the texts with several
+    held = [band & set(tokenize(t)) for t in key.cover_texts]
+    assert 0.2 < np.mean([len(h) >= 2 for h in held]) < 0.6  # the texts with several
+    plain = [i for i, h in enumerate(held) if not h and len(tokenize(key.cover_texts[i])) >= 4]
     rate = scan_band(rt_subset.texts, key.band).rate
     n_earlier = math.ceil(len(key.probe_texts) * (1 - rate) / rate)
+    assert len(plain) >= n_earlier
+    kept = plain[:n_earlier]
     earlier = key.replace(  # with its cover's clean rows, which that design fitted on too
-        cover_texts=plain[:n_earlier], cover_embeddings=key.cover_embeddings[:n_earlier]
+        cover_texts=tuple(key.cover_texts[i] for i in kept),
+        cover_embeddings=key.cover_embeddings[kept],
     )
 
     def service(texts):
@@ -237,9 +240,9 @@ def test_cover_texts_with_several_band_words_hide_the_lone_word_tell(
         router = AuditRouter(service, minilm_model, history=history)
         report = verify(router, audited, level=1e-3, seed=0)
         found[name] = (router.routed_fraction, report)
-    fraction, report = found["earlier"]  # measured: 50% routed, p = 2.1e-3
+    fraction, report = found["earlier"]  # measured: 46% routed, p = 1.7e-3
     assert fraction > 0.3 and not report.copied
-    fraction, report = found["default"]  # measured: 1.6% routed, p = 1.3e-10
+    fraction, report = found["default"]  # measured: 4.0% routed, p = 1.3e-10
     assert fraction < 0.1 and report.copied
 
 

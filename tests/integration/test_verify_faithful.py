@@ -57,7 +57,7 @@ def test_the_watermarked_service_itself_is_convicted_at_the_budget(budget_key, m
     report = verify(service, budget_key, seed=0)
     assert report.status == "copied" and report.p_value < 1e-10
     assert report.probes == "sentences" and report.n_queries <= 4300
-    assert report.decided_by == "adjusted" and 0.9 < report.reference_slope < 1.1
+    assert report.decided_by == "adjusted" and report.p_value_adjusted < 1e-15
 
 
 def test_the_innocent_twin_and_an_independent_model_are_acquitted(budget_key, minilm_model):
@@ -66,6 +66,8 @@ def test_the_innocent_twin_and_an_independent_model_are_acquitted(budget_key, mi
     for suspect in (minilm_model, paraphrase_minilm_l3()):
         report = verify(suspect, budget_key, seed=0)
         assert report.status == "not_copied" and report.p_value > 1e-3
+        if suspect is minilm_model:  # the twin reproduces the clean references exactly
+            assert 0.99 < report.reference_slope < 1.01
 
 
 def test_an_audit_drawn_from_another_domain_convicts_the_service_and_acquits_the_twin(
