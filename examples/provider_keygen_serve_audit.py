@@ -94,8 +94,8 @@ print(f"fitted strength {key.info['strength']:.3f}: mean cos(clean, watermarked)
       f"{key.info['mean_cosine_marked']:.4f} on the texts it marks")  # fmt: skip
 print(f"verification will cost {key.audit_queries} queries: {len(key.probe_texts)} probes "
       f"(about {len(key.probe_texts) / len(key.band):.0f} per band word) among "
-      f"{len(key.cover_texts)} cover texts, so it holds band words as ordinary "
-      "traffic does")  # fmt: skip
+      f"{len(key.cover_texts)} cover texts: a uniform sample of the corpus, which "
+      "looks like an ordinary client's traffic")  # fmt: skip
 print(f"publish: {key.commitment()}")
 
 # %% [markdown]

@@ -102,17 +102,16 @@ def _add_key_shape_flags(keygen: argparse.ArgumentParser) -> None:
         "--probes-per-word",
         type=positive_int,
         default=None,
-        help="stored sentence probes per band word (default: as many as fit 4,300 queries "
-        "with the cover texts, at most 28)",
+        help="stored sentence probes per band word, on average (default: as many as a "
+        "uniform sample of 4,300 corpus texts holds, at most 28)",
     )
     keygen.add_argument(
         "--probe-mix",
         choices=["single", "corpus"],
         default="single",
-        help="'single': each probe holds exactly one band word, and cover texts with "
-        "several restore ordinary traffic's share (the default); 'corpus': the probes "
-        "themselves hold band words as ordinary traffic does (less power against weak "
-        "copies)",
+        help="'single': the sampled texts with exactly one band word are the probes, the "
+        "rest cover (the default); 'corpus': texts with several band words are probes "
+        "too, each for its least-probed word (less power against weak copies)",
     )
     keygen.add_argument(
         "--no-cover-traffic",

@@ -698,12 +698,12 @@ class WatermarkKey(Sealed):
         band word, ``probes_per_word``, within a 4,300-query budget), the cover
         texts sent among them, and the clean model's rows and cosines to the
         target (see :mod:`.probes`), so nothing but the key and the suspect is
-        needed at audit time. With ``cover_traffic`` (the default) the audit
-        holds band words as ordinary traffic does: the corpus's share of its
-        texts hold one, and of those, the corpus's share hold two or more
-        (:meth:`.probes.BandScan.cover`). ``probe_mix="corpus"`` draws the probes
-        themselves that way (:meth:`.probes.BandScan.probes`), at a cost in
-        power against weak copies. Unless
+        needed at audit time. With ``cover_traffic`` (the default) the audit is
+        a keyed uniform sample of the corpus (:meth:`.probes.BandScan.sample`):
+        the probes are its texts with exactly one band word, the cover the rest,
+        so a thief sees an ordinary client's traffic, text by text or as a whole.
+        ``probe_mix="corpus"`` also scores its texts with several band words, at
+        a cost in power against weak copies. Unless
         ``twin_check=False``, a draw the clean model itself (the innocent twin)
         would implicate at ``twin_level`` is thrown away and drawn again (about
         1 draw in 500 at the default; ``info["twin_redraws"]`` counts them).
