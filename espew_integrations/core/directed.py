@@ -30,13 +30,13 @@ copy after CSE K = 50: geometric mean 9.6e-8 -> 2.6e-9, worst key 1.2e-4 ->
 5.1e-6; the end-to-end copy unchanged within a factor of 2.3
 (``docs/results/frontier/README.md``, section 11).
 
-The audit's cover texts hold no band word, so no answer to them carries the
-mark: given their clean rows (``unscored_clean``, stored in the key) and the
-suspect's answers to them (``unscored_answers``), they join the fit and the
-covariance without getting a score. More rows pin the fit down, and none of
-them can absorb part of a mark. Measured on the default key's saved answers
-(keys 1-3, ``benchmarks/bench_cover_fit.py``): the frozen-MLP copy after CSE
-K = 50 gains a factor of 2.5-4.5, the end-to-end copy 15-182.
+The audit's cover texts join the fit and the covariance: more rows pin the
+fit down (measured on the then-default key's saved answers, keys 1-3,
+``benchmarks/bench_cover_fit.py``: the frozen-MLP copy after CSE K = 50 gains
+a factor of 2.5-4.5, the end-to-end copy 15-182). ``unscored_answers`` and
+``unscored_clean`` add rows to the fit that get no score; verify now scores
+every audit text (passing them all as ``answers``) and leaves the weighing of
+texts that hold several band words to :mod:`.word_evidence`.
 
 Why the rank test stays exact: the directions depend only on the clean
 probe embeddings and on how the key writes (alpha, strength, selection,

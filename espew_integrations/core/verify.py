@@ -17,10 +17,12 @@ word level instead:
    score minus ``slope *`` the provider's clean model's score for the same
    probes (stored in the key), with the slope fitted over all words
    (:func:`reference_slope`), which cancels each word's natural position; and
-   a *directed* score (:mod:`.directed`), the mean over its probes of the
-   suspect's answer (less what a ridge fit on the clean probe rows explains)
-   projected on that probe's own mark direction, computed from the clean
-   probe embeddings the key stores. The directed score ignores
+   a *directed* score (:mod:`.directed`): each audit text's answer (less what
+   a ridge fit on the clean rows explains) projected on that text's own mark
+   direction, computed from the clean embeddings the key stores, and summed
+   into a score for each band word over every text that holds it, the texts
+   shared with other band words weighed by how likely those are to mark
+   (:mod:`.word_evidence`). The directed score ignores
    the coordinates a mark never touches, so it is the one that catches the
    copies that carry only a trace of a quality-preserving watermark;
 4. the exact rank test of :mod:`.ranktest` asks, for each score, whether the
@@ -54,6 +56,7 @@ from .probes import unit_rows
 from .ranktest import min_p_value, rank_sum_p_value
 from .report import Status, VerificationReport
 from .untrusted import printable
+from .word_evidence import word_scores_from_texts
 from .words import tokenize
 
 __all__ = [
@@ -132,6 +135,9 @@ class _Plan:
     clean_rows: np.ndarray | None = None  # the clean probe rows they were made from
     cover: tuple[str, ...] = ()  # sent among the probes so the audit looks ordinary; unscored
     cover_rows: np.ndarray | None = None  # their clean rows, which join the directed score's fit
+    cover_directions: np.ndarray | None = None  # the cover texts' own mark directions
+    band_sets: tuple[tuple[int, ...], ...] = ()  # the band words of each probe, then cover text
+    trigger_share: float = 0.0  # the key's triggers over its band words (the same for any draw)
 
 
 def check_statistic(plan: _Plan, statistic: str) -> None:
@@ -175,6 +181,9 @@ def _plan(
             clean_rows if usable else None,
             key.cover_texts,
             cover_rows,
+            None if cover_rows is None else mark_directions(cover_rows, key),
+            _band_sets(key, key.probe_owner, [*key.probe_texts, *key.cover_texts]),
+            len(key.triggers) / len(key.band),
         )
     templates = tuple(DEFAULT_TEMPLATES if templates is None else templates)
     _check_templates(templates, key)
@@ -183,6 +192,19 @@ def _plan(
     if templates == DEFAULT_TEMPLATES and key.word_reference.size:
         reference = key.word_reference
     return _Plan("words", texts, owner, reference, templates)
+
+
+def _band_sets(
+    key: WatermarkKey, owner: np.ndarray, texts: Sequence[str]
+) -> tuple[tuple[int, ...], ...]:
+    """The band words each text holds (a probe always holds its own word, even
+    when it is the word alone): what the directed score weighs shared texts by."""
+    index = {word: i for i, word in enumerate(key.band)}
+    owners = [(int(w),) for w in owner] + [()] * (len(texts) - len(owner))
+    return tuple(
+        tuple(sorted({*own, *(index[w] for w in tokenize(text, key.normalization) if w in index)}))
+        for own, text in zip(owners, texts, strict=True)
+    )
 
 
 def score_words(
@@ -527,18 +549,23 @@ class _WordScores:
 
     @functools.cached_property
     def directed(self) -> np.ndarray | None:
-        """Each band word's mean directed score (:mod:`.directed`); None without mark directions."""
-        if self.plan.directions is None:
+        """Each band word's directed score (:mod:`.directed`) from every answered text
+        that holds it (:mod:`.word_evidence`); None without mark directions."""
+        plan = self.plan
+        if plan.directions is None:
             return None
-        with_cover = self.cover is not None and self.plan.cover_rows is not None
-        per_probe = directed_scores(
-            self.embeddings,
-            self.plan.directions,
-            self.plan.clean_rows,
-            unscored_answers=self.cover if with_cover else None,
-            unscored_clean=self.plan.cover_rows if with_cover else None,
+        answers, directions, clean = self.embeddings, plan.directions, plan.clean_rows
+        n_texts = len(answers)
+        if self.cover is not None and plan.cover_rows is not None:
+            # the cover texts are scored too: those holding band words are evidence
+            answers = np.vstack([answers, self.cover])
+            directions = np.vstack([directions, plan.cover_directions])
+            clean = np.vstack([clean, plan.cover_rows])
+            n_texts = len(answers)
+        per_text = directed_scores(answers, directions, clean)
+        return word_scores_from_texts(
+            per_text, plan.band_sets[:n_texts], len(self.raw), plan.trigger_share
         )
-        return _mean_per_word(per_probe, self.plan.owner, len(self.raw))
 
 
 def _word_scores(plan: _Plan, asked: _Answers, n_words: int) -> _WordScores:
