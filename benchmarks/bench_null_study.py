@@ -328,8 +328,8 @@ def markdown_table(results: dict, pooled: dict, meta: dict, legacy: dict, ks: di
         "",
         "The fast path and `verify()` share every function (`_probe_cosines`, "
         "`_mean_per_word`, `reference_slope`, `mark_directions`, `directed_scores`, "
-        "`rank_sum_p_value`); the check compares the raw, adjusted, directed and combined "
-        "p-values of each key with `==`. At 10,000 trials the "
+        "`word_scores_from_texts`, `rank_sum_p_value`); the check compares the raw, "
+        "adjusted, directed and combined p-values of each key with `==`. At 10,000 trials the "
         "count at 1e-3 is Poisson-like with mean <= 10, so counts up to about 16 are "
         "ordinary noise. The twin answers exactly what the clean reference recorded, so its "
         "adjusted scores (raw minus 1.000 x reference) are floating-point rounding residue "

@@ -306,14 +306,14 @@ class WatermarkKey(Sealed):
 
     @property
     def cover_texts(self) -> tuple[str, ...]:
-        """Corpus texts sent among the probes and never scored.
+        """Corpus texts sent among the probes: the rest of the audit's uniform sample.
 
-        Most hold no band word: they bring the audit's share of texts with a band
-        word down to the corpus's own, so a thief that knows the band sees no
-        burst. The rest hold two or more band words, as that share of ordinary
-        traffic's band-word texts does, where every single-mix probe holds one
-        (:meth:`.probes.BandScan.cover`). Their answers join the directed score's
-        clean fit (:attr:`cover_embeddings`).
+        With the probes they make the audit a uniform sample of the keygen corpus
+        (:meth:`.probes.BandScan.sample`): texts with no band word, with several,
+        or too short or too long to be probes, as ordinary traffic holds them.
+        Their answers join the directed score's clean fit
+        (:attr:`cover_embeddings`), and those that hold band words its word
+        scores (:mod:`.word_evidence`); the raw and adjusted scores never see them.
         """
         return self._cover_texts
 

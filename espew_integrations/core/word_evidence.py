@@ -33,9 +33,11 @@ that fits badly) costs power, never calibration.
 
 Measured on the offline MiniLM at the 0.995 budget, the default key, keys 1-6,
 against the frozen-MLP copy after CSE K = 50 (the copy that decides the
-default's strength; ``docs/results/frontier/README.md``, section 20): the
-directed p-value moves from 3.1e-13, 3.4e-11, 3.5e-14, 6.4e-14, 6.1e-7, 1.5e-12
-(probes only) to 3.0e-16, 3.6e-13, 1.1e-14, 5.8e-15, 1.1e-10, 8.6e-14.
+default's strength), on the same answers (``benchmarks/bench_word_evidence.py``,
+``docs/results/frontier/README.md`` section 20): the directed p-value moves from
+4.7e-13, 5.2e-11, 4.1e-14, 7.4e-14, 7.0e-7, 1.7e-12 (probes only) to 3.0e-16,
+3.6e-13, 1.1e-14, 5.8e-15, 1.1e-10, 8.6e-14; on a 1,904-query audit of the same
+keys from 1.7e-9 .. 8.3e-4 to 4.1e-13 .. 2.0e-6. The innocents stay where they were.
 """
 
 from __future__ import annotations
@@ -46,9 +48,9 @@ import numpy as np
 
 __all__ = ["ROUNDS", "word_scores_from_texts"]
 
-#: How many times ``q`` and ``delta`` are re-estimated. One round gained a mean of
-#: 1.5 orders of magnitude over probes only, four gained 1.9 (keys 1-6); any
-#: fixed number is exact.
+#: How many times ``q`` and ``delta`` are re-estimated. Over probes only, one round
+#: gained 1.6 orders of magnitude on average (keys 1-6, the frozen-MLP copy), four
+#: 2.0, eight 2.1 (then no change); any fixed number is exact.
 ROUNDS = 4
 
 _TINY = 1e-12
