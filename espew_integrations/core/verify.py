@@ -57,7 +57,7 @@ from .ranktest import min_p_value, rank_sum_p_value
 from .report import Status, VerificationReport
 from .untrusted import printable
 from .word_evidence import word_scores_from_texts
-from .words import tokenize
+from .words import TriggerMatcher, tokenize
 
 __all__ = [
     "DEFAULT_LEVEL",
@@ -133,7 +133,7 @@ class _Plan:
     templates: tuple[str, ...]
     directions: np.ndarray | None = None  # each probe's mark direction, if known
     clean_rows: np.ndarray | None = None  # the clean probe rows they were made from
-    cover: tuple[str, ...] = ()  # sent among the probes so the audit looks ordinary; unscored
+    cover: tuple[str, ...] = ()  # sent among the probes so the audit looks ordinary
     cover_rows: np.ndarray | None = None  # their clean rows, which join the directed score's fit
     cover_directions: np.ndarray | None = None  # the cover texts' own mark directions
     band_sets: tuple[tuple[int, ...], ...] = ()  # the band words of each probe, then cover text
@@ -182,7 +182,7 @@ def _plan(
             key.cover_texts,
             cover_rows,
             None if cover_rows is None else mark_directions(cover_rows, key),
-            _band_sets(key, key.probe_owner, [*key.probe_texts, *key.cover_texts]),
+            _band_sets(key, key.probe_owner, key.probe_texts + key.cover_texts),
             len(key.triggers) / len(key.band),
         )
     templates = tuple(DEFAULT_TEMPLATES if templates is None else templates)
@@ -197,13 +197,30 @@ def _plan(
 def _band_sets(
     key: WatermarkKey, owner: np.ndarray, texts: Sequence[str]
 ) -> tuple[tuple[int, ...], ...]:
-    """The band words each text holds (a probe always holds its own word, even
-    when it is the word alone): what the directed score weighs shared texts by."""
-    index = {word: i for i, word in enumerate(key.band)}
-    owners = [(int(w),) for w in owner] + [()] * (len(texts) - len(owner))
+    """The band words each text holds as the model reads it (within the key's
+    window; a probe always holds its own word, even when it is the word alone):
+    what the directed score weighs shared texts by."""
+    owners = tuple(int(w) for w in owner)
+    return _cached_band_sets(key.band, key.normalization, key.window, owners, tuple(texts))
+
+
+@functools.lru_cache(maxsize=8)
+def _cached_band_sets(
+    band: tuple[str, ...],
+    normalization: str,
+    window: int | None,
+    owner: tuple[int, ...],
+    texts: tuple[str, ...],
+) -> tuple[tuple[int, ...], ...]:
+    """:func:`_band_sets`, cached: reading 4,000 texts as the model does takes a
+    second or two, and a null study verifies the same audit under many salts
+    (``key.replace``), whose texts and band are the same."""
+    index = {word: i for i, word in enumerate(band)}
+    matcher = TriggerMatcher(band, normalization=normalization, window=window)
+    owners = [(w,) for w in owner] + [()] * (len(texts) - len(owner))
     return tuple(
-        tuple(sorted({*own, *(index[w] for w in tokenize(text, key.normalization) if w in index)}))
-        for own, text in zip(owners, texts, strict=True)
+        tuple(sorted({*own, *(index[w] for w in words)}))
+        for own, words in zip(owners, matcher.which(texts), strict=True)
     )
 
 

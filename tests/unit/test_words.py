@@ -87,6 +87,21 @@ def test_matcher_agrees_with_tokenising_each_text(triggers, texts, normalization
     expected = [bool(set(tokenize(t, normalization)) & triggers) for t in texts]
     matcher = TriggerMatcher(triggers, normalization=normalization)
     assert matcher.contains(texts).tolist() == expected
+    # which(): exactly the trigger words each text holds, by the same reading
+    held = [frozenset(set(tokenize(t, normalization)) & triggers) for t in texts]
+    assert matcher.which(texts) == held
+
+
+def test_which_names_the_words_each_text_holds_within_the_window():
+    matcher = TriggerMatcher({"apple", "pear", "plum"}, window=6)  # 4 words past [CLS], [SEP]
+    texts = ["APPLE and a pear", "pineapple, plums", "", "a b c d e plum"]
+    assert matcher.which(texts) == [
+        frozenset({"apple", "pear"}),
+        frozenset(),  # inside longer words only
+        frozenset(),
+        frozenset(),  # past the window: the model never reads it, the service never marks it
+    ]
+    assert matcher.which([]) == []
 
 
 ascii_noise = st.text(alphabet="abcXYZ 19 ,.-_\t\n\r\x00\x07\x1f\x7f", max_size=30)
