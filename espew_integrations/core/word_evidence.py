@@ -102,9 +102,11 @@ def word_scores_from_texts(
 
     with np.errstate(invalid="ignore", divide="ignore"):
         word_score = single_sum / single_n
-        weight = single_n.copy()
+    weight = single_n.copy()
+    delta = _TINY
+    if np.isfinite(word_score).any():  # the spread of the first scores starts the mixture
         low, high = np.nanquantile(word_score, [trigger_share / 2, 1 - trigger_share / 2])
-    delta = max(float(high - low), _TINY) if np.isfinite(high - low) else _TINY
+        delta = max(float(high - low), _TINY)
     for _ in range(max(rounds, 1)):
         marks = _mark_probability(word_score, weight, noise, delta, trigger_share)
         delta = _mark_size(word_score, marks, delta)

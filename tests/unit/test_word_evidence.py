@@ -101,6 +101,18 @@ def test_failed_texts_are_left_out_and_a_word_with_no_answer_gets_no_score():
     assert np.isnan(word_scores_from_texts(np.full(3, np.nan), [(0,), (1,), ()], 2, 0.5)).all()
 
 
+def test_words_held_only_by_shared_texts_still_get_a_score_without_warnings():
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no All-NaN or divide warnings on this edge
+        got = word_scores_from_texts(
+            np.array([1.0, 2.0, 0.1, 0.3]), [(0, 1), (1, 2), (), ()], 3, 0.3
+        )
+    assert np.isfinite(got).all()
+    assert got[2] > got[0]  # word 2 shares the higher text, word 0 the lower
+
+
 def test_hostile_scores_leave_the_word_scores_finite():
     rng = np.random.default_rng(9)
     sets = [(w,) for w in range(10) for _ in range(2)] + [(0, 1), (2, 3, 4), (), ()]
