@@ -501,8 +501,11 @@ def test_the_spectral_cell_trains_on_what_the_search_left(spectral_context, monk
     record = run_threat(ctx, "spectral:300", 0)
     assert record["precision"] == 1.0 and record["recall"] == 1.0
     assert record["flagged_rate"] == pytest.approx(marked.mean())
-    # The copy of every answer is convicted; the copy of the unmarked ones carries
-    # no mark, only the hole that dropping every trigger text leaves (p ~ 2e-4 here,
-    # not evidence at the library's default level 1e-6).
+    # The copy of every answer is convicted at this small key's floor (3.9e-8). The copy
+    # of the unmarked ones carries no mark, only the hole that dropping every trigger
+    # text leaves: it never learned the triggers' texts. Scoring only the probes, the
+    # hole gave p ~ 2e-4; with every audit text scored (core.word_evidence) it alone
+    # convicts, at 1.6e-7 here. Still weaker than the copy of everything: it trained on
+    # what the search left, not on every answer.
     assert record["copied_direct"] and record["p_value_direct"] < 1e-6
-    assert record["p_value"] > max(1e-6, 100 * record["p_value_direct"])
+    assert record["p_value"] > record["p_value_direct"]
