@@ -26,8 +26,10 @@ So the key now carries, from keygen:
 * **cover texts**: with them, the audit is a keyed uniform sample of the
   keygen corpus (:meth:`BandScan.sample`): the probes are the sampled texts
   that hold exactly one band word, the cover is everything else sampled, sent
-  with the probes and never scored. A thief watching one client's traffic, text
-  by text or as a whole, sees a random sample of ordinary texts.
+  with the probes (only the directed score looks at it: its clean fit, and the
+  cover texts that hold band words, :mod:`.word_evidence`). A thief watching one
+  client's traffic, text by text or as a whole, sees a random sample of ordinary
+  texts.
 
 A band word with no usable corpus text falls back to the word alone as its
 probe; which words fall back depends on the corpus only, so exactness holds.
@@ -175,8 +177,8 @@ class BandScan:
 
         A band word with no probe in the sample gets the first text of its own
         keyed order (the word alone if it has none), so every word is scored. The
-        cover's answers are never scored. Nothing here looks at which words are
-        triggers, so the test stays exact.
+        cover's answers count only toward the directed score (:mod:`.word_evidence`).
+        Nothing here looks at which words are triggers, so the test stays exact.
         """
         if per_word < 1:
             raise ValueError(f"per_word must be >= 1, got {per_word!r}")

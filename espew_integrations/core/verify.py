@@ -136,7 +136,7 @@ class _Plan:
     cover: tuple[str, ...] = ()  # sent among the probes so the audit looks ordinary
     cover_rows: np.ndarray | None = None  # their clean rows, which join the directed score's fit
     cover_directions: np.ndarray | None = None  # the cover texts' own mark directions
-    band_sets: tuple[tuple[int, ...], ...] = ()  # the band words of each probe, then cover text
+    band_sets: tuple[tuple[int, ...], ...] = ()  # band words of each text the directed score scores
     trigger_share: float = 0.0  # the key's triggers over its band words (the same for any draw)
 
 
@@ -171,6 +171,7 @@ def _plan(
         usable = len(clean_rows) and target_mode == "key"
         directions = mark_directions(clean_rows, key) if usable else None
         cover_rows = key.cover_embeddings if usable and len(key.cover_embeddings) else None
+        scored = key.probe_texts + (key.cover_texts if cover_rows is not None else ())
         return _Plan(
             "sentences",
             list(key.probe_texts),
@@ -182,7 +183,7 @@ def _plan(
             key.cover_texts,
             cover_rows,
             None if cover_rows is None else mark_directions(cover_rows, key),
-            _band_sets(key, key.probe_owner, key.probe_texts + key.cover_texts),
+            _band_sets(key, key.probe_owner, scored) if usable else (),
             len(key.triggers) / len(key.band),
         )
     templates = tuple(DEFAULT_TEMPLATES if templates is None else templates)
@@ -572,16 +573,14 @@ class _WordScores:
         if plan.directions is None:
             return None
         answers, directions, clean = self.embeddings, plan.directions, plan.clean_rows
-        n_texts = len(answers)
         if self.cover is not None and plan.cover_rows is not None:
             # the cover texts are scored too: those holding band words are evidence
             answers = np.vstack([answers, self.cover])
             directions = np.vstack([directions, plan.cover_directions])
             clean = np.vstack([clean, plan.cover_rows])
-            n_texts = len(answers)
         per_text = directed_scores(answers, directions, clean)
         return word_scores_from_texts(
-            per_text, plan.band_sets[:n_texts], len(self.raw), plan.trigger_share
+            per_text, plan.band_sets[: len(answers)], len(self.raw), plan.trigger_share
         )
 
 
