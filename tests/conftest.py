@@ -64,26 +64,26 @@ _WARM_STORE_FROM = 200
 _WARM_STORE = pytest.StashKey[bool]()
 
 
-@pytest.fixture(autouse=True)
+@pytest.fixture(scope="session", autouse=True)
 def _warm_embedding_store(request: pytest.FixtureRequest) -> None:
-    """Before a worker's first integration test of a full run, embed its share of the corpus.
+    """Before a worker's first test of a full run, embed its share of the corpus.
 
     Nearly every real-model test, example, notebook, CLI process and doc page keygens
     on or audits Rotten Tomatoes texts, each with its own salt, so each embeds a
-    different few thousand of them. Embedding the whole corpus into the run's store
-    once (each xdist worker a disjoint share, in parallel) turns all of that into
-    reads. It changes no result: the store holds the model's own rows, bit for bit.
+    different few thousand of them (a run without it embeds 12,742 of the 12,752).
+    Embedding the whole corpus into the run's store once (each xdist worker a
+    disjoint share, in parallel) turns all of that into reads. It changes no
+    result: the store holds the model's own rows, bit for bit.
+
+    Session-scoped, so it runs before the module fixtures of a worker's first test
+    (a real keygen there would otherwise embed texts of the other worker's share
+    while that worker embeds them too).
     """
-    if request.config.stash.get(_WARM_STORE, False) and request.node.get_closest_marker(
-        "integration"
-    ):
-        request.getfixturevalue("_embedding_store_warmed")
-
-
-@pytest.fixture(scope="session")
-def _embedding_store_warmed(rt_corpus) -> None:
+    if not request.config.stash.get(_WARM_STORE, False):
+        return
     from espew_integrations.offline.embedders import minilm
 
+    rt_corpus = request.getfixturevalue("rt_corpus")
     worker = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw"))
     n_workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
     share = list(rt_corpus.texts[worker::n_workers])
