@@ -77,18 +77,28 @@ def _warm_embedding_store(request: pytest.FixtureRequest) -> None:
 
     Session-scoped, so it runs before the module fixtures of a worker's first test
     (a real keygen there would otherwise embed texts of the other worker's share
-    while that worker embeds them too).
+    while that worker embeds them too). A worker done with its share then works
+    through the others' shares from their far end, where the store skips what is
+    already there: each worker starts its tests only once the whole corpus is in,
+    so no test's subprocess embeds a text a worker is still about to embed, and a
+    worker slowed by the machine is helped rather than waited for.
     """
     if not request.config.stash.get(_WARM_STORE, False):
         return
     from espew_integrations.offline.embedders import minilm
 
-    rt_corpus = request.getfixturevalue("rt_corpus")
+    texts = list(request.getfixturevalue("rt_corpus").texts)
     worker = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw"))
     n_workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
-    share = list(rt_corpus.texts[worker::n_workers])
-    for start in range(0, len(share), 512):
-        minilm()(share[start : start + 512])
+    others = [texts[w::n_workers] for w in range(n_workers) if w != worker]
+    chunks = _chunks(texts[worker::n_workers], 256)
+    chunks += [chunk for share in others for chunk in reversed(_chunks(share, 64))]
+    for chunk in chunks:
+        minilm()(chunk)
+
+
+def _chunks(texts: list[str], size: int) -> list[list[str]]:
+    return [texts[start : start + size] for start in range(0, len(texts), size)]
 
 
 @pytest.fixture
