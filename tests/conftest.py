@@ -66,7 +66,7 @@ _WARM_STORE = pytest.StashKey[bool]()
 
 @pytest.fixture(scope="session", autouse=True)
 def _warm_embedding_store(request: pytest.FixtureRequest) -> None:
-    """Before a worker's first test of a full run, embed its share of the corpus.
+    """Before a worker's first test of a full run, put the whole corpus in the run's store.
 
     Nearly every real-model test, example, notebook, CLI process and doc page keygens
     on or audits Rotten Tomatoes texts, each with its own salt, so each embeds a
