@@ -12,8 +12,9 @@ BIN    := $(VENV)/bin
 # process of a whole `make test` read (their .pyc access times after a fresh-clone run;
 # 2 read: pip's vendored certifi tests): packages' own test suites, and dependencies or
 # parts of them that nothing here imports (ray's rllib/train/tune/serve, kubernetes'
-# async client, networkx, nltk, jedi...). compileall took 77 s with them, 55 s without
-# (side by side); a skipped file that is imported after all is only compiled in memory.
+# async client, networkx, nltk, jedi...). Recompiling one installed venv (-f), side by
+# side: 77 s with them, 55 s without. A skipped file imported after all is only
+# compiled in memory.
 NOT_IMPORTED := /site-packages/(kubernetes/aio|networkx|nltk|scattertext|huggingface_hub|prompt_toolkit|jedi|ray/(rllib|train|tune|llm|serve)|sympy/(physics|combinatorics))/|/tests?/
 PIP    := $(BIN)/python -m pip install --no-compile
 COMPILE := $(BIN)/python -m compileall -q -j 0 -x '$(NOT_IMPORTED)' "$$($(BIN)/python -c \
