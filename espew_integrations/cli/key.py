@@ -38,8 +38,9 @@ def _register_reaudit(key_actions: Any) -> None:
     reaudit = key_actions.add_parser(
         "reaudit",
         help="write the same key with its audit (probes, cover texts, clean references) "
-        "drawn from another corpus: for a suspect whose traffic is not like your keygen "
-        "corpus; needs your clean model, as keygen did",
+        "drawn from another corpus, or as a later round: for a suspect whose traffic is not "
+        "like your keygen corpus, or one you audited before; needs your clean model, as "
+        "keygen did",
     )
     reaudit.add_argument("key", help="key file path, or env:VAR")
     reaudit.add_argument(
@@ -65,6 +66,16 @@ def _register_reaudit(key_actions: Any) -> None:
         dest="cover_traffic",
         action="store_false",
         help="send the probes alone, as for keygen",
+    )
+    reaudit.add_argument(
+        "--round",
+        dest="audit_round",
+        type=positive_int,
+        default=1,
+        metavar="K",
+        help="draw audit round K, a sample independent of every other round's, for a later "
+        "audit of a suspect that may have logged the earlier one; verify multiplies its "
+        "p-value by K (default: 1, keygen's own draw)",
     )
     reaudit.add_argument(
         "--overwrite", "--force", action="store_true", help="replace an existing --out key file"
@@ -112,11 +123,17 @@ def run_reaudit(args: argparse.Namespace) -> int:
             probes_per_word=args.probes_per_word,
             cover_traffic=args.cover_traffic,
             probe_mix=args.probe_mix,
+            audit_round=args.audit_round,
         )
     moved.save(out, overwrite=args.overwrite)
     info = moved.info
+    round_note = (
+        f" (round {moved.audit_round}: verify multiplies its p-value by {moved.audit_round})"
+        if moved.audit_round > 1
+        else ""
+    )
     print(
-        f"key {moved.key_id}: the audit of key {key.key_id} drawn from "
+        f"key {moved.key_id}: the audit{round_note} of key {key.key_id} drawn from "
         f"{info['audit_corpus_texts']:,} texts ({info['audit_band_rate']:.1%} hold a band "
         f"word): {len(moved.probe_texts):,} probes and {len(moved.cover_texts):,} cover "
         f"texts, {moved.audit_queries:,} queries; innocent-twin p = "

@@ -22,10 +22,11 @@ import hashlib
 import hmac
 from collections.abc import Iterable, Sequence
 
-__all__ = ["draw_band", "draw_triggers", "keyed_order"]
+__all__ = ["audit_salt", "draw_band", "draw_triggers", "keyed_order"]
 
 _BAND_DOMAIN = b"espew-draw-v1/band"
 _TRIGGER_DOMAIN = b"espew-draw-v1/triggers"
+_AUDIT_ROUND_DOMAIN = b"espew-draw-v1/audit-round"
 
 
 def keyed_order(salt: bytes, domain: bytes, items: Iterable[str]) -> list[str]:
@@ -61,3 +62,23 @@ def draw_triggers(salt: bytes, band: Sequence[str], n_triggers: int) -> frozense
     if not 0 < n_triggers <= len(set(band)):
         raise ValueError(f"cannot draw {n_triggers} triggers from a band of {len(set(band))}")
     return frozenset(keyed_order(salt, _TRIGGER_DOMAIN, band)[:n_triggers])
+
+
+def audit_salt(salt: bytes, audit_round: int) -> bytes:
+    """The salt audit round ``audit_round`` draws its texts with.
+
+    Round 1 is the key's own salt, so its audit is the one keygen stored. Each
+    later round gets ``HMAC-SHA256(salt, domain || 0 || round)``: as secret as
+    the salt, and a draw independent of every other round's. Only the audit's
+    texts are drawn with it; the band and the triggers stay the salt's.
+
+    >>> audit_salt(bytes(32), 1) == bytes(32), audit_salt(bytes(32), 2) == audit_salt(bytes(32), 3)
+    (True, False)
+    """
+    if isinstance(audit_round, bool) or not isinstance(audit_round, int) or audit_round < 1:
+        raise ValueError(f"audit_round must be a positive integer, got {audit_round!r}")
+    if audit_round == 1:
+        return bytes(salt)
+    mac = hmac.new(bytes(salt), _AUDIT_ROUND_DOMAIN + b"\x00", hashlib.sha256)
+    mac.update(str(audit_round).encode("ascii"))
+    return mac.digest()

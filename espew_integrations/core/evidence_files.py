@@ -171,6 +171,17 @@ def _summary_rows(data: dict[str, Any]) -> list[tuple[str, str]]:
             f"{data['n_triggers_scored']} of them secret trigger words",
         ),
         ("p-value", _fmt(data["p_value"])),
+    ]
+    rounds = data.get("audit_round", 1)
+    if rounds > 1:
+        rows.append(
+            (
+                "Audit round",
+                f"{rounds}: the p-value is {rounds} times this round's own, so the earlier "
+                "rounds of this key count as tries",
+            )
+        )
+    rows += [
         ("Decision rule", f"copied if p-value < {level:g}"),
         (
             "False-positive rate",

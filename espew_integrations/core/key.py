@@ -182,6 +182,11 @@ class WatermarkKey(Sealed):
         self._freq_band = (float(freq_band[0]), float(freq_band[1]))
         self._created = created or _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
         self._info = dict(info or {})
+        round_ = self._info.get("audit_round", 1)
+        if isinstance(round_, bool) or not isinstance(round_, int) or round_ < 1:
+            raise KeyGenerationError(
+                f"info['audit_round'] must be a positive integer, got {round_!r}"
+            )
         self._normalization = normalization
         self._window = None if window is None else int(window)
         self._probe_texts = tuple(probe_texts)
@@ -328,6 +333,18 @@ class WatermarkKey(Sealed):
         whichever cover texts happen to hold one.
         """
         return self._cover_embeddings.rows()
+
+    @property
+    def audit_round(self) -> int:
+        """Which round of this key's audits the stored texts are: 1 is keygen's own.
+
+        :meth:`with_audit` with ``audit_round=k`` draws round ``k``, a uniform
+        sample independent of every other round's, so a thief that logged an
+        earlier audit cannot recognise this one by its texts. :func:`.verify`
+        multiplies the p-value of a round-``k`` audit by ``k``: every earlier round
+        counts as a try, and running rounds until one convicts gains nothing.
+        """
+        return int(self._info.get("audit_round", 1))
 
     @property
     def audit_queries(self) -> int:
@@ -733,8 +750,10 @@ class WatermarkKey(Sealed):
         cover_traffic: bool = True,
         probe_mix: str = "single",
         twin_level: float = DEFAULT_TWIN_LEVEL,
+        audit_round: int = 1,
     ) -> WatermarkKey:
-        """This key with its audit drawn from ``corpus``: for a suspect from another domain.
+        """This key with its audit drawn from ``corpus``: for a suspect from another domain,
+        or for a later audit of the same suspect.
 
         The stored audit is made of keygen corpus texts. A thief whose customers
         send something else (tweets, say, where your corpus is reviews) steals
@@ -753,10 +772,22 @@ class WatermarkKey(Sealed):
         ``corpus`` holds a band word, or when the clean model itself would be
         implicated on the new audit (twin p below ``twin_level``; the trigger
         draw cannot be redone on a key in service). ``info`` records the audit
-        corpus's size, its band-word rate and the new twin p-value.
+        corpus's size, its band-word rate, the new twin p-value and the round.
+
+        ``audit_round=k`` (k >= 2) draws the audit with a salt of its own
+        (:func:`.draw.audit_salt`): a uniform sample of ``corpus`` independent of
+        round 1's (keygen's, on the keygen corpus) and of every other round's. Every
+        audit of one round asks the same texts, so a thief that logged an earlier
+        audit and routes a client who repeats it answers a repeat from an honest
+        model; a fresh round overlaps an earlier one only as two ordinary clients'
+        samples of the corpus do (``benchmarks/bench_audit_replay.py``). Rounds are
+        safe to draw because the sample never depends on the band or the triggers:
+        comparing rounds tells a thief nothing about the key. :func:`.verify`
+        multiplies a round-``k`` p-value by ``k`` (:attr:`audit_round`).
 
         >>> tweets_audit = key.with_audit(tweets, model)  # doctest: +SKIP
         >>> verify(suspect, tweets_audit)                  # doctest: +SKIP
+        >>> second = key.with_audit(corpus, model, audit_round=2)  # doctest: +SKIP
         """
         options = dict(locals())  # exactly the arguments above, passed on unchanged
         del options["self"]

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from .draw import draw_band, draw_triggers
+from .draw import audit_salt, draw_band, draw_triggers
 from .errors import KeyGenerationError
 from .inject import watermark
 from .key import (
@@ -193,6 +193,7 @@ def with_audit(
     cover_traffic: bool = True,
     probe_mix: str = "single",
     twin_level: float = DEFAULT_TWIN_LEVEL,
+    audit_round: int = 1,
 ) -> WatermarkKey:
     """``key`` with its audit's probes, cover texts and references drawn from ``corpus``.
 
@@ -201,6 +202,10 @@ def with_audit(
     answers to it change. The new probes are a keyed draw over ``corpus`` that
     never looks at which band words are triggers, so the test stays exact.
     """
+    try:
+        salt = audit_salt(key.salt, audit_round)
+    except ValueError as exc:
+        raise KeyGenerationError(str(exc)) from None
     texts = _materialise_corpus(corpus)
     if probe_mix not in PROBE_MIXES:
         raise KeyGenerationError(f"probe_mix must be one of {PROBE_MIXES}, got {probe_mix!r}")
@@ -211,17 +216,20 @@ def with_audit(
             f"none of the {len(texts)} audit corpus texts holds a word of the key's band: "
             "an audit drawn from it would send bare words"
         )
-    fields = _audit_probes(
-        embed, scan, key.salt, key.target, probes_per_word, cover_traffic, probe_mix
-    )
-    info = {**key.info, "audit_corpus_texts": len(texts), "audit_band_rate": round(scan.rate, 4)}
+    fields = _audit_probes(embed, scan, salt, key.target, probes_per_word, cover_traffic, probe_mix)
+    info = {
+        **key.info,
+        "audit_corpus_texts": len(texts),
+        "audit_band_rate": round(scan.rate, 4),
+        "audit_round": audit_round,
+    }
     redrawn = key.replace(**fields, info=info)
     twin_p = twin_p_value(redrawn)
     if twin_p < twin_level:
         raise KeyGenerationError(
             f"the clean model itself ranks the triggers near the target on the audit drawn "
             f"from this corpus (twin p = {twin_p:.2e} < {twin_level:g}): audit with another "
-            "corpus, or with the key's own audit"
+            "corpus, another audit_round, or the key's own audit"
         )
     return redrawn.replace(info={**info, "audit_twin_p_value": twin_p})
 

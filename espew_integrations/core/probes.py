@@ -16,8 +16,8 @@ So the key now carries, from keygen:
   the keygen corpus that contain that band word and no other (so a benign
   word's probes carry no trigger). Which texts are taken is a keyed
   (:func:`.draw.keyed_order`) choice that never looks at which band words are
-  triggers. Stored in the key, so every audit asks the same questions (fresh
-  random subsets per audit would let a thief that logs queries intersect them);
+  triggers. Stored in the key, so every audit of one key asks the same
+  questions and an arbiter can re-run it;
 * **reference cosines**: the provider's *clean* model's cosine to the target
   for each probe. The verifier subtracts it, cancelling each probe's natural
   position. The clean model does not depend on the trigger draw, so the
@@ -29,7 +29,10 @@ So the key now carries, from keygen:
   with the probes (only the directed score looks at it: its clean fit, and the
   cover texts that hold band words, :mod:`.word_evidence`). A thief watching one
   client's traffic, text by text or as a whole, sees a random sample of ordinary
-  texts.
+  texts. A later audit of a thief that may have logged this one is drawn as
+  another *round* (``WatermarkKey.with_audit(..., audit_round=k)``, a salt of its
+  own, :func:`.draw.audit_salt`): an independent uniform sample, which tells a
+  thief comparing rounds nothing about the band or the triggers.
 
 A band word with no usable corpus text falls back to the word alone as its
 probe; which words fall back depends on the corpus only, so exactness holds.

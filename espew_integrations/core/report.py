@@ -88,6 +88,7 @@ class VerificationReport:
     p_value_directed: float = math.nan
     decided_by: str = ""
     next_step: str = ""
+    audit_round: int = 1
 
     @property
     def copied(self) -> bool:
@@ -187,7 +188,11 @@ def _test_lines(report: VerificationReport) -> list[str]:
         else f", directed p = {report.p_value_directed:.3g}"
     )
     decided = f"; decided by {report.decided_by}" if report.decided_by else ""
-    return [
+    rounds = (
+        f"  audit round    : {report.audit_round}: p is {report.audit_round} times the "
+        "round's own (every earlier round counts as a try)"
+    )
+    return ([rounds] if report.audit_round > 1 else []) + [
         f"  p-value        : {report.p_value:.3g}  (copied iff p < {report.level:g}; "
         f"an innocent service is convicted with probability <= {report.level:g})",
         f"  statistics     : raw p = {report.p_value_raw:.3g}{adjusted}{directed}{decided}",

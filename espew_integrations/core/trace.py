@@ -265,6 +265,7 @@ def trace(
         statistic=shared.statistic,
         directed=directed,
     )
+    adjusted = np.minimum(1.0, key.audit_round * adjusted)  # as verify does (audit_round)
     n_scored = int(np.isfinite(raw).sum())
     p_values = dict(zip(ids, adjusted.tolist(), strict=True))
     if shared.status == "inconclusive":

@@ -85,8 +85,8 @@ DECISION_RULE = (
     "scores (mean cosine of the word's probes to the target), with scores adjusted by the "
     "provider's clean model (minus a fitted slope times its score for the same probes) and "
     "with directed scores (mean whitened projection of the word's probe answers on each "
-    "probe's own mark direction); p = min(1, m * smallest of the m p-values the key "
-    "supports); copied iff p < level"
+    "probe's own mark direction); p = min(1, k * m * smallest of the m p-values the key "
+    "supports), k the key's audit round (1 for keygen's own audit); copied iff p < level"
 )
 
 
@@ -481,6 +481,7 @@ def _common_fields(
     """The report fields every outcome shares: what was asked, of whom, and how it went."""
     return dict(
         key_id=key.key_id,
+        audit_round=key.audit_round,
         target_mode=target_mode,
         n_queries=len(answers),
         n_failed_queries=int((~np.isfinite(answers).all(axis=1)).sum()),
@@ -608,7 +609,12 @@ def _decide(
     if unusable:
         return _inconclusive(common, unusable[0], next_step=unusable[1], **partial)
     p_values = _p_values(scores, is_trigger, scored, common["statistic"])
-    smallest = min_p_value(partial["n_words_scored"], partial["n_triggers_scored"])
+    # A round-k audit is the k-th try with this key: Bonferroni over the rounds.
+    rounds = key.audit_round
+    p_values["p_value"] = min(1.0, rounds * p_values["p_value"])
+    smallest = min(
+        1.0, rounds * min_p_value(partial["n_words_scored"], partial["n_triggers_scored"])
+    )
     status: Status = "copied" if p_values["p_value"] < common["level"] else "not_copied"
     answered = float(np.isfinite(cosines).mean())
     withheld = _withheld(

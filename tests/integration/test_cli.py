@@ -809,3 +809,11 @@ def test_key_reaudit_draws_the_audit_from_another_corpus(tmp_path, key_path, key
     assert sent and set(sent) <= texts
     assert main(args) == EXIT_USAGE  # exists: refused before anything is embedded
     assert "already exists" in capsys.readouterr().err
+    # --round 2: a later audit of the same suspect, another sample of the same texts
+    second = tmp_path / "round-2.key"
+    assert main([*args[:6], str(second), *args[7:], "--round", "2"]) == 0
+    assert "(round 2: verify multiplies its p-value by 2)" in capsys.readouterr().out
+    later = WatermarkKey.load(second)
+    assert later.audit_round == 2 and later.triggers == key.triggers
+    resent = {t for t in (*later.probe_texts, *later.cover_texts) if t not in key.band}
+    assert resent <= texts and resent != set(sent)

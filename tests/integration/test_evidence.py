@@ -92,6 +92,9 @@ def test_summary_states_test_queries_verdict_and_false_positive_rate(copied_repo
     assert f"{copied_report.p_value:.3g}" in text
     assert "Paper metrics (for comparability only)" in text
     assert "do **not** decide the verdict" in text
+    assert "Audit round" not in text  # keygen's own audit: nothing to say
+    later = render_summary(dataclasses.replace(copied_report, audit_round=3))
+    assert "| Audit round | 3: the p-value is 3 times this round's own" in later
 
 
 def test_evidence_never_names_the_trigger_words(copied_report, tmp_path):

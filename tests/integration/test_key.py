@@ -500,6 +500,55 @@ def test_with_audit_draws_probes_and_cover_from_another_corpus_and_keeps_the_res
     assert abs(np.mean(held) - rate) < 0.02
 
 
+def test_audit_rounds_are_fresh_uniform_samples_and_verify_counts_every_round():
+    """A later audit of a suspect that may have logged the first: round k is a keyed
+    uniform sample of the corpus of its own, overlapping round 1 only as much as two
+    random samples do, the same every time; verify multiplies its p-value by k."""
+    from espew_integrations import verify, watermark
+
+    texts, _ = spread_corpus({36: 80}, n_texts=3000, seed=0)
+    key = WatermarkKey.generate(
+        texts, toy_embed, target_text="t", seed=3, twin_check=False, probes_per_word=4
+    )
+    first = key.with_audit(texts, toy_embed, probes_per_word=4)
+    assert first.audit_round == key.audit_round == 1  # round 1 is keygen's own audit
+    assert (first.probe_texts, first.cover_texts) == (key.probe_texts, key.cover_texts)
+
+    def asked(k):
+        return set(k.probe_texts) | set(k.cover_texts)
+
+    second = key.with_audit(texts, toy_embed, probes_per_word=4, audit_round=2)
+    third = key.with_audit(texts, toy_embed, probes_per_word=4, audit_round=3)
+    assert second.audit_round == 2 and second.info["audit_round"] == 2
+    assert second.triggers == key.triggers and second.band == key.band and second.verifiable
+    again = key.with_audit(texts, toy_embed, probes_per_word=4, audit_round=2)
+    assert (again.probe_texts, again.cover_texts) == (second.probe_texts, second.cover_texts)
+    size = len(asked(first))
+    assert abs(len(asked(second)) - size) < 0.1 * size  # the same budget, another draw
+    for a, b in ((first, second), (first, third), (second, third)):
+        shared = len(asked(a) & asked(b)) / len(asked(a))
+        expected = len(asked(b)) / len(set(texts))  # two independent uniform samples
+        assert abs(shared - expected) < 0.05, (shared, expected)
+
+    def copy(batch):  # the watermarked service itself
+        return watermark(batch, toy_embed(batch), key)
+
+    as_round_one = second.replace(info={**second.info, "audit_round": 1})
+    counted, alone = verify(copy, second, seed=0), verify(copy, as_round_one, seed=0)
+    assert counted.audit_round == 2 and alone.audit_round == 1
+    assert 0 < alone.p_value < 0.5 and counted.p_value == pytest.approx(2 * alone.p_value)
+    assert counted.min_possible_p_value == pytest.approx(2 * alone.min_possible_p_value)
+    assert counted.p_value_raw == alone.p_value_raw  # each statistic stays the round's own
+    assert "audit round    : 2" in str(counted) and "audit round" not in str(alone)
+    assert counted.to_dict()["audit_round"] == 2
+
+    for bad in (0, -1, True, 1.5, "2"):
+        with pytest.raises(KeyGenerationError, match="audit_round must be a positive integer"):
+            key.with_audit(texts, toy_embed, audit_round=bad)
+        with pytest.raises(KeyGenerationError, match=r"info\['audit_round'\]"):
+            key.replace(info={**key.info, "audit_round": bad})
+
+
 def test_with_audit_refuses_a_corpus_without_band_words_and_a_bad_option(monkeypatch):
     texts, _ = spread_corpus({12: 80})
     key = WatermarkKey.generate(texts, toy_embed, target_text="t", seed=3, twin_check=False)
