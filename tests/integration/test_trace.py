@@ -19,6 +19,7 @@ from espew_integrations import KeyRing, TraceReport, rank_sum_p_value, trace, wa
 from espew_integrations.core.probes import row_cosines
 from espew_integrations.core.trace import _layer_p_values, tenant_p_values
 from espew_integrations.lab.tenant_null_study import tenant_null_study
+from tests.support import make_key
 from tests.unit.test_keyring import make_ring
 from tests.unit.test_verify import WordSpace
 
@@ -132,6 +133,27 @@ def test_the_query_count_does_not_grow_with_the_tenants(big_ring):
     many = trace(copy, big_ring, [f"x{i}" for i in range(5000)] + ["acct-007"], seed=0)
     assert few.shared.n_queries == many.shared.n_queries == len(big_ring.shared_key.band)
     assert many.traced == ("acct-007",)
+
+
+def test_a_later_audit_round_counts_its_earlier_rounds_for_every_tenant():
+    """A ring whose shared key is a round-3 audit: the shared verdict and every
+    tenant's p-value are 3 times what the same answers give on round 1."""
+    key = make_key(n_band=200, n_triggers=20, seed=0)
+    master = np.random.default_rng([0, 1]).bytes(32)
+    first = KeyRing(master=master, shared_key=key, n_tenant_triggers=20)
+    third = KeyRing(
+        master=master,
+        shared_key=key.replace(info={**key.info, "audit_round": 3}),
+        n_tenant_triggers=20,
+    )
+    copy = WordSpace(first.key_for("acct-007"), pull=0.3)
+    before, after = trace(copy, first, TENANTS, seed=0), trace(copy, third, TENANTS, seed=0)
+    assert after.shared.audit_round == 3
+    assert after.shared.p_value == pytest.approx(min(1.0, 3 * before.shared.p_value))
+    for account in TENANTS:
+        p = before.tenant_p_values[account]
+        assert after.tenant_p_values[account] == pytest.approx(min(1.0, 3 * p))
+    assert 0 < before.tenant_p_values["acct-007"] < 0.3
 
 
 def test_an_innocent_is_neither_copied_nor_traced(big_ring):
