@@ -520,6 +520,11 @@ def test_audit_rounds_are_fresh_uniform_samples_and_verify_counts_every_round():
     second = key.with_audit(texts, toy_embed, probes_per_word=4, audit_round=2)
     third = key.with_audit(texts, toy_embed, probes_per_word=4, audit_round=3)
     assert second.audit_round == 2 and second.info["audit_round"] == 2
+    # an arbiter checks the round was drawn from the committed keygen corpus
+    assert second.info["audit_corpus_sha256"] == key.info["corpus_sha256"]
+    shuffled = [*texts[::-1], *texts[:50]]  # order and repeats do not change the draw
+    assert keygen.corpus_digest(shuffled) == key.info["corpus_sha256"]
+    assert keygen.corpus_digest(texts[:-1]) != key.info["corpus_sha256"]
     assert second.triggers == key.triggers and second.band == key.band and second.verifiable
     again = key.with_audit(texts, toy_embed, probes_per_word=4, audit_round=2)
     assert (again.probe_texts, again.cover_texts) == (second.probe_texts, second.cover_texts)
