@@ -22,7 +22,7 @@ import hashlib
 import hmac
 from collections.abc import Iterable, Sequence
 
-__all__ = ["audit_salt", "draw_band", "draw_triggers", "keyed_order"]
+__all__ = ["audit_salt", "draw_band", "draw_triggers", "keyed_digests", "keyed_order"]
 
 _BAND_DOMAIN = b"espew-draw-v1/band"
 _TRIGGER_DOMAIN = b"espew-draw-v1/triggers"
@@ -35,14 +35,21 @@ def keyed_order(salt: bytes, domain: bytes, items: Iterable[str]) -> list[str]:
     >>> keyed_order(bytes(32), b"demo", ["a", "b", "c"]) == keyed_order(bytes(32), b"demo", "abc")
     True
     """
+    digests = keyed_digests(salt, domain, items)
+    return sorted(digests, key=lambda item: (digests[item], item))
+
+
+def keyed_digests(salt: bytes, domain: bytes, items: Iterable[str]) -> dict[str, bytes]:
+    """Each distinct item's ``HMAC-SHA256(salt, domain || 0 || item)``: its rank in
+    :func:`keyed_order`, for a draw that merges items ranked in several domains."""
     prefix = hmac.new(bytes(salt), domain + b"\x00", hashlib.sha256)
-
-    def rank(item: str) -> tuple[bytes, str]:
-        mac = prefix.copy()
-        mac.update(item.encode("utf-8"))
-        return mac.digest(), item
-
-    return sorted(set(items), key=rank)
+    digests: dict[str, bytes] = {}
+    for item in items:
+        if item not in digests:
+            mac = prefix.copy()
+            mac.update(item.encode("utf-8"))
+            digests[item] = mac.digest()
+    return digests
 
 
 def draw_band(salt: bytes, band: Sequence[str], size: int | None) -> list[str]:

@@ -243,19 +243,22 @@ def with_audit(
 
 
 def corpus_digest(texts: Iterable[str]) -> str:
-    """SHA-256 over the corpus's distinct texts, sorted: what the audit is drawn from.
+    """SHA-256 over the corpus's distinct texts, sorted, each with how often it occurs:
+    what the audit is drawn from.
 
     Recorded in the key's ``info`` (``corpus_sha256`` at keygen,
     ``audit_corpus_sha256`` by :func:`with_audit`), so an arbiter shown a
     round-``k`` audit can check it was drawn from the committed keygen corpus and
-    not from a subset shopped for a conviction. The audit's draw ranks distinct
-    texts by a keyed hash, so their order and repeats do not change it, nor this.
+    not from a subset shopped for a conviction. The audit's draw ranks the
+    corpus's rows by a keyed hash, so their order does not change it, nor this;
+    a repeat does.
     """
     digest = hashlib.sha256(b"espew-corpus-v1\x00")
-    for text in sorted(set(texts)):
+    for text, count in sorted(Counter(texts).items()):
         data = text.encode("utf-8", "surrogatepass")
         digest.update(len(data).to_bytes(8, "big"))
         digest.update(data)
+        digest.update(count.to_bytes(8, "big"))
     return digest.hexdigest()
 
 

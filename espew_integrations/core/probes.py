@@ -46,7 +46,7 @@ from typing import Any
 
 import numpy as np
 
-from .draw import keyed_order
+from .draw import keyed_digests, keyed_order
 from .text import UNICODE_V1
 from .words import tokenize
 
@@ -69,6 +69,7 @@ _CORPUS_MIX_DOMAIN = b"espew-draw-v1/probes-corpus-mix"
 #: ``"corpus"`` texts as ordinary traffic holds band words (:meth:`BandScan.probes`).
 PROBE_MIXES = ("single", "corpus")
 _SAMPLE_DOMAIN = b"espew-draw-v1/audit-sample"
+_REPEAT_DOMAIN = b"espew-draw-v1/audit-sample-repeat"
 #: Probe texts longer than this many characters are skipped: long texts may run
 #: past a suspect's input window and cost the suspect's owner more to answer.
 MAX_PROBE_CHARS = 600
@@ -111,6 +112,9 @@ class BandScan:
     #: text counted, like :attr:`rate`).
     multi_share: float = 0.0
     ineligible: tuple[str, ...] = ()
+    #: Each text the corpus holds more than once, with how many times: ordinary
+    #: traffic repeats texts, so the audit's sample repeats them too (:meth:`sample`).
+    repeats: tuple[tuple[str, int], ...] = ()
 
     @property
     def single(self) -> list[list[str]]:
@@ -148,12 +152,13 @@ class BandScan:
         return ProbeSet(tuple(texts), tuple(owner))
 
     def probe_share(self, mix: str = "single") -> float:
-        """The share of distinct corpus texts that can be probes: what a uniform sample of
-        ``n`` texts holds about ``n`` times this many of (:meth:`sample`)."""
+        """Distinct texts that can be probes over corpus rows (repeats counted): a uniform
+        sample of ``n`` rows holds about ``n`` times this many probes (:meth:`sample`).
+        Over distinct texts when the corpus repeats none."""
         in_pool = _in_pool(mix)
         pool = sum(1 for _, hits in self.eligible if in_pool(hits))
-        distinct = len(self.eligible) + len(self.ineligible)
-        return pool / distinct if distinct else 0.0
+        rows = len(self.eligible) + len(self.ineligible) + sum(n - 1 for _, n in self.repeats)
+        return pool / rows if rows else 0.0
 
     def _word_order(self, salt: bytes, i: int, candidates: list[str]) -> list[str]:
         return keyed_order(salt, _PROBE_DOMAIN + b"/" + self.band[i].encode(), candidates)
@@ -163,8 +168,11 @@ class BandScan:
     ) -> tuple[ProbeSet, tuple[str, ...]]:
         """The audit as a uniform sample of the corpus: its probes and its cover texts.
 
-        The first texts of one keyed order over every distinct corpus text, as many
-        as hold about ``per_word`` probes per band word. Of them, the eligible texts
+        The first rows of one keyed order over every corpus row, as many as hold
+        about ``per_word`` probes per band word. A text the corpus repeats is sent
+        again when a further row of it is drawn (as cover: its answer is scored like
+        any cover text's), so the audit repeats texts as often as an ordinary client
+        of the corpus does. Of the sampled texts, the eligible ones
         with exactly one band word (``mix="single"``; any band word with
         ``"corpus"``, each standing for its least-probed word) are the probes, and
         the rest are the cover: texts with no band word, with several, and those too
@@ -187,14 +195,19 @@ class BandScan:
             raise ValueError(f"per_word must be >= 1, got {per_word!r}")
         in_pool = _in_pool(mix)
         hits_of = dict(self.eligible)
-        everything = [*hits_of, *self.ineligible]
+        rows = self._keyed_rows(salt)
         share = self.probe_share(mix)
-        size = min(len(everything), round(per_word * len(self.band) / share)) if share else 0
+        size = min(len(rows), round(per_word * len(self.band) / share)) if share else 0
         counts = [0] * len(self.band)
         texts: list[str] = []
         owner: list[int] = []
         cover: list[str] = []
-        for text in keyed_order(salt, _SAMPLE_DOMAIN, everything)[:size]:
+        sampled: set[str] = set()
+        for text in rows[:size]:
+            if text in sampled:  # a repeat, sent again as ordinary traffic repeats it
+                cover.append(text)
+                continue
+            sampled.add(text)
             hits = hits_of.get(text, frozenset())
             if hits and in_pool(hits):
                 word = min(hits, key=lambda i: (counts[i], i))
@@ -208,6 +221,25 @@ class BandScan:
                 texts += self._word_order(salt, i, candidates)[:1] or [self.band[i]]
                 owner.append(i)
         return ProbeSet(tuple(texts), tuple(owner)), tuple(cover)
+
+    def _keyed_rows(self, salt: bytes) -> list[str]:
+        """Every corpus row's text, repeats included, in one keyed order.
+
+        A text's first row is ranked as :func:`.draw.keyed_order` ranks the distinct
+        texts (so a corpus without repeats gives the order it always gave), its
+        further rows in a domain of their own; the first ``n`` rows are then a
+        uniform sample of the corpus's rows, as an ordinary client's are.
+        """
+        everything = [*(text for text, _ in self.eligible), *self.ineligible]
+        ranked = [
+            (digest, text)
+            for text, digest in keyed_digests(salt, _SAMPLE_DOMAIN, everything).items()
+        ]
+        for text, count in self.repeats:
+            copies = [f"{j}\x00{text}" for j in range(1, count)]
+            ranked += [(d, text) for d in keyed_digests(salt, _REPEAT_DOMAIN, copies).values()]
+        ranked.sort()
+        return [text for _, text in ranked]
 
     def _corpus_mix(self, salt: bytes, per_word: int) -> ProbeSet:
         """Band-word texts in one keyed order, each kept while one of its words needs probes.
@@ -253,14 +285,17 @@ def scan_band(
     """Tokenise each distinct text of ``corpus`` once and note which band words it holds.
 
     :attr:`BandScan.rate` counts every text, repeats and long ones included: it is
-    what a thief that knows the band sees in ordinary traffic.
+    what a thief that knows the band sees in ordinary traffic. :attr:`BandScan.repeats`
+    keeps how often each repeated text occurs, for the audit's sample.
     """
     index = {w: i for i, w in enumerate(band)}
     hits_of: dict[str, frozenset[int]] = {}
     eligible: list[tuple[str, frozenset[int]]] = []
     ineligible: list[str] = []
     n_texts = n_with_band = n_with_several = 0
+    rows_of: dict[str, int] = {}
     for text in corpus:
+        rows_of[text] = rows_of.get(text, 0) + 1
         hits = hits_of.get(text)
         if hits is None:
             words = tokenize(text, normalization)
@@ -274,7 +309,8 @@ def scan_band(
         n_with_several += len(hits) >= 2
     rate = n_with_band / n_texts if n_texts else 0.0
     multi_share = n_with_several / n_with_band if n_with_band else 0.0
-    return BandScan(tuple(band), rate, tuple(eligible), multi_share, tuple(ineligible))
+    repeats = tuple((text, n) for text, n in rows_of.items() if n > 1)
+    return BandScan(tuple(band), rate, tuple(eligible), multi_share, tuple(ineligible), repeats)
 
 
 def select_sentence_probes(

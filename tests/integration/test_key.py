@@ -352,14 +352,15 @@ def test_the_audit_is_a_uniform_sample_of_the_corpus():
 
 def test_a_sampled_audit_keeps_every_kind_of_text_and_scores_every_word():
     """BandScan.sample on a corpus small enough to read: texts too short or too long to be
-    probes are sent as cover when drawn, a repeat is asked once, and a band word that the
-    sample gives no probe gets the first text of its own keyed order, or itself alone."""
+    probes are sent as cover when drawn, a repeated text is asked as often as the corpus
+    holds it, and a band word that the sample gives no probe gets the first text of its
+    own keyed order, or itself alone."""
     from espew_integrations.core.probes import MAX_PROBE_CHARS, scan_band
 
     long_text = "x " * (MAX_PROBE_CHARS // 2 + 1)
     corpus = [
         "a plain text with four words",
-        "a plain text with four words",  # a repeat is asked once
+        "a plain text with four words",  # a repeat: asked again when its row is drawn
         "short one",
         long_text,
         "only this text names lonely here",
@@ -370,8 +371,11 @@ def test_a_sampled_audit_keeps_every_kind_of_text_and_scores_every_word():
     scan = scan_band(corpus, band)
     assert scan.ineligible == ("short one", long_text)
     probes, cover = scan.sample(bytes(32), per_word=100)  # asks for more than there is
-    assert len(probes) + len(cover) == 64 + 1  # every distinct text once, and "absent"
+    assert len(probes) + len(cover) == 65 + 1  # every row, and "absent"
     assert {"short one", long_text, "a plain text with four words"} <= set(cover)
+    assert cover.count("a plain text with four words") == 2 and scan.repeats == (
+        ("a plain text with four words", 2),
+    )
     owner = np.asarray(probes.owner)
     assert np.bincount(owner, minlength=3).tolist() == [30, 1, 1]
     assert probes.texts[owner.tolist().index(2)] == "absent"  # no text: the word alone
@@ -435,6 +439,35 @@ def test_the_cover_texts_answers_are_sent_shuffled_never_scored_and_join_the_cle
     assert verify(wild_on_cover, unfitted, seed=0).p_value_directed == plain.p_value_directed
     positions = [i for i, t in enumerate(seen) if t in cover]
     assert positions[0] < 64 and positions[-1] > len(seen) - 64  # mixed through the audit
+
+
+def test_the_audit_repeats_texts_as_often_as_an_ordinary_client_of_the_corpus():
+    """Traffic that repeats texts: the audit is a uniform sample of the corpus's rows, so
+    a thief counting repeats in a client's traffic sees an ordinary client. A corpus
+    without repeats keeps the draw it always had: its distinct texts in keyed order."""
+    from espew_integrations.core.draw import keyed_order
+    from espew_integrations.core.probes import _SAMPLE_DOMAIN, scan_band
+
+    texts, _ = spread_corpus({36: 80}, n_texts=3000, seed=0)
+    rng = np.random.default_rng(1)
+    corpus = texts + [texts[i] for i in rng.choice(3000, 600) for _ in range(2)]
+    key = WatermarkKey.generate(
+        corpus, toy_embed, target_text="t", seed=3, twin_check=False, probes_per_word=4
+    )
+    sent = [t for t in (*key.probe_texts, *key.cover_texts) if t not in key.band]
+    repeated = 1 - len(set(sent)) / len(sent)
+    ordinary = [
+        1 - len({corpus[i] for i in rng.choice(len(corpus), len(sent), replace=False)}) / len(sent)
+        for _ in range(300)
+    ]
+    assert np.mean(ordinary) > 0.05
+    assert abs(repeated - np.mean(ordinary)) < 4 * np.std(ordinary), (repeated, ordinary[:5])
+    size = round(4 * len(key.band) / scan_band(corpus, key.band).probe_share())
+    assert size <= len(sent) <= size + len(key.band)  # the sample, and words topped up
+    assert len(set(key.probe_texts)) == len(key.probe_texts)  # a repeat is never a probe twice
+    unrepeated = scan_band(texts, key.band)
+    assert unrepeated.repeats == ()
+    assert unrepeated._keyed_rows(key.salt) == keyed_order(key.salt, _SAMPLE_DOMAIN, texts)
 
 
 def test_corpus_mix_probes_hold_band_words_as_ordinary_texts_do():
@@ -522,9 +555,9 @@ def test_audit_rounds_are_fresh_uniform_samples_and_verify_counts_every_round():
     assert second.audit_round == 2 and second.info["audit_round"] == 2
     # an arbiter checks the round was drawn from the committed keygen corpus
     assert second.info["audit_corpus_sha256"] == key.info["corpus_sha256"]
-    shuffled = [*texts[::-1], *texts[:50]]  # order and repeats do not change the draw
-    assert keygen.corpus_digest(shuffled) == key.info["corpus_sha256"]
+    assert keygen.corpus_digest(texts[::-1]) == key.info["corpus_sha256"]  # order: no
     assert keygen.corpus_digest(texts[:-1]) != key.info["corpus_sha256"]
+    assert keygen.corpus_digest([*texts, texts[0]]) != key.info["corpus_sha256"]  # a repeat
     assert second.triggers == key.triggers and second.band == key.band and second.verifiable
     again = key.with_audit(texts, toy_embed, probes_per_word=4, audit_round=2)
     assert (again.probe_texts, again.cover_texts) == (second.probe_texts, second.cover_texts)
