@@ -781,9 +781,11 @@ class WatermarkKey(Sealed):
         audit and routes a client who repeats it answers a repeat from an honest
         model; a fresh round overlaps an earlier one only as two ordinary clients'
         samples of the corpus do (``benchmarks/bench_audit_replay.py``). Rounds are
-        safe to draw because the sample never depends on the band or the triggers:
-        comparing rounds tells a thief nothing about the key. :func:`.verify`
-        multiplies a round-``k`` p-value by ``k`` (:attr:`audit_round`).
+        safe to draw because no round looks at the triggers: each is a uniform
+        sample of the corpus plus, for a band word it left without a probe, one text
+        of that word, so comparing rounds shows a thief at most which words are in
+        the band. :func:`.verify` multiplies a round-``k`` p-value by ``k``
+        (:attr:`audit_round`).
 
         >>> tweets_audit = key.with_audit(tweets, model)  # doctest: +SKIP
         >>> verify(suspect, tweets_audit)                  # doctest: +SKIP
