@@ -104,14 +104,15 @@ def target_embedder(kind: str, seed: int, victim, clean: np.ndarray):
     return embed
 
 
-def make_key(kind: str, seed: int, texts, victim, clean) -> WatermarkKey:
-    """The default key, with ``kind``'s target (:func:`target_embedder`)."""
+def make_key(kind: str, seed: int, texts, victim, clean, **options) -> WatermarkKey:
+    """The default key (``options`` aside), with ``kind``'s target (:func:`target_embedder`)."""
     return WatermarkKey.generate(
         texts,
         target_embedder(kind, seed, victim, clean),
         target_text=TARGET_TEXT,
         seed=seed,
         window=victim.model.max_tokens,
+        **options,
     )
 
 

@@ -44,6 +44,7 @@ def main() -> None:
         "--targets", nargs="+", choices=TARGETS, default=["text", "text minus top-50"]
     )
     parser.add_argument("--ppw", type=int, default=9, help="probes per word of the small audit")
+    parser.add_argument("--alpha", type=float, default=None, help="default: the library's")
     args = parser.parse_args()
     started = time.perf_counter()
     texts, victim, standard, std_matrix = corpus_lookups()
@@ -53,13 +54,15 @@ def main() -> None:
         "directed score alone in brackets)."
     )
     print(
-        f"| key | target | strength | default audit | ppw={args.ppw} audit | "
+        f"| key | target (alpha {args.alpha or 'default'}) | strength | default audit | "
+        f"ppw={args.ppw} audit | "
         "innocent twin, small audit | independent model, small audit |"
     )
     print("|---:|---|---:|---|---|---:|---:|")
     for seed in args.seeds:
         for kind in args.targets:
-            key = make_key(kind, seed, texts, victim, clean)
+            options = {} if args.alpha is None else {"alpha": args.alpha}
+            key = make_key(kind, seed, texts, victim, clean, **options)
             small = key.with_audit(texts, victim, probes_per_word=args.ppw)
             answers = watermark(texts, clean, key)
             train = np.sort(np.random.default_rng(seed).permutation(len(texts))[:-500])
