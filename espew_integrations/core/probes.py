@@ -32,7 +32,7 @@ So the key now carries, from keygen:
   texts. A later audit of a thief that may have logged this one is drawn as
   another *round* (``WatermarkKey.with_audit(..., audit_round=k)``, a salt of its
   own, :func:`.draw.audit_salt`): an independent uniform sample, which tells a
-  thief comparing rounds nothing about the band or the triggers.
+  thief comparing rounds nothing about the triggers.
 
 A band word with no usable corpus text falls back to the word alone as its
 probe; which words fall back depends on the corpus only, so exactness holds.
