@@ -170,9 +170,9 @@ class BandScan:
 
         The first rows of one keyed order over every corpus row, as many as hold
         about ``per_word`` probes per band word. A text the corpus repeats is sent
-        again when a further row of it is drawn (as cover: its answer is scored like
-        any cover text's), so the audit repeats texts as often as an ordinary client
-        of the corpus does. Of the sampled texts, the eligible ones
+        again when a further row of it is drawn (as cover; the verifier scores every
+        copy with the answer sent first), so the audit repeats texts as often as an
+        ordinary client of the corpus does. Of the sampled texts, the eligible ones
         with exactly one band word (``mix="single"``; any band word with
         ``"corpus"``, each standing for its least-probed word) are the probes, and
         the rest are the cover: texts with no band word, with several, and those too

@@ -432,6 +432,7 @@ def _interrogate(
         return _Answers({**common, "next_step": failure[1]}, answers, key.target, failure[0])
     embeddings = np.empty_like(answers)
     embeddings[order] = answers  # back to the original probe order
+    embeddings = embeddings[_first_sent(texts, order)]
     n_probes, n_cover = len(plan.texts), len(plan.cover)
     cover = embeddings[n_probes : n_probes + n_cover]  # never scored; they join the clean fit
     embeddings = embeddings[np.r_[0:n_probes, n_probes + n_cover : len(texts)]]
@@ -443,6 +444,21 @@ def _interrogate(
             common["next_step"] = _NEXT_RETRY
             return _Answers(common, embeddings, key.target, reason, cover)
     return _Answers(common, embeddings, target_vector, cover=cover)
+
+
+def _first_sent(texts: Sequence[str], order: np.ndarray) -> np.ndarray:
+    """For each position of ``texts``, the position of that text's first-sent copy.
+
+    An audit drawn from traffic that repeats texts sends a repeat again
+    (:meth:`.probes.BandScan.sample`). Every copy of a text is scored with the
+    answer the suspect gave the first time it was sent, so a thief that answers
+    a text it has already seen from an honest model gains nothing; without
+    repeats this is the identity.
+    """
+    first: dict[str, int] = {}
+    for position in order.tolist():
+        first.setdefault(texts[position], position)
+    return np.fromiter((first[text] for text in texts), dtype=np.int64, count=len(texts))
 
 
 _NEXT_RETRY = (

@@ -470,6 +470,47 @@ def test_the_audit_repeats_texts_as_often_as_an_ordinary_client_of_the_corpus():
     assert unrepeated._keyed_rows(key.salt) == keyed_order(key.salt, _SAMPLE_DOMAIN, texts)
 
 
+def test_every_copy_of_a_repeated_text_is_scored_with_the_answer_sent_first():
+    """A thief that answers a text it has already seen from an honest model (the later
+    copies of a repeat in the audit) gains nothing: verify scores every copy with the
+    answer the suspect gave the first time the text was sent."""
+    from espew_integrations import verify, watermark
+
+    texts, _ = spread_corpus({36: 80}, n_texts=3000, seed=0)
+    rng = np.random.default_rng(1)
+    corpus = texts + [texts[i] for i in rng.choice(3000, 600) for _ in range(2)]
+    key = WatermarkKey.generate(
+        corpus, toy_embed, target_text="t", seed=3, twin_check=False, probes_per_word=4
+    )
+    sent = [*key.probe_texts, *key.cover_texts]
+    assert len(sent) - len(set(sent)) > 50  # the audit repeats texts
+
+    def copy(batch):  # the watermarked service itself
+        return watermark(batch, toy_embed(batch), key)
+
+    seen: set[str] = set()
+    honest = 0
+
+    def honest_on_repeats(batch):
+        nonlocal honest
+        out = copy(batch)
+        for i, text in enumerate(batch):
+            if text in seen:
+                out[i] = toy_embed([text])[0]
+                honest += 1
+            seen.add(text)
+        return out
+
+    faithful = verify(copy, key, seed=0, batch_size=64)
+    routed = verify(honest_on_repeats, key, seed=0, batch_size=64)
+    assert honest == len(sent) - len(set(sent)) and faithful.copied
+    assert (routed.p_value, routed.p_value_raw, routed.p_value_directed) == (
+        faithful.p_value,
+        faithful.p_value_raw,
+        faithful.p_value_directed,
+    )
+
+
 def test_corpus_mix_probes_hold_band_words_as_ordinary_texts_do():
     """probe_mix="corpus": the probes are band-word texts in the corpus's own proportions of
     one, two or more band words, each standing for one of its words; "single" probes each
