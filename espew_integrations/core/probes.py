@@ -171,7 +171,7 @@ class BandScan:
         The first rows of one keyed order over every corpus row, as many as hold
         about ``per_word`` probes per band word. A text the corpus repeats is sent
         again when a further row of it is drawn (as cover; the verifier scores every
-        copy with the answer sent first), so the audit repeats texts as often as an
+        copy with the first answer to it), so the audit repeats texts as often as an
         ordinary client of the corpus does. Of the sampled texts, the eligible ones
         with exactly one band word (``mix="single"``; any band word with
         ``"corpus"``, each standing for its least-probed word) are the probes, and

@@ -432,7 +432,7 @@ def _interrogate(
         return _Answers({**common, "next_step": failure[1]}, answers, key.target, failure[0])
     embeddings = np.empty_like(answers)
     embeddings[order] = answers  # back to the original probe order
-    embeddings = embeddings[_first_sent(texts, order)]
+    embeddings = embeddings[_first_answered(texts, order, answers)]
     n_probes, n_cover = len(plan.texts), len(plan.cover)
     cover = embeddings[n_probes : n_probes + n_cover]  # never scored; they join the clean fit
     embeddings = embeddings[np.r_[0:n_probes, n_probes + n_cover : len(texts)]]
@@ -446,19 +446,28 @@ def _interrogate(
     return _Answers(common, embeddings, target_vector, cover=cover)
 
 
-def _first_sent(texts: Sequence[str], order: np.ndarray) -> np.ndarray:
-    """For each position of ``texts``, the position of that text's first-sent copy.
+def _first_answered(texts: Sequence[str], order: np.ndarray, answers: np.ndarray) -> np.ndarray:
+    """For each position of ``texts``, the position of that text's first answered copy.
 
     An audit drawn from traffic that repeats texts sends a repeat again
     (:meth:`.probes.BandScan.sample`). Every copy of a text is scored with the
-    answer the suspect gave the first time it was sent, so a thief that answers
-    a text it has already seen from an honest model gains nothing; without
-    repeats this is the identity.
+    first usable answer the suspect gave to it, in the order sent, so a thief that
+    answers a text it has already seen from an honest model gains nothing. A copy
+    that failed (a fault, not evidence) gives way to a later one: a thief cannot
+    know a text will come again, so failing first copies on purpose fails every
+    text it has not seen and leaves the audit inconclusive. Without repeats this
+    is the identity.
     """
+    answered = np.isfinite(answers).all(axis=1)  # in the order sent
     first: dict[str, int] = {}
-    for position in order.tolist():
-        first.setdefault(texts[position], position)
-    return np.fromiter((first[text] for text in texts), dtype=np.int64, count=len(texts))
+    for sent, position in enumerate(order.tolist()):
+        if answered[sent]:
+            first.setdefault(texts[position], position)
+    return np.fromiter(
+        (first.get(text, position) for position, text in enumerate(texts)),
+        dtype=np.int64,
+        count=len(texts),
+    )
 
 
 _NEXT_RETRY = (

@@ -470,10 +470,10 @@ def test_the_audit_repeats_texts_as_often_as_an_ordinary_client_of_the_corpus():
     assert unrepeated._keyed_rows(key.salt) == keyed_order(key.salt, _SAMPLE_DOMAIN, texts)
 
 
-def test_every_copy_of_a_repeated_text_is_scored_with_the_answer_sent_first():
+def test_every_copy_of_a_repeated_text_is_scored_with_the_first_answer_to_it():
     """A thief that answers a text it has already seen from an honest model (the later
     copies of a repeat in the audit) gains nothing: verify scores every copy with the
-    answer the suspect gave the first time the text was sent."""
+    first answer the suspect gave to the text, in the order sent."""
     from espew_integrations import verify, watermark
 
     texts, _ = spread_corpus({36: 80}, n_texts=3000, seed=0)

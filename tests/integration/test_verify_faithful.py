@@ -215,8 +215,9 @@ def test_a_hand_made_suspect_with_all_equal_scores_is_inconclusive():
 def test_faults_can_still_convict_but_never_clear():
     """Half the batches fail: a copy is convicted on what arrived; an innocent suspect
     is not cleared on half the evidence (inconclusive), because faults are not evidence."""
-    key = make_key(64, n_band=200, n_triggers=20).replace(
-        probe_texts=tuple(f"{w} {w}" for w in make_key(64, n_band=200, n_triggers=20).band) * 4,
+    band = make_key(64, n_band=200, n_triggers=20).band
+    key = make_key(64, n_band=200, n_triggers=20).replace(  # 4 distinct probes a word
+        probe_texts=tuple(" ".join([w] * (2 + k)) for k in range(4) for w in band),
         probe_owner=tuple(range(200)) * 4,
     )
 

@@ -244,3 +244,21 @@ def test_the_core_verify_takes_callables_and_names_the_adapter_for_anything_else
     with pytest.raises(TypeError, match=r"espew_integrations\.verify"):
         core_verify(Embeddings(), key)
     assert verify(Embeddings(), key, seed=0).status == "not_copied"
+
+
+def test_each_copy_of_a_repeated_text_takes_the_first_answer_sent_to_it():
+    """Repeats in an audit: every copy of a text is scored with the first usable answer
+    in the order sent; a copy that failed gives way to a later one, and a text never
+    answered stays failed. Without repeats the mapping is the identity."""
+    from espew_integrations.core.verify import _first_answered
+
+    texts = ["a", "b", "a", "c", "a"]
+    order = np.array([2, 0, 1, 4, 3])  # sent: a(2), a(0), b(1), a(4), c(3)
+    answers = np.ones((5, 2))
+    answers[0] = np.nan  # the first "a" sent (position 2) failed
+    answers[4] = np.nan  # "c" failed: no copy answered
+    assert _first_answered(texts, order, answers).tolist() == [0, 1, 0, 3, 0]
+    fine = np.ones((5, 2))
+    assert _first_answered(texts, order, fine).tolist() == [2, 1, 2, 3, 2]
+    distinct = ["a", "b", "c"]
+    assert _first_answered(distinct, np.array([2, 0, 1]), np.ones((3, 2))).tolist() == [0, 1, 2]
