@@ -40,18 +40,13 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from bench_audit_window import audit_rows
 from bench_faithful_copy import TARGET_TEXT, corpus_lookups
 
 from espew_integrations import WatermarkKey, verify, watermark
 
 TAIL = 1e-3
 ROUNDS = (1, 2, 3)
-
-
-def audit_rows(key: WatermarkKey, row_of: dict[str, int]) -> np.ndarray:
-    """The corpus rows of every text the audit sends (a word-alone probe has none)."""
-    sent = [*key.probe_texts, *key.cover_texts]
-    return np.array(sorted({row_of[text] for text in sent if text in row_of}))
 
 
 def largest_overlap(client: np.ndarray, logged: list[np.ndarray], n_rows: int) -> float:
@@ -84,7 +79,7 @@ def main() -> None:
         )
         keys = {k: key.with_audit(texts, victim, audit_round=k) for k in ROUNDS}
         assert keys[1].probe_texts == key.probe_texts  # round 1 is keygen's own audit
-        rows = {k: audit_rows(keys[k], row_of) for k in ROUNDS}
+        rows = {k: np.unique(audit_rows(keys[k], row_of)) for k in ROUNDS}
         size = len(rows[1])
         ordinary = [np.sort(rng.choice(n_rows, size, replace=False)) for _ in range(args.logged)]
         print(f"\nkey {seed}: {size} audit texts per round ({key.audit_queries} queries)")

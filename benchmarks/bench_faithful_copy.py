@@ -89,6 +89,17 @@ def corpus_lookups() -> tuple[list[str], Lookup, Lookup, np.ndarray]:
     return texts, victim, Lookup(standard_model, texts, std_matrix), std_matrix
 
 
+def frozen_mlp_after_cse(seed: int, texts, answers: np.ndarray, standard, std_matrix):
+    """The frozen-MLP copy after CSE K=50, exactly as :func:`build_suspects` trains it
+    (CSE over every answer, the same held-out 500 texts), for a benchmark that needs
+    only that copy."""
+    train = np.sort(np.random.default_rng(seed).permutation(len(texts))[:-500])
+    cse = apply_attack("cse:50", texts, answers, standard=std_matrix, seed=seed).embeddings
+    return FrozenMLPStealer(standard, seed=seed, features=std_matrix[train]).fit(
+        [texts[i] for i in train], cse[train]
+    )
+
+
 def build_suspects(seed: int, key: WatermarkKey, texts, victim, standard, std_matrix):
     """Every suspect of the study for one key; the guilty ones trained on its answers."""
     clean = victim.matrix.astype(np.float64)

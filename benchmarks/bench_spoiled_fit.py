@@ -30,13 +30,11 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_faithful_copy import corpus_lookups
+from bench_faithful_copy import corpus_lookups, frozen_mlp_after_cse
 from bench_spectral import make_key
 
 from espew_integrations import verify, watermark
 from espew_integrations.core.words import tokenize
-from espew_integrations.lab.attacks import apply_attack
-from espew_integrations.lab.stealers import FrozenMLPStealer
 
 COSINES = (0.99, 0.95, 0.9)
 
@@ -75,11 +73,7 @@ def main() -> None:
     for seed in args.seeds:
         key = make_key("text", seed, texts, victim, clean)
         answers = watermark(texts, clean, key)
-        train = np.sort(np.random.default_rng(seed).permutation(len(texts))[:-500])
-        cse = apply_attack("cse:50", texts, answers, standard=std_matrix, seed=seed)
-        copy = FrozenMLPStealer(standard, seed=seed, features=std_matrix[train]).fit(
-            [texts[i] for i in train], cse.embeddings[train]
-        )
+        copy = frozen_mlp_after_cse(seed, texts, answers, standard, std_matrix)
         for name, model in (("frozen-MLP + CSE K=50", copy), ("innocent twin", victim)):
             suspects = [model, *(distorted(model, key.band, c) for c in COSINES)]
             cells = " | ".join(f"{verify(s, key, seed=seed).p_value:.2g}" for s in suspects)

@@ -29,12 +29,10 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_faithful_copy import corpus_lookups
+from bench_faithful_copy import corpus_lookups, frozen_mlp_after_cse
 from bench_spectral import TARGETS, make_key
 
 from espew_integrations import verify, watermark
-from espew_integrations.lab.attacks import apply_attack
-from espew_integrations.lab.stealers import FrozenMLPStealer
 
 
 def main() -> None:
@@ -65,11 +63,7 @@ def main() -> None:
             key = make_key(kind, seed, texts, victim, clean, **options)
             small = key.with_audit(texts, victim, probes_per_word=args.ppw)
             answers = watermark(texts, clean, key)
-            train = np.sort(np.random.default_rng(seed).permutation(len(texts))[:-500])
-            cse = apply_attack("cse:50", texts, answers, standard=std_matrix, seed=seed)
-            copy = FrozenMLPStealer(standard, seed=seed, features=std_matrix[train]).fit(
-                [texts[i] for i in train], cse.embeddings[train]
-            )
+            copy = frozen_mlp_after_cse(seed, texts, answers, standard, std_matrix)
             cells = []
             for audit in (key, small):
                 report = verify(copy, audit, seed=seed)
