@@ -191,6 +191,8 @@ def _summary_rows(data: dict[str, Any]) -> list[tuple[str, str]]:
     ]
     if data.get("suspect_dim") is not None:
         rows.append(("Suspect embedding size", str(data["suspect_dim"])))
+    if data.get("alignment", "").startswith("applied"):
+        rows.append(("Answers mapped onto the key's coordinates", data["alignment"]))
     return rows
 
 

@@ -89,6 +89,7 @@ class VerificationReport:
     decided_by: str = ""
     next_step: str = ""
     audit_round: int = 1
+    alignment: str = ""
 
     @property
     def copied(self) -> bool:
@@ -153,6 +154,8 @@ class VerificationReport:
             lines += _cause_lines(self)
         lines += _test_lines(self)
         lines.append(f"  queries        : {_query_count(self)}; target from {self.target_mode}")
+        if self.alignment.startswith("applied"):  # the thief's isometry, undone (core/align.py)
+            lines.append(f"  answers mapped : {self.alignment}")
         lines.append(_paper_line(self))
         return "\n".join(lines)
 

@@ -49,6 +49,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from .align import Alignment, fit_alignment
 from .directed import directed_scores, mark_directions
 from .errors import SuspectError
 from .key import WatermarkKey
@@ -354,8 +355,11 @@ def verify(
     directed scores together (see the module docstring); ``"raw"``,
     ``"adjusted"``, ``"corrected"`` (slope fixed at 1) or ``"directed"`` use one.
 
-    ``target_mode="key"`` compares with the stored target embedding (needs
-    d' = d). ``target_mode="query"`` compares with the suspect's own embedding
+    ``target_mode="key"`` compares with the stored target embedding. A key that
+    stores its audit's clean rows maps the answers into its own coordinates
+    first when the suspect answers in another dimension or through a rotation
+    or permutation of them (:mod:`.align`; ``report.alignment`` says whether);
+    other keys need d' = d. ``target_mode="query"`` compares with the suspect's own embedding
     of ``key.target_text``: it survives a permutation of dimensions and works
     for any d', but it shows the target text to the suspect.
 
@@ -422,7 +426,9 @@ def _interrogate(
     """Ask the suspect the plan's probes once, shuffled; :func:`verify` and ``trace`` share it."""
     texts = [*plan.texts, *plan.cover] + ([key.target_text] if target_mode == "query" else [])
     order = np.random.default_rng(seed).permutation(len(texts))  # mix triggers, others, cover
-    expected_dim = key.dim if target_mode == "key" else None
+    alignable = target_mode == "key" and plan.cover_rows is not None
+    # a key that can map answers into its coordinates (align.py) takes any dimension
+    expected_dim = key.dim if target_mode == "key" and not alignable else None
     answers, errors, dim = _query(
         suspect_fn, [texts[i] for i in order], batch_size, progress, expected_dim
     )
@@ -436,6 +442,19 @@ def _interrogate(
     n_probes, n_cover = len(plan.texts), len(plan.cover)
     cover = embeddings[n_probes : n_probes + n_cover]  # never scored; they join the clean fit
     embeddings = embeddings[np.r_[0:n_probes, n_probes + n_cover : len(texts)]]
+    if alignable:
+        alignment = align_answers(plan, embeddings[: len(plan.texts)], cover, key.dim)
+        common["alignment"] = "" if alignment is None else alignment.describe()
+        if alignment is None and dim != key.dim:
+            common["next_step"] = _NEXT_RETRY
+            reason = (
+                f"the suspect returns {dim}-dimensional embeddings, not the key's {key.dim}, "
+                "and answered too few of the audit's texts to map them onto the key's "
+                "coordinates"
+            )
+            return _Answers(common, embeddings, key.target, reason, cover)
+        if alignment is not None:
+            embeddings, cover = alignment.apply(embeddings), alignment.apply(cover)
     target_vector = key.target
     if target_mode == "query":
         target_vector, embeddings = embeddings[-1], embeddings[:-1]
@@ -444,6 +463,29 @@ def _interrogate(
             common["next_step"] = _NEXT_RETRY
             return _Answers(common, embeddings, key.target, reason, cover)
     return _Answers(common, embeddings, target_vector, cover=cover)
+
+
+def maps_answers(key: WatermarkKey) -> bool:
+    """Whether ``verify(..., target_mode="key")`` with the default sentence probes maps
+    a suspect's answers into the key's coordinates (:mod:`.align`): a key that stores
+    its audit's clean probe and cover rows. Such a key needs no ``target_mode="query"``
+    for a suspect of another dimension or with scrambled coordinates."""
+    return (
+        bool(key.probe_texts)
+        and bool(len(key.probe_embeddings))
+        and bool(len(key.cover_embeddings))
+    )
+
+
+def align_answers(
+    plan: _Plan, answers: np.ndarray, cover: np.ndarray, key_dim: int
+) -> Alignment | None:
+    """The map of the answers onto the key's coordinates (:mod:`.align`), fitted on
+    every answered audit text, probes and cover, against its clean row.
+    ``lab.null_study.audit_scores`` applies it as verify does."""
+    return fit_alignment(
+        np.vstack([answers, cover]), np.vstack([plan.clean_rows, plan.cover_rows]), key_dim
+    )
 
 
 def _first_answered(texts: Sequence[str], order: np.ndarray, answers: np.ndarray) -> np.ndarray:

@@ -19,7 +19,7 @@ import numpy as np
 from ..core.draw import draw_triggers
 from ..core.key import WatermarkKey
 from ..core.ranktest import subset_p_values
-from ..core.verify import _Answers, _plan, _word_scores, reference_slope
+from ..core.verify import _Answers, _plan, _word_scores, align_answers, reference_slope
 
 __all__ = [
     "NullStudy",
@@ -101,7 +101,13 @@ def audit_scores(
             f"cover_answers must have shape ({len(key.cover_texts)}, {key.dim}), "
             f"got {np.shape(cover_answers)}"
         )
-    asked = _Answers({}, np.asarray(answers, dtype=np.float64), key.target, cover=cover_answers)
+    answers = np.asarray(answers, dtype=np.float64)
+    if cover_answers is not None and plan.cover_rows is not None:  # as verify maps them
+        cover_answers = np.asarray(cover_answers, dtype=np.float64)
+        alignment = align_answers(plan, answers, cover_answers, key.dim)
+        if alignment is not None:
+            answers, cover_answers = alignment.apply(answers), alignment.apply(cover_answers)
+    asked = _Answers({}, answers, key.target, cover=cover_answers)
     scores = _word_scores(plan, asked, n_words)
     raw, reference = scores.raw, scores.reference
     if not np.isfinite(raw).all():

@@ -39,7 +39,7 @@ from ..core.draw import draw_triggers
 from ..core.key import WatermarkKey
 from ..core.probes import unit_rows
 from ..core.report import VerificationReport
-from ..core.verify import DEFAULT_LEVEL
+from ..core.verify import DEFAULT_LEVEL, maps_answers
 from ..core.words import TriggerMatcher, tokenize
 from ..suspects import verify
 
@@ -127,7 +127,15 @@ class LabWatermark(abc.ABC):
         seed: int = 0,
         probes: str = "auto",
     ) -> Verdict:
-        """Is ``suspect`` a copy of this watermarked service? (the core test with ``self.key``)"""
+        """Is ``suspect`` a copy of this watermarked service? (the core test with ``self.key``)
+
+        An attack that scrambles the copy's coordinates asks for ``target_mode="query"``;
+        a key whose audit stores its clean rows maps the answers back instead
+        (``core/align.py``) and never shows the suspect its target text.
+        """
+        scrambled = target_mode == "query" and templates is None and probes != "words"
+        if scrambled and maps_answers(self.key):
+            target_mode = "key"
         report = verify(
             suspect,
             self.key,
