@@ -53,8 +53,9 @@ def register(subparsers: Any) -> None:
         "--target",
         choices=("key", "query"),
         default="key",
-        help="key: the stored target (same dimension); query: the suspect's own embedding "
-        "of the target text (discloses the target text to the suspect)",
+        help="key: the stored target (a key with a stored audit maps a suspect of another "
+        "dimension or with rotated coordinates back into its own); query: the suspect's own "
+        "embedding of the target text (discloses the target text to the suspect)",
     )
     verify.add_argument("--level", type=float, default=1e-6, help="false-positive rate")
     verify.add_argument(
