@@ -84,3 +84,18 @@ def test_mismatched_shapes_are_refused():
         fit_alignment(clean[:-1], clean, 32)
     with pytest.raises(ValueError, match="matching 2-d arrays"):
         fit_alignment(clean[0], clean[0], 32)
+
+
+def test_a_permutation_with_sign_flips_is_undone_exactly():
+    """A permuting thief gets its own permutation back, not a noisy map near it."""
+    clean = rows()
+    rng = np.random.default_rng(6)
+    permutation = np.eye(32)[rng.permutation(32)] * rng.choice([-1.0, 1.0], size=32)[:, None]
+    noisy = 0.8 * clean + 0.15 * rng.standard_normal(clean.shape)
+    alignment = fit_alignment(noisy @ permutation.T, clean, 32)
+    assert alignment is not None and alignment.applied
+    assert alignment.kind == "signed permutation" and "signed permutation" in alignment.describe()
+    assert np.array_equal(alignment.matrix, permutation)  # exact: permutation.T is its inverse
+    rotation = orthonormal(32, 32, 7)
+    rotated = fit_alignment(noisy @ rotation.T, clean, 32)
+    assert rotated is not None and rotated.kind == "orthonormal map"
