@@ -89,11 +89,16 @@ def corpus_lookups() -> tuple[list[str], Lookup, Lookup, np.ndarray]:
     return texts, victim, Lookup(standard_model, texts, std_matrix), std_matrix
 
 
+def train_rows(seed: int, n_texts: int) -> np.ndarray:
+    """The rows every copy of the study trains on: all but 500 held-out texts, by seed."""
+    return np.sort(np.random.default_rng(seed).permutation(n_texts)[:-500])
+
+
 def frozen_mlp_after_cse(seed: int, texts, answers: np.ndarray, standard, std_matrix):
     """The frozen-MLP copy after CSE K=50, exactly as :func:`build_suspects` trains it
     (CSE over every answer, the same held-out 500 texts), for a benchmark that needs
     only that copy."""
-    train = np.sort(np.random.default_rng(seed).permutation(len(texts))[:-500])
+    train = train_rows(seed, len(texts))
     cse = apply_attack("cse:50", texts, answers, standard=std_matrix, seed=seed).embeddings
     return FrozenMLPStealer(standard, seed=seed, features=std_matrix[train]).fit(
         [texts[i] for i in train], cse[train]
@@ -104,8 +109,7 @@ def build_suspects(seed: int, key: WatermarkKey, texts, victim, standard, std_ma
     """Every suspect of the study for one key; the guilty ones trained on its answers."""
     clean = victim.matrix.astype(np.float64)
     answers = watermark(texts, clean, key)
-    rng = np.random.default_rng(seed)
-    train = np.sort(rng.permutation(len(texts))[:-500])
+    train = train_rows(seed, len(texts))
     train_texts = [texts[i] for i in train]
 
     def service(batch):

@@ -43,7 +43,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_faithful_copy import corpus_lookups, frozen_mlp_after_cse
+from bench_faithful_copy import corpus_lookups, frozen_mlp_after_cse, train_rows
 from bench_spectral import make_key
 
 from espew_integrations import verify, watermark
@@ -114,7 +114,7 @@ def main() -> None:
     for seed in args.seeds:
         key = make_key("text", seed, texts, victim, clean)
         answers = watermark(texts, clean, key)
-        train = np.sort(np.random.default_rng(seed).permutation(len(texts))[:-500])
+        train = train_rows(seed, len(texts))
         train_texts = [texts[i] for i in train]
 
         def service(batch, key=key):

@@ -38,7 +38,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_faithful_copy import corpus_lookups, frozen_mlp_after_cse
+from bench_faithful_copy import corpus_lookups, frozen_mlp_after_cse, train_rows
 from bench_spectral import make_key
 
 from espew_integrations import verify, watermark
@@ -114,7 +114,7 @@ def main() -> None:
         if args.torch:
             from espew_integrations.lab.torch_stealer import TorchEncoderStealer
 
-            train = np.sort(np.random.default_rng(seed).permutation(len(texts))[:-500])
+            train = train_rows(seed, len(texts))
             suspects["torch encoder"] = TorchEncoderStealer(seed=seed).fit(
                 [texts[i] for i in train], answers[train]
             )

@@ -22,7 +22,14 @@ import hashlib
 import hmac
 from collections.abc import Iterable, Sequence
 
-__all__ = ["audit_salt", "draw_band", "draw_triggers", "keyed_digests", "keyed_order"]
+__all__ = [
+    "audit_salt",
+    "check_audit_round",
+    "draw_band",
+    "draw_triggers",
+    "keyed_digests",
+    "keyed_order",
+]
 
 _BAND_DOMAIN = b"espew-draw-v1/band"
 _TRIGGER_DOMAIN = b"espew-draw-v1/triggers"
@@ -82,10 +89,17 @@ def audit_salt(salt: bytes, audit_round: int) -> bytes:
     >>> audit_salt(bytes(32), 1) == bytes(32), audit_salt(bytes(32), 2) == audit_salt(bytes(32), 3)
     (True, False)
     """
-    if isinstance(audit_round, bool) or not isinstance(audit_round, int) or audit_round < 1:
-        raise ValueError(f"audit_round must be a positive integer, got {audit_round!r}")
-    if audit_round == 1:
+    if check_audit_round(audit_round) == 1:
         return bytes(salt)
     mac = hmac.new(bytes(salt), _AUDIT_ROUND_DOMAIN + b"\x00", hashlib.sha256)
     mac.update(str(audit_round).encode("ascii"))
     return mac.digest()
+
+
+def check_audit_round(value: object, name: str = "audit_round") -> int:
+    """``value`` if it is a positive integer (not a bool), else a ValueError naming
+    ``name``: the one rule for an audit round, given to :func:`audit_salt` or read
+    back from a key's ``info``."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    return value

@@ -24,7 +24,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from .draw import draw_triggers
+from .draw import check_audit_round, draw_triggers
 from .errors import KeyFileError, KeyGenerationError
 from .key_checks import (
     check_fields,
@@ -182,11 +182,10 @@ class WatermarkKey(Sealed):
         self._freq_band = (float(freq_band[0]), float(freq_band[1]))
         self._created = created or _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
         self._info = dict(info or {})
-        round_ = self._info.get("audit_round", 1)
-        if isinstance(round_, bool) or not isinstance(round_, int) or round_ < 1:
-            raise KeyGenerationError(
-                f"info['audit_round'] must be a positive integer, got {round_!r}"
-            )
+        try:
+            check_audit_round(self._info.get("audit_round", 1), "info['audit_round']")
+        except ValueError as exc:
+            raise KeyGenerationError(str(exc)) from None
         self._normalization = normalization
         self._window = None if window is None else int(window)
         self._probe_texts = tuple(probe_texts)
