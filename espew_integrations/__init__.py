@@ -9,6 +9,7 @@ imports a framework.
 from .core import (
     DEFAULT_LEVEL,
     DEFAULT_TEMPLATES,
+    MAX_ANSWER_DIM,
     EmbeddingInputError,
     ESpeWError,
     KeyFileError,
@@ -48,6 +49,7 @@ def __getattr__(name: str) -> object:
 __all__ = [
     "DEFAULT_LEVEL",
     "DEFAULT_TEMPLATES",
+    "MAX_ANSWER_DIM",
     "AsyncUpstream",
     "ESpeWError",
     "ESpeWMiddleware",

@@ -18,12 +18,13 @@ from .keyring import KeyRing
 from .ranktest import min_p_value, rank_sum_p_value
 from .report import VerificationReport
 from .trace import TraceReport, trace
-from .verify import DEFAULT_LEVEL, DEFAULT_TEMPLATES, build_probes, verify
+from .verify import DEFAULT_LEVEL, DEFAULT_TEMPLATES, MAX_ANSWER_DIM, build_probes, verify
 from .words import TriggerMatcher, tokenize
 
 __all__ = [
     "DEFAULT_LEVEL",
     "DEFAULT_TEMPLATES",
+    "MAX_ANSWER_DIM",
     "ESpeWError",
     "EmbeddingInputError",
     "KeyFileError",

@@ -63,6 +63,7 @@ from .words import TriggerMatcher, tokenize
 __all__ = [
     "DEFAULT_LEVEL",
     "DEFAULT_TEMPLATES",
+    "MAX_ANSWER_DIM",
     "SuspectFn",
     "VerificationReport",
     "build_probes",
@@ -80,6 +81,13 @@ DEFAULT_LEVEL = 1e-6
 #: One probe per word, the word alone: measured to separate best among word
 #: templates (padding a word with filler words dilutes its pull to the target).
 DEFAULT_TEMPLATES: tuple[str, ...] = ("{word}",)
+#: The widest answers an audit accepts. A key that maps answers into its own
+#: coordinates (:mod:`.align`) takes a suspect of any dimension, so without a bound a
+#: hostile endpoint answering a million numbers a text would fill the auditor's memory
+#: (4,232 texts x 1e6 float64 = 34 GB) instead of getting an inconclusive report.
+#: Served embedding models stay far below this (MiniLM 384, OpenAI's largest 3,072,
+#: 7B-parameter embedders 4,096).
+MAX_ANSWER_DIM = 16_384
 DECISION_RULE = (
     "one-sided exact rank-sum (Mann-Whitney) permutation tests at the word level: the "
     "triggers' scores against every scored word of the key's frequency band, with raw "
@@ -269,8 +277,9 @@ def _query(
     """Embed ``texts`` in batches; failed or malformed batches become NaN rows.
 
     Returns ``(embeddings, errors, dim)``; ``dim`` is None if no batch succeeded.
-    If the first answer's dimension differs from ``expected_dim`` it stops
-    there: no verdict is possible, so the rest of the query budget is spared.
+    If the first answer's dimension differs from ``expected_dim``, or exceeds
+    :data:`MAX_ANSWER_DIM`, it stops there: no verdict is possible, so the rest
+    of the query budget (and the auditor's memory) is spared.
     Every recorded error passes through :func:`.untrusted.printable`: it may
     quote the suspect's own text.
     """
@@ -286,7 +295,7 @@ def _query(
                 raise SuspectError(f"returned shape {out.shape} for a batch of {len(batch)} texts")
             if dim is None:
                 dim = out.shape[1]
-                if expected_dim is not None and dim != expected_dim:
+                if dim > MAX_ANSWER_DIM or (expected_dim is not None and dim != expected_dim):
                     batches.append((len(batch), out))
                     break
             if out.shape[1] != dim:
@@ -523,6 +532,15 @@ def _answer_failure(dim: int | None, expected_dim: int | None) -> tuple[str, str
     """Why the answers cannot be scored at all, and what to do next (None if they can)."""
     if dim is None:
         return "every query to the suspect failed", _NEXT_RETRY
+    if dim > MAX_ANSWER_DIM:
+        return (
+            f"the suspect returns {dim:,}-dimensional embeddings, more than the "
+            f"{MAX_ANSWER_DIM:,} an audit accepts (MAX_ANSWER_DIM); querying stopped after "
+            "the first batch",
+            "check that the endpoint really is an embedding service and that the client "
+            "reads its answers right (one vector per text); no embedding model serves that "
+            "many numbers a text",
+        )
     if expected_dim is not None and dim != expected_dim:
         return (
             f"the suspect returns {dim}-dimensional embeddings but the key's target has "

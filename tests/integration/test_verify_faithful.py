@@ -101,6 +101,26 @@ def test_a_thief_serving_through_a_secret_isometry_is_still_convicted(budget_key
     assert twin.alignment.startswith("applied")
 
 
+def test_a_hostile_endpoint_answering_too_many_numbers_a_text_stops_after_one_batch(
+    budget_key,
+):
+    """A key that maps answers takes any dimension; one beyond MAX_ANSWER_DIM would fill
+    the auditor's memory over a whole audit, so querying stops at the first batch."""
+    from espew_integrations import MAX_ANSWER_DIM
+
+    calls: list[int] = []
+
+    def flood(texts):
+        calls.append(len(texts))
+        return np.ones((len(texts), MAX_ANSWER_DIM + 1))
+
+    report = verify(flood, budget_key, seed=0, batch_size=16)
+    assert report.status == "inconclusive" and not report.copied
+    assert f"{MAX_ANSWER_DIM + 1:,}-dimensional" in report.reason
+    assert "MAX_ANSWER_DIM" in report.reason and report.next_step
+    assert calls == [16] and report.n_queries == 16
+
+
 def test_the_lab_scores_a_permuted_copy_in_the_key_coordinates_when_the_key_can_map(
     budget_key, minilm_model
 ):

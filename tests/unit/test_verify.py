@@ -106,6 +106,22 @@ def test_a_dimension_mismatch_with_the_key_target_is_inconclusive_and_says_why()
     assert len(suspect.calls) == 1 and report.n_queries == 50  # the budget is spared
 
 
+def test_answers_wider_than_max_answer_dim_stop_the_audit_in_query_mode_too():
+    from espew_integrations import MAX_ANSWER_DIM
+
+    key = make_key(64, n_band=200, n_triggers=20)
+    wide = WordSpace(key, dim=MAX_ANSWER_DIM + 1)
+    report = verify(wide, key, target_mode="query", seed=0, batch_size=50)
+    assert report.status == "inconclusive" and "MAX_ANSWER_DIM" in report.reason
+    assert len(wide.calls) == 1 and report.n_queries == 50
+
+    def at_the_bound(texts):  # an innocent suspect exactly MAX_ANSWER_DIM wide
+        rows = [np.random.default_rng(sum(map(ord, t))).normal(size=MAX_ANSWER_DIM) for t in texts]
+        return np.array(rows)
+
+    assert verify(at_the_bound, key, target_mode="query", seed=0).status == "not_copied"
+
+
 def test_failing_queries_never_become_evidence():
     key = make_key(64, n_band=200, n_triggers=20)
     inner = WordSpace(key, pull=1.0)
