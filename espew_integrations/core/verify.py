@@ -179,7 +179,7 @@ def _plan(
         clean_rows = key.probe_embeddings
         usable = len(clean_rows) and target_mode == "key"
         directions = mark_directions(clean_rows, key) if usable else None
-        cover_rows = key.cover_embeddings if usable and len(key.cover_embeddings) else None
+        cover_rows = key.cover_embeddings if usable and maps_answers(key) else None
         scored = key.probe_texts + (key.cover_texts if cover_rows is not None else ())
         return _Plan(
             "sentences",
@@ -478,7 +478,8 @@ def maps_answers(key: WatermarkKey) -> bool:
     """Whether ``verify(..., target_mode="key")`` with the default sentence probes maps
     a suspect's answers into the key's coordinates (:mod:`.align`): a key that stores
     its audit's clean probe and cover rows. Such a key needs no ``target_mode="query"``
-    for a suspect of another dimension or with scrambled coordinates."""
+    for a suspect of another dimension or with scrambled coordinates. :func:`_plan`
+    stores the cover rows (what ``align_answers`` fits on) on this same condition."""
     return (
         bool(key.probe_texts)
         and bool(len(key.probe_embeddings))
