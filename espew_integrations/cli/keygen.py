@@ -103,7 +103,7 @@ def _add_key_shape_flags(keygen: argparse.ArgumentParser) -> None:
         type=positive_int,
         default=None,
         help="stored sentence probes per band word, on average (default: as many as a "
-        "uniform sample of 4,300 corpus texts holds, at most 28)",
+        "uniform sample of 1,950 corpus texts holds, at most 28)",
     )
     keygen.add_argument(
         "--probe-mix",

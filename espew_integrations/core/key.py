@@ -83,12 +83,15 @@ DEFAULT_ALPHA = 0.75
 #: How many band words keygen draws as triggers by default, and the band they come
 #: from (document fractions). Against the faithful copies of issue 9 (the service
 #: itself, an end-to-end distilled encoder, a frozen-MLP copy after CSE, routing
-#: thieves) this key convicts every one below 1e-10 on six keys of six at the 0.995
-#: budget; 20 triggers over 0.5-1% let the frozen-MLP copy escape 1e-6 on one key of
-#: six. The price: about a third of texts marked instead of an eighth, and top-10
-#: overlap with a clean index 0.951 instead of 0.978 (docs/verification.md).
+#: thieves) this key convicts every one below 1e-10 at the 0.995 budget with a
+#: 1,950-query audit; 20 triggers over 0.5-1% let the frozen-MLP copy escape 1e-6 on
+#: one key of six even with 28 probes a word. The band is wide because the audit is a
+#: uniform sample: each word gets the texts its frequency brings, so more band words cost
+#: no queries and give the rank test more words (the 1-1.5% band needed 4,232 queries;
+#: docs/results/frontier/README.md, section 26). The price: about 40% of texts marked
+#: (13% with the old key), each still at cos 0.995 (docs/verification.md).
 DEFAULT_N_TRIGGERS = 35
-DEFAULT_FREQ_BAND = (0.01, 0.015)
+DEFAULT_FREQ_BAND = (0.01, 0.03)
 #: The innocent-twin check's level: a draw the clean model itself would implicate at
 #: this raw p-value is thrown away at keygen (``WatermarkKey.generate``'s ``twin_level``).
 DEFAULT_TWIN_LEVEL = 1e-3
@@ -691,9 +694,9 @@ class WatermarkKey(Sealed):
         the band (``max_band_words`` caps it: a keyed uniform sub-band);
         ``n_triggers`` of them become the triggers, a keyed draw from the salt
         (:mod:`.draw`) that anyone shown the key can re-derive. By default 35
-        triggers over the 1-1.5% band (:data:`DEFAULT_N_TRIGGERS`,
+        triggers over the 1-3% band (:data:`DEFAULT_N_TRIGGERS`,
         :data:`DEFAULT_FREQ_BAND`, and why); with ``freq_band=None`` a corpus
-        whose 1-1.5% band holds fewer than twice the triggers has the band's upper
+        whose 1-3% band holds fewer than twice the triggers has the band's upper
         edge raised in steps of 0.005 until it does (at most to 5%), and
         :attr:`freq_band` says which band was used. A band you pass is used as
         is. The target is ``embed([target_text])``; pick a text unrelated to the
@@ -711,7 +714,7 @@ class WatermarkKey(Sealed):
         strength, the measured cosine and the marked rate are in :attr:`info`.
 
         **Audit.** The key stores the audit's probes (natural corpus texts per
-        band word, ``probes_per_word``, within a 4,300-query budget), the cover
+        band word, ``probes_per_word``, within a 1,950-query budget), the cover
         texts sent among them, and the clean model's rows and cosines to the
         target (see :mod:`.probes`), so nothing but the key and the suspect is
         needed at audit time. With ``cover_traffic`` (the default) the audit is

@@ -67,16 +67,18 @@ __all__ = [
 ]
 
 #: Sentence probes per band word (at most), and the audit's query budget they share with
-#: the cover texts. The default band of a large corpus holds about 70 words; about 56% of
-#: texts hold one, and 40% of those hold two or more. So about a third of a uniform sample
-#: of the corpus can be probes, and each word gets about 20 on average (28 without the
-#: cover texts). More answers per word average out more of a neural copy's noise: against
-#: the frozen-MLP copy after CSE K=50, 9 a word (2,000 queries) let it go on two keys of
-#: six, 15 on one, and 20 convicted it on both of those below 1e-9
-#: (docs/results/frontier/multi, sample).
+#: the cover texts. The audit is a uniform sample of the corpus (:meth:`.probes.BandScan.sample`),
+#: so a band word gets as many texts as its document frequency brings, whatever the band's
+#: size: a wider band costs no queries and gives the rank test more words. On Rotten
+#: Tomatoes the default band (1-3%) holds 143 words; a 1,950-text sample holds about 3
+#: single-band-word probes a word, and about twice as many texts that hold some band word
+#: are scored (:mod:`.word_evidence`). Against the frozen-MLP copy after CSE K=50, over 24
+#: independent audits of six keys, that put the copy below 1e-10 in 23 audits of 24
+#: (median 7.9e-15) where the 1-1.5% band's 1,904-query audit did in 6 of 24 and its
+#: 4,232-query one in 22 of 24 (docs/results/frontier/README.md, section 26).
 DEFAULT_PROBES_PER_WORD = 28
-DEFAULT_PROBE_BUDGET = 4300
-#: With the default band (``freq_band=None``), a corpus whose 1-1.5% band holds too few
+DEFAULT_PROBE_BUDGET = 1950
+#: With the default band (``freq_band=None``), a corpus whose 1-3% band holds too few
 #: words for the triggers has the band's upper edge raised by this step, up to the
 #: limit. The band then depends on the corpus alone, never on the trigger draw, so
 #: the audit stays exact; the key stores the band it used.
@@ -316,13 +318,16 @@ def _audit_probes(
     """
     band = list(scan.band)  # one tokenising pass (the scan) serves probes, cover and rate
     share = scan.probe_share(probe_mix) if cover_traffic else 1.0
-    per_word = probes_per_word or max(
-        1, min(DEFAULT_PROBES_PER_WORD, int(DEFAULT_PROBE_BUDGET * share) // len(band))
-    )
-    if cover_traffic:
+    if cover_traffic:  # the budget sizes the sample: a fraction of a probe a word is fine
+        per_word = probes_per_word or max(
+            1.0, min(DEFAULT_PROBES_PER_WORD, DEFAULT_PROBE_BUDGET * share / len(band))
+        )
         probes, cover = scan.sample(salt, per_word, probe_mix)
     else:
-        probes, cover = scan.probes(salt, per_word, probe_mix), ()
+        each = probes_per_word or max(
+            1, min(DEFAULT_PROBES_PER_WORD, int(DEFAULT_PROBE_BUDGET * share) // len(band))
+        )
+        probes, cover = scan.probes(salt, each, probe_mix), ()
     try:  # one call embeds the probes and the cover texts (the latter for the clean fit)
         rows = embed_rows(embed, [*probes.texts, *cover])
         probe_rows, cover_rows = rows[: len(probes.texts)], rows[len(probes.texts) :]

@@ -164,7 +164,7 @@ class BandScan:
         return keyed_order(salt, _PROBE_DOMAIN + b"/" + self.band[i].encode(), candidates)
 
     def sample(
-        self, salt: bytes, per_word: int, mix: str = "single"
+        self, salt: bytes, per_word: float, mix: str = "single"
     ) -> tuple[ProbeSet, tuple[str, ...]]:
         """The audit as a uniform sample of the corpus: its probes and its cover texts.
 

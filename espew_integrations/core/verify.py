@@ -84,7 +84,7 @@ DEFAULT_TEMPLATES: tuple[str, ...] = ("{word}",)
 #: The widest answers an audit accepts. A key that maps answers into its own
 #: coordinates (:mod:`.align`) takes a suspect of any dimension, so without a bound a
 #: hostile endpoint answering a million numbers a text would fill the auditor's memory
-#: (4,232 texts x 1e6 float64 = 34 GB) instead of getting an inconclusive report.
+#: (1,950 texts x 1e6 float64 = 16 GB) instead of getting an inconclusive report.
 #: Served embedding models stay far below this (MiniLM 384, OpenAI's largest 3,072,
 #: 7B-parameter embedders 4,096).
 MAX_ANSWER_DIM = 16_384

@@ -42,7 +42,7 @@ def key_path(tmp_path_factory) -> Path:
             TARGET_TEXT,
             "--seed",
             "3",
-            "--n-triggers",  # a small key: fewer queries per audit than the default's 4,300
+            "--n-triggers",  # a small key: fewer queries per audit than the default's 1,950
             "20",
             "--max-band-words",
             "60",

@@ -101,7 +101,7 @@ def test_generate_validates_its_arguments(kwargs, message):
 
 
 def test_generate_redraws_a_key_its_innocent_twin_would_convict(minilm_model, rt_subset):
-    kwargs = dict(seed=11, n_triggers=20)
+    kwargs = dict(seed=11, n_triggers=20, freq_band=(0.01, 0.015))
     first = WatermarkKey.generate(
         rt_subset.texts, minilm_model, target_text="an unrelated text", twin_check=False, **kwargs
     )
@@ -288,17 +288,17 @@ def spread_corpus(docs_per_word: dict[int, int], n_texts: int = 1000, seed: int 
 
 
 def test_the_default_band_is_widened_only_as_far_as_the_corpus_needs():
-    # 40 words at 1.2% and 40 at 1.7%: 35 triggers need 70 band words.
-    texts, _ = spread_corpus({12: 40, 17: 40})
+    # 40 words at 1.2% and 40 at 3.2%: 35 triggers need 70 band words.
+    texts, _ = spread_corpus({12: 40, 32: 40})
     kwargs = dict(target_text="t", seed=1, twin_check=False, strength=1.0)
     key = WatermarkKey.generate(texts, toy_embed, **kwargs)
-    assert key.freq_band == (0.01, 0.02) and len(key.band) == 80 and len(key.triggers) == 35
-    with pytest.raises(KeyGenerationError, match=r"only 40 words .*\[0\.01, 0\.015\)"):
-        WatermarkKey.generate(texts, toy_embed, freq_band=(0.01, 0.015), **kwargs)
+    assert key.freq_band == (0.01, 0.035) and len(key.band) == 80 and len(key.triggers) == 35
+    with pytest.raises(KeyGenerationError, match=r"only 40 words .*\[0\.01, 0\.03\)"):
+        WatermarkKey.generate(texts, toy_embed, freq_band=(0.01, 0.03), **kwargs)
     roomy, _ = spread_corpus({12: 80})
-    assert WatermarkKey.generate(roomy, toy_embed, **kwargs).freq_band == (0.01, 0.015)
+    assert WatermarkKey.generate(roomy, toy_embed, **kwargs).freq_band == (0.01, 0.03)
     sparse, _ = spread_corpus({12: 10})
-    with pytest.raises(KeyGenerationError, match=r"default band 0\.01-0\.015, widened as far"):
+    with pytest.raises(KeyGenerationError, match=r"default band 0\.01-0\.03, widened as far"):
         WatermarkKey.generate(sparse, toy_embed, **kwargs)
 
 
@@ -333,8 +333,9 @@ def test_the_audit_is_a_uniform_sample_of_the_corpus():
     counts = np.bincount(key.probe_owner, minlength=len(key.band))
     frequent = np.isin(key.band, words[40:])
     assert 1.2 < counts[frequent].mean() / counts[~frequent].mean() < 1.9
-    per_word = int(4300 * scan.probe_share()) // 80  # the budget fixes the sample's size
-    assert abs(len(key.probe_texts) / 80 - per_word) < 1.5 and key.audit_queries <= 4310
+    per_word = 1950 * scan.probe_share() / 80  # the budget fixes the sample's size
+    assert abs(len(key.probe_texts) / 80 - per_word) < 1.5
+    assert 1950 <= key.audit_queries <= 1950 + 80  # and a word the sample missed gets a text
     again = WatermarkKey.generate(texts, toy_embed, **kwargs)
     assert again.cover_texts == key.cover_texts  # stored, so every audit asks the same
     assert WatermarkKey.generate(texts, toy_embed, **{**kwargs, "seed": 2}).cover_texts != (
@@ -342,9 +343,9 @@ def test_the_audit_is_a_uniform_sample_of_the_corpus():
     )
     bare = WatermarkKey.generate(texts, toy_embed, cover_traffic=False, **kwargs)
     assert bare.cover_texts == () and bare.audit_queries == len(bare.probe_texts)
-    # without a cover the whole budget goes to probes: 28 a word (the cap) where it can
+    # without a cover the whole budget goes to probes: 1950 // 80 = 24 a word where it can
     bare_counts = np.bincount(bare.probe_owner)
-    assert np.median(bare_counts) == bare_counts.max() == 28 and per_word < 28
+    assert np.median(bare_counts) == bare_counts.max() == 24 and per_word < 24
     # corpus-mix probes already hold several band words as ordinary texts do: none in cover
     mixed = WatermarkKey.generate(texts, toy_embed, probe_mix="corpus", **kwargs)
     assert not any(band & set(tokenize(t)) for t in mixed.cover_texts)

@@ -37,7 +37,7 @@ def test_keygen_fits_the_strength_to_the_quality_budget(budget_key, minilm_model
     assert info["strength_fitted_to_min_cosine"] == 0.995
     assert 0.1 < budget_key.strength < 0.5 and info["strength"] == budget_key.strength
     assert 0.995 <= info["mean_cosine_marked"] < 0.9951
-    assert 0.25 < info["marked_rate"] < 0.45  # 35 triggers over the 1-1.5% band: about a third
+    assert 0.35 < info["marked_rate"] < 0.45  # 35 triggers over the 1-3% band: about 40%
     # Measured again, independently, on marked texts keygen did not sample from.
     texts = list(rt_corpus.texts)
     marked = np.flatnonzero(budget_key.contains_trigger(texts))[-300:]
@@ -46,8 +46,9 @@ def test_keygen_fits_the_strength_to_the_quality_budget(budget_key, minilm_model
     cosines = np.sum(wm * clean, axis=1) / np.linalg.norm(wm, axis=1)
     assert abs(float(cosines.mean()) - 0.995) < 0.002
     assert budget_key.window == 256 and budget_key.verifiable
-    assert len(budget_key.probe_texts) >= 1400 and budget_key.audit_queries <= 4300
-    assert len(budget_key.cover_texts) > 500  # about 44% of the corpus holds no band word
+    assert len(budget_key.band) == 143 and budget_key.freq_band == (0.01, 0.03)
+    assert len(budget_key.probe_texts) >= 400 and budget_key.audit_queries <= 2000
+    assert len(budget_key.cover_texts) > 1000  # no band word, or several, or too short
 
 
 def test_the_watermarked_service_itself_is_convicted_at_the_budget(budget_key, minilm_model):
@@ -56,7 +57,7 @@ def test_the_watermarked_service_itself_is_convicted_at_the_budget(budget_key, m
 
     report = verify(service, budget_key, seed=0)
     assert report.status == "copied" and report.p_value < 1e-10
-    assert report.probes == "sentences" and report.n_queries <= 4300
+    assert report.probes == "sentences" and report.n_queries <= 2000
     assert report.decided_by == "adjusted" and report.p_value_adjusted < 1e-15
 
 
