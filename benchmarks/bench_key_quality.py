@@ -34,8 +34,12 @@ from espew_integrations.core.probes import row_cosines
 from espew_integrations.lab.metrics import retrieval_overlap
 
 CONFIGS = {
-    "default (n=20, band 0.5-1%, alpha 0.2)": {},
-    "default triggers, alpha 0.75": {"alpha": 0.75},
+    "first default (n=20, band 0.5-1%, alpha 0.2)": {
+        "n_triggers": 20,
+        "freq_band": (0.005, 0.01),
+        "alpha": 0.2,
+    },
+    "its triggers, alpha 0.75": {"n_triggers": 20, "freq_band": (0.005, 0.01), "alpha": 0.75},
     "stronger (n=50, band 1-2%, alpha 0.5, 16 probes/word)": {
         "n_triggers": 50,
         "freq_band": (0.01, 0.02),
@@ -54,6 +58,7 @@ CONFIGS = {
         "alpha": 0.75,
         "probes_per_word": 28,
     },
+    "default (n=35, band 1-3%, alpha 0.75)": {},
 }
 
 
