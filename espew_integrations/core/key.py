@@ -714,8 +714,9 @@ class WatermarkKey(Sealed):
         strength, the measured cosine and the marked rate are in :attr:`info`.
 
         **Audit.** The key stores the audit's probes (natural corpus texts per
-        band word, ``probes_per_word``, within a 1,950-query budget), the cover
-        texts sent among them, and the clean model's rows and cosines to the
+        band word, ``probes_per_word``, within a 1,950-query budget that
+        ``info["audit_budget"]`` records, so every later round is drawn as
+        large), the cover texts sent among them, and the clean model's rows and cosines to the
         target (see :mod:`.probes`), so nothing but the key and the suspect is
         needed at audit time. With ``cover_traffic`` (the default) the audit is
         a keyed uniform sample of the corpus (:meth:`.probes.BandScan.sample`):

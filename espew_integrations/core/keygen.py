@@ -78,6 +78,10 @@ __all__ = [
 #: 4,232-query one in 22 of 24 (docs/results/frontier/README.md, section 26).
 DEFAULT_PROBES_PER_WORD = 28
 DEFAULT_PROBE_BUDGET = 1950
+#: The budget of keys made before keygen recorded it (``info["audit_budget"]``): the
+#: 1-1.5% band's 4,300. A later round of such a key's audit is drawn as large as its
+#: first, where today's 1,950 would halve the evidence on its 71 words.
+_LEGACY_PROBE_BUDGET = 4300
 #: With the default band (``freq_band=None``), a corpus whose 1-3% band holds too few
 #: words for the triggers has the band's upper edge raised by this step, up to the
 #: limit. The band then depends on the corpus alone, never on the trigger draw, so
@@ -163,6 +167,7 @@ def generate(
         }
         if probe_mix != "single":
             info["probe_mix"] = probe_mix
+        info["audit_budget"] = DEFAULT_PROBE_BUDGET  # every later round is drawn as large
         info.update(_fit_quality(drawn, embed, texts, rng, strength, min_cosine))
         key = drawn.replace(
             strength=info["strength"],
@@ -175,6 +180,7 @@ def generate(
                 probes_per_word,
                 cover_traffic,
                 probe_mix,
+                DEFAULT_PROBE_BUDGET,
             ),
         )
         if not twin_check:
@@ -225,7 +231,10 @@ def with_audit(
             f"none of the {len(texts)} audit corpus texts holds a word of the key's band: "
             "an audit drawn from it would send bare words"
         )
-    fields = _audit_probes(embed, scan, salt, key.target, probes_per_word, cover_traffic, probe_mix)
+    budget = int(key.info.get("audit_budget", _LEGACY_PROBE_BUDGET))
+    fields = _audit_probes(
+        embed, scan, salt, key.target, probes_per_word, cover_traffic, probe_mix, budget
+    )
     info = {
         **key.info,
         "audit_corpus_texts": len(texts),
@@ -307,26 +316,26 @@ def _audit_probes(
     probes_per_word: int | None,
     cover_traffic: bool,
     probe_mix: str,
+    budget: int,
 ) -> dict[str, Any]:
     """The audit's stored probes, cover texts and the clean model's cosines, as key fields.
 
     With ``cover_traffic`` the audit is a keyed uniform sample of ``scan``'s
     corpus (:meth:`BandScan.sample`), so a thief cannot tell it from an ordinary
-    client, text by text or as a whole; the query budget fixes its size, and the
+    client, text by text or as a whole; ``budget`` (texts) fixes its size, and the
     probes are the share of it that holds exactly one band word
-    (:meth:`BandScan.probe_share`). Without, it is ``per_word`` probes for every word.
+    (:meth:`BandScan.probe_share`). Without, it is ``per_word`` probes for every word,
+    as many as the budget holds (at most :data:`DEFAULT_PROBES_PER_WORD`).
     """
     band = list(scan.band)  # one tokenising pass (the scan) serves probes, cover and rate
     share = scan.probe_share(probe_mix) if cover_traffic else 1.0
     if cover_traffic:  # the budget sizes the sample: a fraction of a probe a word is fine
         per_word = probes_per_word or max(
-            1.0, min(DEFAULT_PROBES_PER_WORD, DEFAULT_PROBE_BUDGET * share / len(band))
+            1.0, min(DEFAULT_PROBES_PER_WORD, budget * share / len(band))
         )
         probes, cover = scan.sample(salt, per_word, probe_mix)
     else:
-        each = probes_per_word or max(
-            1, min(DEFAULT_PROBES_PER_WORD, int(DEFAULT_PROBE_BUDGET * share) // len(band))
-        )
+        each = probes_per_word or max(1, min(DEFAULT_PROBES_PER_WORD, budget // len(band)))
         probes, cover = scan.probes(salt, each, probe_mix), ()
     try:  # one call embeds the probes and the cover texts (the latter for the clean fit)
         rows = embed_rows(embed, [*probes.texts, *cover])

@@ -629,6 +629,22 @@ def test_audit_rounds_are_fresh_uniform_samples_and_verify_counts_every_round():
             key.replace(info={**key.info, "audit_round": bad})
 
 
+def test_a_later_round_is_drawn_as_large_as_the_keys_first_audit():
+    """keygen records its audit budget in the key, so round k is as large as round 1 even
+    after the library's default changes; a key made before it was recorded (the 1-1.5%
+    band's 4,300-text audit) keeps that size rather than today's 1,950."""
+    texts, _ = spread_corpus({120: 40, 180: 40}, n_texts=10_000)
+    key = WatermarkKey.generate(texts, toy_embed, target_text="t", seed=1, twin_check=False)
+    assert key.info["audit_budget"] == keygen.DEFAULT_PROBE_BUDGET == 1950
+    second = key.with_audit(texts, toy_embed, audit_round=2)
+    assert 1950 <= key.audit_queries <= 2030 and 1950 <= second.audit_queries <= 2030
+    legacy = key.replace(info={k: v for k, v in key.info.items() if k != "audit_budget"})
+    older = legacy.with_audit(texts, toy_embed, audit_round=2)
+    assert 4300 <= older.audit_queries <= 4380
+    bigger = key.replace(info={**key.info, "audit_budget": 3000})
+    assert 3000 <= bigger.with_audit(texts, toy_embed, audit_round=2).audit_queries <= 3080
+
+
 def test_with_audit_refuses_a_corpus_without_band_words_and_a_bad_option(monkeypatch):
     texts, _ = spread_corpus({12: 80})
     key = WatermarkKey.generate(texts, toy_embed, target_text="t", seed=3, twin_check=False)
