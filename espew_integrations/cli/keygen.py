@@ -103,7 +103,14 @@ def _add_key_shape_flags(keygen: argparse.ArgumentParser) -> None:
         type=positive_int,
         default=None,
         help="stored sentence probes per band word, on average (default: as many as a "
-        "uniform sample of 1,950 corpus texts holds, at most 28)",
+        "uniform sample of --audit-budget corpus texts holds, at most 28)",
+    )
+    keygen.add_argument(
+        "--audit-budget",
+        type=positive_int,
+        default=None,
+        help="texts in the audit's uniform sample, hence the queries one verification "
+        "costs (default 1,950; every later round is drawn as large)",
     )
     keygen.add_argument(
         "--probe-mix",
@@ -157,6 +164,7 @@ def run(args: argparse.Namespace) -> int:
             probes_per_word=args.probes_per_word,
             cover_traffic=args.cover_traffic,
             probe_mix=args.probe_mix,
+            audit_budget=args.audit_budget,
             **common,
         )
 

@@ -687,6 +687,7 @@ class WatermarkKey(Sealed):
         twin_check: bool = True,
         cover_traffic: bool = True,
         probe_mix: str = "single",
+        audit_budget: int | None = None,
     ) -> WatermarkKey:
         """Draw a fresh key from a corpus and the provider's clean embedder.
 
@@ -714,9 +715,10 @@ class WatermarkKey(Sealed):
         strength, the measured cosine and the marked rate are in :attr:`info`.
 
         **Audit.** The key stores the audit's probes (natural corpus texts per
-        band word, ``probes_per_word``, within a 1,950-query budget that
-        ``info["audit_budget"]`` records, so every later round is drawn as
-        large), the cover texts sent among them, and the clean model's rows and cosines to the
+        band word, ``probes_per_word``, within ``audit_budget`` texts, 1,950 by
+        default (:data:`.keygen.DEFAULT_PROBE_BUDGET`); ``info["audit_budget"]``
+        records it, so every later round is drawn as large), the cover texts
+        sent among them, and the clean model's rows and cosines to the
         target (see :mod:`.probes`), so nothing but the key and the suspect is
         needed at audit time. With ``cover_traffic`` (the default) the audit is
         a keyed uniform sample of the corpus (:meth:`.probes.BandScan.sample`):

@@ -118,6 +118,7 @@ def generate(
     twin_check: bool = True,
     cover_traffic: bool = True,
     probe_mix: str = "single",
+    audit_budget: int | None = None,
 ) -> WatermarkKey:
     """Draw a fresh key; the options are documented on :meth:`WatermarkKey.generate`.
 
@@ -139,6 +140,9 @@ def generate(
         raise KeyGenerationError(f"probe_mix must be one of {PROBE_MIXES}, got {probe_mix!r}")
     _check_twin_level(twin_level)
     _check_key_shape(selection, freq_band, normalization, window)
+    budget = DEFAULT_PROBE_BUDGET if audit_budget is None else audit_budget
+    if isinstance(budget, bool) or not isinstance(budget, int) or budget < 1:
+        raise KeyGenerationError(f"audit_budget must be a positive integer, got {budget!r}")
     full_band, n_texts, freq_band = _corpus_band(texts, freq_band, n_triggers, normalization)
     rng = np.random.default_rng(seed)
     target = _embed_target(embed, target_text)
@@ -167,7 +171,7 @@ def generate(
         }
         if probe_mix != "single":
             info["probe_mix"] = probe_mix
-        info["audit_budget"] = DEFAULT_PROBE_BUDGET  # every later round is drawn as large
+        info["audit_budget"] = budget  # every later round is drawn as large
         info.update(_fit_quality(drawn, embed, texts, rng, strength, min_cosine))
         key = drawn.replace(
             strength=info["strength"],
@@ -180,7 +184,7 @@ def generate(
                 probes_per_word,
                 cover_traffic,
                 probe_mix,
-                DEFAULT_PROBE_BUDGET,
+                budget,
             ),
         )
         if not twin_check:

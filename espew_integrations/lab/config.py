@@ -45,6 +45,9 @@ DEFAULTS: dict[str, Any] = {
         "freq_band": [0.005, 0.01],
         "alpha": 0.2,
         "max_band_words": None,
+        # the audit's size the committed lab tables were measured with (keygen's
+        # default until the 1-3% band made 1,950 enough); null for keygen's default
+        "audit_budget": 4300,
     },
     "watermarks": ["none", "espew_smallest", "espew_hashed", "embmarker", "warden"],
     "attacks": ["none", "cse:50"],
@@ -176,6 +179,9 @@ class KeySettings:
     #: Fit the strength to this quality budget instead (``WatermarkKey.generate``'s
     #: ``min_cosine``: mean cos(clean, watermarked) on the lab corpus's marked rows).
     min_cosine: float | None = None
+    #: Texts in the key's audit (``WatermarkKey.generate``'s ``audit_budget``; None:
+    #: keygen's default).
+    audit_budget: int | None = None
 
     @classmethod
     def parse(cls, fields: _Fields) -> KeySettings:
@@ -197,6 +203,7 @@ class KeySettings:
             max_band_words=fields.optional_integer("max_band_words", minimum=1),
             strength=strength,
             min_cosine=min_cosine,
+            audit_budget=fields.optional_integer("audit_budget", minimum=1),
         )
 
 

@@ -151,6 +151,7 @@ def draw_key(config: LabConfig, texts: Sequence[str], victim: Any):
         selection="smallest",
         seed=config.seed,
         max_band_words=settings.max_band_words,
+        audit_budget=settings.audit_budget,
     )
 
 

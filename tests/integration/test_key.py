@@ -641,8 +641,14 @@ def test_a_later_round_is_drawn_as_large_as_the_keys_first_audit():
     legacy = key.replace(info={k: v for k, v in key.info.items() if k != "audit_budget"})
     older = legacy.with_audit(texts, toy_embed, audit_round=2)
     assert 4300 <= older.audit_queries <= 4380
-    bigger = key.replace(info={**key.info, "audit_budget": 3000})
+    bigger = WatermarkKey.generate(
+        texts, toy_embed, target_text="t", seed=1, twin_check=False, audit_budget=3000
+    )
+    assert bigger.info["audit_budget"] == 3000 and 3000 <= bigger.audit_queries <= 3080
     assert 3000 <= bigger.with_audit(texts, toy_embed, audit_round=2).audit_queries <= 3080
+    for bad in (0, -5, 1.5, True, "2000"):
+        with pytest.raises(KeyGenerationError, match="audit_budget must be a positive integer"):
+            WatermarkKey.generate(texts, toy_embed, target_text="t", audit_budget=bad)
 
 
 def test_with_audit_refuses_a_corpus_without_band_words_and_a_bad_option(monkeypatch):

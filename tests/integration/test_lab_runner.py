@@ -166,6 +166,9 @@ def test_every_packaged_config_loads_frozen_and_typed():
     assert "provider signature" not in repr(config)  # the target text is key material
     assert config.updated({"key": {"alpha": 0.3}}).key.alpha == 0.3 and config.key.alpha == 0.75
     assert config.key.min_cosine == 0.995 and config.key.strength is None  # the default key
+    # the audit size the committed tables were measured with, unless a config says otherwise
+    assert config.key.audit_budget == 4300
+    assert config.updated({"key": {"audit_budget": None}}).key.audit_budget is None
 
 
 @pytest.mark.parametrize(
@@ -174,6 +177,7 @@ def test_every_packaged_config_loads_frozen_and_typed():
         ({"seed": 1.5}, "'seed' must be an integer"),
         ({"key": {"alpha": "0.2"}}, "'key.alpha' must be a number in (0, 1)"),
         ({"key": {"freq_band": [0.02, 0.01]}}, "'key.freq_band' must be two numbers"),
+        ({"key": {"audit_budget": 0}}, "'key.audit_budget' must be"),
         ({"attacks": ["none", "cse"]}, "'attacks': attack 'cse' needs a parameter"),
         ({"stealers": ["bert"]}, "'stealers' must be a list of ['ridge'"),
         ({"watermarks": ["espew"]}, "'watermarks' must be a list of watermarks"),
