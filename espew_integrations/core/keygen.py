@@ -67,15 +67,16 @@ __all__ = [
 ]
 
 #: Sentence probes per band word (at most), and the audit's query budget they share with
-#: the cover texts. The audit is a uniform sample of the corpus (:meth:`.probes.BandScan.sample`),
-#: so a band word gets as many texts as its document frequency brings, whatever the band's
-#: size: a wider band costs no queries and gives the rank test more words. On Rotten
-#: Tomatoes the default band (1-3%) holds 143 words; a 1,950-text sample holds about 3
-#: single-band-word probes a word, and about twice as many texts that hold some band word
-#: are scored (:mod:`.word_evidence`). Against the frozen-MLP copy after CSE K=50, over 24
-#: independent audits of six keys, that put the copy below 1e-10 in 23 audits of 24
-#: (median 7.9e-15) where the 1-1.5% band's 1,904-query audit did in 6 of 24 and its
-#: 4,232-query one in 22 of 24 (docs/results/frontier/README.md, section 26).
+#: the cover texts. The audit is a uniform sample of the corpus
+#: (:meth:`.probes.BandScan.sample`), so a band word gets as many texts as its document
+#: frequency brings, whatever the band's size: a wider band costs no queries and gives
+#: the rank test more words. On Rotten Tomatoes the default band (1-3%) holds 143 words;
+#: a 1,950-text sample holds about 3 single-band-word probes a word, and 84% of its texts
+#: hold a band word, each of them scored (:mod:`.word_evidence`). Against the frozen-MLP
+#: copy after CSE K=50, over 24 independent audits of six keys, that put the copy below
+#: 1e-10 in 23 audits of 24 (median 2.7e-14) where the 1-1.5% band's 1,904-query audit
+#: did in 6 of 24 and its 4,232-query one in 22 of 24 (docs/results/frontier/README.md,
+#: section 26).
 DEFAULT_PROBES_PER_WORD = 28
 DEFAULT_PROBE_BUDGET = 1950
 #: The budget of keys made before keygen recorded it (``info["audit_budget"]``): the
@@ -140,9 +141,7 @@ def generate(
         raise KeyGenerationError(f"probe_mix must be one of {PROBE_MIXES}, got {probe_mix!r}")
     _check_twin_level(twin_level)
     _check_key_shape(selection, freq_band, normalization, window)
-    budget = DEFAULT_PROBE_BUDGET if audit_budget is None else audit_budget
-    if isinstance(budget, bool) or not isinstance(budget, int) or budget < 1:
-        raise KeyGenerationError(f"audit_budget must be a positive integer, got {budget!r}")
+    budget = _checked_budget(DEFAULT_PROBE_BUDGET if audit_budget is None else audit_budget)
     full_band, n_texts, freq_band = _corpus_band(texts, freq_band, n_triggers, normalization)
     rng = np.random.default_rng(seed)
     target = _embed_target(embed, target_text)
@@ -235,7 +234,7 @@ def with_audit(
             f"none of the {len(texts)} audit corpus texts holds a word of the key's band: "
             "an audit drawn from it would send bare words"
         )
-    budget = int(key.info.get("audit_budget", _LEGACY_PROBE_BUDGET))
+    budget = _checked_budget(key.info.get("audit_budget", _LEGACY_PROBE_BUDGET))
     fields = _audit_probes(
         embed, scan, salt, key.target, probes_per_word, cover_traffic, probe_mix, budget
     )
@@ -312,6 +311,14 @@ def _fit_quality(
     return info
 
 
+def _checked_budget(budget: object) -> int:
+    """``budget`` if it is a positive integer (an argument, or a key's recorded
+    ``info["audit_budget"]``), else a clear error."""
+    if isinstance(budget, bool) or not isinstance(budget, int) or budget < 1:
+        raise KeyGenerationError(f"audit_budget must be a positive integer, got {budget!r}")
+    return budget
+
+
 def _audit_probes(
     embed: EmbedFn,
     scan: BandScan,
@@ -332,8 +339,8 @@ def _audit_probes(
     as many as the budget holds (at most :data:`DEFAULT_PROBES_PER_WORD`).
     """
     band = list(scan.band)  # one tokenising pass (the scan) serves probes, cover and rate
-    share = scan.probe_share(probe_mix) if cover_traffic else 1.0
     if cover_traffic:  # the budget sizes the sample: a fraction of a probe a word is fine
+        share = scan.probe_share(probe_mix)
         per_word = probes_per_word or max(
             1.0, min(DEFAULT_PROBES_PER_WORD, budget * share / len(band))
         )

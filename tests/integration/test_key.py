@@ -649,6 +649,8 @@ def test_a_later_round_is_drawn_as_large_as_the_keys_first_audit():
     for bad in (0, -5, 1.5, True, "2000"):
         with pytest.raises(KeyGenerationError, match="audit_budget must be a positive integer"):
             WatermarkKey.generate(texts, toy_embed, target_text="t", audit_budget=bad)
+        with pytest.raises(KeyGenerationError, match="audit_budget must be a positive integer"):
+            key.replace(info={**key.info, "audit_budget": bad}).with_audit(texts, toy_embed)
 
 
 def test_with_audit_refuses_a_corpus_without_band_words_and_a_bad_option(monkeypatch):
