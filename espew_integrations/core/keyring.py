@@ -44,7 +44,13 @@ from .secret_files import (
     write_secret_file,
 )
 
-__all__ = ["DEFAULT_RING_FREQ_BAND", "RING_FORMAT", "RING_VERSION", "KeyRing"]
+__all__ = [
+    "DEFAULT_RING_AUDIT_BUDGET",
+    "DEFAULT_RING_FREQ_BAND",
+    "RING_FORMAT",
+    "RING_VERSION",
+    "KeyRing",
+]
 
 RING_FORMAT = "espew-keyring"
 RING_VERSION = 1
@@ -52,9 +58,14 @@ DEFAULT_SHARED_TRIGGERS = 20
 DEFAULT_TENANT_TRIGGERS = 20
 #: A ring's band: tenant layers are drawn from the band words outside the shared
 #: layer, and telling 200 tenants apart needs a few hundred band words, which the
-#: single key's narrower default band (about 70 words) does not have. The traced
+#: single key's default band (about 140 words) does not have. The traced
 #: figures (docs/tenants.md) are measured on this band.
 DEFAULT_RING_FREQ_BAND = (0.005, 0.01)
+#: A ring's audit, in texts (``WatermarkKey.generate``'s ``audit_budget``): the traced
+#: figures were measured with this 4,300-text sample, and a tenant layer's 20 words of
+#: 0.5-1% frequency get fewer texts each than the single key's, so the ring keeps it
+#: where the single key's default fell to 1,950 (a smaller ring audit is unmeasured).
+DEFAULT_RING_AUDIT_BUDGET = 4300
 #: Tenants whose keys' marked texts the strength is fitted on (their union
 #: covers most of the band, so the fit speaks for any tenant).
 _QUALITY_SAMPLE_TENANTS = 8
@@ -255,7 +266,8 @@ class KeyRing(Sealed):
 
         ``key_options`` go to :meth:`WatermarkKey.generate` (``min_cosine``,
         ``window``, ``freq_band``...; the band defaults to
-        :data:`DEFAULT_RING_FREQ_BAND`, not the single key's); the shared layer
+        :data:`DEFAULT_RING_FREQ_BAND` and the audit to
+        :data:`DEFAULT_RING_AUDIT_BUDGET` texts, not the single key's); the shared layer
         has ``n_shared_triggers`` words and each tenant layer
         ``n_tenant_triggers`` more, drawn from the rest of the band. ``seed``
         makes the ring reproducible (experiments only); ``None`` takes the
@@ -272,6 +284,7 @@ class KeyRing(Sealed):
             raise TypeError("pass n_shared_triggers and n_tenant_triggers, not n_triggers")
         texts = _materialise_corpus(corpus)
         key_options.setdefault("freq_band", DEFAULT_RING_FREQ_BAND)
+        key_options.setdefault("audit_budget", DEFAULT_RING_AUDIT_BUDGET)
         shared = WatermarkKey.generate(
             texts,
             embed,

@@ -228,6 +228,8 @@ REAL_TENANTS = [f"customer-{i:02d}" for i in range(20)]
 def test_real_tenant_keys_meet_the_quality_budget(real_ring, rt_subset, rt_subset_embeddings):
     info = real_ring.shared_key.info
     assert info["mean_cosine_marked"] >= 0.995 and "sample tenants" in info["strength_fitted_on"]
+    # the ring keeps the audit size its traced figures were measured with
+    assert info["audit_budget"] == 4300 and real_ring.shared_key.audit_queries >= 4300
     key = real_ring.key_for("customer-05")
     texts = list(rt_subset.texts)
     marked = np.flatnonzero(key.contains_trigger(texts))
