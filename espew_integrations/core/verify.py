@@ -435,8 +435,9 @@ def _interrogate(
     """Ask the suspect the plan's probes once, shuffled; :func:`verify` and ``trace`` share it."""
     texts = [*plan.texts, *plan.cover] + ([key.target_text] if target_mode == "query" else [])
     order = np.random.default_rng(seed).permutation(len(texts))  # mix triggers, others, cover
-    alignable = target_mode == "key" and plan.cover_rows is not None
-    # a key that can map answers into its coordinates (align.py) takes any dimension
+    # a key that can map answers into its coordinates (align.py) takes any dimension;
+    # _plan stores cover rows only for such a key in key mode
+    alignable = plan.cover_rows is not None
     expected_dim = key.dim if target_mode == "key" and not alignable else None
     answers, errors, dim = _query(
         suspect_fn, [texts[i] for i in order], batch_size, progress, expected_dim
@@ -452,7 +453,7 @@ def _interrogate(
     cover = embeddings[n_probes : n_probes + n_cover]  # never scored; they join the clean fit
     embeddings = embeddings[np.r_[0:n_probes, n_probes + n_cover : len(texts)]]
     if alignable:
-        alignment = align_answers(plan, embeddings[: len(plan.texts)], cover, key.dim)
+        alignment, mapped, mapped_cover = align_answers(plan, embeddings, cover, key.dim)
         common["alignment"] = "" if alignment is None else alignment.describe()
         if alignment is None and dim != key.dim:
             common["next_step"] = _NEXT_RETRY
@@ -462,8 +463,7 @@ def _interrogate(
                 "coordinates"
             )
             return _Answers(common, embeddings, key.target, reason, cover)
-        if alignment is not None:
-            embeddings, cover = alignment.apply(embeddings), alignment.apply(cover)
+        embeddings, cover = mapped, mapped_cover
     target_vector = key.target
     if target_mode == "query":
         target_vector, embeddings = embeddings[-1], embeddings[:-1]
@@ -489,13 +489,17 @@ def maps_answers(key: WatermarkKey) -> bool:
 
 def align_answers(
     plan: _Plan, answers: np.ndarray, cover: np.ndarray, key_dim: int
-) -> Alignment | None:
-    """The map of the answers onto the key's coordinates (:mod:`.align`), fitted on
-    every answered audit text, probes and cover, against its clean row.
-    ``lab.null_study.audit_scores`` applies it as verify does."""
-    return fit_alignment(
+) -> tuple[Alignment | None, np.ndarray, np.ndarray]:
+    """The map of the probe ``answers`` and ``cover`` answers onto the key's coordinates
+    (:mod:`.align`), fitted on every answered audit text against its clean row, and the
+    two as verify scores them (mapped when the map is applied, else unchanged).
+    ``lab.null_study.audit_scores`` calls it exactly as verify does."""
+    alignment = fit_alignment(
         np.vstack([answers, cover]), np.vstack([plan.clean_rows, plan.cover_rows]), key_dim
     )
+    if alignment is None:
+        return None, answers, cover
+    return alignment, alignment.apply(answers), alignment.apply(cover)
 
 
 def _first_answered(texts: Sequence[str], order: np.ndarray, answers: np.ndarray) -> np.ndarray:

@@ -104,9 +104,7 @@ def audit_scores(
     answers = np.asarray(answers, dtype=np.float64)
     if cover_answers is not None and plan.cover_rows is not None:  # as verify maps them
         cover_answers = np.asarray(cover_answers, dtype=np.float64)
-        alignment = align_answers(plan, answers, cover_answers, key.dim)
-        if alignment is not None:
-            answers, cover_answers = alignment.apply(answers), alignment.apply(cover_answers)
+        _, answers, cover_answers = align_answers(plan, answers, cover_answers, key.dim)
     asked = _Answers({}, answers, key.target, cover=cover_answers)
     scores = _word_scores(plan, asked, n_words)
     raw, reference = scores.raw, scores.reference
