@@ -39,6 +39,7 @@ from .common import (
     positive_int,
 )
 from .keygen import generate_from_corpus
+from .verify import add_deadline_flag
 
 __all__ = ["read_tenants", "register"]
 
@@ -123,6 +124,7 @@ def _register_trace(subparsers: Any) -> None:
     trace.add_argument("--batch-size", type=positive_int, default=64)
     trace.add_argument("--min-coverage", type=float, default=0.9)
     trace.add_argument("--seed", type=int, default=None, help="probe shuffle seed")
+    add_deadline_flag(trace)
     trace.add_argument("--json", action="store_true", help="print the report as JSON")
     trace.add_argument("--no-progress", action="store_true")
     add_endpoint_flags(trace, verify=True)
@@ -185,7 +187,7 @@ def run_trace(args: argparse.Namespace) -> int:
         raise UsageError(
             f"this ring's audit needs {n_queries} queries but --max-queries is {args.max_queries}"
         )
-    report = audit_suspect(args, trace, n_queries, ring, tenants)
+    report = audit_suspect(args, trace, n_queries, ring, tenants, deadline=args.deadline)
     print(report.to_json() if args.json else report)
     if args.report_dir:
         try:

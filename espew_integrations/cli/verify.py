@@ -17,6 +17,7 @@ from .common import (
     audit_suspect,
     load_key,
     positive_int,
+    positive_seconds,
 )
 from .files import prepare_private_dir, prepare_report_dir
 from .redact import scrub, secret_values
@@ -75,10 +76,29 @@ def register(subparsers: Any) -> None:
     verify.add_argument("--batch-size", type=positive_int, default=64)
     verify.add_argument("--min-coverage", type=float, default=0.9)
     verify.add_argument("--seed", type=int, default=None, help="probe shuffle seed")
+    add_deadline_flag(verify)
     verify.add_argument("--json", action="store_true", help="print the report as JSON")
     verify.add_argument("--no-progress", action="store_true")
     add_endpoint_flags(verify, verify=True)
     verify.set_defaults(func=run)
+
+
+def add_deadline_flag(parser: argparse.ArgumentParser) -> None:
+    """``--deadline``: the audit's bound on the time spent asking the suspect.
+
+    Shared by ``espew verify`` and ``espew trace``, so both bound a stalling
+    suspect the same way (:data:`~espew_integrations.core.verify.DEFAULT_DEADLINE`).
+    """
+    from ..core.verify import DEFAULT_DEADLINE
+
+    parser.add_argument(
+        "--deadline",
+        type=positive_seconds,
+        default=DEFAULT_DEADLINE,
+        metavar="SECONDS",
+        help="stop asking the suspect after this many seconds in all and report "
+        f"inconclusive (default {DEFAULT_DEADLINE:g}); raise it for a slow local model",
+    )
 
 
 def _check_before_querying(args: argparse.Namespace, key: Any) -> int:
@@ -106,7 +126,9 @@ def run(args: argparse.Namespace) -> int:
     n_queries = _check_before_querying(args, key)
     if args.target == "query":
         print("note: --target query sends the key's target text to the suspect", file=sys.stderr)
-    report = audit_suspect(args, verify, n_queries, key, target_mode=args.target)
+    report = audit_suspect(
+        args, verify, n_queries, key, target_mode=args.target, deadline=args.deadline
+    )
     _print_report(report, args)
     _write_evidence(report, args)
     return _EXIT_BY_STATUS.get(report.status, EXIT_INCONCLUSIVE)

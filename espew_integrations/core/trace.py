@@ -65,6 +65,7 @@ from .layers import check_tenant_id
 from .ranktest import _subset_sum_counts, _untied_counts, doubled_mid_ranks
 from .safe_dir import SafeDirectory
 from .verify import (
+    DEFAULT_DEADLINE,
     DEFAULT_LEVEL,
     ProbeKind,
     Statistic,
@@ -77,6 +78,7 @@ from .verify import (
     _plan,
     _word_scores,
     _WordScores,
+    check_deadline,
     check_statistic,
     check_suspect,
     reference_slope,
@@ -226,13 +228,15 @@ def trace(
     seed: int | None = None,
     min_coverage: float = 0.9,
     progress: Callable[[int], None] | None = None,
+    deadline: float | None = DEFAULT_DEADLINE,
 ) -> TraceReport:
     """Test ``suspect`` against a ring's shared layer and every tenant's own layer.
 
     ``tenants`` are the account ids to test (typically every account the
     ring's keys were served to; the adjustment grows with their number, the
     query count does not). The other options mean what they mean for
-    :func:`verify`, and the shared verdict is exactly ``verify(suspect,
+    :func:`verify` (``deadline`` too: the seconds the one interrogation may
+    take), and the shared verdict is exactly ``verify(suspect,
     ring.shared_key, ...)``'s.
 
     >>> report = trace(suspect, ring, ["alice", "bob"])  # doctest: +SKIP
@@ -243,11 +247,12 @@ def trace(
     check_suspect(suspect)
     suspect_fn = suspect
     _check_options(target_mode, level, batch_size, min_coverage, statistic)
+    check_deadline(deadline)
     key = ring.shared_key
     plan = _plan(key, probes, None, target_mode)
     check_statistic(plan, statistic)
     asked = _interrogate(
-        suspect_fn, key, plan, target_mode, level, statistic, batch_size, seed, progress
+        suspect_fn, key, plan, target_mode, level, statistic, batch_size, seed, progress, deadline
     )
     common: dict[str, Any] = dict(level=level, ring_id=ring.ring_id, n_tenants=len(ids))
     common["tenant_triggers"] = ring.n_tenant_triggers

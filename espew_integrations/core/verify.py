@@ -40,12 +40,15 @@ comparability figures; they never decide the verdict.
 
 from __future__ import annotations
 
+import contextvars
 import dataclasses
 import datetime as _dt
 import functools
 import math
+import threading
+import time
 from collections.abc import Callable, Sequence
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 import numpy as np
 
@@ -61,12 +64,14 @@ from .word_evidence import word_scores_from_texts
 from .words import TriggerMatcher, tokenize
 
 __all__ = [
+    "DEFAULT_DEADLINE",
     "DEFAULT_LEVEL",
     "DEFAULT_TEMPLATES",
     "MAX_ANSWER_DIM",
     "SuspectFn",
     "VerificationReport",
     "build_probes",
+    "check_deadline",
     "score_words",
     "verify",
 ]
@@ -78,6 +83,13 @@ Statistic = Literal["combined", "raw", "adjusted", "corrected", "directed"]
 STATISTICS: tuple[str, ...] = ("combined", "raw", "adjusted", "corrected", "directed")
 
 DEFAULT_LEVEL = 1e-6
+#: Seconds an audit may spend asking the suspect, all batches together. Without an
+#: overall bound a suspect that answers and then stalls (each call hanging, or
+#: answering just inside every per-request timeout and retry) holds the audit for
+#: the batches times the client's timeouts times its retries; at the deadline the
+#: audit ends inconclusive instead, saying how many texts were answered. A slow
+#: local model audited on a CPU may need more: pass ``deadline=`` (None: no bound).
+DEFAULT_DEADLINE = 300.0
 #: One probe per word, the word alone: measured to separate best among word
 #: templates (padding a word with filler words dilutes its pull to the target).
 DEFAULT_TEMPLATES: tuple[str, ...] = ("{word}",)
@@ -267,53 +279,128 @@ def _mean_per_word(cosines: np.ndarray, owner: np.ndarray, n_words: int) -> np.n
 
 
 # ---------------------------------------------------------------------- querying
+class _DeadlinePassed(Exception):
+    """The audit's deadline passed before the suspect answered the batch in hand."""
+
+
+class _Deadline:
+    """The asking phase's remaining time, and suspect calls that cannot outlast it.
+
+    Why a thread per call: a suspect that blocks for ever in Python cannot be
+    interrupted in the thread that called it, so each call runs in a daemon
+    thread and the audit waits for it only as long as the deadline allows.
+    A call still running at the deadline is abandoned: being a daemon, its
+    thread never keeps the process alive at exit, and its answer, if one ever
+    comes, is dropped. Without a deadline (``seconds=None``) the suspect is
+    called in the caller's own thread, as a suspect bound to its thread needs.
+    """
+
+    def __init__(self, seconds: float | None) -> None:
+        self.seconds = seconds
+        self._end = None if seconds is None else time.monotonic() + seconds
+
+    def call(self, suspect: SuspectFn, batch: list[str]) -> Any:
+        """``suspect(batch)``, or :class:`_DeadlinePassed` once the deadline is past."""
+        if self._end is None:
+            return suspect(batch)
+        remaining = self._end - time.monotonic()
+        if remaining <= 0:
+            raise _DeadlinePassed
+        done = threading.Event()
+        outcome: list[tuple[bool, Any]] = []
+
+        def ask() -> None:
+            try:
+                outcome.append((True, suspect(batch)))
+            except BaseException as exc:  # handed to the auditing thread, which decides
+                outcome.append((False, exc))
+            finally:
+                done.set()
+
+        context = contextvars.copy_context()  # the suspect sees the caller's context
+        worker = threading.Thread(
+            target=context.run, args=(ask,), name="espew-suspect-call", daemon=True
+        )
+        worker.start()
+        if not done.wait(remaining):
+            raise _DeadlinePassed
+        answered, value = outcome[0]
+        if answered:
+            return value
+        raise value
+
+
+class _Replies(NamedTuple):
+    """What :func:`_query` got: the answer rows in the order sent (NaN rows where a
+    batch failed), the faults it recorded, the answers' dimension (None if no batch
+    succeeded) and whether the deadline ended the asking early."""
+
+    answers: np.ndarray
+    errors: list[str]
+    dim: int | None
+    expired: bool = False
+
+
 def _query(
     suspect: SuspectFn,
     texts: list[str],
     batch_size: int,
     progress: Callable[[int], None] | None,
     expected_dim: int | None = None,
-) -> tuple[np.ndarray, list[str], int | None]:
+    deadline: float | None = None,
+) -> _Replies:
     """Embed ``texts`` in batches; failed or malformed batches become NaN rows.
 
-    Returns ``(embeddings, errors, dim)``; ``dim`` is None if no batch succeeded.
     If the first answer's dimension differs from ``expected_dim``, or exceeds
     :data:`MAX_ANSWER_DIM`, it stops there: no verdict is possible, so the rest
-    of the query budget (and the auditor's memory) is spared.
-    Every recorded error passes through :func:`.untrusted.printable`: it may
-    quote the suspect's own text.
+    of the query budget (and the auditor's memory) is spared. It also stops when
+    ``deadline`` seconds have passed since the first batch was sent (the batch
+    in hand is abandoned, see :class:`_Deadline`); the texts not sent are not
+    among the rows. Every recorded error passes through
+    :func:`.untrusted.printable`: it may quote the suspect's own text.
     """
     errors: list[str] = []
     batches: list[tuple[int, np.ndarray | None]] = []
     dim: int | None = None
+    clock = _Deadline(deadline)
+    expired = False
     for start in range(0, len(texts), batch_size):
         batch = texts[start : start + batch_size]
         out: np.ndarray | None = None
         try:
-            out = np.array(suspect(batch), dtype=np.float64)
-            if out.ndim != 2 or out.shape[0] != len(batch):
-                raise SuspectError(f"returned shape {out.shape} for a batch of {len(batch)} texts")
-            if dim is None:
-                dim = out.shape[1]
-                if dim > MAX_ANSWER_DIM or (expected_dim is not None and dim != expected_dim):
-                    batches.append((len(batch), out))
-                    break
-            if out.shape[1] != dim:
-                raise SuspectError(f"returned dimension {out.shape[1]}, expected {dim}")
-            bad = ~np.isfinite(out).all(axis=1) | ~out.any(axis=1)
-            if bad.any():
-                out[bad] = np.nan  # unusable rows are missing, not zero-scored
-                errors.append(f"{int(bad.sum())} non-finite or zero embeddings")
+            out = _batch_rows(clock.call(suspect, batch), len(batch), dim, errors)
+        except _DeadlinePassed:
+            expired = True
         except Exception as exc:  # a fault is missing data, never evidence
             errors.append(printable(f"{type(exc).__name__}: {exc}"))
-            out = None
         batches.append((len(batch), out))
+        if expired:
+            break
+        if dim is None and out is not None:
+            dim = out.shape[1]
+            if dim > MAX_ANSWER_DIM or (expected_dim is not None and dim != expected_dim):
+                break
         if progress is not None:
             progress(len(batch))
     width = dim or 1
     parts = [out if out is not None else np.full((n, width), np.nan) for n, out in batches]
     matrix = np.concatenate(parts) if parts else np.zeros((0, width))
-    return matrix, errors, dim
+    return _Replies(matrix, errors, dim, expired)
+
+
+def _batch_rows(answer: Any, n_texts: int, dim: int | None, errors: list[str]) -> np.ndarray:
+    """One batch's answer as float64 rows, unusable rows NaN (noted in ``errors``);
+    :class:`SuspectError` if its shape is wrong or its dimension is not ``dim``."""
+    out = np.array(answer, dtype=np.float64)
+    if out.ndim != 2 or out.shape[0] != n_texts:
+        raise SuspectError(f"returned shape {out.shape} for a batch of {n_texts} texts")
+    if dim is not None and out.shape[1] != dim:
+        raise SuspectError(f"returned dimension {out.shape[1]}, expected {dim}")
+    bad = ~np.isfinite(out).all(axis=1) | ~out.any(axis=1)
+    if bad.any():
+        out[bad] = np.nan  # unusable rows are missing, not zero-scored
+        errors.append(f"{int(bad.sum())} non-finite or zero embeddings")
+    return out
 
 
 def _uninformative(answers: np.ndarray, raw_scores: np.ndarray) -> tuple[str, str] | None:
@@ -347,6 +434,7 @@ def verify(
     seed: int | None = None,
     min_coverage: float = 0.9,
     progress: Callable[[int], None] | None = None,
+    deadline: float | None = DEFAULT_DEADLINE,
 ) -> VerificationReport:
     """Test whether ``suspect`` was trained on embeddings watermarked with ``key``.
 
@@ -379,21 +467,39 @@ def verify(
     trigger draw cannot be re-derived (:attr:`WatermarkKey.verifiable`). An
     inconclusive report says why and what to do next.
 
+    ``deadline`` bounds the seconds spent asking the suspect, all batches
+    together (:data:`DEFAULT_DEADLINE`): a suspect that stalls, even in a call
+    that never returns, ends the audit inconclusive when it passes, the report
+    saying how many texts were answered. With a deadline each suspect call runs
+    in a daemon thread of its own; ``deadline=None`` sets no bound and calls the
+    suspect in the caller's thread.
+
     >>> report = verify(suspect_model, key)          # doctest: +SKIP
     >>> report.copied, report.p_value               # doctest: +SKIP
     (True, 1.4e-27)
     """
     check_suspect(suspect)
     _check_options(target_mode, level, batch_size, min_coverage, statistic)
+    check_deadline(deadline)
     plan = _plan(key, probes, templates, target_mode)
     check_statistic(plan, statistic)
     asked = _interrogate(
-        suspect, key, plan, target_mode, level, statistic, batch_size, seed, progress
+        suspect, key, plan, target_mode, level, statistic, batch_size, seed, progress, deadline
     )
     if asked.reason:
         return _inconclusive(asked.common, asked.reason)
     scores = _word_scores(plan, asked, len(key.band))
     return _decide(key, scores, min_coverage, asked.common)
+
+
+def check_deadline(deadline: float | None) -> None:
+    """Refuse a deadline that is not None or a positive, finite number of seconds."""
+    if deadline is None:
+        return
+    if isinstance(deadline, bool) or not isinstance(deadline, (int, float)):
+        raise TypeError(f"deadline must be a number of seconds or None, got {deadline!r}")
+    if not 0.0 < deadline < math.inf:
+        raise ValueError(f"deadline must be a positive number of seconds, got {deadline!r}")
 
 
 def check_suspect(suspect: object) -> None:
@@ -431,6 +537,7 @@ def _interrogate(
     batch_size: int,
     seed: int | None,
     progress: Callable[[int], None] | None,
+    deadline: float | None = DEFAULT_DEADLINE,
 ) -> _Answers:
     """Ask the suspect the plan's probes once, shuffled; :func:`verify` and ``trace`` share it."""
     texts = [*plan.texts, *plan.cover] + ([key.target_text] if target_mode == "query" else [])
@@ -439,11 +546,12 @@ def _interrogate(
     # _plan stores cover rows only for such a key in key mode
     alignable = plan.cover_rows is not None
     expected_dim = key.dim if target_mode == "key" and not alignable else None
-    answers, errors, dim = _query(
-        suspect_fn, [texts[i] for i in order], batch_size, progress, expected_dim
+    answers, errors, dim, expired = _query(
+        suspect_fn, [texts[i] for i in order], batch_size, progress, expected_dim, deadline
     )
     common = _common_fields(key, plan, target_mode, level, statistic, seed, answers, errors, dim)
-    failure = _answer_failure(dim, expected_dim)
+    failure = _deadline_failure(deadline, answers, len(texts)) if expired else None
+    failure = failure or _answer_failure(dim, expected_dim)
     if failure:
         return _Answers({**common, "next_step": failure[1]}, answers, key.target, failure[0])
     embeddings = np.empty_like(answers)
@@ -531,6 +639,21 @@ _NEXT_RETRY = (
     "the audit again. Re-running is sound: a fault is never evidence, and a deterministic "
     "model gives the same p-value every time"
 )
+
+
+def _deadline_failure(deadline: float | None, answers: np.ndarray, n_texts: int) -> tuple[str, str]:
+    """Why an audit whose deadline passed has no verdict, and what to do next.
+
+    Always inconclusive: the texts left unasked are not a sample the verdict
+    could rest on, and a suspect must never gain by stalling."""
+    answered = int(np.isfinite(answers).all(axis=1).sum())
+    return (
+        f"the audit's deadline of {deadline:g} s passed with {answered:,} of its {n_texts:,} "
+        "texts answered: the suspect stalled or answered too slowly, and asking stopped",
+        "run the audit again when the suspect answers reliably, or allow it more time "
+        "(deadline= / --deadline SECONDS); a call the suspect never answers is abandoned at "
+        "the deadline, and re-running is sound, since a fault is never evidence",
+    )
 
 
 def _answer_failure(dim: int | None, expected_dim: int | None) -> tuple[str, str] | None:
