@@ -1,7 +1,9 @@
 """A provider's own FastAPI embeddings app, wrapped by ESpeWMiddleware in one line.
 
 Run as a real process: ``python -m tests.middleware_app --key KEY --port 0``
-prints ``listening on http://127.0.0.1:PORT/v1``. ``--bare`` serves the same
+prints ``listening on http://127.0.0.1:PORT/v1``; ``--metrics-port 0`` also serves
+the middleware's operator metrics app on a second port and prints its
+``http://127.0.0.1:PORT/metrics`` on the next line. ``--bare`` serves the same
 app without the middleware (the benchmark's baseline). The "model" answers
 :func:`tests.fake_upstream.vectors` after ``--delay`` seconds (a GPU's time),
 or runs MiniLM with ``--minilm``.
@@ -11,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import base64
+import contextlib
 import socket
 import time
 
@@ -81,6 +84,7 @@ def main() -> None:
     parser.add_argument("--bare", action="store_true")
     parser.add_argument("--minilm", action="store_true")
     parser.add_argument("--delay", type=float, default=0.0, help="model seconds per request")
+    parser.add_argument("--metrics-port", type=int, default=None, help="operator metrics port")
     args = parser.parse_args()
     model = None
     if args.minilm:
@@ -97,7 +101,13 @@ def main() -> None:
     sock.listen(1024)
     print(f"listening on http://127.0.0.1:{sock.getsockname()[1]}/v1", flush=True)
     config = uvicorn.Config(app, log_level="warning", access_log=False)
-    uvicorn.Server(config).run(sockets=[sock])
+    with contextlib.ExitStack() as stack:
+        if args.metrics_port is not None and not args.bare:
+            from espew_integrations.http.server import running_server
+
+            url = stack.enter_context(running_server(app.metrics_app(), port=args.metrics_port))
+            print(f"metrics on {url.removesuffix('/v1')}/metrics", flush=True)
+        uvicorn.Server(config).run(sockets=[sock])
 
 
 if __name__ == "__main__":

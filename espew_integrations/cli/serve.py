@@ -24,6 +24,8 @@ __all__ = ["register"]
 
 # What the server needs beyond the core: import name -> package (the [http] extra).
 _SERVER_MODULES = {"starlette": "starlette", "uvicorn": "uvicorn", "httpx": "httpx"}
+# What --metrics-port needs (the [metrics] extra).
+_METRICS_MODULES = {"prometheus_client": "prometheus-client"}
 
 _EXAMPLE = """
 example:
@@ -36,6 +38,12 @@ example:
   openai:<base_url>#<model> (put ESpeW in front of another server).
   Binds to 127.0.0.1 unless --host says otherwise; require an API key with
   --api-key-env VAR when other machines can reach it.
+
+  Prometheus metrics are for the operator only, on their own listener:
+  --metrics-port 9464 serves GET /metrics on http://127.0.0.1:9464 (the
+  whole server's counts, whatever --workers). The API port never serves
+  them: the marked count would tell a client which of its requests
+  carried a trigger.
 """
 
 
@@ -65,6 +73,21 @@ def register(subparsers: Any) -> None:
     serve.add_argument("--host", default="127.0.0.1")
     serve.add_argument("--port", type=port, default=8000, help="0 picks a free port")
     serve.add_argument("--model-name", default=None, help="model id clients must send")
+    serve.add_argument(
+        "--metrics-port",
+        type=port,
+        default=None,
+        metavar="PORT",
+        help="serve Prometheus metrics for the operator on this port, apart from the API "
+        "(0 picks a free one; default: no metrics listener). Never expose it to clients: "
+        "its marked count reveals which requests carried a trigger",
+    )
+    serve.add_argument(
+        "--metrics-host",
+        default="127.0.0.1",
+        metavar="HOST",
+        help="address of the metrics listener (default 127.0.0.1: this machine only)",
+    )
     serve.add_argument(
         "--api-key-env", metavar="VAR", help="require clients to send the key held in $VAR"
     )
@@ -142,6 +165,8 @@ def _tenant_keys(args: argparse.Namespace) -> Any:
 def run(args: argparse.Namespace) -> int:
     """Check every setting, build the app, then listen until interrupted."""
     require_extra("http", _SERVER_MODULES, "espew serve")
+    if args.metrics_port is not None:
+        require_extra("metrics", _METRICS_MODULES, "espew serve --metrics-port")
     from ..http import server
 
     # Everything is checked before anything listens, so a bad setting is one
@@ -150,6 +175,11 @@ def run(args: argparse.Namespace) -> int:
         level = server.check_serve_settings(port=args.port, log_level=args.log_level)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
+    if args.metrics_port is not None and args.metrics_port == args.port != 0:
+        raise UsageError(
+            "--metrics-port must differ from --port: the marked count must not be reachable "
+            "by clients"
+        )
     tenants = _tenant_keys(args)
     key = load_key(args.key) if args.key else None
     options = endpoint_options(args)
@@ -184,6 +214,10 @@ def run(args: argparse.Namespace) -> int:
         auth = "API key required" if api_key or tenants is not None else "no API key required"
         print(f"espew serve: model {model_name!r} {mark}, {auth}, on {base_url}", flush=True)
 
+    def announce_metrics(url: str) -> None:
+        print(f"espew serve: metrics for the operator only on {url}", flush=True)
+
+    metrics = app.state.metrics if args.metrics_port is not None else None
     server.serve(
         app,
         host=args.host,
@@ -192,5 +226,9 @@ def run(args: argparse.Namespace) -> int:
         access_log=args.access_log,
         on_ready=announce,
         workers=args.workers,
+        metrics_app=metrics.asgi_app() if metrics is not None else None,
+        metrics_host=args.metrics_host,
+        metrics_port=args.metrics_port or 0,
+        on_metrics_ready=announce_metrics,
     )
     return 0

@@ -9,7 +9,8 @@
   server ``espew serve`` proxies (the ``openai:`` embedder).
 - :class:`ESpeWMiddleware` (:mod:`.middleware`): wrap an existing
   Starlette/FastAPI embeddings app in one line.
-- :class:`WatermarkMetrics` (:mod:`.metrics`): ``/metrics`` for both
+- :class:`WatermarkMetrics` (:mod:`.metrics`): what both count, served by
+  :func:`create_metrics_app` on the operator's own listener, never on the API
   (``pip install 'espew-integrations[metrics]'``).
 - :class:`TenantKeys` (:mod:`.tenants`): per-customer keys from a key ring.
 
@@ -21,7 +22,7 @@ from __future__ import annotations
 from typing import Any
 
 from .client import EndpointError, EndpointUnreachableError, OpenAIEndpoint, QueryBudgetExceeded
-from .metrics import WatermarkMetrics
+from .metrics import WatermarkMetrics, create_metrics_app
 from .middleware import ESpeWMiddleware
 from .tenants import TenantKeys
 from .upstream import AsyncUpstream, UpstreamError
@@ -37,6 +38,7 @@ __all__ = [
     "UpstreamError",
     "WatermarkMetrics",
     "create_app",
+    "create_metrics_app",
     "running_server",
 ]
 

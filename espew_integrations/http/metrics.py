@@ -1,8 +1,10 @@
-"""Live watermark metrics in the Prometheus text format (``GET /metrics``).
+"""Live watermark metrics in the Prometheus text format, for the operator only.
 
 Why: a provider must see that the watermark is working in production, at the
-rate the key was drawn for, without reading any secret. Exposed by
-``espew serve`` and by :class:`~.middleware.ESpeWMiddleware`:
+rate the key was drawn for, without reading any secret. Counted by
+``espew serve`` and by :class:`~.middleware.ESpeWMiddleware`, and served by
+:func:`create_metrics_app` on a listener of its own (``espew serve
+--metrics-port``), never on the API port:
 
 - ``espew_requests_total``: embeddings requests answered;
 - ``espew_texts_total`` and ``espew_marked_texts_total``: texts embedded and
@@ -14,7 +16,12 @@ rate the key was drawn for, without reading any secret. Exposed by
   could not be served (5xx, malformed).
 
 No label or value carries the key, its triggers, target or salt: only counts,
-durations and the key's non-secret expected rate. A warning is logged when the
+durations and the key's non-secret expected rate. The counts themselves are
+still a secret's shadow: ``espew_marked_texts_total`` read before and after a
+request says whether that request carried a trigger, so anyone who can scrape
+it while sending one band word at a time recovers every trigger (the band rule
+is public: the thief has this code). Serve the exposition only where clients
+cannot reach it: the API app never routes ``/metrics``. A warning is logged when the
 marked rate over the last ``window`` texts drifts more than ``drift_factor``
 from the expected one (too few triggers: traffic unlike the keygen corpus, or
 the watermark is off; too many: someone may be probing for triggers).
@@ -22,9 +29,10 @@ the watermark is off; too many: someone may be probing for triggers).
 The counts live in a small anonymous shared memory map, one row per process:
 every worker forked after the metrics were built (``espew serve --workers N``,
 gunicorn with ``--preload``) adds to its own row, and a scrape of any worker
-reports the sum over all of them, so ``/metrics`` is the whole server's
-traffic whichever worker answers. Workers *spawned* afresh (uvicorn's own
-``--workers``) build their own metrics and count alone; scrape each of them.
+reports the sum over all of them, so a scrape is the whole server's traffic
+whichever process answers it (``espew serve`` answers from its supervisor).
+Workers *spawned* afresh (uvicorn's own ``--workers``) build their own metrics
+and count alone; scrape each of them.
 The drift check runs per process, over the texts that process served.
 """
 
@@ -40,7 +48,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["WatermarkMetrics", "default_metrics"]
+__all__ = ["WatermarkMetrics", "create_metrics_app", "default_metrics"]
 
 logger = logging.getLogger("espew_integrations.http.metrics")
 
@@ -181,6 +189,13 @@ class WatermarkMetrics:
 
         return generate_latest(self.registry), CONTENT_TYPE_LATEST
 
+    def asgi_app(self) -> Any:
+        """A small ASGI app serving these metrics at ``GET /metrics``: for the operator only.
+
+        See :func:`create_metrics_app`.
+        """
+        return create_metrics_app(self)
+
     async def asgi_response(self, send: Any) -> None:
         """Answer an ASGI request with the exposition."""
         body, content_type = self.render()
@@ -190,6 +205,70 @@ class WatermarkMetrics:
         ]
         await send({"type": "http.response.start", "status": 200, "headers": headers})
         await send({"type": "http.response.body", "body": body, "more_body": False})
+
+
+def create_metrics_app(metrics: WatermarkMetrics) -> Any:
+    """A plain ASGI app that serves ``metrics`` at ``GET /metrics`` and nothing else (404).
+
+    Why a separate app: the marked count is a trigger oracle (see the module
+    docstring), so it must be served on a listener that only the operator's
+    Prometheus reaches (``espew serve --metrics-port``, bound to 127.0.0.1
+    unless told otherwise), never mounted on the API that clients call. It
+    needs nothing but prometheus-client; any ASGI server runs it::
+
+        uvicorn.run(metrics.asgi_app(), host="127.0.0.1", port=9464)
+    """
+    if not isinstance(metrics, WatermarkMetrics):
+        raise TypeError(f"metrics must be a WatermarkMetrics, got {type(metrics).__name__}")
+    return _MetricsApp(metrics)
+
+
+class _MetricsApp:
+    """The operator's listener: ``GET``/``HEAD /metrics`` answers the exposition."""
+
+    def __init__(self, metrics: WatermarkMetrics):
+        self.metrics = metrics
+
+    def __repr__(self) -> str:
+        return "MetricsApp()"
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] == "lifespan":
+            while True:
+                message = await receive()
+                if message["type"] == "lifespan.startup":
+                    await send({"type": "lifespan.startup.complete"})
+                elif message["type"] == "lifespan.shutdown":
+                    await send({"type": "lifespan.shutdown.complete"})
+                    return
+        if scope["type"] != "http":
+            return
+        method = scope.get("method")
+        if scope.get("path") != "/metrics":
+            await _plain(send, 404, b"not found: the metrics are at GET /metrics\n")
+        elif method not in ("GET", "HEAD"):
+            await _plain(send, 405, b"method not allowed: GET /metrics\n")
+        elif method == "HEAD":
+            body, content_type = self.metrics.render()
+            await _plain(send, 200, b"", content_type, length=len(body))
+        else:
+            await self.metrics.asgi_response(send)
+
+
+async def _plain(
+    send: Any,
+    status: int,
+    body: bytes,
+    content_type: str = "text/plain; charset=utf-8",
+    *,
+    length: int | None = None,
+) -> None:
+    headers = [
+        (b"content-type", content_type.encode()),
+        (b"content-length", str(len(body) if length is None else length).encode()),
+    ]
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body, "more_body": False})
 
 
 class _Collector:
@@ -243,7 +322,7 @@ def default_metrics(key: Any) -> WatermarkMetrics | None:
         import prometheus_client  # noqa: F401
     except ImportError:
         logger.info(
-            "prometheus-client is not installed, so there is no /metrics: "
+            "prometheus-client is not installed, so nothing is counted: "
             "pip install 'espew-integrations[metrics]'"
         )
         return None

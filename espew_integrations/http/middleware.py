@@ -18,8 +18,14 @@ The middleware is plain ASGI (no dependency beyond what the app already has):
 - an answer it cannot watermark (not OpenAI-shaped, compressed, rows that do
   not match the texts, token-id inputs) becomes a 500 in OpenAI's error shape
   with the reason in the server log: never an unwatermarked or wrong vector;
-- ``GET /metrics`` (``metrics_path``) serves the Prometheus text format when
-  ``prometheus-client`` is installed (see :mod:`.metrics`).
+- requests, texts, marked texts and latency are counted (when
+  ``prometheus-client`` is installed, see :mod:`.metrics`) but never served on
+  the wrapped app: ``GET /metrics`` there is the app's own business (usually a
+  404). The marked count tells whether each request carried a trigger, so it
+  is served by :meth:`ESpeWMiddleware.metrics_app`, a separate ASGI app to run
+  on a listener only the operator's Prometheus reaches::
+
+      uvicorn.run(middleware.metrics_app(), host="127.0.0.1", port=9464)
 
 Put it *inside* any compression middleware (closer to the app), so that it
 sees the JSON before it is compressed.
@@ -70,7 +76,10 @@ class ESpeWMiddleware:
     trigger matching (``None``: the key's own normalisation and window).
     ``metrics`` (default: a fresh :class:`~.metrics.WatermarkMetrics` when
     prometheus-client is installed, ``False`` for none) counts requests,
-    texts, marked texts and latency, served at ``metrics_path``.
+    texts, marked texts and latency; :meth:`metrics_app` serves them to the
+    operator, on a listener of its own. ``metrics_path`` is refused: the
+    middleware no longer serves metrics on the app it wraps, where any
+    client could read the marked count (a trigger oracle).
 
     >>> app = ESpeWMiddleware(app, key=WatermarkKey.load("provider.key"))  # doctest: +SKIP
     """
@@ -83,10 +92,16 @@ class ESpeWMiddleware:
         view: Callable[[Sequence[str]], Sequence[str]] | None = None,
         paths: Sequence[str] = DEFAULT_PATHS,
         metrics: Any = None,
-        metrics_path: str | None = "/metrics",
+        metrics_path: str | None = None,
     ):
         if not isinstance(key, WatermarkKey):
             raise TypeError(f"key must be a WatermarkKey, got {type(key).__name__}")
+        if metrics_path is not None:
+            raise ValueError(
+                "ESpeWMiddleware does not serve metrics on the app it wraps: any client could "
+                "read the marked count there and learn which requests carried a trigger. "
+                "Serve middleware.metrics_app() on a listener only your Prometheus reaches"
+            )
         self.app = app
         self._key = key
         self._view = view
@@ -96,10 +111,25 @@ class ESpeWMiddleware:
 
             metrics = default_metrics(key)
         self.metrics = metrics or None
-        self.metrics_path = metrics_path if self.metrics is not None else None
 
     def __repr__(self) -> str:
         return f"ESpeWMiddleware(app={self.app!r}, key_id={self._key.key_id!r})"
+
+    def metrics_app(self) -> Any:
+        """The operator's ASGI app: these metrics at ``GET /metrics``, every other path 404.
+
+        Run it on its own port, bound to an address clients cannot reach (see
+        :func:`~.metrics.create_metrics_app`); with workers forked after the
+        middleware was built, run it in the process that forks them, whose
+        scrape sums every worker's counts. Raises ``RuntimeError`` when the
+        middleware counts nothing (``metrics=False``, or no prometheus-client).
+        """
+        if self.metrics is None:
+            raise RuntimeError(
+                "this middleware has no metrics: pip install 'espew-integrations[metrics]' "
+                "and leave metrics unset (or pass a WatermarkMetrics)"
+            )
+        return self.metrics.asgi_app()
 
     def __reduce_ex__(self, protocol: object) -> Any:
         raise TypeError("ESpeWMiddleware refuses to be pickled (it holds a watermark key)")
@@ -109,9 +139,6 @@ class ESpeWMiddleware:
             await self.app(scope, receive, send)
             return
         path = scope.get("path", "")
-        if path == self.metrics_path and scope.get("method") == "GET":
-            await self.metrics.asgi_response(send)
-            return
         if path not in self.paths or scope.get("method") != "POST":
             await self.app(scope, receive, send)
             return

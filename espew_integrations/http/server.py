@@ -11,6 +11,12 @@ endpoint to audit. The server speaks the OpenAI embeddings protocol:
 - ``GET /v1/models`` and ``GET /models``: the one served model;
 - ``GET /health``: liveness, no authentication, nothing about the model.
 
+Nothing on the API port says whether a request was marked: the metrics (whose
+marked count would tell, request by request) are served by
+:func:`~.metrics.create_metrics_app` on the operator's own listener
+(``serve(..., metrics_app=..., metrics_port=...)``, ``espew serve
+--metrics-port``), and ``GET /metrics`` on the API port is a 404.
+
 Abusive clients are bounded (every refusal is a 4xx in OpenAI's error JSON,
 never a 500, and never echoes more than a short prefix of what was sent):
 
@@ -201,8 +207,12 @@ def create_app(
     :class:`OpenAIEndpoint`, turned into one): the proxy path, awaited on the
     event loop with pooled connections, no thread per request.
     ``metrics`` (default: a :class:`~.metrics.WatermarkMetrics` when
-    prometheus-client is installed; ``False`` for none) is served at
-    ``GET /metrics``. ``tenants`` (a :class:`~.tenants.TenantKeys`) replaces
+    prometheus-client is installed; ``False`` for none) counts what is served;
+    the app keeps it as ``app.state.metrics`` (None when off) and never
+    serves it: its marked count tells whether each request carried a
+    trigger. Serve ``app.state.metrics.asgi_app()`` on a listener only the
+    operator reaches (``serve(app, metrics_app=..., metrics_port=...)``).
+    ``tenants`` (a :class:`~.tenants.TenantKeys`) replaces
     ``key`` and ``api_key``: each client's API key selects its tenant's key
     from a key ring, and an unknown one gets a 401.
 
@@ -223,11 +233,13 @@ def create_app(
         limits=limits,
         metrics=_resolve_metrics(metrics, key, tenants),
     )
-    return Starlette(
+    app = Starlette(
         routes=service.routes(),
         exception_handlers={HTTPException: _http_error},
         lifespan=service.lifespan,
     )
+    app.state.metrics = service.metrics
+    return app
 
 
 def _resolve_view(view: Any, embed: EmbedFn) -> Any:
@@ -249,7 +261,7 @@ def _resolve_view(view: Any, embed: EmbedFn) -> Any:
 
 
 def _resolve_metrics(metrics: Any, key: WatermarkKey | None, tenants: Any) -> Any:
-    """The metrics to serve at ``/metrics``, or None: the default unless ``False`` was passed.
+    """The metrics to count with, or None: the default unless ``False`` was passed.
 
     Why the key only without tenants: tenant keys mark at different rates (each
     adds its own layer), so there is no single expected rate to drift from.
@@ -333,7 +345,7 @@ class _EmbeddingService:
         return f"_EmbeddingService(model_name={self.model_name!r})"
 
     def routes(self) -> list[Any]:
-        """The OpenAI routes, ``/health``, and ``/metrics`` when metrics are on."""
+        """The OpenAI routes and ``/health``; never ``/metrics`` (a trigger oracle)."""
         from starlette.routing import Route
 
         routes = [
@@ -343,8 +355,6 @@ class _EmbeddingService:
             Route("/models", self.models, methods=["GET"]),
             Route("/health", _health, methods=["GET"]),
         ]
-        if self.metrics is not None:
-            routes.append(Route("/metrics", self.metrics_route, methods=["GET"]))
         return routes
 
     @contextlib.asynccontextmanager
@@ -402,13 +412,6 @@ class _EmbeddingService:
             return _error_response(error)
         entry = {"id": self.model_name, "object": "model", "created": 0, "owned_by": "espew"}
         return JSONResponse({"object": "list", "data": [entry]})
-
-    async def metrics_route(self, request: Request) -> Response:
-        """``GET /metrics``: the Prometheus exposition."""
-        from starlette.responses import Response
-
-        exposition, content_type = self.metrics.render()
-        return Response(exposition, media_type=content_type)
 
     # ------------------------------------------------------------------ computing
     def _failure_response(self, exc: Exception, n_texts: int) -> Response:
@@ -817,9 +820,13 @@ def bind_socket(host: str = DEFAULT_HOST, port: int = 0) -> socket.socket:
 
 
 def _base_url(sock: socket.socket) -> str:
+    return f"{_origin(sock)}/v1"
+
+
+def _origin(sock: socket.socket) -> str:
     host, port = sock.getsockname()[:2]
     shown = f"[{host}]" if ":" in host else host
-    return f"http://{shown}:{port}/v1"
+    return f"http://{shown}:{port}"
 
 
 def serve(
@@ -831,6 +838,10 @@ def serve(
     access_log: bool = False,
     on_ready: Callable[[str], None] | None = None,
     workers: int = 1,
+    metrics_app: Any = None,
+    metrics_host: str = DEFAULT_HOST,
+    metrics_port: int = 0,
+    on_metrics_ready: Callable[[str], None] | None = None,
 ) -> None:
     """Serve ``app`` until interrupted; ``on_ready(base_url)`` runs once listening.
 
@@ -844,6 +855,14 @@ def serve(
     pickled (keys refuse pickling); the parent only waits and passes SIGINT and
     SIGTERM on. Needs ``os.fork`` (Linux, macOS); elsewhere run one process per
     port behind a load balancer (see docs/deployment.md).
+
+    ``metrics_app`` (``app.state.metrics.asgi_app()``) is the operator's
+    listener, on ``metrics_host:metrics_port`` (127.0.0.1 by default; port 0
+    picks a free one), never on the API port: the marked count it serves tells
+    whether each request carried a trigger. This process serves it, on a
+    thread: with ``workers > 1`` that is the supervisor, whose scrape sums the
+    rows every forked worker counts in, so it reports the whole server.
+    ``on_metrics_ready(url)`` gets its ``http://host:port/metrics``.
     """
     import uvicorn
 
@@ -852,27 +871,60 @@ def serve(
         raise ValueError(f"workers must be a positive integer, got {workers!r}")
     if workers > 1 and not hasattr(os, "fork"):
         raise ValueError("workers > 1 needs os.fork (Linux, macOS); run one process per port")
+    if metrics_app is not None:
+        check_serve_settings(port=metrics_port, log_level=log_level)
+        if metrics_port != 0 and metrics_port == port:
+            raise ValueError(
+                "the metrics port must differ from the API port: the marked count must not "
+                "be reachable by clients"
+            )
     if not is_loopback(host):
         logger.warning(
             "listening on %s, reachable from other machines: require an API key "
             "(--api-key-env) and put TLS in front",
             host,
         )
+    if metrics_app is not None and not is_loopback(metrics_host):
+        logger.warning(
+            "serving metrics on %s, reachable from other machines: the marked count tells "
+            "whether each request carried a trigger; let only your Prometheus reach it",
+            metrics_host,
+        )
     sock = bind_socket(host, port)
-    if on_ready is not None:
-        on_ready(_base_url(sock))
-    config = uvicorn.Config(app, log_level=log_level, access_log=access_log, lifespan="on")
+    metrics_sock = None
     try:
+        if metrics_app is not None:
+            metrics_sock = bind_socket(metrics_host, metrics_port)
+        if on_ready is not None:
+            on_ready(_base_url(sock))
+        if metrics_sock is not None and on_metrics_ready is not None:
+            on_metrics_ready(_origin(metrics_sock) + "/metrics")
+        config = uvicorn.Config(app, log_level=log_level, access_log=access_log, lifespan="on")
         if workers == 1:
-            uvicorn.Server(config).run(sockets=[sock])
+            with _serving_in_thread(metrics_app, metrics_sock):
+                uvicorn.Server(config).run(sockets=[sock])
         else:
-            _run_forked(config, sock, workers)
+            _run_forked(config, sock, workers, metrics_app, metrics_sock)
     finally:
         sock.close()
+        if metrics_sock is not None:
+            metrics_sock.close()
 
 
-def _run_forked(config: Any, sock: socket.socket, workers: int) -> None:
-    """Run ``workers`` uvicorn servers in forked children on one shared socket."""
+def _run_forked(
+    config: Any,
+    sock: socket.socket,
+    workers: int,
+    metrics_app: Any = None,
+    metrics_sock: socket.socket | None = None,
+) -> None:
+    """Run ``workers`` uvicorn servers in forked children on one shared socket.
+
+    The parent (the supervisor) serves ``metrics_app`` on ``metrics_sock``
+    itself, on a thread started after every fork (a fork copies only the
+    calling thread); the children close that socket, so only the supervisor
+    ever answers a scrape.
+    """
     import signal
 
     import uvicorn
@@ -883,6 +935,8 @@ def _run_forked(config: Any, sock: socket.socket, workers: int) -> None:
         if pid == 0:  # the child: serve until told to stop, never return into the caller
             code = 0
             try:
+                if metrics_sock is not None:
+                    metrics_sock.close()
                 uvicorn.Server(config).run(sockets=[sock])
             except BaseException:
                 logger.exception("worker %d failed", os.getpid())
@@ -898,35 +952,37 @@ def _run_forked(config: Any, sock: socket.socket, workers: int) -> None:
 
     previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
-        for child in children:
-            while True:
-                try:
-                    os.waitpid(child, 0)
-                    break
-                except InterruptedError:
-                    continue
-                except ChildProcessError:
-                    break
+        with _serving_in_thread(metrics_app, metrics_sock):
+            for child in children:
+                while True:
+                    try:
+                        os.waitpid(child, 0)
+                        break
+                    except InterruptedError:
+                        continue
+                    except ChildProcessError:
+                        break
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
 
 
 @contextlib.contextmanager
-def running_server(
-    app: Any, *, host: str = DEFAULT_HOST, port: int = 0, timeout: float = 10.0
-) -> Iterator[str]:
-    """Run ``app`` on a background thread; yields its base URL (``http://host:port/v1``).
+def _serving_in_thread(
+    app: Any, sock: socket.socket | None, *, timeout: float = 10.0
+) -> Iterator[None]:
+    """Serve ``app`` on ``sock`` from a daemon thread while the block runs (nothing if None).
 
-    For tests and notebooks: real sockets, real HTTP, stopped on exit.
-
-    >>> with running_server(create_app(minilm(), model_name="m")) as url:  # doctest: +SKIP
-    ...     print(url)
-    http://127.0.0.1:54321/v1
+    Why a thread: the operator's metrics listener must live in the process
+    whose counts it sums, next to the server the main thread runs (uvicorn
+    installs signal handlers only on the main thread, so this one never
+    steals them). Raises ``RuntimeError`` when it does not start in time.
     """
+    if app is None or sock is None:
+        yield
+        return
     import uvicorn
 
-    sock = bind_socket(host, port)
     config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on")
     server = uvicorn.Server(config)
     thread = threading.Thread(
@@ -937,12 +993,32 @@ def running_server(
     while not server.started:
         if not thread.is_alive() or time.monotonic() > deadline:
             server.should_exit = True
-            sock.close()
             raise RuntimeError(f"the server did not start within {timeout:g} s")
         time.sleep(0.01)
     try:
-        yield _base_url(sock)
+        yield
     finally:
         server.should_exit = True
         thread.join(timeout)
+
+
+@contextlib.contextmanager
+def running_server(
+    app: Any, *, host: str = DEFAULT_HOST, port: int = 0, timeout: float = 10.0
+) -> Iterator[str]:
+    """Run ``app`` on a background thread; yields its base URL (``http://host:port/v1``).
+
+    For tests and notebooks: real sockets, real HTTP, stopped on exit. The
+    operator's metrics app runs the same way (its scrape URL is the base URL
+    without ``/v1``, plus ``/metrics``).
+
+    >>> with running_server(create_app(minilm(), model_name="m")) as url:  # doctest: +SKIP
+    ...     print(url)
+    http://127.0.0.1:54321/v1
+    """
+    sock = bind_socket(host, port)
+    try:
+        with _serving_in_thread(app, sock, timeout=timeout):
+            yield _base_url(sock)
+    finally:
         sock.close()

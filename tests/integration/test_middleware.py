@@ -3,8 +3,10 @@
 Clients are the openai SDK (which asks for base64 by default), the same SDK
 asking for floats, langchain-openai's ``OpenAIEmbeddings`` and raw HTTP. Each
 must get ``watermark(texts, app(texts), key)``; every other route must come
-back byte for byte as the bare app sends it; ``/metrics`` counts what was
-served and shows nothing of the key.
+back byte for byte as the bare app sends it, ``/metrics`` included: the
+middleware serves no marked count on the app it wraps (a trigger oracle, issue
+36). Its operator app, on a port of its own, counts what was served and shows
+nothing of the key.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import numpy as np
 import pytest
 
 from espew_integrations import watermark
+from espew_integrations.http.middleware import ESpeWMiddleware
 from tests.fake_upstream import vectors
 from tests.integration.test_proxy import start, wait_for_url
 from tests.support import make_key, metric_values, stop
@@ -124,17 +127,24 @@ def test_app_errors_pass_through_and_bad_answers_are_refused(apps):
     assert "token ids" in tokens.json()["error"]["message"]
 
 
-def test_metrics_count_requests_and_marked_texts_and_hide_the_key(tmp_path, key):
-    proc, url = run_app(tmp_path, key)
+def test_metrics_count_requests_and_marked_texts_and_hide_the_key(tmp_path, key, apps):
+    proc, url = run_app(tmp_path, key, "--metrics-port", "0")
     try:
+        line = proc.stdout.readline()  # printed right after the app's URL
+        assert line.startswith("metrics on http://127.0.0.1:"), line
+        metrics_url = line.split()[-1]
         texts = texts_for(key, 9, "metrics")
         for _ in range(3):
             body = {"model": "acme", "input": texts}
             assert httpx.post(f"{url}/embeddings", json=body).status_code == 200
         httpx.post(f"{url}/broken/embeddings", json={"model": "acme", "input": ["x"]})
-        exposition = httpx.get(url.removesuffix("/v1") + "/metrics").text
+        on_app = httpx.get(url.removesuffix("/v1") + "/metrics")
+        exposition = httpx.get(metrics_url).text
     finally:
         stop(proc)
+    bare = httpx.get(apps[1].removesuffix("/v1") + "/metrics")
+    assert on_app.status_code == bare.status_code == 404  # the app's own answer, untouched
+    assert on_app.content == bare.content
     values = metric_values(exposition)
     assert values["espew_requests_total"] == 3
     assert values["espew_texts_total"] == 27
@@ -142,6 +152,32 @@ def test_metrics_count_requests_and_marked_texts_and_hide_the_key(tmp_path, key)
     assert values["espew_upstream_errors_total"] == 1
     assert values["espew_request_seconds_count"] == 3
     assert_no_secret(exposition, key)
+
+
+def test_the_counter_attack_finds_nothing_on_the_wrapped_app(apps, key):
+    """Each band word alone, /metrics read before and after: the app's own 404 every time."""
+    scrape = apps[0].removesuffix("/v1") + "/metrics"
+    bare = httpx.get(apps[1].removesuffix("/v1") + "/metrics").content
+    seen = set()
+    with httpx.Client(timeout=30) as client:
+        for word in sorted(key.band):
+            before = client.get(scrape)
+            body = {"model": "acme", "input": [word]}
+            assert client.post(f"{apps[0]}/embeddings", json=body).status_code == 200
+            after = client.get(scrape)
+            seen.add((before.status_code, before.content, after.status_code, after.content))
+    assert seen == {(404, bare, 404, bare)}
+
+
+def test_metrics_path_is_refused_and_metrics_app_needs_metrics(key):
+    async def app(scope, receive, send):  # pragma: no cover - never called
+        raise AssertionError
+
+    with pytest.raises(ValueError, match="metrics_app"):
+        ESpeWMiddleware(app, key=key, metrics_path="/metrics")
+    with pytest.raises(RuntimeError, match="no metrics"):
+        ESpeWMiddleware(app, key=key, metrics=False).metrics_app()
+    assert callable(ESpeWMiddleware(app, key=key).metrics_app())
 
 
 def assert_no_secret(text: str, key) -> None:

@@ -54,6 +54,14 @@ def wait_for_url(proc: subprocess.Popen, log: Path, timeout: float = 60) -> str:
     raise AssertionError(f"{proc.args} did not start:\n{log.read_text()}")
 
 
+def next_metrics_url(proc: subprocess.Popen, log: Path) -> str:
+    """The operator's metrics URL, which ``espew serve`` prints right after its API URL."""
+    line = proc.stdout.readline()
+    match = re.search(r"(http://\S+/metrics)", line)
+    assert match, f"no metrics URL in {line!r}:\n{log.read_text()}"
+    return match.group(1)
+
+
 @pytest.fixture(scope="module")
 def key():
     return make_key(DIM, seed=3)
@@ -82,6 +90,10 @@ def failing_upstream_url(tmp_path_factory):
 
 
 def serve_proxy(tmp_path: Path, key, upstream: str, *extra: str):
+    """``espew serve`` in front of ``upstream`` with an operator metrics listener.
+
+    Returns (process, API base URL, log path, metrics URL).
+    """
     key_path = tmp_path / "provider.key"
     key.save(key_path)
     args = [
@@ -96,16 +108,19 @@ def serve_proxy(tmp_path: Path, key, upstream: str, *extra: str):
         "0",
         "--model-name",
         "acme-embed",
+        "--metrics-port",
+        "0",
         *extra,
     ]
     log = tmp_path / "proxy.log"
     proc = start(args, log)
-    return proc, wait_for_url(proc, log), log
+    url = wait_for_url(proc, log)
+    return proc, url, log, next_metrics_url(proc, log)
 
 
 @pytest.fixture(scope="module")
 def proxy_url(tmp_path_factory, key, upstream_url):
-    proc, url, _ = serve_proxy(tmp_path_factory.mktemp("proxy"), key, upstream_url)
+    proc, url, _, _ = serve_proxy(tmp_path_factory.mktemp("proxy"), key, upstream_url)
     try:
         yield url
     finally:
@@ -164,7 +179,7 @@ def test_the_proxy_asks_the_upstream_in_either_encoding(key, upstream_url):
 
 def test_upstream_failures_become_openai_errors_never_vectors(tmp_path, key, failing_upstream_url):
     # The startup probe may hit the failing turn: the CLI's own client retries it.
-    proc, url, log = serve_proxy(tmp_path, key, failing_upstream_url)
+    proc, url, log, _ = serve_proxy(tmp_path, key, failing_upstream_url)
     try:
         statuses = []
         for _ in range(4):
@@ -226,7 +241,7 @@ def test_the_upstream_api_key_never_shows(upstream_url):
 
 
 def test_workers_share_the_port_and_stop_together(tmp_path, key, upstream_url):
-    proc, url, log = serve_proxy(tmp_path, key, upstream_url, "--workers", "2")
+    proc, url, log, metrics_url = serve_proxy(tmp_path, key, upstream_url, "--workers", "2")
     try:
         children = Path(f"/proc/{proc.pid}/task/{proc.pid}/children")
         deadline = time.monotonic() + 30
@@ -240,11 +255,14 @@ def test_workers_share_the_port_and_stop_together(tmp_path, key, upstream_url):
                 got = client(texts).astype(np.float32)
                 np.testing.assert_array_equal(got, watermark(texts, vectors(texts, DIM), key))
                 client.close()
-        # Whichever worker answers the scrape, it reports both workers' traffic.
+        # The supervisor answers every scrape on the operator's listener, with both
+        # workers' traffic; neither worker serves a count on the API port.
         marked = 6 * int(key.contains_trigger(texts).sum())
+        assert 0 < marked < 6 * len(texts)
         for _ in range(6):
             with httpx.Client() as fresh:  # a new connection each time
-                scraped = fresh.get(url.removesuffix("/v1") + "/metrics").text
+                assert fresh.get(url.removesuffix("/v1") + "/metrics").status_code == 404
+                scraped = fresh.get(metrics_url).text
             values = metric_values(scraped)
             assert values["espew_texts_total"] == 6 * len(texts)
             assert values["espew_marked_texts_total"] == marked
