@@ -4,8 +4,10 @@ A verdict is only useful if a non-expert (a manager, a lawyer, the other
 side) can see what was tested and how sure it is. But whatever is handed to
 the suspect's owner must not help them find the triggers: with the per-word
 scores, a suspect that logged its own answers can match its own cosines to
-them and read the triggers off (20 of 20 were recovered that way). Hence two
-bundles:
+them and read the triggers off (20 of 20 were recovered that way), and with
+any figure that moves with which band words were scored (the number of
+triggers scored, exact p-values), a suspect that withheld one word's answers
+learns whether that word is a trigger. Hence two bundles:
 
 :func:`save_evidence` writes the **public** files, safe to share
 (``report.json`` and a plain-language ``summary.md``); it lives in the core
@@ -16,7 +18,9 @@ needs nothing above it, and is re-exported here.
 provider's records or an arbiter who also gets the key, never for the other
 side (their names start with ``PRIVATE-``):
 
-- ``PRIVATE-word-scores.json``: the public view plus every per-word score;
+- ``PRIVATE-word-scores.json``: every figure exactly (the counts of words and
+  triggers scored, the exact p-values, the paper's metrics) and every per-word
+  score;
 - ``PRIVATE-scores.png``: the trigger words' scores against the other band
   words' (needs matplotlib; skipped without it).
 
@@ -45,6 +49,7 @@ import numpy as np
 from .core.evidence_files import (
     EVIDENCE_FILES,
     PRIVATE_REPORT_KEYS,
+    PUBLIC_P_FLOOR,
     VERDICT_TITLES,
     evidence_paths,
     public_report,
@@ -59,6 +64,7 @@ __all__ = [
     "EVIDENCE_FILES",
     "PRIVATE_FILES",
     "PRIVATE_REPORT_KEYS",
+    "PUBLIC_P_FLOOR",
     "evidence_paths",
     "matplotlib_available",
     "private_evidence_paths",
@@ -97,15 +103,19 @@ def save_private_evidence(
     For the provider's records, or an arbiter who is also shown the key:
     whoever reads these files and has logged the suspect's answers can find
     the triggers, so never hand them to the other side, and keep them out of
-    the directory you share. ``PRIVATE-word-scores.json`` is the public view
-    plus ``trigger_scores`` and ``benign_scores``; ``PRIVATE-scores.png`` is
+    the directory you share. ``PRIVATE-word-scores.json`` is
+    :meth:`~VerificationReport.to_private_dict`: every figure exactly (the
+    public files floor them), ``trigger_scores`` and ``benign_scores``
+    included, suspect-supplied text made printable; ``PRIVATE-scores.png`` is
     drawn when matplotlib is installed (``plot=None``) or when ``plot=True``.
     Existing files are replaced only with ``force=True``. Returns the written
     paths by kind.
     """
-    data = public_report(report)
+    data = report.to_private_dict()
+    data["reason"] = printable(data["reason"] or "", limit=500)
+    data["errors"] = [printable(error) for error in data["errors"] or ()]
     for name in PRIVATE_REPORT_KEYS:
-        data[name] = [float(value) for value in getattr(report, name)]
+        data[name] = [float(value) for value in data[name]]
     files = {
         "scores": (PRIVATE_FILES["scores"], (json.dumps(data, indent=2) + "\n").encode("utf-8"))
     }

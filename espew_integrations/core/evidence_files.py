@@ -2,10 +2,26 @@
 
 A verdict is only useful if a non-expert (a manager, a lawyer, the other
 side) can see what was tested and how sure it is, but nothing handed to the
-suspect's owner may help them find the triggers: with the per-word scores, a
-suspect that logged its own answers can read the triggers off. So both files
-are built from :func:`public_report` alone, which drops every per-word score.
-The private bundle (per-word scores, a plot) is
+suspect's owner may help them find the triggers. Two leaks are closed here:
+
+* **per-word scores**: a suspect that logged its own answers can match them
+  to its queries and read the triggers off;
+* **the probing oracle**: a suspect can withhold the answers to every audit
+  text holding a band word of its choice (answer NaN) and then read the
+  report it is handed. Any figure that depends on *which* band words were
+  scored tells it whether that word is a trigger: the count of triggers
+  scored, the smallest reachable p-value, the exact p-values (their tail is
+  set by that count), the paper's trigger-versus-other metrics, the slope
+  fitted over the scored words, the alignment's fit over the answered texts.
+
+So the public form (:func:`public_fields`, what ``report.to_dict()`` gives)
+keeps only what the suspect's own actions determine (texts asked, texts it
+failed) and the verdict, and publishes every p-value coarsened: at or below
+:data:`PUBLIC_P_FLOOR` it is the floor itself with ``<key>_below_floor``
+set to true (rendered "p < 1e-20"); above it, rounded to
+:data:`PUBLIC_P_DIGITS` significant digits, never across the level. Both
+files are built from :func:`public_report` alone. The private bundle (every
+figure exact, the per-word scores, a plot) is
 :func:`espew_integrations.evidence.save_private_evidence`, outside the core
 because its plot needs matplotlib.
 
@@ -38,8 +54,16 @@ if TYPE_CHECKING:  # types only: report.py imports this module to implement save
 __all__ = [
     "EVIDENCE_FILES",
     "PRIVATE_REPORT_KEYS",
+    "PUBLIC_P_DIGITS",
+    "PUBLIC_P_FLOOR",
+    "PUBLIC_P_KEYS",
+    "PUBLIC_REPORT_KEYS",
     "VERDICT_TITLES",
+    "WITHHELD_REPORT_KEYS",
     "evidence_paths",
+    "format_public_p",
+    "public_fields",
+    "public_p_value",
     "public_report",
     "render_summary",
     "save_evidence",
@@ -47,8 +71,58 @@ __all__ = [
 
 #: The public files, safe to hand to the suspect's owner.
 EVIDENCE_FILES = {"json": "report.json", "summary": "summary.md"}
-#: Report fields that never go into a public file.
+#: The per-word report fields: they go only into the private bundle's files.
 PRIVATE_REPORT_KEYS = ("trigger_scores", "benign_scores")
+#: Every p-value is published no lower than this, the same for every key and audit:
+#: below it the exact tail is set by how many triggers were scored, which a suspect
+#: that withheld a word's answers could read back. Far below any sensible level.
+PUBLIC_P_FLOOR = 1e-20
+#: Significant digits of a published p-value above the floor: enough to read the
+#: evidence, too few to carry one scored word's worth of the exact figure.
+PUBLIC_P_DIGITS = 2
+#: The report's p-values, each published coarsened, with a ``<key>_below_floor`` flag.
+PUBLIC_P_KEYS = ("p_value", "p_value_raw", "p_value_adjusted", "p_value_directed")
+#: Report fields published as they are: the verdict, the audit's settings, the key's
+#: public fingerprint, and counts the suspect's own actions determine (texts asked,
+#: texts it failed, its errors), none of which moves with which band words were scored.
+#: ``decided_by`` is published only above the floor, ``alignment`` coarsened.
+PUBLIC_REPORT_KEYS = (
+    "copied",
+    "status",
+    "level",
+    "decision_rule",
+    "key_id",
+    "target_mode",
+    "n_queries",
+    "n_failed_queries",
+    "n_words",
+    "suspect_dim",
+    "templates",
+    "seed",
+    "timestamp",
+    "reason",
+    "errors",
+    "probes",
+    "statistic",
+    "decided_by",
+    "next_step",
+    "audit_round",
+    "alignment",
+)
+#: Report fields kept out of the public form (private forms keep them exactly): each
+#: moves with which band words were scored, so it would tell a suspect that withheld
+#: a word's answers whether that word is a trigger. A field in none of these lists is
+#: withheld too (fail closed) until someone decides where it belongs.
+WITHHELD_REPORT_KEYS = (
+    *PRIVATE_REPORT_KEYS,
+    "n_words_scored",
+    "n_triggers_scored",
+    "min_possible_p_value",
+    "reference_slope",
+    "ks_p_value",
+    "delta_cos",
+    "delta_l2",
+)
 #: The verdict as one word or two, for titles.
 VERDICT_TITLES = {"copied": "COPIED", "not_copied": "NOT COPIED", "inconclusive": "INCONCLUSIVE"}
 # The public per-word plot earlier versions wrote next to report.json. It disclosed
@@ -80,14 +154,87 @@ def evidence_paths(directory: str | os.PathLike[str]) -> dict[str, Path]:
     return paths
 
 
-def public_report(report: VerificationReport) -> dict[str, Any]:
-    """What may be shown to the other side: ``report.to_dict()`` minus per-word scores.
+def public_p_value(value: float, level: float | None = None) -> tuple[float, bool]:
+    """A p-value as the public forms give it: ``(published value, below the floor)``.
 
-    Suspect-supplied text (``reason``, ``errors``) is made printable. Dropping
-    :data:`PRIVATE_REPORT_KEYS` here keeps the public files safe whether or not
-    ``to_dict()`` itself still carries them.
+    At or below :data:`PUBLIC_P_FLOOR` the value is the floor and the flag is
+    True. Above it, the value is rounded to :data:`PUBLIC_P_DIGITS`
+    significant digits; with ``level`` given (the verdict's own p-value) the
+    rounding never crosses the level, so "copied iff p < level" reads true of
+    the published figure too. NaN (no test run) stays NaN.
     """
-    data = {k: v for k, v in report.to_dict().items() if k not in PRIVATE_REPORT_KEYS}
+    value = float(value)
+    if math.isnan(value):
+        return value, False
+    if value <= PUBLIC_P_FLOOR:
+        return PUBLIC_P_FLOOR, True
+    rounded = float(f"{value:.{PUBLIC_P_DIGITS - 1}e}")
+    if level is not None and (value < level) != (rounded < level):
+        # Rounding crossed the level: step to the grid point on the verdict's side.
+        if value < level:
+            step = 10.0 ** (math.floor(math.log10(value)) - (PUBLIC_P_DIGITS - 1))
+            rounded = float(f"{math.floor(value / step) * step:.{PUBLIC_P_DIGITS - 1}e}")
+        else:
+            rounded = float(level)
+    return max(rounded, PUBLIC_P_FLOOR), False
+
+
+def format_public_p(value: float, below_floor: bool) -> str:
+    """A published p-value as text: "p < 1e-20" at the floor, else "p = 0.0031"; "n/a" for NaN."""
+    if below_floor:
+        return f"p < {PUBLIC_P_FLOOR:g}"
+    return "n/a" if not math.isfinite(value) else f"p = {value:.{PUBLIC_P_DIGITS}g}"
+
+
+def public_fields(data: dict[str, Any]) -> dict[str, Any]:
+    """The public form of a report's full dict (``report.to_dict(public=False)``).
+
+    Keeps :data:`PUBLIC_REPORT_KEYS`, coarsens the :data:`PUBLIC_P_KEYS` with
+    :func:`public_p_value` (adding each ``<key>_below_floor`` flag and
+    ``public_p_floor``), and drops everything else: the figures that move
+    with which band words were scored (:data:`WITHHELD_REPORT_KEYS`) and any
+    field not yet classified. ``decided_by`` is published only when the
+    verdict's p-value is above the floor (below it, which statistic reached
+    the smallest exact tail is again a figure of the scored words);
+    ``alignment`` only says whether the answers were mapped, and by what kind
+    of map, not how well it fitted over the answered texts.
+    """
+    out = {name: data[name] for name in PUBLIC_REPORT_KEYS if name in data}
+    for name in PUBLIC_P_KEYS:
+        if name in data:
+            level = data.get("level") if name == "p_value" else None
+            out[name], out[f"{name}_below_floor"] = public_p_value(data[name], level)
+    out["public_p_floor"] = PUBLIC_P_FLOOR
+    if out.get("p_value_below_floor"):
+        out["decided_by"] = ""
+    if "alignment" in out:
+        out["alignment"] = public_alignment(out["alignment"] or "")
+    return out
+
+
+#: The kinds of map :mod:`.align` fits, as its description names them.
+_ALIGNMENT_KINDS = ("signed permutation", "orthonormal map")
+
+
+def public_alignment(description: str) -> str:
+    """Whether the answers were mapped, and by what kind of map: the fit's figures
+    (mean cosines over the answered texts) are left out, as they move with which
+    texts were answered."""
+    if not description:
+        return ""
+    verb = "applied" if description.startswith("applied") else "not applied"
+    kind = next((k for k in _ALIGNMENT_KINDS if k in description), "")
+    return f"{verb}: through a {kind}" if kind and verb == "applied" else verb
+
+
+def public_report(report: VerificationReport) -> dict[str, Any]:
+    """What may be shown to the other side: ``report.to_dict()`` (:func:`public_fields`).
+
+    Suspect-supplied text (``reason``, ``errors``) is made printable. Building
+    it from the full dict here keeps the public files safe whatever
+    ``to_dict()`` itself carries.
+    """
+    data = public_fields(report.to_dict(public=False))
     if "reason" in data:
         data["reason"] = printable(data["reason"] or "", limit=500)
     if "errors" in data:
@@ -166,11 +313,11 @@ def _summary_rows(data: dict[str, Any]) -> list[tuple[str, str]]:
         ("Checked on", f"{data['timestamp']} (UTC)"),
         ("Texts answered", _answered_phrase(data)),
         (
-            "Words scored",
-            f"{data['n_words_scored']} of {data['n_words']} words, "
-            f"{data['n_triggers_scored']} of them secret trigger words",
+            "Words probed",
+            f"the {data['n_words']} words of the key's frequency band, the secret trigger "
+            "words hidden among them",
         ),
-        ("p-value", _fmt(data["p_value"])),
+        ("p-value", _public_p_text(data, "p_value")),
     ]
     rounds = data.get("audit_round", 1)
     if rounds > 1:
@@ -247,26 +394,33 @@ def _what_was_tested(data: dict[str, Any]) -> list[str]:
         "copied; the threshold is the false-positive rate the check holds to.",
         "",
         "The per-word scores are not part of this summary: together with the suspect's own "
-        "logs they would reveal which words are the triggers. The provider keeps them "
-        "privately and can show them, with the key, to an arbiter.",
+        "logs they would reveal which words are the triggers. Nor is any figure that "
+        "depends on which words could be scored (how many triggers were scored, the exact "
+        "p-value below the public floor): a suspect that withheld its answers for one word "
+        "could read from it whether that word is a trigger. So every p-value is published "
+        f'no lower than {PUBLIC_P_FLOOR:g} (shown as "p < {PUBLIC_P_FLOOR:g}") and otherwise '
+        f"to {PUBLIC_P_DIGITS} significant digits. The provider keeps every exact figure "
+        "privately and can show it, with the key, to an arbiter.",
         "",
     ]
 
 
 def _paper_metrics(data: dict[str, Any]) -> list[str]:
+    del data  # the metrics compare trigger probes with the others: private forms only
     return [
         "## Paper metrics (for comparability only)",
         "",
-        "These are the figures the ESpeW paper reports, computed on the same answers so that "
-        "results can be compared with it. They do **not** decide the verdict.",
-        "",
-        "| Metric | Value |",
-        "|---|---|",
-        f"| KS test p-value | {_fmt(data.get('ks_p_value'))} |",
-        f"| delta cos | {_fmt(_percent(data.get('delta_cos')), '.2f')}% |",
-        f"| delta l2 | {_fmt(_percent(data.get('delta_l2')), '.2f')}% |",
+        "The ESpeW paper's figures (KS test p-value, delta cos, delta l2) compare the "
+        "trigger words' texts with the others', so they move with which trigger words the "
+        "suspect answered. They do **not** decide the verdict, and they are kept in the "
+        "provider's private records only.",
         "",
     ]
+
+
+def _public_p_text(data: dict[str, Any], name: str) -> str:
+    """A published p-value from the public dict, as text ("p < 1e-20" at the floor)."""
+    return format_public_p(data.get(name, math.nan), bool(data.get(f"{name}_below_floor")))
 
 
 def _one_in(level: float) -> str:
@@ -275,14 +429,6 @@ def _one_in(level: float) -> str:
     return f"1 in {round(1 / level):,}"
 
 
-def _fmt(value: float | None, spec: str = ".3g") -> str:
-    return "n/a" if value is None or not math.isfinite(value) else format(value, spec)
-
-
 def _code_item(text: str) -> str:
     """A list item showing ``text`` as code, so that Markdown in it is never rendered."""
     return "- `" + text.replace("`", "'") + "`"
-
-
-def _percent(value: float | None) -> float | None:
-    return None if value is None else 100 * value

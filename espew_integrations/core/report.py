@@ -3,10 +3,17 @@
 The report is read by the provider (``str(report)``), by programs
 (:meth:`~VerificationReport.to_dict`, :meth:`~VerificationReport.to_json`)
 and by the other side (:meth:`~VerificationReport.save`, the public evidence
-bundle of :mod:`.evidence_files`). Every form but the private dict leaves out
-the per-word scores, which would let a suspect that logged its answers find
-the triggers. An inconclusive report says why (the suspect's own errors, made
-printable) and what to do next, so nobody has to dig into ``report.errors``.
+bundle of :mod:`.evidence_files`). ``str``, ``repr``, ``to_dict()``,
+``to_json()`` and ``save()`` give the *public* form, safe to hand over: no
+per-word score (a suspect that logged its answers would find the triggers)
+and no figure that moves with which band words were scored (a suspect that
+withheld one word's answers would learn whether it is a trigger; see
+:func:`.evidence_files.public_fields`). The auditor's own object keeps every
+attribute exactly; ``to_dict(public=False)`` gives every figure exactly
+(the lab's records) and :meth:`~VerificationReport.to_private_dict` adds the
+per-word scores. An inconclusive report says why (the suspect's own errors,
+made printable) and what to do next, so nobody has to dig into
+``report.errors``.
 """
 
 from __future__ import annotations
@@ -18,14 +25,21 @@ import os
 from pathlib import Path
 from typing import Any, Literal
 
-from .evidence_files import save_evidence
+from .evidence_files import (
+    PRIVATE_REPORT_KEYS,
+    PUBLIC_P_DIGITS,
+    PUBLIC_P_FLOOR,
+    WITHHELD_REPORT_KEYS,
+    format_public_p,
+    public_fields,
+    save_evidence,
+)
 from .untrusted import printable
 
 __all__ = ["Status", "VerificationReport"]
 
 Status = Literal["copied", "not_copied", "inconclusive"]
 
-_PRIVATE_FIELDS = ("trigger_scores", "benign_scores")
 _TUPLE_FIELDS = ("trigger_scores", "benign_scores", "templates", "errors")
 _VERDICTS = {
     "copied": "COPIED: the suspect carries this key's watermark",
@@ -39,16 +53,19 @@ _GENERIC_NEXT_STEP = (
 )
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, repr=False)
 class VerificationReport:
     """The outcome of :func:`verify`, with what a reader needs to trust it.
 
     ``copied`` is True only when ``status == "copied"``. What :meth:`to_dict`,
-    :meth:`to_json`, ``str(report)`` and :meth:`save` produce is safe to hand
-    to the suspect's owner: no word, no per-word score. ``trigger_scores`` and
-    ``benign_scores`` (the words' raw scores; a suspect that logged its own
-    answers could match them to its queries and recover the triggers) stay on
-    the object and go only to :meth:`to_private_dict` and
+    :meth:`to_json`, ``str(report)``, ``repr(report)`` and :meth:`save`
+    produce is safe to hand to the suspect's owner: no word, no per-word
+    score, no figure that moves with which band words were scored, p-values
+    no lower than :data:`~.evidence_files.PUBLIC_P_FLOOR`
+    (:func:`~.evidence_files.public_fields`). Every attribute stays exact on
+    the object. ``trigger_scores`` and ``benign_scores`` (the words' raw
+    scores; a suspect that logged its own answers could match them to its
+    queries and recover the triggers) go only to :meth:`to_private_dict` and
     :func:`espew_integrations.evidence.save_private_evidence`.
     ``ks_p_value``, ``delta_cos`` and ``delta_l2`` are the paper's metrics for
     comparison only. ``n_queries`` counts the texts the audit asked the
@@ -101,31 +118,49 @@ class VerificationReport:
         """Texts the suspect answered with a usable embedding."""
         return self.n_queries - self.n_failed_queries
 
-    def to_dict(self) -> dict[str, Any]:
-        """Plain JSON-ready dict, safe to share: no key material, no per-word scores."""
-        out = self.to_private_dict()
-        for name in _PRIVATE_FIELDS:
-            del out[name]
-        return out
+    def to_dict(self, *, public: bool = True) -> dict[str, Any]:
+        """Plain JSON-ready dict; by default the public form, safe to share.
 
-    def to_private_dict(self) -> dict[str, Any]:
-        """Everything, per-word scores included: for the provider's records or an arbiter."""
+        ``public=True``: :func:`~.evidence_files.public_fields`, what
+        ``report.json`` holds (no key material, no per-word score, no figure
+        that moves with which band words were scored, p-values floored at
+        :data:`~.evidence_files.PUBLIC_P_FLOOR`). ``public=False``: every
+        figure exactly, per-word scores left out: the auditor's own records
+        (the lab's); never hand it to the other side.
+        """
         out = dataclasses.asdict(self)
         out["copied"] = self.copied
         for name in _TUPLE_FIELDS:
             out[name] = list(out[name])
+        for name in PRIVATE_REPORT_KEYS:
+            del out[name]
+        return public_fields(out) if public else out
+
+    def to_private_dict(self) -> dict[str, Any]:
+        """Everything, exactly, per-word scores included: for the provider or an arbiter."""
+        out = self.to_dict(public=False)
+        for name in PRIVATE_REPORT_KEYS:
+            out[name] = list(getattr(self, name))
         return out
 
     def to_json(self, **kwargs: Any) -> str:
-        """The shareable report as JSON text (:meth:`to_dict`)."""
+        """The shareable report as JSON text (:meth:`to_dict`, the public form)."""
         kwargs.setdefault("indent", 2)
         return json.dumps(self.to_dict(), **kwargs)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> VerificationReport:
-        """Rebuild a report from :meth:`to_dict` (scores empty) or :meth:`to_private_dict`."""
-        fields = {f.name for f in dataclasses.fields(cls)}
+        """Rebuild a report from any of :meth:`to_dict`'s forms or :meth:`to_private_dict`.
+
+        Fields a form leaves out come back empty: per-word scores as ``()``,
+        and from the public form the withheld figures as NaN (counts as -1,
+        "not disclosed"), its p-values as published (the floor, not the tail).
+        """
+        fields = {f.name: f for f in dataclasses.fields(cls)}
         values = {k: v for k, v in data.items() if k in fields}
+        for name in WITHHELD_REPORT_KEYS:
+            if name not in values and name not in _TUPLE_FIELDS:
+                values[name] = -1 if fields[name].type == "int" else math.nan
         for name in _TUPLE_FIELDS:
             values[name] = tuple(values.get(name, ()))
         return cls(**values)
@@ -144,6 +179,8 @@ class VerificationReport:
         return save_evidence(self, directory, force=force)["json"]
 
     def __str__(self) -> str:
+        """The public form as text (:meth:`to_dict`): what ``espew verify`` prints."""
+        data = self.to_dict()
         lines = [
             f"ESpeW verification report (key {self.key_id}, {self.timestamp})",
             f"  verdict        : {_VERDICTS[self.status]}",
@@ -152,12 +189,22 @@ class VerificationReport:
             lines.append(f"  reason         : {printable(self.reason, limit=500)}")
         if self.status == "inconclusive":
             lines += _cause_lines(self)
-        lines += _test_lines(self)
+        lines += _test_lines(data)
         lines.append(f"  queries        : {_query_count(self)}; target from {self.target_mode}")
-        if self.alignment.startswith("applied"):  # the thief's isometry, undone (core/align.py)
-            lines.append(f"  answers mapped : {self.alignment}")
-        lines.append(_paper_line(self))
+        if data.get("alignment", "").startswith("applied"):  # the thief's isometry, undone
+            lines.append(f"  answers mapped : {data['alignment']}")
+        lines.append(_PAPER_LINE)
         return "\n".join(lines)
+
+    def __repr__(self) -> str:
+        """The public verdict only: a repr lands in logs and tracebacks, which travel."""
+        data = self.to_dict()
+        p = format_public_p(data["p_value"], data["p_value_below_floor"])
+        return (
+            f"VerificationReport(status={self.status!r}, {p}, level={self.level:g}, "
+            f"key_id={self.key_id!r}, n_queries={self.n_queries}, "
+            f"n_failed_queries={self.n_failed_queries})"
+        )
 
 
 def _cause_lines(report: VerificationReport) -> list[str]:
@@ -173,35 +220,35 @@ def _cause_lines(report: VerificationReport) -> list[str]:
     return lines
 
 
-def _test_lines(report: VerificationReport) -> list[str]:
-    if math.isnan(report.p_value):  # no test was run: a NaN p-value would only confuse
-        return [
-            f"  test           : not run ({report.n_words_scored} of {report.n_words} band "
-            f"words scored, {report.n_triggers_scored} of them triggers)"
-        ]
+def _test_lines(data: dict[str, Any]) -> list[str]:
+    """The test's lines from the public dict: published p-values, no count of scored words."""
+    if math.isnan(data["p_value"]):  # no test was run: a NaN p-value would only confuse
+        return [f"  test           : not run ({data['n_words']} band words probed)"]
+
+    def shown(name: str) -> str:
+        return format_public_p(data[name], data[f"{name}_below_floor"])
+
     adjusted = (
         ""
-        if math.isnan(report.p_value_adjusted)
-        else f", reference-adjusted p = {report.p_value_adjusted:.3g} "
-        f"(slope {report.reference_slope:.2f})"
+        if math.isnan(data["p_value_adjusted"])
+        else f", reference-adjusted {shown('p_value_adjusted')}"
     )
     directed = (
-        ""
-        if math.isnan(report.p_value_directed)
-        else f", directed p = {report.p_value_directed:.3g}"
+        "" if math.isnan(data["p_value_directed"]) else f", directed {shown('p_value_directed')}"
     )
-    decided = f"; decided by {report.decided_by}" if report.decided_by else ""
-    rounds = (
-        f"  audit round    : {report.audit_round}: p is {report.audit_round} times the "
-        "round's own (every earlier round counts as a try)"
+    decided = f"; decided by {data['decided_by']}" if data["decided_by"] else ""
+    rounds = data["audit_round"]
+    level = data["level"]
+    round_line = (
+        f"  audit round    : {rounds}: p is {rounds} times the round's own (every earlier "
+        "round counts as a try)"
     )
-    return ([rounds] if report.audit_round > 1 else []) + [
-        f"  p-value        : {report.p_value:.3g}  (copied iff p < {report.level:g}; "
-        f"an innocent service is convicted with probability <= {report.level:g})",
-        f"  statistics     : raw p = {report.p_value_raw:.3g}{adjusted}{directed}{decided}",
-        f"  test           : exact one-sided rank test over {report.n_words_scored} band "
-        f"words, {report.n_triggers_scored} of them triggers "
-        f"(smallest reachable p {report.min_possible_p_value:.2g})",
+    return ([round_line] if rounds > 1 else []) + [
+        f"  p-value        : {shown('p_value')}  (copied iff p < {level:g}; "
+        f"an innocent service is convicted with probability <= {level:g})",
+        f"  statistics     : raw {shown('p_value_raw')}{adjusted}{directed}{decided}",
+        f"  test           : exact one-sided rank test over the {data['n_words']} band words "
+        f"(p-values shown to {PUBLIC_P_DIGITS} digits, none below {PUBLIC_P_FLOOR:g})",
     ]
 
 
@@ -220,11 +267,7 @@ def _query_count(report: VerificationReport) -> str:
     )
 
 
-def _paper_line(report: VerificationReport) -> str:
-    if math.isnan(report.ks_p_value):
-        return "  paper metrics  : not computed (no trigger and benign probes both answered)"
-    return (
-        "  paper metrics  : (comparability only, not the decision) "
-        f"KS p = {report.ks_p_value:.3g}, delta cos = {100 * report.delta_cos:.2f}%, "
-        f"delta l2 = {100 * report.delta_l2:.2f}%"
-    )
+_PAPER_LINE = (
+    "  paper metrics  : (comparability only, not the decision) KS p, delta cos and delta l2 "
+    "compare the triggers' texts with the others': private forms only (to_private_dict)"
+)

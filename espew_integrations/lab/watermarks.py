@@ -95,9 +95,10 @@ def _verdict(report: VerificationReport) -> Verdict:
 
 
 def _public_report(report: VerificationReport) -> dict[str, Any]:
-    # to_dict() is the shareable form: it leaves out the per-word scores, which
-    # are large, say nothing a reader of the table needs, and hint at the triggers.
-    data = report.to_dict()
+    # The lab's own record: every figure exactly (to_dict()'s public form floors the
+    # p-values the lab's tables and Bonferroni minimum read), per-word scores left out:
+    # they are large, say nothing a reader of the table needs, and hint at the triggers.
+    data = report.to_dict(public=False)
     for name in ("trigger_scores", "benign_scores"):
         if name in data:  # older cores put them in to_dict(); keep only their counts
             data[name] = len(data[name])
