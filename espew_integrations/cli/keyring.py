@@ -201,12 +201,22 @@ def run_trace(args: argparse.Namespace) -> int:
 
 
 def read_tenants(path: str) -> list[str]:
-    """Account ids from a tenants file (see the module docstring), in file order, distinct."""
+    """Account ids from a tenants file (see the module docstring), in file order, distinct.
+
+    Only a regular file of bounded size is read (the tenant map's cap: it may be the map).
+    """
+    from ..core.errors import KeyFileError
+    from ..core.secret_files import read_bounded_file
+    from ..http.tenants import MAX_TENANT_MAP_BYTES
+
     file = Path(path)
     try:
-        text = file.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise UsageError(f"cannot read the tenants file {file}: {exc}") from None
+        data, _ = read_bounded_file(file, what="tenants file", limit=MAX_TENANT_MAP_BYTES)
+        text = data.decode("utf-8")
+    except KeyFileError as exc:
+        raise UsageError(str(exc)) from None
+    except UnicodeDecodeError:
+        raise UsageError(f"cannot read the tenants file {file}: it is not UTF-8 text") from None
     if file.suffix.lower() == ".json":
         try:
             data = json.loads(text)

@@ -627,7 +627,9 @@ class WatermarkKey(Sealed):
         """Load and validate a key file written by :meth:`save`.
 
         Warns (:class:`KeyFileWarning`) when the file is readable by group or
-        others, as ssh does for private keys.
+        others, as ssh does for private keys. Only a regular file of at most
+        :data:`.secret_files.MAX_KEY_FILE_BYTES` is read: a device, a FIFO or a
+        directory is refused before anything is read from it.
 
         >>> key = WatermarkKey.load("provider.key")  # doctest: +SKIP
         """

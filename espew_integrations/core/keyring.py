@@ -37,6 +37,7 @@ from .layers import SALT_BYTES, TenantLayer, draw_layer_indices, tenant_salt, un
 from .probes import row_cosines
 from .sealed import Sealed
 from .secret_files import (
+    MAX_RING_FILE_BYTES,
     canonical_json,
     parse_sealed_document,
     read_secret_file,
@@ -245,8 +246,13 @@ class KeyRing(Sealed):
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> KeyRing:
-        """Load and validate a ring file written by :meth:`save` (warns if others can read it)."""
-        data = read_secret_file(path, what="key ring file", warning=KeyFileWarning)
+        """Load and validate a ring file written by :meth:`save` (warns if others can read it).
+
+        Only a regular file of at most :data:`.secret_files.MAX_RING_FILE_BYTES` is read.
+        """
+        data = read_secret_file(
+            path, what="key ring file", warning=KeyFileWarning, limit=MAX_RING_FILE_BYTES
+        )
         return cls.from_json(data, source=f"key ring file {Path(path)}")
 
     # ------------------------------------------------------------------ generation

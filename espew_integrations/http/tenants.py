@@ -23,12 +23,17 @@ import json
 import os
 import threading
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 from ..core.key import WatermarkKey
+from ..core.secret_files import read_bounded_file
 
-__all__ = ["TenantKeys"]
+__all__ = ["MAX_TENANT_MAP_BYTES", "TenantKeys"]
+
+#: The largest tenant map (or tenants list) read: one short entry per account, an API
+#: key and an account id, so the cap leaves room for millions of accounts and stops a
+#: device, a FIFO's endless stream or a runaway file before it fills memory.
+MAX_TENANT_MAP_BYTES = 256 * 2**20
 
 
 def _digest(api_key: str) -> bytes:
@@ -62,16 +67,17 @@ class TenantKeys:
     def load(
         cls, ring_path: str | os.PathLike[str], map_path: str | os.PathLike[str]
     ) -> TenantKeys:
-        """A ring file (``KeyRing.load``) and a JSON map file of API key -> tenant id."""
+        """A ring file (``KeyRing.load``) and a JSON map file of API key -> tenant id.
+
+        The map is read only if it is a regular file of at most
+        :data:`MAX_TENANT_MAP_BYTES` (a :class:`KeyFileError`, a ``ValueError``, if not).
+        """
         from ..core.keyring import KeyRing
 
         ring = KeyRing.load(ring_path)
+        data, _ = read_bounded_file(map_path, what="tenant map", limit=MAX_TENANT_MAP_BYTES)
         try:
-            text = Path(map_path).read_text(encoding="utf-8")
-        except OSError as exc:
-            raise ValueError(f"cannot read the tenant map {map_path}: {exc.strerror}") from None
-        try:
-            api_keys = json.loads(text)
+            api_keys = json.loads(data.decode("utf-8"))
         except ValueError:
             # The message must not quote the file: it is full of API keys.
             raise ValueError(f"the tenant map {map_path} is not valid JSON") from None

@@ -219,7 +219,7 @@ def test_load_errors_for_missing_and_corrupt_files(tmp_path):
     (tmp_path / "bad.key").write_bytes(b"\x00garbage{")
     with pytest.raises(KeyFileError, match="not valid JSON"):
         WatermarkKey.load(tmp_path / "bad.key")
-    with pytest.raises(KeyFileError, match="is a directory"):
+    with pytest.raises(KeyFileError, match=r"is not a regular file \(a directory\)"):
         WatermarkKey.load(tmp_path)
 
 
