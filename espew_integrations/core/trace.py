@@ -59,7 +59,7 @@ from typing import Any
 
 import numpy as np
 
-from .evidence_files import EVIDENCE_FILES
+from .evidence_files import EVIDENCE_FILES, PUBLIC_P_FLOOR, format_public_p, public_p_value
 from .keyring import KeyRing
 from .layers import check_tenant_id
 from .ranktest import _subset_sum_counts, _untied_counts, doubled_mid_ranks
@@ -100,7 +100,7 @@ TRACE_RULE = (
 
 
 # ---------------------------------------------------------------------- report
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, repr=False)
 class TraceReport:
     """The outcome of :func:`trace`.
 
@@ -110,11 +110,17 @@ class TraceReport:
     tenant ids whose own layer is detected, strongest evidence first;
     ``tenant_p_values`` maps *every* tested id to its adjusted p-value.
 
-    What :meth:`to_dict`, :meth:`to_json` and ``str(report)`` give is safe to
-    hand to the suspect's owner: the shared verdict without per-word scores,
-    and only the traced accounts, by id. The list of all tested accounts (the
-    provider's customer list) and their p-values go only to
-    :meth:`to_private_dict`.
+    What :meth:`to_dict`, :meth:`to_json`, ``str(report)`` and
+    ``repr(report)`` give is safe to hand to the suspect's owner: the shared
+    verdict's public form (:meth:`VerificationReport.to_dict`), only the
+    traced accounts, by id, and the verdict's p-values floored as the shared
+    report's are (:func:`~.evidence_files.public_p_value`);
+    ``n_universe_scored`` (how many words outside the shared layer were
+    scored: it moves with whether a word the suspect withheld is a shared
+    trigger), the traced accounts' own p-values (see :func:`_public_trace`)
+    and which layer decided a verdict below the floor are left out. The list
+    of all tested accounts (the provider's customer list), their p-values and
+    every exact figure go only to :meth:`to_private_dict`.
     """
 
     shared: VerificationReport
@@ -141,9 +147,14 @@ class TraceReport:
         """The shared layer's own p-value (what survives accounts voting together)."""
         return self.shared.p_value
 
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready and safe to share: no per-word score, no untraced account."""
-        return {
+    def to_dict(self, *, public: bool = True) -> dict[str, Any]:
+        """JSON-ready; by default the public form, safe to share (see the class docstring).
+
+        ``public=False`` gives every figure exactly (the traced accounts'
+        p-values too) but still names only the traced accounts and no per-word
+        score (the auditor's own records).
+        """
+        out: dict[str, Any] = {
             "copied": self.copied,
             "status": self.status,
             "p_value": self.p_value,
@@ -158,12 +169,13 @@ class TraceReport:
             "n_universe_scored": self.n_universe_scored,
             "decision_rule": self.decision_rule,
             "reason": self.reason,
-            "shared": self.shared.to_dict(),
+            "shared": self.shared.to_dict(public=public),
         }
+        return _public_trace(out) if public else out
 
     def to_private_dict(self) -> dict[str, Any]:
-        """Everything: every tested account's p-value and the per-word scores."""
-        out = self.to_dict()
+        """Everything, exactly: every tested account's p-value and the per-word scores."""
+        out = self.to_dict(public=False)
         out["tenant_p_values"] = dict(self.tenant_p_values)
         out["shared"] = self.shared.to_private_dict()
         return out
@@ -187,8 +199,10 @@ class TraceReport:
             return folder.write(TRACE_FILE, self.to_json().encode(), mode=0o644, force=force)
 
     def __str__(self) -> str:
+        """The public form as text (:meth:`to_dict`): floored p-values, traced accounts only."""
+        data = self.to_dict()
         if self.traced:
-            named = ", ".join(f"{t} (p = {self.tenant_p_values[t]:.3g})" for t in self.traced[:10])
+            named = ", ".join(f"{t} (p < {self.level:g})" for t in data["traced"][:10])
             more = f" and {len(self.traced) - 10} more" if len(self.traced) > 10 else ""
             accounts = f"{named}{more}"
         else:
@@ -198,13 +212,15 @@ class TraceReport:
             "not_copied": "NOT COPIED: no evidence of this ring's watermark",
             "inconclusive": "INCONCLUSIVE: no verdict could be reached",
         }[self.status]
+        decided = f"; decided by {data['decided_by']}" if data["decided_by"] else ""
+        p_text = format_public_p(data["p_value"], data["p_value_below_floor"])
+        shared_p = format_public_p(data["shared_p_value"], data["shared_p_value_below_floor"])
         lines = [
             str(self.shared),
             f"ESpeW trace (ring {self.ring_id}): {self.n_tenants} accounts tested, "
             f"{self.tenant_triggers} words of each account's own layer",
             f"  verdict        : {verdict}",
-            f"  p-value        : {self.p_value:.3g} (both layers; decided by {self.decided_by}; "
-            f"shared layer alone {self.shared_p_value:.3g})",
+            f"  p-value        : {p_text} (both layers{decided}; shared layer alone {shared_p})",
             f"  traced         : {accounts}",
             f"  false accusations: any innocent account is named with probability <= "
             f"{self.level:g} (adjusted for {self.n_tenants} accounts)",
@@ -212,6 +228,40 @@ class TraceReport:
         if self.reason:
             lines.append(f"  note           : {self.reason}")
         return "\n".join(lines)
+
+    def __repr__(self) -> str:
+        """The public verdict only: never the tested accounts, which a repr would list."""
+        data = self.to_dict()
+        p_text = format_public_p(data["p_value"], data["p_value_below_floor"])
+        return (
+            f"TraceReport(status={self.status!r}, {p_text}, level={self.level:g}, "
+            f"ring_id={self.ring_id!r}, n_tenants={self.n_tenants}, traced={self.traced!r})"
+        )
+
+
+def _public_trace(out: dict[str, Any]) -> dict[str, Any]:
+    """The trace's public form: the verdict's and the shared layer's p-values floored
+    and rounded as the shared report's (:func:`~.evidence_files.public_p_value`, each
+    with its ``_below_floor`` flag); ``n_universe_scored`` and the traced accounts'
+    own p-values left out, ``decided_by`` left out below the floor.
+
+    Why no per-account p-value: a tenant layer is small (10-20 words), so its
+    smallest reachable p-value can sit above the floor, where it is set by how
+    many words outside the shared layer were scored, and so tells a suspect that
+    withheld a word's answers whether it is a shared trigger. Each traced
+    account's p-value is below the level (that is what traced means); the
+    exact figures are in :meth:`TraceReport.to_private_dict`."""
+    del out["n_universe_scored"]
+    level = out["level"]
+    out["p_value"], out["p_value_below_floor"] = public_p_value(out["p_value"], level)
+    out["shared_p_value"], out["shared_p_value_below_floor"] = public_p_value(
+        out["shared_p_value"], level
+    )
+    del out["traced_p_values"]  # a tenant layer's reachable minimum may sit above the floor
+    out["public_p_floor"] = PUBLIC_P_FLOOR
+    if out["p_value_below_floor"]:
+        out["decided_by"] = ""
+    return out
 
 
 # ---------------------------------------------------------------------- trace
