@@ -78,7 +78,6 @@ from .verify import (
     _plan,
     _word_scores,
     _WordScores,
-    check_deadline,
     check_statistic,
     check_suspect,
     reference_slope,
@@ -296,8 +295,7 @@ def trace(
     ids = _check_tenants(tenants)
     check_suspect(suspect)
     suspect_fn = suspect
-    _check_options(target_mode, level, batch_size, min_coverage, statistic)
-    check_deadline(deadline)
+    _check_options(target_mode, level, batch_size, min_coverage, statistic, deadline)
     key = ring.shared_key
     plan = _plan(key, probes, None, target_mode)
     check_statistic(plan, statistic)

@@ -442,45 +442,36 @@ def verify(
     :func:`espew_integrations.verify` also takes LangChain, LlamaIndex and
     Chroma objects and an :class:`OpenAIEndpoint` (see :mod:`espew_integrations.suspects`).
 
-    ``probes="auto"`` (default) sends the natural-text probes stored in the
-    key (about 1,600 queries for a 199-word band), or the band words alone
-    for keys that store none; ``"words"`` forces single-word probes built
-    from ``templates``. Probes are shuffled and sent in batches of
-    ``batch_size``; ``seed`` fixes the shuffle.
+    ``probes="auto"`` (default) sends the natural-text probes stored in the key (about 1,600
+    queries for a 199-word band), or the band words alone for keys that store none; ``"words"``
+    forces single-word probes built from ``templates``. Probes are shuffled and sent in batches
+    of ``batch_size``; ``seed`` fixes the shuffle.
 
     ``statistic="combined"`` decides on the raw, reference-adjusted and
     directed scores together (see the module docstring); ``"raw"``,
     ``"adjusted"``, ``"corrected"`` (slope fixed at 1) or ``"directed"`` use one.
 
-    ``target_mode="key"`` compares with the stored target embedding. A key that
-    stores its audit's clean rows maps the answers into its own coordinates
-    first when the suspect answers in another dimension or through a rotation
-    or permutation of them (:mod:`.align`; ``report.alignment`` says whether);
-    other keys need d' = d. ``target_mode="query"`` compares with the suspect's own embedding
-    of ``key.target_text``: it survives a permutation of dimensions and works
-    for any d', but it shows the target text to the suspect.
+    ``target_mode="key"`` compares with the stored target embedding. A key that stores its
+    audit's clean rows maps the answers into its own coordinates first when the suspect answers
+    in another dimension or through a rotation or permutation of them (:mod:`.align`;
+    ``report.alignment`` says whether); other keys need d' = d. ``target_mode="query"``
+    compares with the suspect's own embedding of ``key.target_text``: it survives a permutation
+    of dimensions and works for any d', but it shows the target text to the suspect.
 
     Faults of the suspect (exceptions, wrong shapes, NaN) never count as
     evidence: they leave words unscored, and if fewer than ``min_coverage`` of
     the band's words are scored the status is ``"inconclusive"``, as it is for
-    uninformative answers (one vector for everything) and for a key whose
-    trigger draw cannot be re-derived (:attr:`WatermarkKey.verifiable`). An
-    inconclusive report says why and what to do next.
-
-    ``deadline`` bounds the seconds spent asking the suspect, all batches
-    together (:data:`DEFAULT_DEADLINE`): a suspect that stalls, even in a call
-    that never returns, ends the audit inconclusive when it passes, the report
-    saying how many texts were answered. With a deadline each suspect call runs
-    in a daemon thread of its own; ``deadline=None`` sets no bound and calls the
-    suspect in the caller's thread.
+    uninformative answers (one vector for everything), for a key whose
+    trigger draw cannot be re-derived (:attr:`WatermarkKey.verifiable`) and
+    when asking takes over ``deadline`` seconds in all (:data:`DEFAULT_DEADLINE`;
+    see :class:`_Deadline`; None: no bound). An inconclusive report says why and what to do next.
 
     >>> report = verify(suspect_model, key)          # doctest: +SKIP
     >>> report.copied, report.p_value               # doctest: +SKIP
     (True, 1.4e-27)
     """
     check_suspect(suspect)
-    _check_options(target_mode, level, batch_size, min_coverage, statistic)
-    check_deadline(deadline)
+    _check_options(target_mode, level, batch_size, min_coverage, statistic, deadline)
     plan = _plan(key, probes, templates, target_mode)
     check_statistic(plan, statistic)
     asked = _interrogate(
@@ -719,7 +710,12 @@ def _statistic_used(plan: _Plan, statistic: str) -> str:
 
 
 def _check_options(
-    target_mode: str, level: float, batch_size: int, min_coverage: float, statistic: str
+    target_mode: str,
+    level: float,
+    batch_size: int,
+    min_coverage: float,
+    statistic: str,
+    deadline: float | None = DEFAULT_DEADLINE,
 ) -> None:
     if target_mode not in ("key", "query"):
         raise ValueError(f"target_mode must be 'key' or 'query', got {target_mode!r}")
@@ -733,6 +729,7 @@ def _check_options(
         raise ValueError(
             f"statistic must be one of {', '.join(map(repr, STATISTICS))}, got {statistic!r}"
         )
+    check_deadline(deadline)
 
 
 def _inconclusive(common: dict[str, Any], reason: str, **extra: Any) -> VerificationReport:
