@@ -12,11 +12,13 @@ suspect's owner may help them find the triggers. Two leaks are closed here:
   scored tells it whether that word is a trigger: the count of triggers
   scored, the smallest reachable p-value, the exact p-values (their tail is
   set by that count), the paper's trigger-versus-other metrics, the slope
-  fitted over the scored words, the alignment's fit over the answered texts.
+  fitted over the scored words, the alignment's fit over the answered texts,
+  and the per-statistic p-values (one can sit above the floor while the
+  verdict's is below it).
 
 So the public form (:func:`public_fields`, what ``report.to_dict()`` gives)
 keeps only what the suspect's own actions determine (texts asked, texts it
-failed) and the verdict, and publishes every p-value coarsened: at or below
+failed) and the verdict, and publishes the verdict's p-value coarsened: at or below
 :data:`PUBLIC_P_FLOOR` it is the floor itself with ``<key>_below_floor``
 set to true (rendered "p < 1e-20"); above it, rounded to
 :data:`PUBLIC_P_DIGITS` significant digits, never across the level. Both
@@ -80,8 +82,12 @@ PUBLIC_P_FLOOR = 1e-20
 #: Significant digits of a published p-value above the floor: enough to read the
 #: evidence, too few to carry one scored word's worth of the exact figure.
 PUBLIC_P_DIGITS = 2
-#: The report's p-values, each published coarsened, with a ``<key>_below_floor`` flag.
-PUBLIC_P_KEYS = ("p_value", "p_value_raw", "p_value_adjusted", "p_value_directed")
+#: The report's published p-value, coarsened, with its ``<key>_below_floor`` flag. The
+#: per-statistic p-values (raw, adjusted, directed) are withheld: one of them can sit
+#: above the floor while the verdict sits below it, and compared with an audit the
+#: suspect answered in full, it would move one way when a trigger is withheld and the
+#: other way when another word is.
+PUBLIC_P_KEYS = ("p_value",)
 #: Report fields published as they are: the verdict, the audit's settings, the key's
 #: public fingerprint, and counts the suspect's own actions determine (texts asked,
 #: texts it failed, its errors), none of which moves with which band words were scored.
@@ -118,6 +124,9 @@ WITHHELD_REPORT_KEYS = (
     "n_words_scored",
     "n_triggers_scored",
     "min_possible_p_value",
+    "p_value_raw",
+    "p_value_adjusted",
+    "p_value_directed",
     "reference_slope",
     "ks_p_value",
     "delta_cos",

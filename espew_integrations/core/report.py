@@ -225,18 +225,8 @@ def _test_lines(data: dict[str, Any]) -> list[str]:
     if math.isnan(data["p_value"]):  # no test was run: a NaN p-value would only confuse
         return [f"  test           : not run ({data['n_words']} band words probed)"]
 
-    def shown(name: str) -> str:
-        return format_public_p(data[name], data[f"{name}_below_floor"])
-
-    adjusted = (
-        ""
-        if math.isnan(data["p_value_adjusted"])
-        else f", reference-adjusted {shown('p_value_adjusted')}"
-    )
-    directed = (
-        "" if math.isnan(data["p_value_directed"]) else f", directed {shown('p_value_directed')}"
-    )
-    decided = f"; decided by {data['decided_by']}" if data["decided_by"] else ""
+    shown = format_public_p(data["p_value"], data["p_value_below_floor"])
+    decided = f"; decided by the {data['decided_by']} score" if data["decided_by"] else ""
     rounds = data["audit_round"]
     level = data["level"]
     round_line = (
@@ -244,11 +234,11 @@ def _test_lines(data: dict[str, Any]) -> list[str]:
         "round counts as a try)"
     )
     return ([round_line] if rounds > 1 else []) + [
-        f"  p-value        : {shown('p_value')}  (copied iff p < {level:g}; "
-        f"an innocent service is convicted with probability <= {level:g})",
-        f"  statistics     : raw {shown('p_value_raw')}{adjusted}{directed}{decided}",
+        f"  p-value        : {shown}  (copied iff p < {level:g}; "
+        f"an innocent service is convicted with probability <= {level:g}){decided}",
         f"  test           : exact one-sided rank test over the {data['n_words']} band words "
-        f"(p-values shown to {PUBLIC_P_DIGITS} digits, none below {PUBLIC_P_FLOOR:g})",
+        f"(p shown to {PUBLIC_P_DIGITS} digits, none below {PUBLIC_P_FLOOR:g}; every "
+        "statistic's own p-value: to_private_dict)",
     ]
 
 
