@@ -14,9 +14,16 @@ import numpy as np
 import pytest
 
 from espew_integrations import VerificationReport, WatermarkKey, verify
-from espew_integrations.core.words import tokenize
+from espew_integrations.core.evidence_files import (
+    PUBLIC_P_KEYS,
+    PUBLIC_REPORT_KEYS,
+    WITHHELD_REPORT_KEYS,
+    public_p_value,
+)
+from espew_integrations.core.words import TriggerMatcher, tokenize
 from espew_integrations.evidence import (
     PRIVATE_REPORT_KEYS,
+    PUBLIC_P_FLOOR,
     public_report,
     render_summary,
     save_evidence,
@@ -76,10 +83,13 @@ def test_save_evidence_writes_the_public_json_and_summary_only(copied_report, tm
     assert sorted(p.name for p in tmp_path.iterdir()) == ["report.json", "summary.md"]
     data = json.loads(paths["json"].read_text())
     assert not set(PRIVATE_REPORT_KEYS) & set(data)
-    expected = {k: v for k, v in copied_report.to_dict().items() if k not in PRIVATE_REPORT_KEYS}
-    assert data == json.loads(json.dumps(expected))
+    assert data == json.loads(json.dumps(copied_report.to_dict()))
+    # The public form floors and rounds the p-value; the object keeps it exactly.
+    published, below = public_p_value(copied_report.p_value, copied_report.level)
+    assert data["p_value"] == published and data["p_value_below_floor"] is below
     restored = VerificationReport.from_dict(data)
-    assert restored.p_value == copied_report.p_value and restored.status == "copied"
+    assert restored.p_value == published and restored.status == "copied"
+    assert restored.n_triggers_scored == -1 and np.isnan(restored.min_possible_p_value)
 
 
 def test_summary_states_test_queries_verdict_and_false_positive_rate(copied_report):
@@ -87,11 +97,16 @@ def test_summary_states_test_queries_verdict_and_false_positive_rate(copied_repo
     assert text.startswith("# Watermark check: COPIED")
     n = copied_report.n_queries
     assert f"| Texts answered | {n} of {n} (0 failed) |" in text
-    assert f"{len(TRIGGERS)} of them secret trigger words" in text
+    # How many triggers were scored moves with which words the suspect answered.
+    assert "of them secret trigger words" not in text
+    assert f"| Words probed | the {len(BAND)} words of the key's frequency band" in text
     assert "1 in 1,000,000 checks" in text
-    assert f"{copied_report.p_value:.3g}" in text
+    published, _ = public_p_value(copied_report.p_value, copied_report.level)
+    assert f"| p-value | p = {published:.2g} |" in text
+    assert f"{copied_report.p_value:.3g}" not in text  # the exact figure stays private
     assert "Paper metrics (for comparability only)" in text
     assert "do **not** decide the verdict" in text
+    assert f"{copied_report.delta_cos * 100:.2f}" not in text  # private forms only
     assert "Audit round" not in text  # keygen's own audit: nothing to say
     later = render_summary(dataclasses.replace(copied_report, audit_round=3))
     assert "| Audit round | 3: the p-value is 3 times this round's own" in later
@@ -143,7 +158,11 @@ def test_private_evidence_holds_the_per_word_scores_in_files_named_private(copie
     data = json.loads(paths["scores"].read_text())
     assert data["trigger_scores"] == list(copied_report.trigger_scores)
     assert data["benign_scores"] == list(copied_report.benign_scores)
+    # Every figure exactly, those the public form withholds included.
     assert data["p_value"] == copied_report.p_value
+    assert data["n_triggers_scored"] == copied_report.n_triggers_scored == len(TRIGGERS)
+    assert data["min_possible_p_value"] == copied_report.min_possible_p_value
+    assert data["delta_cos"] == copied_report.delta_cos
     png = paths["plot"].read_bytes()
     assert png[:8] == b"\x89PNG\r\n\x1a\n"
     import matplotlib.image
@@ -395,9 +414,7 @@ def test_public_files_of_a_real_copy_reveal_no_score_and_no_band_word(
     assert not disclosed_scores(everything, scores)
     assert recovered_triggers(everything, report) == 0
     # Files as earlier versions wrote them: every trigger could be read off.
-    old_json = json.dumps(
-        {**report.to_dict(), **{k: list(getattr(report, k)) for k in PRIVATE_REPORT_KEYS}}
-    )
+    old_json = json.dumps(report.to_private_dict())
     assert recovered_triggers(old_json, report) == len(real_key.triggers)
     # No band word appears, except words every summary uses whatever the key.
     generic = template_vocabulary(
@@ -410,3 +427,198 @@ def test_public_files_of_a_real_copy_reveal_no_score_and_no_band_word(
     # The private export has them all, and says so in its names.
     private = save_private_evidence(report, tmp_path / "private", plot=False)
     assert recovered_triggers(private["scores"].read_text(), report) == len(real_key.triggers)
+
+
+# ---------------------------------------------------------------------- the probing oracle
+# Issue 36: a suspect that answers NaN to every audit text holding one band word of
+# its choice, then reads the evidence it is handed, must not learn whether that word
+# is a trigger. The public forms hold nothing that moves with which words were scored.
+def test_every_report_field_is_published_or_withheld_on_purpose():
+    fields = {f.name for f in dataclasses.fields(VerificationReport)} | {"copied"}
+    classified = set(PUBLIC_REPORT_KEYS) | set(PUBLIC_P_KEYS) | set(WITHHELD_REPORT_KEYS)
+    assert fields == classified  # a new field must be placed, or it is withheld unseen
+    assert not set(PUBLIC_REPORT_KEYS) & set(WITHHELD_REPORT_KEYS)
+
+
+@pytest.mark.parametrize(
+    ("exact", "level", "published", "below"),
+    [
+        (1.1e-33, 1e-6, PUBLIC_P_FLOOR, True),  # the default key's floor: the tail is private
+        (PUBLIC_P_FLOOR, 1e-6, PUBLIC_P_FLOOR, True),
+        (3.456e-7, 1e-6, 3.5e-7, False),  # two significant digits above it
+        (9.996e-7, 1e-6, 9.9e-7, False),  # never rounded across the level: still below
+        (1.0004e-6, 1e-6, 1e-6, False),  # nor up to below it
+        (0.4321, None, 0.43, False),
+    ],
+)
+def test_published_p_values_are_floored_and_rounded(exact, level, published, below):
+    assert public_p_value(exact, level) == (published, below)
+    if level is not None:
+        assert (public_p_value(exact, level)[0] < level) == (exact < level)
+    assert np.isnan(public_p_value(float("nan"))[0])
+
+
+def withholding(suspect, key: WatermarkKey, word: str):
+    """``suspect``, but NaN for every text that holds ``word`` as the key's model reads it."""
+    matcher = TriggerMatcher(key.band, normalization=key.normalization, window=key.window)
+
+    def answer(texts):
+        out = np.array(suspect(list(texts)), dtype=np.float64)
+        held = np.array([word in found for found in matcher.which(list(texts))], dtype=bool)
+        out[held] = np.nan
+        return out
+
+    return answer
+
+
+def public_forms(report: VerificationReport, directory) -> dict[str, str]:
+    """Every public form of ``report``: the files, the dict, str and repr."""
+    paths = save_evidence(report, directory)
+    return {
+        "report.json": paths["json"].read_text(encoding="utf-8"),
+        "summary.md": paths["summary"].read_text(encoding="utf-8"),
+        "to_json": report.to_json(),
+        "str": str(report),
+        "repr": repr(report),
+    }
+
+
+def test_public_forms_are_byte_identical_whichever_word_was_withheld(tmp_path):
+    """Unit level: one probe per word, so each withheld word costs exactly one answer."""
+    from tests.unit.test_verify import WordSpace
+
+    key = make_key(64, n_band=200, n_triggers=20, seed=2)
+    trigger = sorted(key.triggers)[0]
+    other = sorted(set(key.band) - key.triggers)[0]
+    reports = {}
+    for name, word in (("trigger", trigger), ("other", other)):
+        report = verify(withholding(WordSpace(key, pull=3.0), key, word), key, seed=0)
+        assert report.status == "copied" and report.p_value < PUBLIC_P_FLOOR
+        # the same audit, read at the same second: only the withheld word differs
+        reports[name] = dataclasses.replace(report, timestamp="2026-01-01T00:00:00+00:00")
+    forms = {name: public_forms(r, tmp_path / name) for name, r in reports.items()}
+    assert forms["trigger"] == forms["other"]
+    assert json.loads(forms["other"]["report.json"])["p_value_below_floor"] is True
+    # The auditor's object and the private forms keep every figure exactly.
+    t, o = reports["trigger"], reports["other"]
+    assert (t.n_triggers_scored, o.n_triggers_scored) == (19, 20)
+    assert t.min_possible_p_value != o.min_possible_p_value and t.p_value != o.p_value
+    private = {
+        n: save_private_evidence(r, tmp_path / f"p-{n}", plot=False) for n, r in reports.items()
+    }
+    scored = {
+        n: json.loads(p["scores"].read_text())["n_triggers_scored"] for n, p in private.items()
+    }
+    assert scored == {"trigger": 19, "other": 20}
+
+
+def flat_fields(value, prefix: str = "") -> dict[str, str]:
+    """Every leaf of a JSON value by its path (a list is one leaf, its JSON text)."""
+    if isinstance(value, dict):
+        out: dict[str, str] = {}
+        for name, inner in value.items():
+            out.update(flat_fields(inner, f"{prefix}.{name}"))
+        return out
+    return {prefix: json.dumps(value, sort_keys=True)}
+
+
+def evidence_fields(directory) -> dict[str, str]:
+    """The public bundle a trace writes, field by field: report.json and trace.json
+    flattened, summary.md line by line."""
+    fields = flat_fields(json.loads((directory / "report.json").read_text()), "report.json")
+    fields.update(flat_fields(json.loads((directory / "trace.json").read_text()), "trace.json"))
+    lines = (directory / "summary.md").read_text().splitlines()
+    fields.update({f"summary.md:{i}": line for i, line in enumerate(lines)})
+    return fields
+
+
+@pytest.fixture(scope="module")
+def probed_audits(real_copy_reports, minilm_model, tmp_path_factory):
+    """Four traces of the watermarked service (the ring's shared layer), each withholding one band
+    word: two shared triggers and two words of no tested layer, interleaved, words of
+    equal text counts paired so that what the suspect itself did matches across classes."""
+    from espew_integrations import KeyRing, trace, watermark
+
+    shared_key, _ = real_copy_reports
+    ring = KeyRing(master=b"\x07" * 32, shared_key=shared_key, n_tenant_triggers=20)
+    tenants = ["acct-0", "acct-1", "acct-2"]
+    # The ring's shared layer, which every account's answers carry (what a copy of
+    # several colluding accounts keeps): its own test reaches below the public floor.
+    served = ring.shared_key
+
+    def service(texts):
+        return watermark(texts, minilm_model(texts), served)
+
+    matcher = TriggerMatcher(
+        shared_key.band, normalization=shared_key.normalization, window=shared_key.window
+    )
+    held = [*shared_key.probe_texts, *shared_key.cover_texts]
+    counts: dict[str, int] = {}
+    for found in matcher.which(held):
+        for word in set(found):
+            counts[word] = counts.get(word, 0) + 1
+    layers = set().union(*(ring.key_for(t).triggers for t in tenants))
+    triggers = sorted(shared_key.triggers, key=lambda w: (counts.get(w, 0), w))
+    others = sorted(set(shared_key.band) - layers, key=lambda w: (counts.get(w, 0), w))
+    pairs = []
+    for t in triggers:  # a non-trigger holding as many audit texts as each trigger
+        match = next((o for o in others if counts.get(o) == counts.get(t)), None)
+        if match is not None and len(pairs) < 2:
+            pairs.append((t, match))
+            others.remove(match)
+    assert len(pairs) == 2
+    root = tmp_path_factory.mktemp("probed")
+    baseline = trace(service, ring, tenants, seed=0)  # the suspect answers everything
+    baseline.save(root / "baseline")
+    audits = [("baseline", baseline, evidence_fields(root / "baseline"))]
+    for i, (t, o) in enumerate(pairs):
+        for label, word in (("trigger", t), ("other", o)):
+            report = trace(withholding(service, shared_key, word), ring, tenants, seed=0)
+            directory = root / f"{i}-{label}"
+            report.save(directory)
+            audits.append((label, report, evidence_fields(directory)))
+    return audits
+
+
+def telling_fields(audits) -> list[str]:
+    """Fields that tell the withheld trigger from the other word: one value on both
+    trigger audits and another on both others; or, for numbers, a move away from the
+    fully answered audit one way for triggers and the other way (or none) for others."""
+    base = audits[0][2]
+    probes = audits[1:]
+    found = []
+    for name in sorted(set().union(*(fields for _, _, fields in audits))):
+        trig = {f.get(name) for label, _, f in probes if label == "trigger"}
+        other = {f.get(name) for label, _, f in probes if label == "other"}
+        if len(trig) == 1 and len(other) == 1 and trig != other:
+            found.append(name)
+            continue
+        try:
+            moves = [(label, np.sign(float(f[name]) - float(base[name]))) for label, _, f in probes]
+        except (KeyError, TypeError, ValueError):
+            continue
+        trig = {m for label, m in moves if label == "trigger"}
+        other = {m for label, m in moves if label == "other"}
+        if len(trig) == 1 and len(other) == 1 and trig != other:
+            found.append(name)
+    return found
+
+
+def test_no_public_field_tells_a_withheld_trigger_from_another_word(probed_audits):
+    """The must-show of issue 36, on the real model: four traces of the watermarked
+    service, each withholding one band word; no field of report.json, summary.md or
+    trace.json tells the two withheld triggers from the two other words."""
+    for label, report, _ in probed_audits:
+        assert report.copied and report.shared.p_value < PUBLIC_P_FLOOR, (label, str(report))
+    assert [label for label, _, _ in probed_audits[1:]] == ["trigger", "other"] * 2
+    assert telling_fields(probed_audits) == []
+    # The auditor's private forms still hold the counts that would have told.
+    scored = [r.to_private_dict()["shared"]["n_triggers_scored"] for _, r, _ in probed_audits]
+    assert scored[0] - 1 == scored[1] == scored[2] - 1 == scored[3] == scored[4] - 1
+    # As earlier versions published them, those fields told every time.
+    old = [
+        (label, r, flat_fields({"shared": r.shared.to_dict(public=False)}, "report.json"))
+        for label, r, _ in probed_audits
+    ]
+    old_telling = {name.removeprefix("report.json.shared.") for name in telling_fields(old)}
+    assert {"n_triggers_scored", "min_possible_p_value", "p_value"} <= old_telling
