@@ -273,3 +273,22 @@ def test_real_faithful_copy_colluders_and_twin(real_ring, minilm_model, monkeypa
     twin = trace(minilm_model, real_ring, REAL_TENANTS, seed=0)
     assert not twin.copied and twin.traced == ()
     assert len(solves) == 1 and np.isfinite(twin.shared.p_value_directed)
+
+
+def test_the_public_trace_leaves_out_what_moves_with_the_scored_words(big_ring):
+    """Issue 36: trace.json holds no count of scored words and no per-account p-value;
+    its p-values are floored as report.json's; the private form keeps them exactly."""
+    from espew_integrations.core.evidence_files import PUBLIC_P_FLOOR
+
+    copy = WordSpace(big_ring.key_for("acct-007"), pull=3.0)
+    report = trace(copy, big_ring, TENANTS, seed=0)
+    public = json.loads(report.to_json())
+    assert "n_universe_scored" not in public and "traced_p_values" not in public
+    assert public["traced"] == ["acct-007"] and public["decided_by"] == ""
+    assert public["p_value"] == PUBLIC_P_FLOOR and public["p_value_below_floor"] is True
+    assert report.p_value < PUBLIC_P_FLOOR and "n_triggers_scored" not in public["shared"]
+    assert "acct-007 (p < 1e-06)" in str(report) and "acct-007" in repr(report)
+    private = report.to_private_dict()
+    assert private["n_universe_scored"] == report.n_universe_scored > 0
+    assert private["traced_p_values"]["acct-007"] == report.tenant_p_values["acct-007"]
+    assert private["shared"]["n_triggers_scored"] == report.shared.n_triggers_scored
