@@ -118,7 +118,9 @@ def as_suspect(suspect: Any) -> SuspectFn:
                 if adapter.kind == "callable"
                 else f"{adapter.kind} {type(suspect).__name__}"
             )
-            return functools.partial(_ask, adapter, suspect, source)
+            asking = functools.partial(_ask, adapter, suspect, source)
+            asking.audited = suspect  # type: ignore[attr-defined]  # what a transcript names
+            return asking
     raise TypeError(
         f"cannot query a suspect of type {type(suspect).__name__}: pass a callable "
         "list[str] -> embeddings, a LangChain Embeddings, a LlamaIndex BaseEmbedding, "

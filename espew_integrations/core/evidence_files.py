@@ -114,6 +114,11 @@ PUBLIC_REPORT_KEYS = (
     "next_step",
     "audit_round",
     "alignment",
+    "suspect",
+    "suspect_label",
+    "key_commitment",
+    "transcript_digest",
+    "n_statistics",
 )
 #: Report fields kept out of the public form (private forms keep them exactly): each
 #: moves with which band words were scored, so it would tell a suspect that withheld

@@ -107,6 +107,11 @@ class VerificationReport:
     next_step: str = ""
     audit_round: int = 1
     alignment: str = ""
+    suspect: str = ""
+    suspect_label: str = ""
+    key_commitment: str = ""
+    transcript_digest: str = ""
+    n_statistics: int = 0
 
     @property
     def copied(self) -> bool:

@@ -64,22 +64,29 @@ from .keyring import KeyRing
 from .layers import check_tenant_id
 from .ranktest import _subset_sum_counts, _untied_counts, doubled_mid_ranks
 from .safe_dir import SafeDirectory
+from .transcript import TranscriptRecorder
 from .verify import (
     DEFAULT_DEADLINE,
     DEFAULT_LEVEL,
     ProbeKind,
     Statistic,
+    Subject,
     TargetMode,
     VerificationReport,
+    _Answers,
     _check_options,
     _decide,
     _inconclusive,
     _interrogate,
+    _Plan,
     _plan,
     _word_scores,
     _WordScores,
+    asking_options,
+    audit_subject,
     check_statistic,
     check_suspect,
+    record_start,
     reference_slope,
 )
 
@@ -278,6 +285,9 @@ def trace(
     min_coverage: float = 0.9,
     progress: Callable[[int], None] | None = None,
     deadline: float | None = DEFAULT_DEADLINE,
+    transcript: str | os.PathLike[str] | TranscriptRecorder | None = None,
+    suspect_name: str | None = None,
+    suspect_label: str = "",
 ) -> TraceReport:
     """Test ``suspect`` against a ring's shared layer and every tenant's own layer.
 
@@ -285,23 +295,33 @@ def trace(
     ring's keys were served to; the adjustment grows with their number, the
     query count does not). The other options mean what they mean for
     :func:`verify` (``deadline`` too: the seconds the one interrogation may
-    take), and the shared verdict is exactly ``verify(suspect,
-    ring.shared_key, ...)``'s.
+    take; ``transcript``, ``suspect_name`` and ``suspect_label`` too: the transcript
+    also keeps the ring's id and the accounts), and the shared verdict is exactly
+    ``verify(suspect, ring.shared_key, ...)``'s.
 
     >>> report = trace(suspect, ring, ["alice", "bob"])  # doctest: +SKIP
     >>> report.copied, report.traced                     # doctest: +SKIP
     (True, ('bob',))
     """
+    given = dict(locals())  # the arguments as given: a transcript's replay passes them again
     ids = _check_tenants(tenants)
     check_suspect(suspect)
-    suspect_fn = suspect
     _check_options(target_mode, level, batch_size, min_coverage, statistic, deadline)
     key = ring.shared_key
     plan = _plan(key, probes, None, target_mode)
     check_statistic(plan, statistic)
-    asked = _interrogate(
-        suspect_fn, key, plan, target_mode, level, statistic, batch_size, seed, progress, deadline
-    )
+    subject = audit_subject(suspect, transcript, suspect_name, suspect_label)
+    record_start(subject, "trace", suspect, key, given, ring_id=ring.ring_id, tenants=ids)
+    asked = _interrogate(suspect, key, plan, subject=subject, **asking_options(given))
+    return _recorded(subject, _trace_answers(asked, plan, ring, ids, min_coverage))
+
+
+def _trace_answers(
+    asked: _Answers, plan: _Plan, ring: KeyRing, ids: list[str], min_coverage: float
+) -> TraceReport:
+    """The trace's verdict on one interrogation's answers: the shared layer's, then each
+    account's own layer over the universe (see the module docstring)."""
+    key, level = ring.shared_key, asked.common["level"]
     common: dict[str, Any] = dict(level=level, ring_id=ring.ring_id, n_tenants=len(ids))
     common["tenant_triggers"] = ring.n_tenant_triggers
     if asked.reason:
@@ -324,6 +344,22 @@ def trace(
     if shared.status == "inconclusive":
         return _no_verdict(shared, p_values, n_scored, common)
     return _verdict(shared, ids, adjusted, p_values, n_scored, common)
+
+
+def _recorded(subject: Subject, report: TraceReport) -> TraceReport:
+    """``report`` whose shared layer carries the transcript's digest, once the end record
+    (the trace's verdict, exactly) is written; the digest is published with it."""
+    if subject.recorder is None:
+        return report
+    outcome = {
+        "status": report.status,
+        "p_value": report.p_value,
+        "traced": list(report.traced),
+        "report": report.to_dict(public=False),
+    }
+    digest = subject.recorder.finish(outcome)
+    shared = dataclasses.replace(report.shared, transcript_digest=digest)
+    return dataclasses.replace(report, shared=shared)
 
 
 def _universe_scores(

@@ -45,6 +45,8 @@ import dataclasses
 import datetime as _dt
 import functools
 import math
+import os
+import re
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -59,6 +61,7 @@ from .key import WatermarkKey
 from .probes import unit_rows
 from .ranktest import min_p_value, rank_sum_p_value
 from .report import Status, VerificationReport
+from .transcript import TranscriptRecorder, describe_suspect, utc_now
 from .untrusted import printable
 from .word_evidence import word_scores_from_texts
 from .words import TriggerMatcher, tokenize
@@ -348,6 +351,7 @@ def _query(
     progress: Callable[[int], None] | None,
     expected_dim: int | None = None,
     deadline: float | None = None,
+    recorder: TranscriptRecorder | None = None,
 ) -> _Replies:
     """Embed ``texts`` in batches; failed or malformed batches become NaN rows.
 
@@ -357,7 +361,8 @@ def _query(
     ``deadline`` seconds have passed since the first batch was sent (the batch
     in hand is abandoned, see :class:`_Deadline`); the texts not sent are not
     among the rows. Every recorded error passes through
-    :func:`.untrusted.printable`: it may quote the suspect's own text.
+    :func:`.untrusted.printable`: it may quote the suspect's own text. A
+    ``recorder`` gets each batch as it was asked and answered (:mod:`.transcript`).
     """
     errors: list[str] = []
     batches: list[tuple[int, np.ndarray | None]] = []
@@ -366,13 +371,7 @@ def _query(
     expired = False
     for start in range(0, len(texts), batch_size):
         batch = texts[start : start + batch_size]
-        out: np.ndarray | None = None
-        try:
-            out = _batch_rows(clock.call(suspect, batch), len(batch), dim, errors)
-        except _DeadlinePassed:
-            expired = True
-        except Exception as exc:  # a fault is missing data, never evidence
-            errors.append(printable(f"{type(exc).__name__}: {exc}"))
+        out, expired = _ask_batch(clock, suspect, batch, dim, errors, recorder)
         batches.append((len(batch), out))
         if expired:
             break
@@ -386,6 +385,39 @@ def _query(
     parts = [out if out is not None else np.full((n, width), np.nan) for n, out in batches]
     matrix = np.concatenate(parts) if parts else np.zeros((0, width))
     return _Replies(matrix, errors, dim, expired)
+
+
+def _ask_batch(
+    clock: _Deadline,
+    suspect: SuspectFn,
+    batch: list[str],
+    dim: int | None,
+    errors: list[str],
+    recorder: TranscriptRecorder | None,
+) -> tuple[np.ndarray | None, bool]:
+    """One batch's rows (None if it failed) and whether the deadline passed first.
+
+    The answer is recorded as it came, before it is checked, so a replay of the
+    transcript meets the same checks (:mod:`.evidence_check`)."""
+    sent = utc_now()
+    try:
+        answer = clock.call(suspect, batch)
+    except _DeadlinePassed:
+        if recorder is not None:
+            recorder.batch(batch, sent, expired=True)
+        return None, True
+    except Exception as exc:  # a fault is missing data, never evidence
+        errors.append(printable(f"{type(exc).__name__}: {exc}"))
+        if recorder is not None:
+            recorder.batch(batch, sent, error=errors[-1])
+        return None, False
+    if recorder is not None:
+        recorder.batch(batch, sent, answer=answer)
+    try:
+        return _batch_rows(answer, len(batch), dim, errors), False
+    except Exception as exc:
+        errors.append(printable(f"{type(exc).__name__}: {exc}"))
+        return None, False
 
 
 def _batch_rows(answer: Any, n_texts: int, dim: int | None, errors: list[str]) -> np.ndarray:
@@ -420,6 +452,91 @@ def _uninformative(answers: np.ndarray, raw_scores: np.ndarray) -> tuple[str, st
     )
 
 
+# ---------------------------------------------------------------------- who is asked
+@dataclasses.dataclass(frozen=True)
+class Subject:
+    """Who an audit asks, as its reports name it (``name``: the spec as given, ``label``:
+    a human name), and the transcript recording the audit, if any."""
+
+    name: str = ""
+    label: str = ""
+    recorder: TranscriptRecorder | None = None
+
+
+def audit_subject(
+    suspect: SuspectFn,
+    transcript: str | os.PathLike[str] | TranscriptRecorder | None,
+    name: str | None,
+    label: str,
+) -> Subject:
+    """The audit's :class:`Subject`: the suspect named as given (else described), a
+    URL's user and password left out, and a recorder when a transcript is asked for."""
+    shown = describe_suspect(suspect) if name is None else name
+    shown = printable(re.sub(r"//[^/@\s]*@", "//", shown), limit=300)
+    recorder = transcript
+    if transcript is not None and not isinstance(transcript, TranscriptRecorder):
+        recorder = TranscriptRecorder(transcript)
+    return Subject(shown, printable(label, limit=200), recorder)  # type: ignore[arg-type]
+
+
+#: The arguments of :func:`verify` (and ``trace``) a transcript keeps, so that its
+#: replay (:mod:`.evidence_check`) audits exactly as the audit did.
+REPLAYED_SETTINGS = (
+    "target_mode",
+    "level",
+    "probes",
+    "statistic",
+    "templates",
+    "batch_size",
+    "seed",
+    "min_coverage",
+    "deadline",
+)
+_ASKING = ("target_mode", "level", "statistic", "batch_size", "seed", "progress", "deadline")
+
+
+def asking_options(given: dict[str, Any]) -> dict[str, Any]:
+    """The options of :func:`_interrogate` among an audit's arguments ``given``."""
+    return {name: given[name] for name in _ASKING}
+
+
+def record_start(
+    subject: Subject,
+    audit: str,
+    suspect: SuspectFn,
+    key: WatermarkKey,
+    given: dict[str, Any],
+    **extra: Any,
+) -> None:
+    """The transcript's header fields (nothing is asked yet): the key's commitment and
+    round, the settings a replay passes again and ``extra`` (a trace's ring and
+    accounts). No-op without a recorder."""
+    if subject.recorder is None:
+        return
+    settings = {name: given[name] for name in REPLAYED_SETTINGS if name in given}
+    if settings.get("templates") is not None:
+        settings["templates"] = list(settings["templates"])
+    fields = dict(
+        key_id=key.key_id,
+        key_commitment=key.commitment(),
+        audit_round=key.audit_round,
+        settings=settings,
+        **extra,
+    )
+    subject.recorder.expect(audit, suspect, {"name": subject.name, "label": subject.label}, fields)
+
+
+def _recorded(subject: Subject, report: VerificationReport) -> VerificationReport:
+    """``report`` with the transcript's digest, once its end record is written."""
+    if subject.recorder is None:
+        return report
+    exact = report.to_dict(public=False)
+    digest = subject.recorder.finish(
+        {"status": report.status, "p_value": report.p_value, "report": exact}
+    )
+    return dataclasses.replace(report, transcript_digest=digest)
+
+
 # ---------------------------------------------------------------------- verify
 def verify(
     suspect: SuspectFn,
@@ -435,52 +552,47 @@ def verify(
     min_coverage: float = 0.9,
     progress: Callable[[int], None] | None = None,
     deadline: float | None = DEFAULT_DEADLINE,
+    transcript: str | os.PathLike[str] | TranscriptRecorder | None = None,
+    suspect_name: str | None = None,
+    suspect_label: str = "",
 ) -> VerificationReport:
     """Test whether ``suspect`` was trained on embeddings watermarked with ``key``.
 
-    ``suspect`` is a callable ``list[str] -> array (n, d')``. The package-root
-    :func:`espew_integrations.verify` also takes LangChain, LlamaIndex and
-    Chroma objects and an :class:`OpenAIEndpoint` (see :mod:`espew_integrations.suspects`).
+    ``suspect`` is a callable ``list[str] -> array (n, d')`` (the package-root
+    :func:`espew_integrations.verify` also takes LangChain, LlamaIndex, Chroma and
+    :class:`OpenAIEndpoint` suspects). ``probes="auto"`` sends the natural-text probes
+    stored in the key (or, for keys that store none, the band words, as ``"words"``
+    does with ``templates``), shuffled (``seed`` fixes it), in batches of ``batch_size``.
+    ``statistic="combined"`` decides on the raw, reference-adjusted and directed scores
+    together (module docstring); ``"raw"``, ``"adjusted"``, ``"corrected"`` or
+    ``"directed"`` use one. ``target_mode="key"`` compares with the stored target,
+    mapping answers of another dimension or rotated coordinates back when the key
+    stores its audit's clean rows (:mod:`.align`); ``"query"`` uses the suspect's own
+    embedding of ``key.target_text``, which it therefore sees.
 
-    ``probes="auto"`` (default) sends the natural-text probes stored in the key (about 1,600
-    queries for a 199-word band), or the band words alone for keys that store none; ``"words"``
-    forces single-word probes built from ``templates``. Probes are shuffled and sent in batches
-    of ``batch_size``; ``seed`` fixes the shuffle.
+    Faults of the suspect never count as evidence: they leave words unscored, and
+    below ``min_coverage`` of the band's words scored the report is inconclusive (so
+    it is for uninformative answers, an unverifiable key, and asking beyond
+    ``deadline`` seconds, :class:`_Deadline`), saying why and what to do next.
+    ``transcript`` (a private directory) records what was sent and what came back
+    (:mod:`.transcript`; ``report.transcript_digest`` commits to it); the reports
+    name the suspect ``suspect_name`` (default: described) and ``suspect_label``.
 
-    ``statistic="combined"`` decides on the raw, reference-adjusted and
-    directed scores together (see the module docstring); ``"raw"``,
-    ``"adjusted"``, ``"corrected"`` (slope fixed at 1) or ``"directed"`` use one.
-
-    ``target_mode="key"`` compares with the stored target embedding. A key that stores its
-    audit's clean rows maps the answers into its own coordinates first when the suspect answers
-    in another dimension or through a rotation or permutation of them (:mod:`.align`;
-    ``report.alignment`` says whether); other keys need d' = d. ``target_mode="query"``
-    compares with the suspect's own embedding of ``key.target_text``: it survives a permutation
-    of dimensions and works for any d', but it shows the target text to the suspect.
-
-    Faults of the suspect (exceptions, wrong shapes, NaN) never count as
-    evidence: they leave words unscored, and if fewer than ``min_coverage`` of
-    the band's words are scored the status is ``"inconclusive"``, as it is for
-    uninformative answers (one vector for everything), for a key whose
-    trigger draw cannot be re-derived (:attr:`WatermarkKey.verifiable`) and
-    when asking takes over ``deadline`` seconds in all (:data:`DEFAULT_DEADLINE`;
-    see :class:`_Deadline`; None: no bound). An inconclusive report says why and what to do next.
-
-    >>> report = verify(suspect_model, key)          # doctest: +SKIP
-    >>> report.copied, report.p_value               # doctest: +SKIP
-    (True, 1.4e-27)
+    >>> verify(suspect_model, key).copied          # doctest: +SKIP
+    True
     """
+    given = dict(locals())  # the arguments as given: a transcript's replay passes them again
     check_suspect(suspect)
     _check_options(target_mode, level, batch_size, min_coverage, statistic, deadline)
     plan = _plan(key, probes, templates, target_mode)
     check_statistic(plan, statistic)
-    asked = _interrogate(
-        suspect, key, plan, target_mode, level, statistic, batch_size, seed, progress, deadline
-    )
+    subject = audit_subject(suspect, transcript, suspect_name, suspect_label)
+    record_start(subject, "verify", suspect, key, given)
+    asked = _interrogate(suspect, key, plan, subject=subject, **asking_options(given))
     if asked.reason:
-        return _inconclusive(asked.common, asked.reason)
+        return _recorded(subject, _inconclusive(asked.common, asked.reason))
     scores = _word_scores(plan, asked, len(key.band))
-    return _decide(key, scores, min_coverage, asked.common)
+    return _recorded(subject, _decide(key, scores, min_coverage, asked.common))
 
 
 def check_deadline(deadline: float | None) -> None:
@@ -529,18 +641,20 @@ def _interrogate(
     seed: int | None,
     progress: Callable[[int], None] | None,
     deadline: float | None = DEFAULT_DEADLINE,
+    subject: Subject | None = None,
 ) -> _Answers:
     """Ask the suspect the plan's probes once, shuffled; :func:`verify` and ``trace`` share it."""
     texts = [*plan.texts, *plan.cover] + ([key.target_text] if target_mode == "query" else [])
-    order = np.random.default_rng(seed).permutation(len(texts))  # mix triggers, others, cover
+    subject = subject or Subject()
     # a key that can map answers into its coordinates (align.py) takes any dimension;
     # _plan stores cover rows only for such a key in key mode
     alignable = plan.cover_rows is not None
     expected_dim = key.dim if target_mode == "key" and not alignable else None
-    answers, errors, dim, expired = _query(
-        suspect_fn, [texts[i] for i in order], batch_size, progress, expected_dim, deadline
+    order, (answers, errors, dim, expired) = _ask_shuffled(
+        suspect_fn, texts, seed, batch_size, progress, expected_dim, deadline, subject.recorder
     )
     common = _common_fields(key, plan, target_mode, level, statistic, seed, answers, errors, dim)
+    common.update(suspect=subject.name, suspect_label=subject.label)
     failure = _deadline_failure(deadline, answers, len(texts)) if expired else None
     failure = failure or _answer_failure(dim, expected_dim)
     if failure:
@@ -571,6 +685,28 @@ def _interrogate(
             common["next_step"] = _NEXT_RETRY
             return _Answers(common, embeddings, key.target, reason, cover)
     return _Answers(common, embeddings, target_vector, cover=cover)
+
+
+def _ask_shuffled(
+    suspect_fn: SuspectFn,
+    texts: list[str],
+    seed: int | None,
+    batch_size: int,
+    progress: Callable[[int], None] | None,
+    expected_dim: int | None,
+    deadline: float | None,
+    recorder: TranscriptRecorder | None,
+) -> tuple[np.ndarray, _Replies]:
+    """The texts' order (triggers, others and cover mixed) and the suspect's replies.
+
+    Without a ``seed`` one is drawn here (as ``default_rng(None)`` would draw it), so
+    that a transcript can keep it and its replay send the texts in the same order."""
+    shuffle = seed if seed is not None else int(np.random.SeedSequence().entropy)
+    order = np.random.default_rng(shuffle).permutation(len(texts))
+    if recorder is not None:
+        recorder.begin(shuffle, len(texts))
+    asked = [texts[i] for i in order]
+    return order, _query(suspect_fn, asked, batch_size, progress, expected_dim, deadline, recorder)
 
 
 def maps_answers(key: WatermarkKey) -> bool:
@@ -638,8 +774,9 @@ def _deadline_failure(deadline: float | None, answers: np.ndarray, n_texts: int)
     Always inconclusive: the texts left unasked are not a sample the verdict
     could rest on, and a suspect must never gain by stalling."""
     answered = int(np.isfinite(answers).all(axis=1).sum())
+    bound = "" if deadline is None else f" of {deadline:g} s"  # None: a transcript's replay
     return (
-        f"the audit's deadline of {deadline:g} s passed with {answered:,} of its {n_texts:,} "
+        f"the audit's deadline{bound} passed with {answered:,} of its {n_texts:,} "
         "texts answered: the suspect stalled or answered too slowly, and asking stopped",
         "run the audit again when the suspect answers reliably, or allow it more time "
         "(deadline= / --deadline SECONDS); a call the suspect never answers is abandoned at "
@@ -685,6 +822,7 @@ def _common_fields(
     """The report fields every outcome shares: what was asked, of whom, and how it went."""
     return dict(
         key_id=key.key_id,
+        key_commitment=key.commitment(),
         audit_round=key.audit_round,
         target_mode=target_mode,
         n_queries=len(answers),
@@ -699,7 +837,16 @@ def _common_fields(
         errors=tuple(errors[:20]),
         probes=plan.kind,
         statistic=_statistic_used(plan, statistic),
+        n_statistics=_n_statistics(plan, statistic),
     )
+
+
+def _n_statistics(plan: _Plan, statistic: str) -> int:
+    """How many exact tests the verdict's p-value is the Bonferroni minimum of: it
+    depends on the key and the mode alone, never on which words were scored."""
+    if statistic != "combined":
+        return 1
+    return 1 + (plan.reference is not None) + (plan.directions is not None)
 
 
 def _statistic_used(plan: _Plan, statistic: str) -> str:

@@ -36,7 +36,7 @@ import logging
 import random
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal, NamedTuple
 
 import numpy as np
@@ -172,6 +172,9 @@ class OpenAIEndpoint:
         self._ever_connected = False
         self._unreachable: str | None = None
         self._client: Any = None
+        #: Called as ``observer(status, headers, model)`` for every answer accepted (any
+        #: thread): how an audit transcript records the server's identity as seen here.
+        self.response_observer: Callable[[int, Mapping[str, str], Any], None] | None = None
 
     # ------------------------------------------------------------------ public
     @property
@@ -328,7 +331,7 @@ class OpenAIEndpoint:
         """
         import httpx
 
-        answer: tuple[int, bytes, str, str | None] | None = None
+        answer: tuple[int, bytes, str, str | None, dict[str, str]] | None = None
         problem = ""
         too_large = False
         try:
@@ -349,9 +352,12 @@ class OpenAIEndpoint:
         if answer is None:
             return _Failure(problem, connection_failed=True)
         self._ever_connected = True
-        status, body, reason, retry_header = answer
+        status, body, reason, retry_header, headers = answer
         if status == 200:
-            return self._parse(body, n_expected)
+            rows = self._parse(body, n_expected)
+            if self.response_observer is not None:
+                self.response_observer(status, headers, _model_field(body))
+            return rows
         message = self._clean(_error_message(body, reason))
         if not _retryable(status):
             raise EndpointError(f"{self.url} answered HTTP {status}: {message}")
@@ -377,8 +383,9 @@ class OpenAIEndpoint:
             f"{self.url} kept failing after {attempts} attempt(s): {failure.problem}"
         )
 
-    def _post(self, payload: dict[str, Any]) -> tuple[int, bytes, str, str | None]:
-        """Send one request; ``(status, body, reason, Retry-After)``, the body within limits."""
+    def _post(self, payload: dict[str, Any]) -> tuple[int, bytes, str, str | None, dict[str, str]]:
+        """Send one request; ``(status, body, reason, Retry-After, headers)``, the body
+        within limits."""
         deadline = time.monotonic() + self.total_timeout
         with self._http().stream("POST", self.url, json=payload) as response:
             declared = response.headers.get("content-length")
@@ -398,6 +405,7 @@ class OpenAIEndpoint:
                 b"".join(chunks),
                 response.reason_phrase,
                 response.headers.get("retry-after"),
+                dict(response.headers),
             )
 
     def _clean(self, text: object) -> str:
@@ -569,6 +577,15 @@ def _decode(embedding: Any, where: str) -> np.ndarray:
         return np.asarray(embedding, dtype=np.float64)
     except OverflowError:
         raise _Malformed(f"{where}: embedding holds an integer too large for a float") from None
+
+
+def _model_field(body: bytes) -> Any:
+    """The answer's ``model`` field (what the server says it ran), None if it has none."""
+    try:
+        answer = json.loads(body)
+    except (ValueError, RecursionError):
+        return None
+    return answer.get("model") if isinstance(answer, dict) else None
 
 
 def _retryable(status: int) -> bool:
