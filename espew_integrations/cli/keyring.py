@@ -38,8 +38,14 @@ from .common import (
     audit_suspect,
     positive_int,
 )
+from .files import prepare_private_dir
 from .keygen import generate_from_corpus
-from .verify import add_deadline_flag
+from .verify import (
+    add_deadline_flag,
+    add_private_dir_flags,
+    recording_options,
+    refuse_old_transcript,
+)
 
 __all__ = ["read_tenants", "register"]
 
@@ -121,6 +127,7 @@ def _register_trace(subparsers: Any) -> None:
     trace.add_argument("--level", type=float, default=1e-6, help="false-positive rate")
     trace.add_argument("--report-dir", default=None, help="write the shareable evidence here")
     trace.add_argument("--force", action="store_true", help="replace evidence in --report-dir")
+    add_private_dir_flags(trace)
     trace.add_argument("--batch-size", type=positive_int, default=64)
     trace.add_argument("--min-coverage", type=float, default=0.9)
     trace.add_argument("--seed", type=int, default=None, help="probe shuffle seed")
@@ -187,8 +194,15 @@ def run_trace(args: argparse.Namespace) -> int:
         raise UsageError(
             f"this ring's audit needs {n_queries} queries but --max-queries is {args.max_queries}"
         )
-    report = audit_suspect(args, trace, n_queries, ring, tenants, deadline=args.deadline)
+    if args.private_report_dir:
+        prepare_private_dir(args.private_report_dir, args.report_dir)
+        refuse_old_transcript(args.private_report_dir, force=args.force)
+    report = audit_suspect(
+        args, trace, n_queries, ring, tenants, deadline=args.deadline, **recording_options(args)
+    )
     print(report.to_json() if args.json else report)
+    if args.private_report_dir:
+        _save_private_trace(report, args.private_report_dir, force=args.force)
     if args.report_dir:
         try:
             written = report.save(args.report_dir, force=args.force)
@@ -198,6 +212,21 @@ def run_trace(args: argparse.Namespace) -> int:
             ) from None
         print(f"evidence written: {written} (and report.json, summary.md)", file=sys.stderr)
     return _EXIT_BY_STATUS.get(report.status, EXIT_INCONCLUSIVE)
+
+
+def _save_private_trace(report: Any, directory: str, *, force: bool) -> None:
+    """PRIVATE-trace.json (every figure exactly, every account tested) beside the transcript."""
+    from ..core.safe_dir import SafeDirectory
+
+    content = (json.dumps(report.to_private_dict(), indent=2) + "\n").encode("utf-8")
+    try:
+        with SafeDirectory(directory) as target:
+            written = target.write("PRIVATE-trace.json", content, mode=0o600, force=force)
+    except (OSError, ValueError) as exc:
+        raise UsageError(
+            f"the verdict above stands, but its private detail was not written: {exc}"
+        ) from None
+    print(f"private detail written (never share it): {written}", file=sys.stderr)
 
 
 def read_tenants(path: str) -> list[str]:

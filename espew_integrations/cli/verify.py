@@ -35,7 +35,8 @@ example:
   Sends one query per band word of the key (shuffled) to the suspect and runs
   an exact rank test. Exit code 0: not copied, 1: copied, 2: inconclusive,
   3: usage error. --report-dir writes report.json and summary.md (safe to share);
-  --private-report-dir the PRIVATE-* per-word detail (never share it).
+  --private-report-dir the PRIVATE-* per-word detail and the audit's transcript
+  (never share them; `espew evidence check DIR --key KEY` replays the transcript).
   --suspect also takes module:attr (a Python embedder) or minilm.
 """
 
@@ -64,12 +65,7 @@ def register(subparsers: Any) -> None:
         default=None,
         help="write the evidence here (checked before the first query)",
     )
-    verify.add_argument(
-        "--private-report-dir",
-        default=None,
-        help="write the per-word detail here (PRIVATE-* files: never hand them to the "
-        "suspect's side); must differ from --report-dir",
-    )
+    add_private_dir_flags(verify)
     verify.add_argument(
         "--force", action="store_true", help="replace evidence already in --report-dir"
     )
@@ -81,6 +77,39 @@ def register(subparsers: Any) -> None:
     verify.add_argument("--no-progress", action="store_true")
     add_endpoint_flags(verify, verify=True)
     verify.set_defaults(func=run)
+
+
+def add_private_dir_flags(parser: argparse.ArgumentParser) -> None:
+    """``--private-report-dir`` and ``--suspect-label``, shared by verify and trace.
+
+    The private directory receives the per-word detail and the audit's transcript
+    (:mod:`~espew_integrations.core.transcript`), which ``espew evidence check``
+    replays; the label is the suspect's human name in the reports.
+    """
+    parser.add_argument(
+        "--private-report-dir",
+        default=None,
+        help="write the per-word detail and the audit's transcript here (PRIVATE-* files: "
+        "never hand them to the suspect's side); must differ from --report-dir",
+    )
+    parser.add_argument(
+        "--suspect-label",
+        default="",
+        metavar="NAME",
+        help="a human name for the suspect (e.g. 'Acme Corp embeddings API'), shown beside "
+        "the --suspect spec in the reports",
+    )
+
+
+def recording_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The audit's naming and transcript options from the command line: the suspect as
+    given, its label, and a transcript in --private-report-dir when there is one."""
+    from ..core.transcript import TranscriptRecorder
+
+    options: dict[str, Any] = {"suspect_name": args.suspect, "suspect_label": args.suspect_label}
+    if args.private_report_dir:
+        options["transcript"] = TranscriptRecorder(args.private_report_dir, force=args.force)
+    return options
 
 
 def add_deadline_flag(parser: argparse.ArgumentParser) -> None:
@@ -115,7 +144,17 @@ def _check_before_querying(args: argparse.Namespace, key: Any) -> int:
         prepare_report_dir(args.report_dir, force=args.force)
     if args.private_report_dir:
         prepare_private_dir(args.private_report_dir, args.report_dir)
+        refuse_old_transcript(args.private_report_dir, force=args.force)
     return n_queries
+
+
+def refuse_old_transcript(directory: str, *, force: bool) -> None:
+    """An earlier audit's transcript is replaced only with --force (checked before asking)."""
+    from ..core.transcript import TRANSCRIPT_FILE
+
+    old = Path(directory) / TRANSCRIPT_FILE
+    if (old.exists() or old.is_symlink()) and not force:
+        raise UsageError(f"{old} already exists; pass --force to replace the transcript")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -127,7 +166,13 @@ def run(args: argparse.Namespace) -> int:
     if args.target == "query":
         print("note: --target query sends the key's target text to the suspect", file=sys.stderr)
     report = audit_suspect(
-        args, verify, n_queries, key, target_mode=args.target, deadline=args.deadline
+        args,
+        verify,
+        n_queries,
+        key,
+        target_mode=args.target,
+        deadline=args.deadline,
+        **recording_options(args),
     )
     _print_report(report, args)
     _write_evidence(report, args)
