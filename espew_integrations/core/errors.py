@@ -12,6 +12,7 @@ __all__ = [
     "EmbeddingInputError",
     "KeyFileError",
     "KeyGenerationError",
+    "KeyModelMismatchError",
     "SuspectError",
 ]
 
@@ -30,6 +31,14 @@ class KeyFileError(ESpeWError, ValueError):
 
 class KeyGenerationError(ESpeWError, ValueError):
     """A key could not be generated from the given corpus, model and settings."""
+
+
+class KeyModelMismatchError(ESpeWError, ValueError):
+    """A key is used with a model other than the one it was made with.
+
+    Its model fingerprint (:mod:`.model_check`) does not match the model's
+    embeddings of the public canary texts: the marks would land in the wrong space.
+    """
 
 
 class SuspectError(ESpeWError, RuntimeError):

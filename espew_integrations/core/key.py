@@ -17,7 +17,9 @@ import base64
 import binascii
 import datetime as _dt
 import hashlib
+import json
 import os
+import threading
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any, Literal
@@ -26,16 +28,16 @@ import numpy as np
 
 from .draw import check_audit_round, draw_triggers
 from .errors import KeyFileError, KeyGenerationError
+from .key_audit import AUDIT_FIELDS, AuditSource, KeyAudit, default_audit_path
 from .key_checks import (
     check_fields,
     check_positions,
-    check_probes,
     check_strength,
     check_text_rules,
     n_positions,
 )
 from .layers import TenantLayer, layered_triggers
-from .row_codec import QuantizedRows
+from .model_check import ModelFingerprint
 from .sealed import Sealed
 from .secret_files import (
     canonical_json,
@@ -65,12 +67,19 @@ Selection = Literal["smallest", "hashed"]
 EmbedFn = Callable[[list[str]], Any]
 
 KEY_FORMAT = "espew-key"
-KEY_VERSION = 2
+#: Version 3: the serving key, with the audit in a file of its own
+#: (:mod:`.key_audit`) that it records the SHA-256 of, and the model fingerprint.
+KEY_VERSION = 3
 #: Versions :meth:`WatermarkKey.load` reads. Version 1 keys (before text
 #: normalisation, derived trigger draws and stored probes) load with the
 #: ``lower-v0`` matching rule, so they mark exactly the rows they marked
 #: before, but they are *unverifiable*: their trigger draw cannot be re-derived.
-READABLE_VERSIONS = (1, 2)
+#: Version 2 keys hold their audit inline, in one file: they load, verify and are
+#: saved again as they were, so their key_id never changes.
+READABLE_VERSIONS = (1, 2, 3)
+#: How a key stores its audit: ``"split"`` (version 3: a file of its own, bound by
+#: its SHA-256) or ``"inline"`` (versions 1 and 2: inside the key file).
+AuditLayout = Literal["split", "inline"]
 #: The quality budget keygen fits the write strength to by default: mean
 #: cos(clean, watermarked) over the keygen corpus's marked texts.
 DEFAULT_MIN_COSINE = 0.995
@@ -114,20 +123,20 @@ class WatermarkKey(Sealed):
 
     __slots__ = (
         "_alpha",
+        "_audit",
+        "_audit_digest",
+        "_audit_layout",
+        "_audit_lock",
+        "_audit_source",
         "_band",
-        "_cover_embeddings",
-        "_cover_texts",
         "_created",
         "_digest",
         "_freq_band",
         "_info",
         "_key_id",
         "_matcher",
+        "_model",
         "_normalization",
-        "_probe_embeddings",
-        "_probe_owner",
-        "_probe_reference",
-        "_probe_texts",
         "_salt",
         "_selection",
         "_strength",
@@ -137,7 +146,6 @@ class WatermarkKey(Sealed):
         "_triggers",
         "_verifiable",
         "_window",
-        "_word_reference",
     )
 
     def __init__(
@@ -164,6 +172,9 @@ class WatermarkKey(Sealed):
         probe_embeddings: Any = None,
         cover_embeddings: Any = None,
         tenant: TenantLayer | None = None,
+        model_fingerprint: ModelFingerprint | None = None,
+        audit: KeyAudit | AuditSource | None = None,
+        audit_layout: AuditLayout = "split",
     ):
         triggers = frozenset(triggers)
         band = tuple(sorted(set(band)))
@@ -191,35 +202,54 @@ class WatermarkKey(Sealed):
             raise KeyGenerationError(str(exc)) from None
         self._normalization = normalization
         self._window = None if window is None else int(window)
-        self._probe_texts = tuple(probe_texts)
-        self._probe_owner = tuple(int(i) for i in probe_owner)
-        self._cover_texts = tuple(cover_texts)
-        if not all(isinstance(t, str) and t for t in self._cover_texts):
-            raise KeyGenerationError("cover_texts must be non-empty strings")
-        self._probe_reference = tuple(float(x) for x in probe_reference)
-        self._word_reference = tuple(float(x) for x in word_reference)
-        self._probe_embeddings = _stored_rows(probe_embeddings, target_arr.size)
-        self._cover_embeddings = _stored_rows(cover_embeddings, target_arr.size)
-        if len(self._cover_embeddings) not in (0, len(self._cover_texts)):
-            raise KeyGenerationError(
-                f"the key stores {len(self._cover_embeddings)} cover embeddings for "
-                f"{len(self._cover_texts)} cover texts; they must match one to one"
-            )
         if tenant is not None and not isinstance(tenant, TenantLayer):
             raise KeyGenerationError("tenant must be a TenantLayer (see KeyRing.key_for)")
         self._tenant = tenant
+        if model_fingerprint is not None and not isinstance(model_fingerprint, ModelFingerprint):
+            raise KeyGenerationError("model_fingerprint must be a ModelFingerprint")
+        if model_fingerprint is not None and model_fingerprint.dim != target_arr.size:
+            raise KeyGenerationError(
+                f"the model fingerprint is of a {model_fingerprint.dim}-dimensional model, "
+                f"the target has {target_arr.size} dimensions"
+            )
+        self._model = model_fingerprint
+        if audit_layout not in ("split", "inline"):
+            raise KeyGenerationError(
+                f"audit_layout must be 'split' or 'inline', got {audit_layout!r}"
+            )
+        self._audit_layout = audit_layout
+        self._audit_lock = threading.Lock()
+        self._audit_source: AuditSource | None = None
+        self._audit: KeyAudit | None = None
+        if isinstance(audit, AuditSource):
+            self._audit_source = audit
+        elif isinstance(audit, KeyAudit):
+            self._audit = audit
+        elif audit is not None:
+            raise KeyGenerationError("audit must be a KeyAudit or an AuditSource")
+        else:
+            self._audit = KeyAudit(
+                dim=target_arr.size,
+                probe_texts=probe_texts,
+                probe_owner=probe_owner,
+                cover_texts=cover_texts,
+                probe_reference=probe_reference,
+                word_reference=word_reference,
+                probe_embeddings=probe_embeddings,
+                cover_embeddings=cover_embeddings,
+            )
         self._seal()
 
     def _seal(self) -> None:
         """Check the stored probes, then derive what the fields imply (ids, matcher, draw check)."""
-        check_probes(
-            len(self._band),
-            self._probe_texts,
-            self._probe_owner,
-            self._probe_reference,
-            self._word_reference,
-            n_embeddings=len(self._probe_embeddings),
-        )
+        if self._audit is not None:
+            self._audit.check(len(self._band))
+            self._audit_digest = self._audit.digest()
+        else:
+            assert self._audit_source is not None  # one of the two is always set
+            self._audit_digest = self._audit_source.sha256
+        if self._audit_layout == "inline" and self._audit is None:
+            raise KeyGenerationError("a key with its audit inline needs the audit itself")
         payload = canonical_json(self._secret_payload())
         self._digest = hashlib.sha256(b"espew-key-commitment\x00" + payload).hexdigest()
         self._key_id = hashlib.sha256(b"espew-key-id\x00" + payload).hexdigest()[:16]
@@ -309,7 +339,7 @@ class WatermarkKey(Sealed):
     @property
     def probe_texts(self) -> tuple[str, ...]:
         """The stored audit probes (secret: they reveal the band)."""
-        return self._probe_texts
+        return self.audit.probe_texts
 
     @property
     def cover_texts(self) -> tuple[str, ...]:
@@ -322,7 +352,7 @@ class WatermarkKey(Sealed):
         (:attr:`cover_embeddings`), and those that hold band words its word
         scores (:mod:`.word_evidence`); the raw and adjusted scores never see them.
         """
-        return self._cover_texts
+        return self.audit.cover_texts
 
     @property
     def cover_embeddings(self) -> np.ndarray:
@@ -334,7 +364,7 @@ class WatermarkKey(Sealed):
         fit never sees which words are triggers, so under the null it stays exact
         whichever cover texts happen to hold one.
         """
-        return self._cover_embeddings.rows()
+        return self.audit.cover_embeddings.rows()
 
     @property
     def audit_round(self) -> int:
@@ -351,22 +381,23 @@ class WatermarkKey(Sealed):
     @property
     def audit_queries(self) -> int:
         """How many texts the default audit sends: probes and cover (band words if none)."""
-        return len(self._probe_texts) + len(self._cover_texts) or len(self._band)
+        audit = self.audit
+        return len(audit.probe_texts) + len(audit.cover_texts) or len(self._band)
 
     @property
     def probe_owner(self) -> np.ndarray:
         """For each probe, the index in :attr:`band` of the word it stands for."""
-        return np.asarray(self._probe_owner, dtype=np.int64)
+        return np.asarray(self.audit.probe_owner, dtype=np.int64)
 
     @property
     def probe_reference(self) -> np.ndarray:
         """The clean model's cosine to the target for each stored probe."""
-        return np.asarray(self._probe_reference, dtype=np.float64)
+        return np.asarray(self.audit.probe_reference, dtype=np.float64)
 
     @property
     def word_reference(self) -> np.ndarray:
         """The clean model's cosine to the target for each band word alone."""
-        return np.asarray(self._word_reference, dtype=np.float64)
+        return np.asarray(self.audit.word_reference, dtype=np.float64)
 
     @property
     def probe_embeddings(self) -> np.ndarray:
@@ -376,7 +407,45 @@ class WatermarkKey(Sealed):
         before they were stored. The verifier derives each probe's mark
         direction from them (:mod:`.directed`).
         """
-        return self._probe_embeddings.rows()
+        return self.audit.probe_embeddings.rows()
+
+    @property
+    def audit(self) -> KeyAudit:
+        """The stored audit (probes, cover texts, clean references): only verifying reads it.
+
+        A key loaded from a version 3 file reads its audit file here, on first
+        use (once, thread-safe), and checks that it is this key's (its SHA-256
+        is recorded in the key). Raises :class:`.KeyFileError` when the audit
+        file is missing or is not this key's: watermarking never needs it.
+        """
+        audit = self._audit
+        if audit is not None:
+            return audit
+        with self._audit_lock:
+            if self._audit is None:
+                assert self._audit_source is not None
+                self._audit = self._audit_source.load(
+                    key_id=self._key_id, dim=self.dim, n_band=len(self._band)
+                )
+            return self._audit
+
+    @property
+    def audit_layout(self) -> AuditLayout:
+        """``"split"``: the audit lives in a file of its own (version 3); ``"inline"``: in the key.
+
+        Keys written before version 3 keep their single file (and their key_id)
+        when saved again.
+        """
+        return self._audit_layout  # type: ignore[return-value]
+
+    @property
+    def model_fingerprint(self) -> ModelFingerprint | None:
+        """The clean model's embeddings of the public canary texts, recorded at keygen.
+
+        :class:`.model_check.ModelGuard` compares them with the serving model's on
+        first use and refuses another model. None for keys made before it was recorded.
+        """
+        return self._model
 
     @property
     def tenant(self) -> TenantLayer | None:
@@ -472,14 +541,10 @@ class WatermarkKey(Sealed):
             info=self._info,
             normalization=self._normalization,
             window=self._window,
-            probe_texts=self._probe_texts,
-            probe_owner=self._probe_owner,
-            cover_texts=self._cover_texts,
-            probe_reference=self._probe_reference,
-            word_reference=self._word_reference,
-            probe_embeddings=self._probe_embeddings,
-            cover_embeddings=self._cover_embeddings,
             tenant=self._tenant,
+            model_fingerprint=self._model,
+            audit=self._audit if self._audit is not None else self._audit_source,
+            audit_layout=self._audit_layout,
         )
 
     def replace(self, **changes: Any) -> WatermarkKey:
@@ -493,9 +558,12 @@ class WatermarkKey(Sealed):
         >>> weaker = key.replace(alpha=0.2, strength=0.25)  # doctest: +SKIP
         """
         fields = self._fields()
-        unknown = set(changes) - set(fields)
+        unknown = set(changes) - set(fields) - set(AUDIT_FIELDS)
         if unknown:
             raise TypeError(f"WatermarkKey has no field(s) {sorted(unknown)}")
+        if {"target", "band", *AUDIT_FIELDS} & set(changes) and "audit" not in changes:
+            del fields["audit"]  # spelled out, so that single fields can change
+            fields.update(self.audit.fields())
         if ("target" in changes or "band" in changes) and not (
             {"probe_reference", "word_reference"} & set(changes)
         ):
@@ -517,15 +585,33 @@ class WatermarkKey(Sealed):
     def _is_legacy(self) -> bool:
         """A version 1 key: the old matching rule and nothing that came after it."""
         return (
-            self._normalization == LEGACY_LOWER
+            self._audit_layout == "inline"
+            and self._normalization == LEGACY_LOWER
             and self._window is None
-            and not (self._probe_texts or self._word_reference)
+            and self._model is None
+            and self.audit.is_empty()
         )
 
+    def _version(self) -> int:
+        if self._audit_layout == "split":
+            return KEY_VERSION
+        return 1 if self._is_legacy() else 2
+
     def _secret_payload(self) -> dict[str, Any]:
+        """What the key_id and the commitment hash: the serving key, or the single file.
+
+        A split key (version 3) records its audit by SHA-256 only, so the
+        serving key is small and still binds the audit; its target is stored as
+        base64 of float64 bytes (a 4,096-float JSON list alone would not fit a
+        64 KiB secret). Versions 1 and 2 hash exactly what they always did.
+        """
+        split = self._audit_layout == "split"
+        target: Any = [float(x) for x in self._target]
+        if split:
+            target = base64.b64encode(self._target.astype("<f8").tobytes()).decode("ascii")
         payload = {
             "triggers": sorted(self._triggers),
-            "target": [float(x) for x in self._target],
+            "target": target,
             "alpha": self._alpha,
             "strength": self._strength,
             "selection": self._selection,
@@ -538,59 +624,109 @@ class WatermarkKey(Sealed):
         }
         if self._is_legacy():  # same bytes, so the same key_id as when it was made
             return payload
-        payload.update(
-            normalization=self._normalization,
-            window=self._window,
-            probes={
-                "texts": list(self._probe_texts),
-                "owner": list(self._probe_owner),
-                "reference": list(self._probe_reference),
-                "word_reference": list(self._word_reference),
-            },
-        )
-        if self._cover_texts:  # absent otherwise: older key_ids are unchanged
-            payload["probes"]["cover"] = list(self._cover_texts)
-        if len(self._probe_embeddings):  # absent otherwise: older key_ids are unchanged
-            payload["probes"]["embeddings"] = self._probe_embeddings.to_payload()
-        if len(self._cover_embeddings):  # absent otherwise: older key_ids are unchanged
-            payload["probes"]["cover_embeddings"] = self._cover_embeddings.to_payload()
+        payload.update(normalization=self._normalization, window=self._window)
+        if split:
+            payload["audit"] = {"sha256": self._audit_digest}
+        else:
+            payload["probes"] = self.audit.to_payload()
         if self._tenant is not None:  # absent otherwise, so existing key_ids are unchanged
             payload["tenant"] = self._tenant.to_payload()
+        if self._model is not None:  # absent otherwise, so existing key_ids are unchanged
+            payload["model"] = self._model.to_payload()
         return payload
 
-    def to_json(self) -> str:
-        """The whole key, secret included, as the JSON text :meth:`save` writes.
+    def serving_json(self) -> str:
+        """The serving key alone, secret included: what :meth:`save` writes at its path.
 
+        Everything watermarking needs (a few KiB: small enough for an
+        environment variable or a secret manager), and the audit's SHA-256
+        rather than the audit. A key with its audit inline (version 1 or 2)
+        has no separate serving part: this is its whole single file.
+        Handle it like the key file itself (see docs/key-management.md).
+        """
+        return self._document(with_audit=self._audit_layout == "inline")
+
+    def audit_json(self) -> str:
+        """The audit file's text (probes, cover texts, references), naming its key_id.
+
+        Secret like the key (the probes reveal the band). Only a split key has one.
+        """
+        if self._audit_layout != "split":
+            raise KeyFileError(
+                f"key {self._key_id} keeps its audit inside its single key file (a key "
+                "written before version 3); it has no separate audit file"
+            )
+        return self.audit.to_json(self._key_id)
+
+    def to_json(self) -> str:
+        """The whole key in one document: the serving key with its audit inside.
+
+        What a key ring embeds and what :meth:`from_json` reads back whole.
         Handle the result like the key file itself (see docs/key-management.md).
         """
+        return self._document(with_audit=True)
+
+    def _document(self, *, with_audit: bool) -> str:
+        header: dict[str, Any] = {"key_id": self._key_id}
+        if with_audit and self._audit_layout == "split":
+            header["audit"] = json.loads(self.audit_json())
         return seal_document(
             format=KEY_FORMAT,
-            version=1 if self._is_legacy() else KEY_VERSION,
+            version=self._version(),
             field="key",
             payload=self._secret_payload(),
-            key_id=self._key_id,
+            **header,
         )
 
-    def save(self, path: str | os.PathLike[str], *, overwrite: bool = False) -> Path:
-        """Write the key as versioned JSON with file mode 0600.
+    def save(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        overwrite: bool = False,
+        audit_path: str | os.PathLike[str] | None = None,
+    ) -> Path:
+        """Write the serving key to ``path`` and its audit beside it, both mode 0600.
 
-        Refuses to replace an existing file unless ``overwrite=True``; the write
-        is atomic (temporary file + rename), so a crash never leaves half a key.
+        The audit goes to ``audit_path``, by default ``path`` plus ``.audit``
+        (:func:`.key_audit.default_audit_path`): serving processes need only
+        ``path``; verifying needs both. A key written before version 3 is
+        written again as its one file. Refuses to replace either file unless
+        ``overwrite=True`` (checked for both before either is written); each
+        write is atomic (temporary file + rename), so a crash never leaves
+        half a key. Returns the key's path.
 
         >>> key.save("provider.key")  # doctest: +SKIP
         """
-        return write_secret_file(
-            path,
-            self.to_json().encode("utf-8"),
-            overwrite=overwrite,
-            what="key file",
-            keep_hint="the old key is needed to verify anything watermarked with it",
-        )
+        keep = "the old key is needed to verify anything watermarked with it"
+        files = [(Path(path), self.serving_json(), "key file")]
+        if self._audit_layout == "split":
+            where = default_audit_path(path) if audit_path is None else Path(audit_path)
+            files.insert(0, (where, self.audit_json(), "key audit file"))
+        for target, _, what in files:
+            if target.exists() and not overwrite:
+                raise FileExistsError(
+                    f"{what} {target} already exists; pass overwrite=True to replace it ({keep})"
+                )
+        for target, text, what in files:
+            write_secret_file(
+                target, text.encode("utf-8"), overwrite=overwrite, what=what, keep_hint=keep
+            )
+        return Path(path)
 
     @classmethod
-    def from_json(cls, text: str | bytes, *, source: str = "key data") -> WatermarkKey:
-        """Parse and validate a key from the JSON text :meth:`to_json` produced.
+    def from_json(
+        cls,
+        text: str | bytes,
+        *,
+        source: str = "key data",
+        audit: AuditSource | None = None,
+    ) -> WatermarkKey:
+        """Parse and validate a key from :meth:`to_json`'s or :meth:`serving_json`'s text.
 
+        A whole document (:meth:`to_json`, or a file of version 1 or 2) carries
+        its audit. A serving key alone finds its audit through ``audit`` when
+        first needed (:meth:`load` passes the file beside the key); without
+        one, the key watermarks but :attr:`audit` raises :class:`.KeyFileError`.
         Refuses a key whose trigger set is not the draw its salt dictates
         unless it is a version 1 key (loaded, but :attr:`verifiable` False).
         """
@@ -604,7 +740,10 @@ class WatermarkKey(Sealed):
         )
         version = document["version"]
         try:
-            key = cls(**_fields_from_payload(payload, version))
+            fields = _fields_from_payload(payload, version)
+            if version >= 3:
+                fields["audit"] = _audit_source(document, payload, source, audit)
+            key = cls(**fields)
         except KeyError as exc:
             raise KeyFileError(
                 f"{source} lacks the field {exc.args[0]!r} (corrupt key file)"
@@ -615,6 +754,8 @@ class WatermarkKey(Sealed):
             raise KeyFileError(
                 f"{source} names a key_id that does not match its content (tampered?)"
             )
+        if "audit" in document:
+            key.audit  # noqa: B018 - a whole key's audit is in hand: check it now
         if version >= 2 and not key.verifiable:
             raise KeyFileError(
                 f"{source}: its triggers are not the draw its salt dictates over its band, "
@@ -623,8 +764,18 @@ class WatermarkKey(Sealed):
         return key
 
     @classmethod
-    def load(cls, path: str | os.PathLike[str]) -> WatermarkKey:
+    def load(
+        cls,
+        path: str | os.PathLike[str],
+        *,
+        audit_path: str | os.PathLike[str] | None = None,
+    ) -> WatermarkKey:
         """Load and validate a key file written by :meth:`save`.
+
+        The audit (version 3 keys) is read from ``audit_path``, by default the
+        file beside the key that :meth:`save` wrote, only when first needed
+        (:attr:`audit`): a serving process never reads it, and needs no copy.
+        Keys written before version 3 hold their audit inside, and load as before.
 
         Warns (:class:`KeyFileWarning`) when the file is readable by group or
         others, as ssh does for private keys. Only a regular file of at most
@@ -634,16 +785,25 @@ class WatermarkKey(Sealed):
         >>> key = WatermarkKey.load("provider.key")  # doctest: +SKIP
         """
         data = read_secret_file(path, what="key file", warning=KeyFileWarning)
-        return cls.from_json(data, source=f"key file {path}")
+        where = default_audit_path(path) if audit_path is None else Path(audit_path)
+        return cls.from_json(data, source=f"key file {path}", audit=_audit_file(where))
 
     @classmethod
-    def from_env(cls, variable: str = "ESPEW_KEY") -> WatermarkKey:
+    def from_env(
+        cls,
+        variable: str = "ESPEW_KEY",
+        *,
+        audit_path: str | os.PathLike[str] | None = None,
+    ) -> WatermarkKey:
         """Load the key named by an environment variable.
 
         The variable holds a path to a key file, or the key's JSON text itself
         (quoted or not, with or without a byte-order mark), or that JSON
         base64-encoded: handy for secret managers that inject values, not
-        files. No error message ever contains the variable's value.
+        files. The serving key (:meth:`serving_json`, the content of the file
+        :meth:`save` writes) fits; its audit, needed to verify only, is read
+        from ``audit_path`` (or, for a path, from the file beside it).
+        No error message ever contains the variable's value.
         """
         value = os.environ.get(variable)
         if not value or not value.strip():
@@ -654,13 +814,13 @@ class WatermarkKey(Sealed):
         source = f"the key in ${variable}"
         inline = _inline_key_text(value)
         if inline is not None:
-            return cls.from_json(inline, source=source)
+            return cls.from_json(inline, source=source, audit=_env_audit(variable, audit_path))
         try:
             is_file = len(value) < 4096 and Path(value).is_file()
         except (OSError, ValueError):
             is_file = False
         if is_file:
-            return cls.load(value)
+            return cls.load(value, audit_path=audit_path)
         raise KeyFileError(
             f"environment variable {variable} holds neither the path of an existing key file "
             "nor a key's JSON (plain or base64); its value is not shown, since it may be secret"
@@ -833,27 +993,81 @@ def _fields_from_payload(payload: dict[str, Any], version: int) -> dict[str, Any
         freq_band=tuple(payload["freq_band"]),
         created=payload["created"],
         info=payload.get("info") or {},
+        audit_layout="split" if version >= 3 else "inline",
     )
+    if version >= 3:
+        fields["target"] = _stored_target(payload["target"])
     if version == 1:  # before normalisation: exactly the old str.lower() rule
         fields["normalization"] = LEGACY_LOWER
         return fields
-    probes = payload["probes"]
-    fields.update(
-        normalization=payload["normalization"],
-        window=payload["window"],
-        probe_texts=probes["texts"],
-        probe_owner=probes["owner"],
-        cover_texts=probes.get("cover", ()),
-        probe_reference=probes["reference"],
-        word_reference=probes["word_reference"],
-    )
-    if "embeddings" in probes:
-        fields["probe_embeddings"] = QuantizedRows.from_payload(probes["embeddings"])
-    if "cover_embeddings" in probes:
-        fields["cover_embeddings"] = QuantizedRows.from_payload(probes["cover_embeddings"])
+    fields.update(normalization=payload["normalization"], window=payload["window"])
+    if version == 2:
+        dim = np.asarray(fields["target"], dtype=np.float64).size
+        fields["audit"] = KeyAudit.from_payload(payload["probes"], dim)
     if "tenant" in payload:
         fields["tenant"] = TenantLayer.from_payload(payload["tenant"])
+    if "model" in payload:
+        fields["model_fingerprint"] = ModelFingerprint.from_payload(payload["model"])
     return fields
+
+
+def _stored_target(stored: Any) -> Any:
+    """A version 3 target: base64 of little-endian float64 (a JSON list is read too)."""
+    if not isinstance(stored, str):
+        return stored  # validated by the constructor like any target
+    try:
+        raw = base64.b64decode(stored, validate=True)
+    except (binascii.Error, ValueError):
+        raise KeyGenerationError("the stored target is not valid base64") from None
+    if not raw or len(raw) % 8:
+        raise KeyGenerationError("the stored target is not a whole number of float64 values")
+    return np.frombuffer(raw, dtype="<f8")
+
+
+def _audit_source(
+    document: dict[str, Any], payload: dict[str, Any], source: str, given: AuditSource | None
+) -> KeyAudit | AuditSource:
+    """Where a version 3 key's audit comes from: inside the document, or ``given``."""
+    recorded = payload["audit"]
+    if not isinstance(recorded, dict) or not isinstance(recorded.get("sha256"), str):
+        raise KeyGenerationError("the record of the key's audit is malformed")
+    digest = recorded["sha256"]
+    if "audit" in document:  # a whole key (to_json): the audit rides along
+        text = json.dumps(document["audit"])
+        return AuditSource(digest, lambda: text, f"{source}'s audit")
+    if given is not None:
+        return AuditSource(digest, given.read, given.where)
+    return AuditSource(digest, _no_audit(source), f"{source}'s audit")
+
+
+def _audit_file(path: Path) -> AuditSource:
+    """An audit read from ``path`` on first use (:func:`_audit_source` adds the digest)."""
+
+    def read() -> bytes:
+        if not path.exists():
+            raise KeyFileError(
+                f"the key's audit file {path} is missing: verification needs it; it was "
+                "written beside the key by espew keygen (WatermarkKey.save). Copy it there, "
+                "or name it with --audit PATH (WatermarkKey.load(path, audit_path=...))"
+            )
+        return read_secret_file(path, what="key audit file", warning=KeyFileWarning)
+
+    return AuditSource("", read, f"key audit file {path}")
+
+
+def _env_audit(variable: str, audit_path: str | os.PathLike[str] | None) -> AuditSource | None:
+    return None if audit_path is None else _audit_file(Path(audit_path))
+
+
+def _no_audit(source: str) -> Callable[[], bytes]:
+    def read() -> bytes:
+        raise KeyFileError(
+            f"{source} is a serving key without its audit: verification needs the audit "
+            "file espew keygen wrote beside the key; name it with --audit PATH "
+            "(WatermarkKey.load(path, audit_path=...) or from_env(audit_path=...))"
+        )
+
+    return read
 
 
 def _inline_key_text(value: str) -> str | None:
@@ -884,15 +1098,3 @@ def _read_only_vector(target: Any) -> np.ndarray:
     values = np.array(target, dtype=np.float64).reshape(-1)
     frozen = np.frombuffer(values.tobytes(), dtype=np.float64)
     return frozen
-
-
-def _stored_rows(rows: Any, dim: int) -> QuantizedRows:
-    """Probe embeddings as stored: kept if already quantised, else quantised once."""
-    if rows is None:
-        return QuantizedRows.empty(dim)
-    stored = rows if isinstance(rows, QuantizedRows) else QuantizedRows.encode(rows)
-    if len(stored) and stored.dim != dim:
-        raise KeyGenerationError(
-            f"the stored probe embeddings have dimension {stored.dim}, the target {dim}"
-        )
-    return stored

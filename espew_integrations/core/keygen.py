@@ -44,6 +44,7 @@ from .key_checks import (
     is_number_between,
     min_band_size,
 )
+from .model_check import ModelFingerprint
 from .probes import (
     PROBE_MIXES,
     BandScan,
@@ -125,9 +126,11 @@ def generate(
 
     The steps, in order: check every option before any slow work; embed the
     target; draw the salt, the band and the triggers; fit the strength to the
-    quality budget on the marked corpus texts; store the audit's probes and
-    the clean model's reference cosines; and if the clean model itself would
-    implicate the draw, throw it away and draw again (at most ``_MAX_DRAWS``).
+    quality budget on the marked corpus texts; record the model fingerprint
+    (the clean embeddings of the public canary texts, :mod:`.model_check`);
+    store the audit's probes and the clean model's reference cosines; and if the
+    clean model itself would implicate the draw, throw it away and draw again
+    (at most ``_MAX_DRAWS``).
 
     The redraw conditions the key on passing the twin check, which a draw
     fails with probability at most ``2 * twin_level``; so an innocent suspect
@@ -156,6 +159,7 @@ def generate(
         freq_band=freq_band,
         normalization=normalization,
         window=window,
+        model_fingerprint=ModelFingerprint.measure(embed),  # the key knows its model
     )
     digest = corpus_digest(texts)
     refused: list[float] = []

@@ -124,7 +124,7 @@ def test_a_key_stores_its_probe_embeddings_through_save_and_load(tmp_path):
 def test_tampered_or_mismatched_probe_embeddings_are_refused(tmp_path):
     key = sentence_key()
     document = json.loads(key.to_json())
-    document["key"]["probes"]["embeddings"]["codes"] = "!!"
+    document["audit"]["audit"]["embeddings"]["codes"] = "!!"  # the audit inside the whole key
     path = tmp_path / "bad.key"
     path.write_text(json.dumps(document))
     path.chmod(0o600)
@@ -139,7 +139,7 @@ def test_tampered_or_mismatched_probe_embeddings_are_refused(tmp_path):
 def test_a_key_without_probe_embeddings_keeps_its_id_and_the_two_statistic_rule():
     key = sentence_key()
     older = key.replace(probe_embeddings=None)
-    assert "embeddings" not in json.loads(older.to_json())["key"]["probes"]
+    assert "embeddings" not in json.loads(older.audit_json())["audit"]
     report = verify(FaintCopy(older, carry=0.5), older, seed=0)
     assert np.isnan(report.p_value_directed) and report.decided_by in ("raw", "adjusted")
     with pytest.raises(ValueError, match="statistic='directed' needs"):
