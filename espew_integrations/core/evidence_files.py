@@ -146,12 +146,10 @@ _OLD_PLOT = "scores.png"
 _PUBLIC_MODE = 0o644
 _ERRORS_SHOWN = 5
 
-_VERDICT_LINES = {
-    "copied": "The suspect service carries this key's watermark: it was very likely "
-    "trained on (copied from) embeddings produced with this key.",
-    "not_copied": "No evidence that the suspect service learned this key's watermark.",
-    "inconclusive": "No verdict could be reached, so this result is not evidence either way.",
-}
+_INCONCLUSIVE_LINE = (
+    "INCONCLUSIVE: no verdict could be reached, so this result is not evidence either way."
+)
+_NUMBERS = {1: "one", 2: "two", 3: "three"}
 
 
 def evidence_paths(directory: str | os.PathLike[str]) -> dict[str, Path]:
@@ -300,7 +298,7 @@ def render_summary(report: VerificationReport) -> str:
     lines = [
         f"# Watermark check: {VERDICT_TITLES[status]}",
         "",
-        _VERDICT_LINES[status],
+        verdict_sentence(data),
         "",
         "| | |",
         "|---|---|",
@@ -319,31 +317,93 @@ def render_summary(report: VerificationReport) -> str:
     return "\n".join(lines)
 
 
+def verdict_sentence(data: dict[str, Any]) -> str:
+    """The verdict in plain words, from the public dict: what the p-value means.
+
+    A p-value is the chance that an innocent service shows evidence at least this
+    strong, so that is what the sentence says, with the published figure ("below
+    1e-20" at the floor), never a softer "very likely"."""
+    status = data["status"]
+    if status == "inconclusive":
+        return _INCONCLUSIVE_LINE
+    p_value, below = data["p_value"], bool(data.get("p_value_below_floor"))
+    chance = f"below {PUBLIC_P_FLOOR:g}" if below else f"of {p_value:.{PUBLIC_P_DIGITS}g}"
+    if status == "copied":
+        return (
+            "COPIED: the suspect's answers carry our watermark; an innocent service would "
+            f"show this evidence with probability {chance}."
+        )
+    return (
+        "NOT COPIED: the suspect's answers show no evidence of our watermark at the level "
+        f"{data['level']:g}; an innocent service shows evidence this strong with probability "
+        f"{chance}."
+    )
+
+
+def combination_sentence(data: dict[str, Any]) -> str:
+    """How the one published p-value was combined, in one sentence (public dict only).
+
+    The number of tests depends on the key and the mode alone (``n_statistics``),
+    never on which words were scored, so it may be published."""
+    n, rounds = int(data.get("n_statistics") or 0), int(data.get("audit_round") or 1)
+    round_part = (
+        f"by the audit round ({rounds}: the earlier rounds of this key count as tries)"
+        if rounds > 1
+        else "by the audit round (1: this key's first audit)"
+    )
+    if n > 1:
+        return (
+            f"The p-value is the smallest of {_NUMBERS.get(n, n)} exact rank tests (one per "
+            f"kind of score), multiplied by {n} (Bonferroni) and {round_part}."
+        )
+    test = f"the {data.get('statistic')} scores'" if data.get("statistic") else "one"
+    return f"The p-value is {test} exact rank test, multiplied {round_part}."
+
+
+def _code(text: str) -> str:
+    """``text`` as inline code, so that Markdown in a name or a spec is never rendered."""
+    return "`" + str(text).replace("`", "'").replace("|", "/") + "`"
+
+
+def _suspect_text(data: dict[str, Any]) -> str:
+    spec, label = data.get("suspect") or "", data.get("suspect_label") or ""
+    if not spec:
+        return "not named (audited through the Python API without a name)"
+    return f"{_code(spec)} ({_code(label)})" if label else _code(spec)
+
+
 def _summary_rows(data: dict[str, Any]) -> list[tuple[str, str]]:
     level = data["level"]
+    rounds = data.get("audit_round", 1)
     rows = [
         ("Verdict", f"**{VERDICT_TITLES[data['status']]}**"),
-        ("Key", f"`{data['key_id']}` (a public fingerprint; the key itself is not disclosed)"),
+        ("Suspect", _suspect_text(data)),
         ("Checked on", f"{data['timestamp']} (UTC)"),
+        ("Key", f"`{data['key_id']}` (a public fingerprint; the key itself is not disclosed)"),
+    ]
+    if data.get("key_commitment"):
+        rows.append(("Key commitment", f"{_code(data['key_commitment'])} (published at keygen)"))
+    rows += [
+        ("Audit round", str(rounds)),
+        ("p-value", f"{_public_p_text(data, 'p_value')}. {combination_sentence(data)}"),
         ("Texts answered", _answered_phrase(data)),
         (
             "Words probed",
             f"the {data['n_words']} words of the key's frequency band, the secret trigger "
             "words hidden among them",
         ),
-        ("p-value", _public_p_text(data, "p_value")),
     ]
-    rounds = data.get("audit_round", 1)
-    if rounds > 1:
+    if data.get("transcript_digest"):
         rows.append(
             (
-                "Audit round",
-                f"{rounds}: the p-value is {rounds} times this round's own, so the earlier "
-                "rounds of this key count as tries",
+                "Audit transcript",
+                f"{_code(data['transcript_digest'])}: the digest of the provider's private "
+                "record of every text sent and every answer received, which an arbiter can "
+                "check and replay",
             )
         )
     rows += [
-        ("Decision rule", f"copied if p-value < {level:g}"),
+        ("Level", f"copied if p-value < {level:g}"),
         (
             "False-positive rate",
             f"at most {level:g}: an innocent service is wrongly called a copy in at "

@@ -102,14 +102,16 @@ def test_summary_states_test_queries_verdict_and_false_positive_rate(copied_repo
     assert f"| Words probed | the {len(BAND)} words of the key's frequency band" in text
     assert "1 in 1,000,000 checks" in text
     published, _ = public_p_value(copied_report.p_value, copied_report.level)
-    assert f"| p-value | p = {published:.2g} |" in text
+    assert f"| p-value | p = {published:.2g}. The p-value is " in text
     assert f"{copied_report.p_value:.3g}" not in text  # the exact figure stays private
     assert "Paper metrics (for comparability only)" in text
     assert "do **not** decide the verdict" in text
     assert f"{copied_report.delta_cos * 100:.2f}" not in text  # private forms only
-    assert "Audit round" not in text  # keygen's own audit: nothing to say
+    assert "| Audit round | 1 |" in text
+    assert "by the audit round (1: this key's first audit)" in text
     later = render_summary(dataclasses.replace(copied_report, audit_round=3))
-    assert "| Audit round | 3: the p-value is 3 times this round's own" in later
+    assert "| Audit round | 3 |" in later
+    assert "by the audit round (3: the earlier rounds of this key count as tries)" in later
 
 
 def test_evidence_never_names_the_trigger_words(copied_report, tmp_path):
@@ -144,7 +146,7 @@ def test_not_copied_summary_reads_as_no_evidence(key):
     assert report.status == "not_copied"
     text = render_summary(report)
     assert "# Watermark check: NOT COPIED" in text
-    assert "No evidence" in text
+    assert "NOT COPIED: the suspect's answers show no evidence of our watermark" in text
 
 
 # ---------------------------------------------------------------------- private export
