@@ -670,6 +670,7 @@ def test_private_detail_goes_only_to_its_own_directory(key_path, suspects, tmp_p
     assert sorted(p.name for p in shared.iterdir()) == ["report.json", "summary.md"]
     assert sorted(p.name for p in private.iterdir()) == [
         "PRIVATE-scores.png",
+        "PRIVATE-transcript.jsonl",
         "PRIVATE-word-scores.json",
     ]
     assert "never share" in capsys.readouterr().err
