@@ -22,7 +22,12 @@ side (their names start with ``PRIVATE-``):
   triggers scored, the exact p-values, the paper's metrics) and every per-word
   score;
 - ``PRIVATE-scores.png``: the trigger words' scores against the other band
-  words' (needs matplotlib; skipped without it).
+  words' (needs matplotlib; skipped without it);
+- ``PRIVATE-transcript.jsonl``, written by the audit itself when asked
+  (``verify(..., transcript=DIR)``, ``espew verify --private-report-dir``): every
+  text sent and every answer received, SHA-256 chained
+  (:mod:`espew_integrations.core.transcript`); :func:`check_evidence` replays it
+  offline and re-derives the verdict (``espew evidence check``).
 
 Both write through :class:`~espew_integrations.core.safe_dir.SafeDirectory`:
 existing files are never replaced unless ``force=True``, the directory must
@@ -46,6 +51,7 @@ from typing import Any
 
 import numpy as np
 
+from .core.evidence_check import EvidenceCheck, check_evidence
 from .core.evidence_files import (
     EVIDENCE_FILES,
     PRIVATE_REPORT_KEYS,
@@ -58,6 +64,7 @@ from .core.evidence_files import (
 )
 from .core.report import VerificationReport
 from .core.safe_dir import SafeDirectory
+from .core.transcript import TRANSCRIPT_FILE
 from .core.untrusted import printable
 
 __all__ = [
@@ -65,6 +72,9 @@ __all__ = [
     "PRIVATE_FILES",
     "PRIVATE_REPORT_KEYS",
     "PUBLIC_P_FLOOR",
+    "TRANSCRIPT_FILE",
+    "EvidenceCheck",
+    "check_evidence",
     "evidence_paths",
     "matplotlib_available",
     "private_evidence_paths",
