@@ -134,6 +134,34 @@ def test_inconclusive_summary_says_why(inconclusive_report, tmp_path):
     assert "run the audit again" in text  # the next step, not only the cause
 
 
+def test_summary_names_who_was_audited_and_how_p_was_combined(key):
+    report = verify(
+        suspect(3.0),
+        key,
+        seed=0,
+        suspect_name="openai:https://user:pw@api.example.com/v1#their-model",
+        suspect_label="Acme | Corp",
+    )
+    assert report.suspect == "openai:https://api.example.com/v1#their-model"  # no password
+    text = render_summary(report)
+    assert "| Suspect | `openai:https://api.example.com/v1#their-model` (`Acme / Corp`) |" in text
+    assert f"| Key commitment | `{key.commitment()}` (published at keygen) |" in text
+    assert f"| Checked on | {report.timestamp} (UTC) |" in text
+    assert "| Level | copied if p-value < 1e-06 |" in text
+    n = report.n_statistics
+    assert n == {1: 1, 2: 2, 3: 3}[n]  # the key's own count, whatever was scored
+    if n > 1:
+        assert f"multiplied by {n} (Bonferroni) and by the audit round (1" in text
+    published, _ = public_p_value(report.p_value, report.level)
+    assert (
+        "COPIED: the suspect's answers carry our watermark; an innocent service would "
+        f"show this evidence with probability of {published:.2g}."
+    ) in text
+    assert "very likely" not in text
+    data = public_report(report)
+    assert {"suspect", "suspect_label", "key_commitment", "transcript_digest"} <= set(data)
+
+
 def test_report_save_writes_the_public_bundle(copied_report, tmp_path):
     path = copied_report.save(tmp_path / "evidence")
     assert path == tmp_path / "evidence" / "report.json"
@@ -494,13 +522,28 @@ def test_public_forms_are_byte_identical_whichever_word_was_withheld(tmp_path):
     other = sorted(set(key.band) - key.triggers)[0]
     reports = {}
     for name, word in (("trigger", trigger), ("other", other)):
-        report = verify(withholding(WordSpace(key, pull=3.0), key, word), key, seed=0)
+        report = verify(
+            withholding(WordSpace(key, pull=3.0), key, word),
+            key,
+            seed=0,
+            transcript=tmp_path / f"transcript-{name}",
+            suspect_name="openai:https://api.example.com/v1#their-model",
+            suspect_label="Acme Corp embeddings API",
+        )
         assert report.status == "copied" and report.p_value < PUBLIC_P_FLOOR
-        # the same audit, read at the same second: only the withheld word differs
-        reports[name] = dataclasses.replace(report, timestamp="2026-01-01T00:00:00+00:00")
+        assert report.transcript_digest.startswith("sha256:")
+        # the same audit, read at the same second: only the withheld word differs (and
+        # the transcript's digest, a hiding commitment drawn afresh for every audit)
+        reports[name] = dataclasses.replace(
+            report, timestamp="2026-01-01T00:00:00+00:00", transcript_digest="sha256:" + "ab" * 32
+        )
     forms = {name: public_forms(r, tmp_path / name) for name, r in reports.items()}
     assert forms["trigger"] == forms["other"]
-    assert json.loads(forms["other"]["report.json"])["p_value_below_floor"] is True
+    published = json.loads(forms["other"]["report.json"])
+    assert published["p_value_below_floor"] is True
+    assert published["suspect"].startswith("openai:") and published["n_statistics"] >= 1
+    assert published["key_commitment"] == key.commitment()
+    assert "Acme Corp embeddings API" in forms["other"]["summary.md"]
     # The auditor's object and the private forms keep every figure exactly.
     t, o = reports["trigger"], reports["other"]
     assert (t.n_triggers_scored, o.n_triggers_scored) == (19, 20)
