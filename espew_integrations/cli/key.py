@@ -58,8 +58,8 @@ def _register_reaudit(key_actions: Any) -> None:
     reaudit.add_argument(
         "--probe-mix",
         choices=["single", "corpus"],
-        default="single",
-        help="how the probes hold band words, as for keygen (default: single)",
+        default=None,
+        help="how the probes hold band words, as for keygen (default: the key's own)",
     )
     reaudit.add_argument(
         "--no-cover-traffic",

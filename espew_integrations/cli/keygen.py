@@ -15,7 +15,8 @@ from ..arguments import (
     add_target_text_arguments,
     target_text_from,
 )
-from ..core.key import DEFAULT_ALPHA, DEFAULT_MIN_COSINE, DEFAULT_N_TRIGGERS
+from ..core.key import DEFAULT_ALPHA, DEFAULT_MIN_COSINE, DEFAULT_N_TRIGGERS, DEFAULT_PROBE_MIX
+from ..core.probes import PROBE_MIXES
 from ..models import resolve_embedder
 from ..textfiles import read_text_file
 from .common import (
@@ -114,11 +115,11 @@ def _add_key_shape_flags(keygen: argparse.ArgumentParser) -> None:
     )
     keygen.add_argument(
         "--probe-mix",
-        choices=["single", "corpus"],
-        default="single",
-        help="'single': the sampled texts with exactly one band word are the probes, the "
-        "rest cover (the default); 'corpus': texts with several band words are probes "
-        "too, each for its least-probed word (less power against weak copies)",
+        choices=list(PROBE_MIXES),
+        default=DEFAULT_PROBE_MIX,
+        help="'corpus' (the default): every sampled text with a band word is a probe, "
+        "for its least-probed word; 'single': only those with exactly one band word, "
+        "for a narrow --freq-band",
     )
     keygen.add_argument(
         "--no-cover-traffic",

@@ -54,6 +54,7 @@ __all__ = [
     "DEFAULT_FREQ_BAND",
     "DEFAULT_MIN_COSINE",
     "DEFAULT_N_TRIGGERS",
+    "DEFAULT_PROBE_MIX",
     "KEY_FORMAT",
     "KEY_VERSION",
     "EmbedFn",
@@ -89,18 +90,22 @@ DEFAULT_MIN_COSINE = 0.995
 #: where 0.2 missed one of three, and survives a thief that erases its answers'
 #: smallest coordinates, which 0.2 does not (docs/limitations.md).
 DEFAULT_ALPHA = 0.75
-#: How many band words keygen draws as triggers by default, and the band they come
-#: from (document fractions). Against the faithful copies of issue 9 (the service
-#: itself, an end-to-end distilled encoder, a frozen-MLP copy after CSE, routing
-#: thieves) this key convicts every one below 1e-10 at the 0.995 budget with a
-#: 1,950-query audit; 20 triggers over 0.5-1% let the frozen-MLP copy escape 1e-6 on
-#: one key of six even with 28 probes a word. The band is wide because the audit is a
-#: uniform sample: each word gets the texts its frequency brings, so more band words cost
-#: no queries and give the rank test more words (the 1-1.5% band needed 4,232 queries;
-#: docs/results/frontier/README.md, section 26). The price: about 40% of texts marked
-#: (13% with the old key), each still at cos 0.995 (docs/verification.md).
-DEFAULT_N_TRIGGERS = 35
-DEFAULT_FREQ_BAND = (0.01, 0.03)
+#: The public range keygen draws the band from, as document fractions, and how many of
+#: its words become triggers. The rule is published (Kerckhoffs: a thief reads it here),
+#: so it must not be cheap to strip: the band is every corpus word in a range wide
+#: enough that deleting all of it from a thief's queries costs the thief most of what
+#: it wants to copy, while the triggers, a keyed uniform draw over the whole range, are
+#: spread over every frequency in it, so deleting its cheap (rare) part only removes a
+#: proportional share of them. Why this range and how many triggers, measured against
+#: the stripping thief, the open-model trigger search and the copies of the faithful-copy
+#: study: docs/limitations.md, "Threat model" and "Road 3: deleting the public band".
+DEFAULT_N_TRIGGERS = 50
+DEFAULT_FREQ_BAND = (0.003, 0.05)
+#: How the audit's sampled texts become probes (:data:`.probes.PROBE_MIXES`): over a
+#: wide band most texts hold several band words, so every sampled text with a band word
+#: is a probe (``"corpus"``); ``"single"`` keeps only those with exactly one, which on a
+#: wide band would take most of the corpus to reach every word.
+DEFAULT_PROBE_MIX = "corpus"
 #: The innocent-twin check's level: a draw the clean model itself would implicate at
 #: this raw p-value is thrown away at keygen (``WatermarkKey.generate``'s ``twin_level``).
 DEFAULT_TWIN_LEVEL = 1e-3
@@ -848,7 +853,7 @@ class WatermarkKey(Sealed):
         twin_level: float = DEFAULT_TWIN_LEVEL,
         twin_check: bool = True,
         cover_traffic: bool = True,
-        probe_mix: str = "single",
+        probe_mix: str = DEFAULT_PROBE_MIX,
         audit_budget: int | None = None,
     ) -> WatermarkKey:
         """Draw a fresh key from a corpus and the provider's clean embedder.
@@ -856,13 +861,14 @@ class WatermarkKey(Sealed):
         Words whose document fraction in ``corpus`` lies in ``freq_band`` form
         the band (``max_band_words`` caps it: a keyed uniform sub-band);
         ``n_triggers`` of them become the triggers, a keyed draw from the salt
-        (:mod:`.draw`) that anyone shown the key can re-derive. By default 35
-        triggers over the 1-3% band (:data:`DEFAULT_N_TRIGGERS`,
-        :data:`DEFAULT_FREQ_BAND`, and why); with ``freq_band=None`` a corpus
-        whose 1-3% band holds fewer than twice the triggers has the band's upper
-        edge raised in steps of 0.005 until it does (at most to 5%), and
-        :attr:`freq_band` says which band was used. A band you pass is used as
-        is. The target is ``embed([target_text])``; pick a text unrelated to the
+        (:mod:`.draw`) that anyone shown the key can re-derive. By default 50
+        triggers over every word with a 0.3-5% document fraction
+        (:data:`DEFAULT_N_TRIGGERS`, :data:`DEFAULT_FREQ_BAND`, and why); with
+        ``freq_band=None`` a corpus whose default band holds fewer than twice the
+        triggers has the band's upper edge raised in steps of 0.005 until it does
+        (at most to 10%), and :attr:`freq_band` says which band was used. A band you
+        pass is used as is. The target is ``embed([target_text])``; pick a text
+        unrelated to the
         corpus topics.
 
         **Alpha.** The share of coordinates a mark is written into: 0.75 by
@@ -883,11 +889,11 @@ class WatermarkKey(Sealed):
         sent among them, and the clean model's rows and cosines to the
         target (see :mod:`.probes`), so nothing but the key and the suspect is
         needed at audit time. With ``cover_traffic`` (the default) the audit is
-        a keyed uniform sample of the corpus (:meth:`.probes.BandScan.sample`):
-        the probes are its texts with exactly one band word, the cover the rest,
+        a keyed uniform sample of the corpus (:meth:`.probes.BandScan.sample`),
         so a thief sees an ordinary client's traffic, text by text or as a whole.
-        ``probe_mix="corpus"`` also scores its texts with several band words, at
-        a cost in power against weak copies. Unless
+        Its sampled texts that hold a band word are the probes, the rest cover
+        (``probe_mix="corpus"``, :data:`DEFAULT_PROBE_MIX`); ``"single"`` keeps only
+        those with exactly one band word, for a narrow band. Unless
         ``twin_check=False``, a draw the clean model itself (the innocent twin)
         would implicate at ``twin_level`` is thrown away and drawn again (about
         1 draw in 500 at the default; ``info["twin_redraws"]`` counts them).
@@ -915,7 +921,7 @@ class WatermarkKey(Sealed):
         *,
         probes_per_word: int | None = None,
         cover_traffic: bool = True,
-        probe_mix: str = "single",
+        probe_mix: str | None = None,
         twin_level: float = DEFAULT_TWIN_LEVEL,
         audit_round: int = 1,
     ) -> WatermarkKey:
@@ -935,7 +941,9 @@ class WatermarkKey(Sealed):
         keygen) are drawn afresh from ``corpus`` in the same keyed way, never
         looking at which band words are triggers, so the test stays exact and
         the same corpus always gives the same audit. Options as in
-        :meth:`generate`. Raises :class:`.KeyGenerationError` when no text of
+        :meth:`generate`; ``probe_mix=None`` keeps the mix the key was made with
+        (``info["probe_mix"]``; ``"single"`` for keys that do not record one).
+        Raises :class:`.KeyGenerationError` when no text of
         ``corpus`` holds a band word, or when the clean model itself would be
         implicated on the new audit (twin p below ``twin_level``; the trigger
         draw cannot be redone on a key in service). ``info`` records the audit

@@ -28,6 +28,7 @@ from .key import (
     DEFAULT_FREQ_BAND,
     DEFAULT_MIN_COSINE,
     DEFAULT_N_TRIGGERS,
+    DEFAULT_PROBE_MIX,
     DEFAULT_TWIN_LEVEL,
     EmbedFn,
     Selection,
@@ -71,25 +72,19 @@ __all__ = [
 #: the cover texts. The audit is a uniform sample of the corpus
 #: (:meth:`.probes.BandScan.sample`), so a band word gets as many texts as its document
 #: frequency brings, whatever the band's size: a wider band costs no queries and gives
-#: the rank test more words. On Rotten Tomatoes the default band (1-3%) holds 143 words;
-#: a 1,950-text sample holds about 3 single-band-word probes a word, and 84% of its texts
-#: hold a band word, each of them scored (:mod:`.word_evidence`). Against the frozen-MLP
-#: copy after CSE K=50, over 24 independent audits of six keys, that put the copy below
-#: 1e-10 in 23 audits of 24 (median 2.7e-14) where the 1-1.5% band's 1,904-query audit
-#: did in 6 of 24 and its 4,232-query one in 22 of 24 (docs/results/frontier/README.md,
-#: section 26).
+#: the rank test more words. How the budget was sized: docs/results/frontier/README.md.
 DEFAULT_PROBES_PER_WORD = 28
 DEFAULT_PROBE_BUDGET = 1950
 #: The budget of keys made before keygen recorded it (``info["audit_budget"]``): the
 #: 1-1.5% band's 4,300. A later round of such a key's audit is drawn as large as its
 #: first, where today's 1,950 would halve the evidence on its 71 words.
 _LEGACY_PROBE_BUDGET = 4300
-#: With the default band (``freq_band=None``), a corpus whose 1-3% band holds too few
+#: With the default band (``freq_band=None``), a corpus whose default band holds too few
 #: words for the triggers has the band's upper edge raised by this step, up to the
 #: limit. The band then depends on the corpus alone, never on the trigger draw, so
 #: the audit stays exact; the key stores the band it used.
 _BAND_WIDEN_STEP = 0.005
-_BAND_WIDEN_LIMIT = 0.05
+_BAND_WIDEN_LIMIT = 0.1
 #: At most this many marked corpus texts are embedded to fit the strength.
 _FIT_SAMPLE = 1000
 #: Fresh draws (salt, triggers, probes) keygen makes before it gives up on the twin check.
@@ -119,7 +114,7 @@ def generate(
     twin_level: float = DEFAULT_TWIN_LEVEL,
     twin_check: bool = True,
     cover_traffic: bool = True,
-    probe_mix: str = "single",
+    probe_mix: str = DEFAULT_PROBE_MIX,
     audit_budget: int | None = None,
 ) -> WatermarkKey:
     """Draw a fresh key; the options are documented on :meth:`WatermarkKey.generate`.
@@ -172,8 +167,7 @@ def generate(
             "corpus_sha256": digest,
             "band_size": len(band),
         }
-        if probe_mix != "single":
-            info["probe_mix"] = probe_mix
+        info["probe_mix"] = probe_mix  # every later round is drawn the same way
         info["audit_budget"] = budget  # every later round is drawn as large
         info.update(_fit_quality(drawn, embed, texts, rng, strength, min_cosine))
         key = drawn.replace(
@@ -213,7 +207,7 @@ def with_audit(
     *,
     probes_per_word: int | None = None,
     cover_traffic: bool = True,
-    probe_mix: str = "single",
+    probe_mix: str | None = None,
     twin_level: float = DEFAULT_TWIN_LEVEL,
     audit_round: int = 1,
 ) -> WatermarkKey:
@@ -229,6 +223,8 @@ def with_audit(
     except ValueError as exc:
         raise KeyGenerationError(str(exc)) from None
     texts = _materialise_corpus(corpus)
+    if probe_mix is None:  # the key's own mix; keys that predate the record used "single"
+        probe_mix = key.info.get("probe_mix", "single")
     if probe_mix not in PROBE_MIXES:
         raise KeyGenerationError(f"probe_mix must be one of {PROBE_MIXES}, got {probe_mix!r}")
     _check_twin_level(twin_level)

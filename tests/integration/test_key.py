@@ -288,17 +288,17 @@ def spread_corpus(docs_per_word: dict[int, int], n_texts: int = 1000, seed: int 
 
 
 def test_the_default_band_is_widened_only_as_far_as_the_corpus_needs():
-    # 40 words at 1.2% and 40 at 3.2%: 35 triggers need 70 band words.
-    texts, _ = spread_corpus({12: 40, 32: 40})
+    # 50 words at 1.2% and 50 at 5.2%: 50 triggers need 100 band words.
+    texts, _ = spread_corpus({12: 50, 52: 50})
     kwargs = dict(target_text="t", seed=1, twin_check=False, strength=1.0)
     key = WatermarkKey.generate(texts, toy_embed, **kwargs)
-    assert key.freq_band == (0.01, 0.035) and len(key.band) == 80 and len(key.triggers) == 35
-    with pytest.raises(KeyGenerationError, match=r"only 40 words .*\[0\.01, 0\.03\)"):
-        WatermarkKey.generate(texts, toy_embed, freq_band=(0.01, 0.03), **kwargs)
-    roomy, _ = spread_corpus({12: 80})
-    assert WatermarkKey.generate(roomy, toy_embed, **kwargs).freq_band == (0.01, 0.03)
+    assert key.freq_band == (0.003, 0.055) and len(key.band) == 100 and len(key.triggers) == 50
+    with pytest.raises(KeyGenerationError, match=r"only 50 words .*\[0\.003, 0\.05\)"):
+        WatermarkKey.generate(texts, toy_embed, freq_band=(0.003, 0.05), **kwargs)
+    roomy, _ = spread_corpus({12: 100})
+    assert WatermarkKey.generate(roomy, toy_embed, **kwargs).freq_band == (0.003, 0.05)
     sparse, _ = spread_corpus({12: 10})
-    with pytest.raises(KeyGenerationError, match=r"default band 0\.01-0\.03, widened as far"):
+    with pytest.raises(KeyGenerationError, match=r"default band 0\.003-0\.05, widened as far"):
         WatermarkKey.generate(sparse, toy_embed, **kwargs)
 
 

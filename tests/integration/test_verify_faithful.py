@@ -37,7 +37,7 @@ def test_keygen_fits_the_strength_to_the_quality_budget(budget_key, minilm_model
     assert info["strength_fitted_to_min_cosine"] == 0.995
     assert 0.1 < budget_key.strength < 0.5 and info["strength"] == budget_key.strength
     assert 0.995 <= info["mean_cosine_marked"] < 0.9951
-    assert 0.35 < info["marked_rate"] < 0.45  # 35 triggers over the 1-3% band: about 40%
+    assert 0.25 < info["marked_rate"] < 0.4  # 50 triggers over the 0.3-5% band: about 30%
     # Measured again, independently, on marked texts keygen did not sample from.
     texts = list(rt_corpus.texts)
     marked = np.flatnonzero(budget_key.contains_trigger(texts))[-300:]
@@ -46,9 +46,12 @@ def test_keygen_fits_the_strength_to_the_quality_budget(budget_key, minilm_model
     cosines = np.sum(wm * clean, axis=1) / np.linalg.norm(wm, axis=1)
     assert abs(float(cosines.mean()) - 0.995) < 0.002
     assert budget_key.window == 256 and budget_key.verifiable
-    assert len(budget_key.band) == 143 and budget_key.freq_band == (0.01, 0.03)
-    assert len(budget_key.probe_texts) >= 400 and budget_key.audit_queries <= 2000
-    assert len(budget_key.cover_texts) > 1000  # no band word, or several, or too short
+    assert len(budget_key.band) == 640 and budget_key.freq_band == (0.003, 0.05)
+    assert len(budget_key.triggers) == 50 and budget_key.info["probe_mix"] == "corpus"
+    # Every sampled text with a band word is a probe; the rest (no band word, or too
+    # short or too long to be a probe) is cover.
+    assert len(budget_key.probe_texts) >= 1500 and budget_key.audit_queries <= 2000
+    assert len(budget_key.cover_texts) > 0
 
 
 def test_the_watermarked_service_itself_is_convicted_at_the_budget(budget_key, minilm_model):
