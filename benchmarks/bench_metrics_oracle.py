@@ -45,6 +45,7 @@ import numpy as np
 
 import espew_integrations
 from espew_integrations import WatermarkKey
+from espew_integrations.core.key import DEFAULT_FREQ_BAND, DEFAULT_N_TRIGGERS, DEFAULT_PROBE_MIX
 from espew_integrations.lab.cache import cache_dir, cached_embed
 from espew_integrations.offline.corpora import rotten_tomatoes
 from espew_integrations.offline.embedders import minilm
@@ -78,7 +79,10 @@ class CachedCorpus:
 
 def default_key(seed: int) -> Path:
     """The path of a default key (library defaults, offline MiniLM + Rotten Tomatoes), cached."""
-    path = cache_dir() / "bench_metrics_oracle" / f"default-seed{seed}.key"
+    # Named after the defaults it was drawn with, so a change of default draws anew.
+    low, high = DEFAULT_FREQ_BAND
+    name = f"default-n{DEFAULT_N_TRIGGERS}-band{low:g}-{high:g}-{DEFAULT_PROBE_MIX}-seed{seed}.key"
+    path = cache_dir() / "bench_metrics_oracle" / name
     if not path.exists():
         print(f"drawing the default key (seed {seed}); cached at {path}", flush=True)
         texts = list(rotten_tomatoes().texts)
