@@ -37,6 +37,7 @@ import numpy as np
 from .core.errors import EmbeddingInputError
 from .core.inject import check_texts, watermark
 from .core.key import WatermarkKey
+from .core.model_check import ModelGuard
 from .core.text import TextView
 
 
@@ -214,13 +215,22 @@ def discover_view(embedder: Any) -> TextView | None:
 class WatermarkingWrapper:
     """Mixin of the three wrappers: the mark, the public key_id, the view and the repr.
 
-    A subclass sets ``self._key`` (a :class:`WatermarkKey`) and ``self._view``
-    in its constructor and names its wrapped model in :meth:`_underlying`; the
-    framework's base class comes second in the bases.
+    A subclass sets ``self._key`` (a :class:`WatermarkKey`), ``self._view``
+    and ``self._guard`` (:meth:`_model_guard`) in its constructor, names its
+    wrapped model in :meth:`_underlying` and embeds with it in
+    :meth:`_embed_clean`; the framework's base class comes second in the bases.
     """
 
     def _underlying(self) -> Any:
         raise NotImplementedError
+
+    def _embed_clean(self, texts: list[str]) -> Any:
+        """The wrapped model's embeddings of ``texts`` (the canaries of the model check)."""
+        raise NotImplementedError
+
+    def _model_guard(self) -> ModelGuard:
+        """The one-shot check, on first use, that the wrapped model is the key's model."""
+        return ModelGuard(self._key, self._embed_clean)  # type: ignore[attr-defined]
 
     @property
     def key_id(self) -> str:
@@ -233,7 +243,13 @@ class WatermarkingWrapper:
         return self._view  # type: ignore[attr-defined, no-any-return]
 
     def _mark(self, texts: list[str], clean: Any) -> np.ndarray:
-        """``watermark(texts, clean, key, view=view)``: the core validates ``clean``."""
+        """``watermark(texts, clean, key, view=view)``: the core validates ``clean``.
+
+        The first call checks that the wrapped model is the one the key was made
+        with (:class:`.core.model_check.ModelGuard`: one model call on the public
+        canary texts, then nothing per call) and raises KeyModelMismatchError if not.
+        """
+        self._guard.check()  # type: ignore[attr-defined]
         return watermark(texts, clean, self._key, view=self._view)  # type: ignore[attr-defined]
 
     def __repr__(self) -> str:

@@ -99,6 +99,7 @@ class ESpeWEmbeddingFunction(WatermarkingWrapper, EmbeddingFunction[Documents]):
         self._inner = inner
         self._view = resolve_view(view, inner)
         self._view_mode = "inner" if view is DISCOVER else "off" if view is None else "custom"
+        self._guard = self._model_guard()
 
     @property
     def inner(self) -> EmbeddingFunction[Documents]:
@@ -107,6 +108,9 @@ class ESpeWEmbeddingFunction(WatermarkingWrapper, EmbeddingFunction[Documents]):
 
     def _underlying(self) -> EmbeddingFunction[Documents]:
         return self._inner
+
+    def _embed_clean(self, texts: list[str]) -> Any:
+        return _as_matrix(self._inner(texts))
 
     # ------------------------------------------------------------------ embedding
     def __call__(self, input: Documents) -> Embeddings:

@@ -81,9 +81,13 @@ class ESpeWEmbeddings(WatermarkingWrapper, Embeddings):
         found = resolve_key(key, key_path=key_path, key_env=key_env, wrapper="ESpeWEmbeddings")
         self._key = found.key
         self._view = resolve_view(view, embeddings)
+        self._guard = self._model_guard()
 
     def _underlying(self) -> Embeddings:
         return self.underlying_embeddings
+
+    def _embed_clean(self, texts: list[str]) -> Any:
+        return self.underlying_embeddings.embed_documents(texts)
 
     def embed_documents(self, texts: list[str]) -> list[list[float]]:
         texts = checked_texts(texts)
@@ -100,11 +104,13 @@ class ESpeWEmbeddings(WatermarkingWrapper, Embeddings):
         texts = checked_texts(texts)
         if not texts:
             return []
+        await self._guard.acheck(self.underlying_embeddings.aembed_documents)
         clean = await self.underlying_embeddings.aembed_documents(texts)
         return self._mark(texts, clean).tolist()
 
     async def aembed_query(self, text: str) -> list[float]:
         texts = checked_text(text, what="query")
+        await self._guard.acheck(self.underlying_embeddings.aembed_documents)
         clean = await self.underlying_embeddings.aembed_query(text)
         return self._mark(texts, [clean])[0].tolist()
 

@@ -79,6 +79,7 @@ class ESpeWEmbedding(WatermarkingWrapper, BaseEmbedding):
     _inner: BaseEmbedding = PrivateAttr()
     _key: WatermarkKey = PrivateAttr()
     _view: TextView | None = PrivateAttr(default=None)
+    _guard: Any = PrivateAttr(default=None)
 
     def __init__(
         self,
@@ -102,6 +103,7 @@ class ESpeWEmbedding(WatermarkingWrapper, BaseEmbedding):
         self._inner = embed_model
         self._key = found.key
         self._view = resolved_view
+        self._guard = self._model_guard()
 
     @classmethod
     def class_name(cls) -> str:
@@ -148,17 +150,23 @@ class ESpeWEmbedding(WatermarkingWrapper, BaseEmbedding):
     # ------------------------------------------------------------------ async paths
     async def _aget_query_embedding(self, query: str) -> Embedding:
         texts = checked_text(query, what="query")
+        await self._guard.acheck(self._inner._aget_text_embeddings)
         return self._rows(texts, [await self._inner._aget_query_embedding(query)])[0]
 
     async def _aget_text_embedding(self, text: str) -> Embedding:
         texts = checked_text(text)
+        await self._guard.acheck(self._inner._aget_text_embeddings)
         return self._rows(texts, [await self._inner._aget_text_embedding(text)])[0]
 
     async def _aget_text_embeddings(self, texts: list[str]) -> list[Embedding]:
         texts = checked_texts(texts)
         if not texts:
             return []
+        await self._guard.acheck(self._inner._aget_text_embeddings)
         return self._rows(texts, await self._inner._aget_text_embeddings(texts))
+
+    def _embed_clean(self, texts: list[str]) -> Any:
+        return self._inner._get_text_embeddings(texts)
 
     def _rows(self, texts: list[str], clean: Any) -> list[Embedding]:
         return self._mark(texts, clean).tolist()

@@ -34,6 +34,7 @@ import numpy as np
 
 from .core.inject import watermark
 from .core.key import WatermarkKey
+from .core.model_check import ModelGuard
 
 __all__ = ["EmbedAndWatermark", "WatermarkBatches", "load_worker_key"]
 
@@ -127,8 +128,10 @@ class EmbedAndWatermark(WatermarkBatches):
             view=discover_view(model),
         )
         self._model = model
+        self._guard = ModelGuard(self._key, model)  # checked on the first batch
 
     def __call__(self, batch: Any) -> Any:
+        self._guard.check()  # the key's model, or KeyModelMismatchError; then free
         texts = [str(t) for t in _column(batch, self.text_column)]
         clean = np.asarray(self._model(texts), dtype=np.float32)
         marked = watermark(texts, clean, self._key, view=self.view)

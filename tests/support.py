@@ -101,6 +101,15 @@ CHROMA_BIN = Path(sys.executable).with_name("chroma")
 
 @lru_cache(maxsize=1)
 @lru_cache(maxsize=1)
+def unchecked(key: WatermarkKey) -> WatermarkKey:
+    """The key without its model fingerprint, for tests that wrap a fake model on purpose.
+
+    Such a key is served by any model of its dimension (with a one-time warning), as
+    keys made before fingerprints were recorded are.
+    """
+    return key.replace(model_fingerprint=None)
+
+
 def real_key() -> WatermarkKey:
     """A key generated the way a provider would: real corpus, real offline model.
 

@@ -19,6 +19,7 @@ __all__ = [
     "EXIT_USAGE",
     "Parser",
     "UsageError",
+    "add_audit_argument",
     "add_endpoint_flags",
     "counting",
     "endpoint_options",
@@ -52,17 +53,36 @@ class Parser(argparse.ArgumentParser):
         raise UsageError(f"{self.prog}: {message}")
 
 
-def load_key(source: str) -> Any:
+def load_key(source: str, *, audit: str | None = None, need_audit: bool = False) -> Any:
     """A key from a file path, or from an environment variable with ``env:VAR``.
 
+    ``audit`` names the key's audit file (``--audit``; by default the file
+    beside the key). With ``need_audit`` (verify) the audit is read at once, so
+    a missing or mismatched audit is one clear error before any query is sent.
+
     >>> load_key("provider.key")       # doctest: +SKIP
-    >>> load_key("env:ESPEW_KEY")      # doctest: +SKIP
+    >>> load_key("env:ESPEW_KEY", audit="provider.key.audit", need_audit=True)  # doctest: +SKIP
     """
     from ..core.key import WatermarkKey
 
     if source.startswith("env:"):
-        return WatermarkKey.from_env(source[4:] or DEFAULT_KEY_VARIABLE)
-    return WatermarkKey.load(source)
+        key = WatermarkKey.from_env(source[4:] or DEFAULT_KEY_VARIABLE, audit_path=audit)
+    else:
+        key = WatermarkKey.load(source, audit_path=audit)
+    if need_audit:
+        key.audit  # noqa: B018 - reads and checks the audit file now
+    return key
+
+
+def add_audit_argument(parser: argparse.ArgumentParser) -> None:
+    """``--audit PATH``: where the key's audit file is, when not beside the key."""
+    parser.add_argument(
+        "--audit",
+        metavar="PATH",
+        default=None,
+        help="the key's audit file (default: beside the key file, KEY.audit, as espew "
+        "keygen writes it; needed with --key env:VAR)",
+    )
 
 
 def require_extra(extra: str, modules: dict[str, str], command: str) -> None:

@@ -10,6 +10,7 @@ from typing import IO, Any
 import numpy as np
 
 from ..arguments import add_embedder_argument
+from ..core.model_check import ModelGuard
 from ..models import resolve_embedder
 from ..textfiles import read_text_file
 from .common import UsageError, endpoint_options, load_key, positive_int, progress
@@ -61,6 +62,7 @@ def run(args: argparse.Namespace) -> int:
     key = load_key(args.key)
     texts = read_text_file(args.input, text_field=args.text_column).texts
     embed, name = resolve_embedder(args.embedder, **endpoint_options(args))
+    ModelGuard(key, embed).check()  # the key's own model, or exit 3 naming the mismatch
     parts = []
     with progress(len(texts), f"embedding with {name}", "text", not args.no_progress) as bar:
         for start in range(0, len(texts), args.batch_size):

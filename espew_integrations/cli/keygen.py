@@ -57,7 +57,16 @@ def register(subparsers: Any) -> None:
     keygen.add_argument("--corpus", required=True, help="bundled corpus name or text file")
     add_target_text_arguments(keygen)
     add_embedder_argument(keygen)
-    keygen.add_argument("--out", required=True, help="where to write the key")
+    keygen.add_argument(
+        "--out", required=True, help="where to write the serving key (and OUT.audit beside it)"
+    )
+    keygen.add_argument(
+        "--audit-out",
+        metavar="PATH",
+        default=None,
+        help="where to write the key's audit, which only verify/trace/key reaudit read "
+        "(default: OUT.audit)",
+    )
     _add_key_shape_flags(keygen)
     keygen.add_argument("--seed", type=int, default=None, help="experiments only")
     keygen.add_argument("--text-column", default=None, help="CSV column / JSONL field")
@@ -169,9 +178,19 @@ def run(args: argparse.Namespace) -> int:
             **common,
         )
 
+    from ..core.key_audit import default_audit_path
+
+    audit = Path(args.audit_out) if args.audit_out else default_audit_path(args.out)
+    if audit.exists() and not args.overwrite:  # before any slow work, like --out
+        raise UsageError(f"{audit} already exists; pass --overwrite to replace it")
     key, out = generate_from_corpus(args, make)
-    key.save(out, overwrite=args.overwrite)
+    key.save(out, overwrite=args.overwrite, audit_path=audit)
     _announce(key, out, seeded=args.seed is not None)
+    print(
+        f"the serving key {out} ({out.stat().st_size:,} bytes) is all that serving needs "
+        f"(espew serve/embed, the wrappers, $ESPEW_KEY); its audit {audit} "
+        f"({audit.stat().st_size:,} bytes) is read only by verify, trace and key reaudit"
+    )
     return 0
 
 

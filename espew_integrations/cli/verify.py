@@ -13,6 +13,7 @@ from .common import (
     EXIT_INCONCLUSIVE,
     EXIT_NOT_COPIED,
     UsageError,
+    add_audit_argument,
     add_endpoint_flags,
     audit_suspect,
     load_key,
@@ -50,6 +51,7 @@ def register(subparsers: Any) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     verify.add_argument("--key", default="env:ESPEW_KEY", help="key file or env:VAR")
+    add_audit_argument(verify)
     verify.add_argument("--suspect", required=True, help="suspect spec")
     verify.add_argument(
         "--target",
@@ -161,7 +163,7 @@ def run(args: argparse.Namespace) -> int:
     """Query the suspect, print the report, write the evidence; exit code from the verdict."""
     from ..suspects import verify
 
-    key = load_key(args.key)
+    key = load_key(args.key, audit=args.audit, need_audit=True)
     n_queries = _check_before_querying(args, key)
     if args.target == "query":
         print("note: --target query sends the key's target text to the suspect", file=sys.stderr)

@@ -568,7 +568,8 @@ class WatermarkKey(Sealed):
             raise TypeError(f"WatermarkKey has no field(s) {sorted(unknown)}")
         if {"target", "band", *AUDIT_FIELDS} & set(changes) and "audit" not in changes:
             del fields["audit"]  # spelled out, so that single fields can change
-            fields.update(self.audit.fields())
+            if not set(AUDIT_FIELDS) <= set(changes):  # a whole new audit needs no old one
+                fields.update(self.audit.fields())
         if ("target" in changes or "band" in changes) and not (
             {"probe_reference", "word_reference"} & set(changes)
         ):

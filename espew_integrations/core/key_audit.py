@@ -67,6 +67,7 @@ class KeyAudit:
     """
 
     __slots__ = (
+        "_digest",
         "cover_embeddings",
         "cover_texts",
         "probe_embeddings",
@@ -93,6 +94,7 @@ class KeyAudit:
         self.cover_texts = tuple(cover_texts)
         if not all(isinstance(t, str) and t for t in self.cover_texts):
             raise KeyGenerationError("cover_texts must be non-empty strings")
+        self._digest: str | None = None
         self.probe_reference = tuple(float(x) for x in probe_reference)
         self.word_reference = tuple(float(x) for x in word_reference)
         self.probe_embeddings = stored_rows(probe_embeddings, dim)
@@ -155,8 +157,13 @@ class KeyAudit:
         return cls(dim=dim, **fields)
 
     def digest(self) -> str:
-        """SHA-256 of the canonical payload: what the serving key records and checks."""
-        return hashlib.sha256(canonical_json(self.to_payload())).hexdigest()
+        """SHA-256 of the canonical payload: what the serving key records and checks.
+
+        Computed once (the audit is immutable): every ``replace`` of a key reuses it.
+        """
+        if self._digest is None:
+            self._digest = hashlib.sha256(canonical_json(self.to_payload())).hexdigest()
+        return self._digest
 
     def to_json(self, key_id: str) -> str:
         """The audit file's text, naming the key it belongs to (``key_id``, public)."""

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import threading
 import warnings
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import numpy as np
@@ -155,6 +155,24 @@ class ModelGuard:
             if not self._passed and self._error is None:
                 self._error = _mismatch(self._key, self._embed)
                 self._passed = self._error is None
+        if self._error is not None:
+            raise self._error
+
+    async def acheck(self, aembed: Callable[[list[str]], Awaitable[Any]]) -> None:
+        """:meth:`check` for an async model: the canaries go through ``aembed``.
+
+        Async paths stay async (no blocking model call on the event loop); two
+        first calls racing may both embed the canaries, and agree.
+        """
+        if self._passed:
+            return
+        if self._error is None:
+            known = self._key.model_fingerprint is not None  # else nothing to embed
+            rows = await aembed(list(CANARY_TEXTS)) if known else None
+            with self._lock:
+                if not self._passed and self._error is None:
+                    self._error = _mismatch(self._key, lambda _texts: rows)
+                    self._passed = self._error is None
         if self._error is not None:
             raise self._error
 

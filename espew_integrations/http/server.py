@@ -61,6 +61,7 @@ import numpy as np
 
 from ..core.inject import watermark, watermark_and_mask
 from ..core.key import WatermarkKey
+from ..core.model_check import ModelGuard
 from .client import OpenAIEndpoint
 from .upstream import AsyncUpstream, UpstreamError
 
@@ -800,6 +801,9 @@ def check_embedder(embed: EmbedFn, key: WatermarkKey | None = None) -> int:
                 "generated with"
             )
         watermark([PROBE_TEXT], clean, key)
+        # The key's own model, not merely one of its dimension (KeyModelMismatchError,
+        # a ValueError, names the mismatch).
+        ModelGuard(key, embed).check()
     return dim
 
 

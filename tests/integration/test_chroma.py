@@ -38,6 +38,7 @@ from tests.support import (
     real_key,
     run_python,
     secret_strings,
+    unchecked,
 )
 
 
@@ -134,7 +135,7 @@ def test_order_length_and_empty_input(ef, texts, expected):
 )
 def test_bad_texts_raise_the_core_error_before_the_model_runs(key, bad, message):
     inner = CountingFunction()
-    ef = ESpeWEmbeddingFunction(inner, key)
+    ef = ESpeWEmbeddingFunction(inner, unchecked(key))
     with pytest.raises(EmbeddingInputError, match=message):
         ef(bad)
     with pytest.raises(EmbeddingInputError, match=message):
@@ -145,7 +146,7 @@ def test_bad_texts_raise_the_core_error_before_the_model_runs(key, bad, message)
 def test_blank_documents_reach_the_model_and_come_back_unmarked(key):
     # Chroma accepts "" as a document (validate_documents checks only the type).
     inner = CountingFunction()
-    ef = ESpeWEmbeddingFunction(inner, key)
+    ef = ESpeWEmbeddingFunction(inner, unchecked(key))
     clean = inner.encoder(["", " \n"])
     assert np.array_equal(np.stack(ef(["", " \n"])), clean)
     assert np.array_equal(np.stack(ef.embed_query([" \n"])), clean[1:])
@@ -154,7 +155,9 @@ def test_blank_documents_reach_the_model_and_come_back_unmarked(key):
 
 def test_bad_vectors_from_the_model_raise_the_core_error(key):
     with pytest.raises(EmbeddingInputError, match="dimension is 8"):
-        ESpeWEmbeddingFunction(CountingFunction(HashEncoder(dim=8)), key)(["a fine film"])
+        ESpeWEmbeddingFunction(CountingFunction(HashEncoder(dim=8)), unchecked(key))(
+            ["a fine film"]
+        )
 
 
 def test_key_is_required_and_locations_are_checked(key, key_file, tmp_path, monkeypatch):
@@ -429,7 +432,7 @@ def test_watermarked_index_retrieves_like_the_clean_one(key):
     top = {}
     for name, ef in (
         ("clean", ReplayFunction(table)),
-        ("watermarked", ESpeWEmbeddingFunction(ReplayFunction(table), key)),
+        ("watermarked", ESpeWEmbeddingFunction(ReplayFunction(table), unchecked(key))),
     ):
         collection = client.create_collection(
             f"quality-{name}-{uuid.uuid4().hex[:8]}",
@@ -447,7 +450,7 @@ def test_watermarked_index_retrieves_like_the_clean_one(key):
     assert np.mean([a[0] == b[0] for a, b in pairs]) >= 0.95
     assert overlap >= 0.93  # the default key marks a third of the texts; measured: see the bench
     triggered = key.contains_trigger(texts)
-    marked = np.stack(ESpeWEmbeddingFunction(ReplayFunction(table), key)(texts))
+    marked = np.stack(ESpeWEmbeddingFunction(ReplayFunction(table), unchecked(key))(texts))
     cos = np.einsum("ij,ij->i", marked[triggered], clean[triggered])
     assert 0.2 < triggered.mean() < 0.5  # the default key marks about a third (0.34 here)
     # Keygen fits the write strength to a mean cos of 0.995 on the marked corpus texts

@@ -18,7 +18,7 @@ from langchain_core.embeddings import Embeddings
 
 from espew_integrations import EmbeddingInputError, SuspectError, as_suspect, verify, watermark
 from espew_integrations.langchain import ESpeWEmbeddings, MiniLMEmbeddings
-from tests.support import HashEncoder, mixed_texts, real_key, secret_strings
+from tests.support import HashEncoder, mixed_texts, real_key, secret_strings, unchecked
 
 
 class CountingEmbeddings(Embeddings):
@@ -104,7 +104,7 @@ def test_order_and_length_are_preserved(wrapped, texts, expected):
 
 def test_empty_list_gives_empty_list_without_calling_the_model(key):
     inner = CountingEmbeddings()
-    wrapped = ESpeWEmbeddings(inner, key)
+    wrapped = ESpeWEmbeddings(inner, unchecked(key))
     assert wrapped.embed_documents([]) == []
     assert asyncio.run(wrapped.aembed_documents([])) == []
     assert inner.log == []
@@ -113,7 +113,7 @@ def test_empty_list_gives_empty_list_without_calling_the_model(key):
 # ---------------------------------------------------------------------- async stays async
 def test_async_methods_call_the_inner_async_methods_and_match_sync(key, texts):
     inner = CountingEmbeddings()
-    wrapped = ESpeWEmbeddings(inner, key)
+    wrapped = ESpeWEmbeddings(inner, unchecked(key))
     docs = asyncio.run(wrapped.aembed_documents(texts))
     query = asyncio.run(wrapped.aembed_query(texts[0]))
     assert inner.log == ["aembed_documents", "aembed_query"]
@@ -133,7 +133,7 @@ def test_async_methods_call_the_inner_async_methods_and_match_sync(key, texts):
 )
 def test_bad_texts_raise_the_core_error_before_the_model_runs(key, bad, message):
     inner = CountingEmbeddings()
-    wrapped = ESpeWEmbeddings(inner, key)
+    wrapped = ESpeWEmbeddings(inner, unchecked(key))
     with pytest.raises(EmbeddingInputError, match=message):
         wrapped.embed_documents(bad)
     with pytest.raises(EmbeddingInputError, match=message):
@@ -144,7 +144,7 @@ def test_bad_texts_raise_the_core_error_before_the_model_runs(key, bad, message)
 @pytest.mark.parametrize("bad", [None, 3, ["a list"]])
 def test_a_query_that_is_not_a_string_is_refused_before_the_model_runs(key, bad):
     inner = CountingEmbeddings()
-    wrapped = ESpeWEmbeddings(inner, key)
+    wrapped = ESpeWEmbeddings(inner, unchecked(key))
     name = type(bad).__name__
     with pytest.raises(EmbeddingInputError, match=f"the query must be a str, got {name}"):
         wrapped.embed_query(bad)
@@ -156,7 +156,7 @@ def test_a_query_that_is_not_a_string_is_refused_before_the_model_runs(key, bad)
 def test_blank_texts_and_queries_reach_the_model_and_come_back_unmarked(key):
     # LangChain's contract allows them (langchain-openai embeds "" itself).
     inner = CountingEmbeddings()
-    wrapped = ESpeWEmbeddings(inner, key)
+    wrapped = ESpeWEmbeddings(inner, unchecked(key))
     clean = inner.encoder(["", "  "]).tolist()
     assert wrapped.embed_documents(["", "  "]) == clean
     assert wrapped.embed_query("  ") == clean[1]
@@ -208,7 +208,7 @@ def test_an_explicit_view_is_used(inner, key, trigger_texts):
     [(HashEncoder(dim=16), "dimension is 16"), (HashEncoder(bad="nan"), "NaN")],
 )
 def test_bad_vectors_from_the_model_raise_the_core_error(key, encoder, message):
-    wrapped = ESpeWEmbeddings(CountingEmbeddings(encoder), key)
+    wrapped = ESpeWEmbeddings(CountingEmbeddings(encoder), unchecked(key))
     with pytest.raises(EmbeddingInputError, match=message):
         wrapped.embed_documents(["a fine film", "a dull film"])
 
@@ -291,7 +291,7 @@ def test_works_inside_langchain_chroma(wrapped, texts, expected):
 
 def test_cache_backed_embeddings_store_the_watermarked_vector(key, texts):
     inner = CountingEmbeddings()
-    wrapped = ESpeWEmbeddings(inner, key)
+    wrapped = ESpeWEmbeddings(inner, unchecked(key))
     store = InMemoryByteStore()
     cached = CacheBackedEmbeddings.from_bytes_store(
         wrapped, store, namespace=wrapped.key_id, key_encoder="sha256"

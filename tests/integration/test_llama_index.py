@@ -27,7 +27,7 @@ from llama_index.vector_stores.chroma import ChromaVectorStore
 from espew_integrations import EmbeddingInputError, SuspectError, as_suspect, verify, watermark
 from espew_integrations.llama_index import ESpeWEmbedding, MiniLMEmbedding
 from espew_integrations.offline.embedders import minilm
-from tests.support import HashEncoder, mixed_texts, real_key, secret_strings
+from tests.support import HashEncoder, mixed_texts, real_key, secret_strings, unchecked
 
 
 class CountingEmbedding(BaseEmbedding):
@@ -145,7 +145,7 @@ def test_order_length_and_python_floats(wrapped, texts, expected):
 
 def test_empty_batch_gives_empty_list(key):
     inner = CountingEmbedding()
-    wrapped = ESpeWEmbedding(inner, key)
+    wrapped = ESpeWEmbedding(inner, unchecked(key))
     assert wrapped.get_text_embedding_batch([]) == []
     assert asyncio.run(wrapped.aget_text_embedding_batch([])) == []
     assert wrapped._get_text_embeddings([]) == []
@@ -155,7 +155,7 @@ def test_empty_batch_gives_empty_list(key):
 # ---------------------------------------------------------------------- batching and metadata
 def test_one_inner_batch_call_per_batch(key):
     inner = CountingEmbedding(embed_batch_size=4)
-    wrapped = ESpeWEmbedding(inner, key)
+    wrapped = ESpeWEmbedding(inner, unchecked(key))
     texts = [f"review number {i} of a fine film" for i in range(10)]
     wrapped.get_text_embedding_batch(texts)
     asyncio.run(wrapped.aget_text_embedding_batch(texts))
@@ -174,7 +174,7 @@ def test_model_name_and_class_name(wrapped, inner, key):
 
 def test_instrumentation_events_fire_once_per_call(key):
     inner = CountingEmbedding(embed_batch_size=4)
-    wrapped = ESpeWEmbedding(inner, key)
+    wrapped = ESpeWEmbedding(inner, unchecked(key))
     counter = EventCounter()
     dispatcher = instrument.get_dispatcher()
     dispatcher.add_event_handler(counter)
@@ -201,7 +201,7 @@ def test_instrumentation_events_fire_once_per_call(key):
 )
 def test_bad_texts_raise_the_core_error_before_the_model_runs(key, bad, message):
     inner = CountingEmbedding()
-    wrapped = ESpeWEmbedding(inner, key)
+    wrapped = ESpeWEmbedding(inner, unchecked(key))
     with pytest.raises(EmbeddingInputError, match=message):
         wrapped._get_text_embeddings(bad)
     with pytest.raises(EmbeddingInputError, match=message):
@@ -211,7 +211,7 @@ def test_bad_texts_raise_the_core_error_before_the_model_runs(key, bad, message)
 
 def test_a_single_text_or_query_that_is_not_a_string_is_refused(key):
     inner = CountingEmbedding()
-    wrapped = ESpeWEmbedding(inner, key)
+    wrapped = ESpeWEmbedding(inner, unchecked(key))
     with pytest.raises(EmbeddingInputError, match="the query must be a str, got int"):
         wrapped.get_query_embedding(3)
     with pytest.raises(EmbeddingInputError, match="the query must be a str, got NoneType"):
@@ -226,7 +226,7 @@ def test_a_single_text_or_query_that_is_not_a_string_is_refused(key):
 def test_blank_texts_and_queries_reach_the_model_and_come_back_unmarked(key):
     # LlamaIndex's BaseEmbedding does not refuse them, so neither does the wrapper.
     inner = CountingEmbedding()
-    wrapped = ESpeWEmbedding(inner, key)
+    wrapped = ESpeWEmbedding(inner, unchecked(key))
     clean = inner._encoder(["", " \n"]).tolist()
     assert wrapped.get_text_embedding_batch(["", " \n"]) == clean
     assert wrapped.get_query_embedding("") == clean[0]
@@ -276,7 +276,7 @@ def test_every_path_marks_what_minilm_reads(wrapped, inner, key, trigger_texts):
     [(HashEncoder(dim=16), "dimension is 16"), (HashEncoder(bad="zero"), "all zeros")],
 )
 def test_bad_vectors_from_the_model_raise_the_core_error(key, encoder, message):
-    wrapped = ESpeWEmbedding(CountingEmbedding(encoder), key)
+    wrapped = ESpeWEmbedding(CountingEmbedding(encoder), unchecked(key))
     with pytest.raises(EmbeddingInputError, match=message):
         wrapped.get_text_embedding_batch(["a fine film", "a dull film"])
 
