@@ -14,7 +14,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from .common import UsageError, load_key
+from .common import UsageError, add_audit_argument, load_key
 
 __all__ = ["EXIT_EVIDENCE_FAILS", "register"]
 
@@ -52,6 +52,7 @@ def register(subparsers: Any) -> None:
     which = check.add_mutually_exclusive_group(required=True)
     which.add_argument("--key", help="the key the audit used (file, or env:VAR)")
     which.add_argument("--ring", help="the key ring, for a trace's transcript")
+    add_audit_argument(check)
     check.add_argument(
         "--public",
         metavar="PATH",
@@ -68,7 +69,10 @@ def run_check(args: argparse.Namespace) -> int:
     from ..core.keyring import KeyRing
     from ..core.transcript import TRANSCRIPT_FILE
 
-    key = KeyRing.load(args.ring) if args.ring else load_key(args.key)
+    if args.ring:
+        key = KeyRing.load(args.ring)
+    else:  # the replay sends the key's audit again, so the audit file is read now
+        key = load_key(args.key, audit=args.audit, need_audit=True)
     try:
         result = check_evidence(args.private_dir, key, public=args.public)
     except FileNotFoundError:
