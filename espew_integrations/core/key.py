@@ -566,6 +566,8 @@ class WatermarkKey(Sealed):
         unknown = set(changes) - set(fields) - set(AUDIT_FIELDS)
         if unknown:
             raise TypeError(f"WatermarkKey has no field(s) {sorted(unknown)}")
+        if changes.get("audit_layout") == "inline" and "audit" not in changes:
+            fields["audit"] = self.audit  # one file holds the audit itself: read it now
         if {"target", "band", *AUDIT_FIELDS} & set(changes) and "audit" not in changes:
             del fields["audit"]  # spelled out, so that single fields can change
             if not set(AUDIT_FIELDS) <= set(changes):  # a whole new audit needs no old one
@@ -760,13 +762,13 @@ class WatermarkKey(Sealed):
             raise KeyFileError(
                 f"{source} names a key_id that does not match its content (tampered?)"
             )
-        if "audit" in document:
-            key.audit  # noqa: B018 - a whole key's audit is in hand: check it now
         if version >= 2 and not key.verifiable:
             raise KeyFileError(
                 f"{source}: its triggers are not the draw its salt dictates over its band, "
                 "so the key was edited after keygen and no verdict could rest on it"
             )
+        if "audit" in document:
+            key.audit  # noqa: B018 - a whole key's audit is in hand: check it now
         return key
 
     @classmethod

@@ -607,7 +607,10 @@ def test_a_traceback_never_quotes_the_key_variable(key_path, tmp_path, monkeypat
         "value = os.environ['MY_KEY_JSON']\n"
         "raise RuntimeError('boom: ' + value[:200] + ' and whole: ' + value)\n"
     )
-    code = main(["verify", "--key", "env:MY_KEY_JSON", "--suspect", f"{module}:x"])
+    audit = f"{key_path}.audit"  # the variable holds the serving key; verify needs its audit
+    code = main(
+        ["verify", "--key", "env:MY_KEY_JSON", "--audit", audit, "--suspect", f"{module}:x"]
+    )
     err = capsys.readouterr().err
     assert code == EXIT_USAGE
     assert "unexpected failure" in err and "RuntimeError" in err
@@ -630,8 +633,9 @@ def test_key_check_flags_an_unverifiable_version_1_key(tmp_path, key, capsys):
 
     from espew_integrations.core.secret_files import canonical_json as _canonical
 
-    document = json.loads(key.to_json())
+    document = json.loads(key.replace(audit_layout="inline").to_json())  # one file, version 2
     payload = document["key"]
+    payload.pop("model")  # version 1 predates the model fingerprint
     for field in ("normalization", "window", "probes"):
         del payload[field]
     payload["triggers"] = sorted(key.band)[: len(key.triggers)]  # numpy-drawn, as v1 did
