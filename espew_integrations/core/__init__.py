@@ -10,6 +10,7 @@ from .errors import (
     ESpeWError,
     KeyFileError,
     KeyGenerationError,
+    KeyModelMismatchError,
     SuspectError,
 )
 from .inject import select_positions, watermark
@@ -29,6 +30,7 @@ __all__ = [
     "EmbeddingInputError",
     "KeyFileError",
     "KeyGenerationError",
+    "KeyModelMismatchError",
     "KeyRing",
     "SuspectError",
     "TraceReport",
