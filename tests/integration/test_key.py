@@ -313,7 +313,9 @@ def test_the_audit_is_a_uniform_sample_of_the_corpus():
 
     texts, words = spread_corpus({120: 40, 180: 40}, n_texts=10_000)
     texts += [f"short{i}" for i in range(300)]  # 3% too short to be probes
-    kwargs = dict(target_text="t", seed=1, twin_check=False, strength=1.0)
+    kwargs = dict(
+        target_text="t", seed=1, twin_check=False, strength=1.0, n_triggers=35, probe_mix="single"
+    )
     key = WatermarkKey.generate(texts, toy_embed, **kwargs)
     band = set(key.band)
     scan = scan_band(texts, key.band)
@@ -347,7 +349,7 @@ def test_the_audit_is_a_uniform_sample_of_the_corpus():
     bare_counts = np.bincount(bare.probe_owner)
     assert np.median(bare_counts) == bare_counts.max() == 24 and per_word < 24
     # corpus-mix probes already hold several band words as ordinary texts do: none in cover
-    mixed = WatermarkKey.generate(texts, toy_embed, probe_mix="corpus", **kwargs)
+    mixed = WatermarkKey.generate(texts, toy_embed, **{**kwargs, "probe_mix": "corpus"})
     assert not any(band & set(tokenize(t)) for t in mixed.cover_texts)
 
 
@@ -393,7 +395,7 @@ def test_a_sampled_audit_keeps_every_kind_of_text_and_scores_every_word():
 
 
 def test_cover_texts_are_stored_committed_to_and_dropped_with_the_band(tmp_path):
-    texts, _ = spread_corpus({12: 80})
+    texts, _ = spread_corpus({12: 120})
     key = WatermarkKey.generate(texts, toy_embed, target_text="t", seed=2, twin_check=False)
     path = tmp_path / "k.key"
     key.save(path)
@@ -415,7 +417,7 @@ def test_cover_texts_are_stored_committed_to_and_dropped_with_the_band(tmp_path)
 def test_the_cover_texts_answers_are_sent_shuffled_never_scored_and_join_the_clean_fit():
     from espew_integrations import verify
 
-    texts, _ = spread_corpus({12: 80})
+    texts, _ = spread_corpus({12: 120})
     key = WatermarkKey.generate(texts, toy_embed, target_text="t", seed=3, twin_check=False)
     cover = set(key.cover_texts)
     seen: list[str] = []
@@ -449,7 +451,7 @@ def test_the_audit_repeats_texts_as_often_as_an_ordinary_client_of_the_corpus():
     from espew_integrations.core.draw import keyed_order
     from espew_integrations.core.probes import _SAMPLE_DOMAIN, scan_band
 
-    texts, _ = spread_corpus({36: 80}, n_texts=3000, seed=0)
+    texts, _ = spread_corpus({36: 120}, n_texts=3000, seed=0)
     rng = np.random.default_rng(1)
     corpus = texts + [texts[i] for i in rng.choice(3000, 600) for _ in range(2)]
     key = WatermarkKey.generate(
@@ -463,7 +465,8 @@ def test_the_audit_repeats_texts_as_often_as_an_ordinary_client_of_the_corpus():
     ]
     assert np.mean(ordinary) > 0.05
     assert abs(repeated - np.mean(ordinary)) < 4 * np.std(ordinary), (repeated, ordinary[:5])
-    size = round(4 * len(key.band) / scan_band(corpus, key.band).probe_share())
+    share = scan_band(corpus, key.band).probe_share(key.info["probe_mix"])
+    size = round(4 * len(key.band) / share)
     assert size <= len(sent) <= size + len(key.band)  # the sample, and words topped up
     assert len(set(key.probe_texts)) == len(key.probe_texts)  # a repeat is never a probe twice
     unrepeated = scan_band(texts, key.band)
@@ -477,7 +480,7 @@ def test_every_copy_of_a_repeated_text_is_scored_with_the_first_answer_to_it():
     first answer the suspect gave to the text, in the order sent."""
     from espew_integrations import verify, watermark
 
-    texts, _ = spread_corpus({36: 80}, n_texts=3000, seed=0)
+    texts, _ = spread_corpus({36: 120}, n_texts=3000, seed=0)
     rng = np.random.default_rng(1)
     corpus = texts + [texts[i] for i in rng.choice(3000, 600) for _ in range(2)]
     key = WatermarkKey.generate(
@@ -519,10 +522,10 @@ def test_corpus_mix_probes_hold_band_words_as_ordinary_texts_do():
     from espew_integrations.core.probes import scan_band
 
     texts, _ = spread_corpus({120: 80}, n_texts=10_000)
-    kwargs = dict(target_text="t", seed=4, twin_check=False, strength=1.0)
-    mixed = WatermarkKey.generate(texts, toy_embed, probe_mix="corpus", **kwargs)
-    single = WatermarkKey.generate(texts, toy_embed, **kwargs)
-    assert mixed.info["probe_mix"] == "corpus" and "probe_mix" not in single.info
+    kwargs = dict(target_text="t", seed=4, twin_check=False, strength=1.0, n_triggers=35)
+    mixed = WatermarkKey.generate(texts, toy_embed, **{**kwargs, "probe_mix": "corpus"})
+    single = WatermarkKey.generate(texts, toy_embed, **{**kwargs, "probe_mix": "single"})
+    assert mixed.info["probe_mix"] == "corpus" and single.info["probe_mix"] == "single"
     scan = scan_band(texts, mixed.band)
     held = dict(scan.eligible)
     corpus_lone = np.mean([len(h) == 1 for h in held.values() if h])
@@ -546,7 +549,7 @@ def test_with_audit_draws_probes_and_cover_from_another_corpus_and_keeps_the_res
     same keyed way (so the same corpus gives the same audit), references recomputed."""
     from espew_integrations.core.probes import cosines_to, scan_band
 
-    texts, _ = spread_corpus({12: 80}, n_texts=1000, seed=0)
+    texts, _ = spread_corpus({12: 120}, n_texts=1000, seed=0)
     key = WatermarkKey.generate(texts, toy_embed, target_text="t", seed=3, twin_check=False)
     other = [t.replace("the common words", "quite other filler") for t in texts[::-1]]
     other += [f"quite other filler only{i}" for i in range(500)]
@@ -581,7 +584,7 @@ def test_audit_rounds_are_fresh_uniform_samples_and_verify_counts_every_round():
     random samples do, the same every time; verify multiplies its p-value by k."""
     from espew_integrations import verify, watermark
 
-    texts, _ = spread_corpus({36: 80}, n_texts=3000, seed=0)
+    texts, _ = spread_corpus({36: 120}, n_texts=3000, seed=0)
     key = WatermarkKey.generate(
         texts, toy_embed, target_text="t", seed=3, twin_check=False, probes_per_word=4
     )
@@ -633,12 +636,15 @@ def test_a_later_round_is_drawn_as_large_as_the_keys_first_audit():
     """keygen records its audit budget in the key, so round k is as large as round 1 even
     after the library's default changes; a key made before it was recorded (the 1-1.5%
     band's 4,300-text audit) keeps that size rather than today's 1,950."""
-    texts, _ = spread_corpus({120: 40, 180: 40}, n_texts=10_000)
+    texts, _ = spread_corpus({120: 60, 180: 60}, n_texts=10_000)
     key = WatermarkKey.generate(texts, toy_embed, target_text="t", seed=1, twin_check=False)
     assert key.info["audit_budget"] == keygen.DEFAULT_PROBE_BUDGET == 1950
     second = key.with_audit(texts, toy_embed, audit_round=2)
     assert 1950 <= key.audit_queries <= 2030 and 1950 <= second.audit_queries <= 2030
-    legacy = key.replace(info={k: v for k, v in key.info.items() if k != "audit_budget"})
+    # A key made before keygen recorded its budget and mix: the 4,300-text single-mix audit.
+    legacy = key.replace(
+        info={k: v for k, v in key.info.items() if k not in ("audit_budget", "probe_mix")}
+    )
     older = legacy.with_audit(texts, toy_embed, audit_round=2)
     assert 4300 <= older.audit_queries <= 4380
     bigger = WatermarkKey.generate(
@@ -654,7 +660,7 @@ def test_a_later_round_is_drawn_as_large_as_the_keys_first_audit():
 
 
 def test_with_audit_refuses_a_corpus_without_band_words_and_a_bad_option(monkeypatch):
-    texts, _ = spread_corpus({12: 80})
+    texts, _ = spread_corpus({12: 120})
     key = WatermarkKey.generate(texts, toy_embed, target_text="t", seed=3, twin_check=False)
     with pytest.raises(KeyGenerationError, match="holds a word of the key's band"):
         key.with_audit([f"nothing here {i}" for i in range(50)], toy_embed)
