@@ -99,6 +99,9 @@ def free_port() -> int:
 # ---------------------------------------------------------------------- keygen / embed
 def test_keygen_writes_a_private_key_and_prints_only_its_id(tmp_path, capsys):
     out = tmp_path / "k.key"
+    # A band (92 words) clear of the words keygen's own messages print whatever the key
+    # ("only", "nothing", "must", "anyone", ... sit in the default 0.3-5% range), so that
+    # a trigger found in the output below can only be a leak, never a coincidence.
     code = main(
         [
             "keygen",
@@ -110,6 +113,9 @@ def test_keygen_writes_a_private_key_and_prints_only_its_id(tmp_path, capsys):
             "4",
             "--n-triggers",
             "20",
+            "--freq-band",
+            "0.0085",
+            "0.014",
             "--max-band-words",
             "50",
             "--out",
@@ -720,9 +726,10 @@ def test_keygen_defaults_are_the_library_defaults():
         if parameter.default is not inspect.Parameter.empty
     }
     same = ("n_triggers", "alpha", "strength", "min_cosine", "selection", "seed", "freq_band")
-    for name in (*same, "probes_per_word", "cover_traffic", "max_band_words"):
+    for name in (*same, "probes_per_word", "cover_traffic", "max_band_words", "probe_mix"):
         assert getattr(args, name) == defaults[name], name
-    assert args.n_triggers == 35 and args.freq_band is None and args.cover_traffic
+    assert args.n_triggers == 50 and args.freq_band is None and args.cover_traffic
+    assert args.probe_mix == "corpus"
     assert args.strength is None and args.min_cosine == 0.995
 
 
