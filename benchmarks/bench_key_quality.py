@@ -58,7 +58,12 @@ CONFIGS = {
         "alpha": 0.75,
         "probes_per_word": 28,
     },
-    "default (n=35, band 1-3%, alpha 0.75)": {},
+    "n=35, band 1-3%, alpha 0.75 (single-word probes)": {
+        "n_triggers": 35,
+        "freq_band": (0.01, 0.03),
+        "probe_mix": "single",
+    },
+    "default (n=50, range 0.3-5%, alpha 0.75)": {},
 }
 
 
