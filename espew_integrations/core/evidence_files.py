@@ -48,7 +48,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .safe_dir import SafeDirectory
-from .untrusted import printable
+from .untrusted import counted, printable
 
 if TYPE_CHECKING:  # types only: report.py imports this module to implement save()
     from .report import VerificationReport
@@ -438,7 +438,8 @@ def _why_no_verdict(data: dict[str, Any]) -> list[str]:
     errors: Sequence[str] = data.get("errors") or ()
     if errors:
         lines += ["Errors seen while querying the suspect (as the suspect sent them):", ""]
-        lines += [_code_item(error) for error in errors[:_ERRORS_SHOWN]]
+        for error, times in counted(errors)[:_ERRORS_SHOWN]:  # a repeat once, counted
+            lines.append(_code_item(error) + (f" (x{times})" if times > 1 else ""))
         lines.append("")
     return lines
 

@@ -34,7 +34,7 @@ from .evidence_files import (
     public_fields,
     save_evidence,
 )
-from .untrusted import printable
+from .untrusted import printable, tally
 
 __all__ = ["Status", "VerificationReport"]
 
@@ -213,8 +213,8 @@ class VerificationReport:
 
 
 def _cause_lines(report: VerificationReport) -> list[str]:
-    """The suspect's first distinct errors (made printable) and what to do next."""
-    distinct = list(dict.fromkeys(printable(error) for error in report.errors))
+    """The suspect's first distinct errors (made printable, repeats counted) and what to do next."""
+    distinct = tally(printable(error) for error in report.errors)
     lines = []
     for i, error in enumerate(distinct[:_CAUSES_SHOWN]):
         label = "cause" if i == 0 else ""

@@ -24,6 +24,8 @@ Standard library only, like the rest of the core.
 'redevil line'
 >>> redact("key=sk-123 echoed", ["sk-123"])
 'key=[REDACTED] echoed'
+>>> tally(["down", "down", "slow"])
+['down (x2)', 'slow']
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ import unicodedata
 import urllib.parse
 from collections.abc import Iterable
 
-__all__ = ["ELLIPSIS", "REDACTED", "printable", "redact"]
+__all__ = ["ELLIPSIS", "REDACTED", "counted", "printable", "redact", "tally"]
 
 #: What replaces each occurrence of a secret.
 REDACTED = "[REDACTED]"
@@ -159,3 +161,22 @@ def printable(text: object, limit: int = 300, *, secrets: Iterable[str] = ()) ->
     if cut or len(clean) > limit:
         clean = clean[: limit - len(ELLIPSIS)].rstrip() + ELLIPSIS
     return clean
+
+
+def counted(messages: Iterable[str]) -> list[tuple[str, int]]:
+    """Each distinct message once, in first-seen order, with how many times it came.
+
+    An unreachable endpoint fails every batch the same way; shown once with its
+    count it reads as one cause, where five copies read as five problems. The
+    count is the suspect's own (how many batches it failed alike), so it moves
+    with nothing the auditor chose to score.
+    """
+    counts: dict[str, int] = {}
+    for message in messages:
+        counts[message] = counts.get(message, 0) + 1
+    return list(counts.items())
+
+
+def tally(messages: Iterable[str]) -> list[str]:
+    """:func:`counted` as text: a message that came N > 1 times ends with ``(xN)``."""
+    return [f"{message} (x{n})" if n > 1 else message for message, n in counted(messages)]
