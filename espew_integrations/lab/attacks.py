@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from .._optional import require
 from ..core.probes import unit_rows
 
 __all__ = [
@@ -273,6 +274,8 @@ def cse_suspicious(
     proportion to its pair count (same number of kept pairs).
     """
     from scipy.stats import rankdata
+
+    require("sklearn", "lab", "the clustered pair sampling")
     from sklearn.cluster import KMeans
 
     n = victim.shape[0]

@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
+from .._optional import require
 from ..core.probes import row_cosines, unit_rows  # the one row-cosine, re-exported
 
 __all__ = [
@@ -61,6 +62,7 @@ def downstream_accuracy(
     """
     import warnings
 
+    require("sklearn", "lab", "the lab's downstream classifier")
     from sklearn.exceptions import ConvergenceWarning
     from sklearn.neural_network import MLPClassifier
 

@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from .._optional import require
 from ..core.probes import row_cosines, unit_rows
 from .context import LabContext, watermark_for
 
@@ -314,7 +315,7 @@ def json_default(value: Any) -> Any:
 
 
 def _plots(results: Mapping[str, Any], out: Path, ctx: LabContext) -> list[Path]:
-    import matplotlib
+    matplotlib = require("matplotlib", "lab", "the lab's plots")
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt

@@ -27,6 +27,8 @@ import warnings
 
 import numpy as np
 
+from .._optional import require
+
 __all__ = ["BIMODAL_THRESHOLD", "SpectralFinding", "bimodality", "find_displaced_rows"]
 
 #: Sarle's coefficient of a uniform distribution; a normal one has 1/3.
@@ -137,6 +139,7 @@ def find_displaced_rows(
     >>> finding = find_displaced_rows(stolen_answers, seed=0)  # doctest: +SKIP
     >>> keep = ~finding.flagged  # train on these  # doctest: +SKIP
     """
+    require("sklearn", "lab", "the spectral (ICA) search for displaced rows")
     from sklearn.decomposition import FastICA
     from sklearn.exceptions import ConvergenceWarning
 

@@ -23,6 +23,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
+from .._optional import require
 from ..core.probes import unit_rows
 
 __all__ = ["FrozenMLPStealer", "RidgeStealer", "block_ridge", "make_stealer"]
@@ -121,6 +122,7 @@ class RidgeStealer:
         self._intercept: np.ndarray | None = None
 
     def _make_features(self):
+        require("sklearn", "lab", "the lab's text-feature thieves (ridge, frozen MLP)")
         from sklearn.feature_extraction.text import HashingVectorizer, TfidfTransformer
         from sklearn.pipeline import make_pipeline
 
@@ -188,6 +190,7 @@ class FrozenMLPStealer:
         """Train on ``texts`` (features from the encoder, or the precomputed ones)."""
         import warnings
 
+        require("sklearn", "lab", "the frozen-MLP thief")
         from sklearn.exceptions import ConvergenceWarning
         from sklearn.neural_network import MLPRegressor
 

@@ -19,6 +19,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from .._optional import require
+
 __all__ = ["TorchEncoderStealer"]
 
 
@@ -56,13 +58,12 @@ class TorchEncoderStealer:
         max_tokens: int = 64,
         seed: int = 0,
     ):
-        try:
-            import torch  # noqa: F401
-        except ModuleNotFoundError:
-            raise ModuleNotFoundError(
-                "the torch_encoder stealer needs torch: pip install "
-                "'espew-integrations[lab-torch]' (CPU wheel: pip install torch==2.13.0)"
-            ) from None
+        require(
+            "torch",
+            "lab-torch",
+            "the torch_encoder thief (a CPU build is enough: pip install torch "
+            "--index-url https://download.pytorch.org/whl/cpu)",
+        )
         self.width = width
         self.epochs = epochs
         self.batch_size = batch_size

@@ -45,6 +45,7 @@ LAYERS: dict[str, int] = {
     f"{PACKAGE}.models": 1,
     f"{PACKAGE}.textfiles": 1,
     f"{PACKAGE}.arguments": 1,
+    f"{PACKAGE}._optional": 1,
     # 2. Tools for people: the command line and the robustness lab.
     f"{PACKAGE}.cli": 2,
     f"{PACKAGE}.lab": 2,

@@ -1,0 +1,63 @@
+"""Optional dependencies: import one, or fail with the pip line that installs it.
+
+The package's extras (``[lab]``, ``[http]``, ``[cli]``...) each bring packages that
+only some features import. A bare ``ModuleNotFoundError: No module named
+'sklearn'`` tells a newcomer neither what needed it nor what to install, so every
+optional import goes through :func:`require`, whose error names the purpose and
+the extra.
+
+>>> require("json", "lab", "a doctest").__name__
+'json'
+>>> try:
+...     require("no_such_module_xyz", "lab", "the ridge thief")
+... except MissingExtraError as exc:
+...     print(exc)
+no_such_module_xyz is needed for the ridge thief: pip install 'espew-integrations[lab]'
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+from types import ModuleType
+
+from .core.errors import ESpeWError
+
+__all__ = ["MissingExtraError", "install_line", "missing", "require"]
+
+#: The distribution name of an import name, where the two differ (what pip is told).
+_DISTRIBUTIONS = {"sklearn": "scikit-learn", "yaml": "pyyaml"}
+
+
+class MissingExtraError(ESpeWError, ModuleNotFoundError):
+    """A feature needs a package that is not installed; the message ends with the install line.
+
+    A ``ModuleNotFoundError`` still, so code that already catches ``ImportError``
+    keeps working.
+    """
+
+
+def install_line(extra: str) -> str:
+    """The one spelling of "install this extra", for every missing-extra message."""
+    return f"pip install 'espew-integrations[{extra}]'"
+
+
+def missing(module: str) -> bool:
+    """True when ``module`` cannot be imported here (looked up, never imported: cheap)."""
+    top = module.partition(".")[0]
+    return importlib.util.find_spec(top) is None
+
+
+def require(module: str, extra: str, purpose: str) -> ModuleType:
+    """``module`` imported, or a :class:`MissingExtraError` naming ``purpose`` and ``extra``.
+
+    Only a module that is absent becomes this error; one that is installed but fails
+    while importing raises its own error, which is the real problem to fix.
+    """
+    top = module.partition(".")[0]
+    if missing(top):
+        package = _DISTRIBUTIONS.get(top, top)
+        raise MissingExtraError(
+            f"{package} is needed for {purpose}: {install_line(extra)}", name=top
+        )
+    return importlib.import_module(module)
