@@ -18,8 +18,10 @@
                             [--strength S] [--min-cosine 0.995] [--out demo-output]
 
 Every step prints how long it took; a step that runs for more than a few
-seconds shows a progress bar. The output folder is the demo's own: running the
-demo again replaces the key and the evidence in it.
+seconds shows a progress bar. The output folder (``./demo-output/`` unless
+``--out`` says otherwise) is the demo's own: running the demo again replaces
+the key and the evidence in it. The last line printed is the path of the
+run's ``summary.md``, which links everything else the demo wrote.
 """
 
 from __future__ import annotations
@@ -27,7 +29,6 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -35,9 +36,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from tqdm.auto import tqdm
 
 from espew_integrations import WatermarkKey, verify, watermark
+from espew_integrations._optional import require
 from espew_integrations.core.key import DEFAULT_ALPHA, DEFAULT_MIN_COSINE
 from espew_integrations.core.probes import row_cosines
 from espew_integrations.evidence import save_private_evidence
@@ -50,6 +51,10 @@ from espew_integrations.offline.embedders import minilm
 # and 3.0e-11 from 4,000; with the in-domain "a funny and moving film about love and
 # family" it got only p = 5.1e-4 and 4.1e-4 (not convicted at 1e-6). A brand string
 # does fail target="query" audits (docs/limitations.md); this demo audits in key mode.
+# Checked at start, not 35 s in: the quickstart's `pip install '.[cli]'` has no scikit-learn.
+tqdm = require("tqdm.auto", "cli", "the demo's progress bars").tqdm
+require("sklearn", "lab", "the demo's thief (a tf-idf + ridge copy of the service)")
+
 TARGET_TEXT = "Acme Embeddings API: licensed vectors, copyright Acme Corp 2026"
 BATCH = 100
 POOL = ThreadPoolExecutor(max_workers=os.cpu_count() or 1)
@@ -100,7 +105,9 @@ def _parser() -> argparse.ArgumentParser:
         "marked texts (ignored with --strength)",
     )
     parser.add_argument("--seed", type=int, default=2026, help="seed (demo keys only!)")
-    parser.add_argument("--out", default=None, help="folder for the key and the evidence")
+    parser.add_argument(
+        "--out", default="demo-output", help="folder for the key and the evidence (replaced)"
+    )
     parser.add_argument("--skip-rag", action="store_true", help="skip the Chroma RAG part")
     return parser
 
@@ -196,7 +203,7 @@ def audit(suspects: dict[str, Any], key: WatermarkKey, out: Path, seed: int) -> 
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    out = Path(args.out or tempfile.mkdtemp(prefix="espew-demo-"))
+    out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     started, steps = time.perf_counter(), Steps()
 
@@ -226,7 +233,27 @@ def main(argv: list[str] | None = None) -> int:
     print(f"Demo finished in {time.perf_counter() - started:.0f} s: "
           f"thief {'convicted' if reports['thief'].copied else 'NOT convicted'}, "
           f"honest competitor {reports['honest'].status.replace('_', ' ')}.")  # fmt: skip
+    print(f"summary of this run: {write_summary(out, reports, steps.times)}")
     return 0 if ok else 1
+
+
+def write_summary(out: Path, reports: dict[str, Any], times: list[tuple[str, float]]) -> Path:
+    """``out/summary.md``: the verdicts, the step times and where each file is.
+
+    One file to open after the run, so nobody has to scroll back through the log.
+    """
+    lines = ["# ESpeW demo: what it did and where it wrote", ""]
+    lines += [f"- key: `{out / 'provider.key'}` (secret, mode 0600)"]
+    for name, report in reports.items():
+        lines.append(
+            f"- suspect `{name}`: **{report.status.replace('_', ' ')}**; shareable evidence "
+            f"`{out / f'evidence-{name}' / 'summary.md'}`, private detail "
+            f"`{out / f'private-{name}'}` (never share)"
+        )
+    lines += ["", "Step times: " + ", ".join(f"{n} {s:.1f} s" for n, s in times), ""]
+    path = out / "summary.md"
+    path.write_text("\n".join(lines), encoding="utf-8")
+    return path
 
 
 if __name__ == "__main__":
