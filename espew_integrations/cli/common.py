@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import os
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -21,6 +22,8 @@ __all__ = [
     "UsageError",
     "add_audit_argument",
     "add_endpoint_flags",
+    "add_suspect_arguments",
+    "announcing_last",
     "counting",
     "endpoint_options",
     "load_key",
@@ -30,6 +33,7 @@ __all__ = [
     "positive_seconds",
     "progress",
     "require_extra",
+    "suspect_spec",
 ]
 
 EXIT_NOT_COPIED = 0
@@ -53,9 +57,12 @@ class Parser(argparse.ArgumentParser):
         raise UsageError(f"{self.prog}: {message}")
 
 
-def load_key(source: str, *, audit: str | None = None, need_audit: bool = False) -> Any:
+def load_key(source: str | None, *, audit: str | None = None, need_audit: bool = False) -> Any:
     """A key from a file path, or from an environment variable with ``env:VAR``.
 
+    ``source`` is ``None`` when ``--key`` was not given: then ``$ESPEW_KEY`` is
+    read, and if it is unset the error names ``--key`` first, since a newcomer
+    who forgot the flag has never heard of the variable.
     ``audit`` names the key's audit file (``--audit``; by default the file
     beside the key). With ``need_audit`` (verify) the audit is read at once, so
     a missing or mismatched audit is one clear error before any query is sent.
@@ -65,6 +72,13 @@ def load_key(source: str, *, audit: str | None = None, need_audit: bool = False)
     """
     from ..core.key import WatermarkKey
 
+    if source is None:
+        if not os.environ.get(DEFAULT_KEY_VARIABLE, "").strip():
+            raise UsageError(
+                f"no key given: pass --key PATH (or --key env:VAR), or set {DEFAULT_KEY_VARIABLE} "
+                "to a key file path"
+            )
+        source = f"env:{DEFAULT_KEY_VARIABLE}"
     if source.startswith("env:"):
         key = WatermarkKey.from_env(source[4:] or DEFAULT_KEY_VARIABLE, audit_path=audit)
     else:
@@ -101,6 +115,9 @@ def require_extra(extra: str, modules: dict[str, str], command: str) -> None:
 class _NoBar:
     """What :func:`progress` returns without tqdm: the same calls, nothing shown."""
 
+    n = 0
+    total: int | None = None
+
     def __enter__(self) -> _NoBar:
         return self
 
@@ -110,28 +127,56 @@ class _NoBar:
     def update(self, n: int = 1) -> None:
         return None
 
+    def set_description_str(self, desc: str) -> None:
+        return None
+
 
 def progress(total: int | None, desc: str, unit: str, enabled: bool) -> Any:
-    """A tqdm bar; ``disable=None`` shows it on a terminal, silent in pipes and CI logs.
+    """A tqdm bar on stderr with a total (so an ETA); shown on a terminal only.
 
-    Without tqdm (it comes with the ``[cli]`` extra) the command still runs, without a bar.
+    ``disable=None`` keeps pipes and CI logs clean; ``enabled`` is False with
+    ``--no-progress``. Without tqdm (it comes with the ``[cli]`` extra) the
+    command still runs, without a bar.
     """
     if importlib.util.find_spec("tqdm") is None:
         return _NoBar()
     from tqdm.auto import tqdm
 
-    return tqdm(total=total, desc=desc, unit=unit, disable=None if enabled else True)
+    return tqdm(
+        total=total, desc=desc, unit=unit, file=sys.stderr, disable=None if enabled else True
+    )
 
 
 def counting(embed: Callable[[list[str]], Any], bar: Any) -> Callable[[list[str]], Any]:
-    """``embed`` that advances ``bar`` by the number of texts of each call."""
+    """``embed`` that advances ``bar`` by the number of texts of each call.
+
+    A bar's total may be an estimate (keygen cannot know its redraws ahead): it
+    grows rather than overflow, so the bar never shows more than 100%.
+    """
 
     def wrapped(texts: list[str]) -> Any:
         out = embed(texts)
+        if bar.total is not None and bar.n + len(texts) > bar.total:
+            bar.total = bar.n + len(texts)
         bar.update(len(texts))
         return out
 
     return wrapped
+
+
+def announcing_last(bar: Any, step: str) -> Callable[[int], None]:
+    """``bar.update`` that names ``step`` on the bar once its total is reached.
+
+    The audit scores the answers after its last query; without this the bar
+    sits silent at 100% while the rank test runs.
+    """
+
+    def update(n: int) -> None:
+        bar.update(n)
+        if bar.total is not None and bar.n >= bar.total:
+            bar.set_description_str(step)
+
+    return update
 
 
 # ---------------------------------------------------------------------- argument types
@@ -219,6 +264,61 @@ def endpoint_options(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
+_URL_SCHEMES = ("http://", "https://")
+
+
+def add_suspect_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--suspect SPEC`` and ``--model NAME``, shared by verify and trace.
+
+    ``--suspect http://host/v1 --model NAME`` is the spelling people try first
+    for an OpenAI-compatible endpoint; it means ``openai:http://host/v1#NAME``.
+    """
+    parser.add_argument(
+        "--suspect",
+        required=True,
+        metavar="SPEC",
+        help="what to audit: openai:URL#MODEL, an http(s) URL with --model, module:attr, "
+        "file.py:attr or minilm",
+    )
+    parser.add_argument(
+        "--model",
+        default=None,
+        metavar="NAME",
+        help="the model to ask for, when --suspect is an OpenAI-compatible endpoint's URL "
+        "(--suspect http://host/v1 --model NAME is openai:http://host/v1#NAME)",
+    )
+
+
+def suspect_spec(args: argparse.Namespace) -> str:
+    """The registry spec of ``--suspect`` (with ``--model``), or a UsageError showing the forms.
+
+    A bare URL is refused before anything is read or sent: resolved as a
+    module it would fail with a baffling import error.
+
+    >>> suspect_spec(argparse.Namespace(suspect="http://h/v1", model="m"))
+    'openai:http://h/v1#m'
+    """
+    suspect: str = args.suspect
+    model = getattr(args, "model", None)
+    if model is None:
+        if suspect.lower().startswith(_URL_SCHEMES):
+            raise UsageError(
+                f"--suspect {suspect} is a URL but names no model; write "
+                f"--suspect openai:{suspect}#MODEL or --suspect {suspect} --model MODEL"
+            )
+        return suspect
+    if not model or "#" in model:
+        raise UsageError(f"--model must be a non-empty model name without '#', got {model!r}")
+    if suspect.lower().startswith(_URL_SCHEMES):
+        return f"openai:{suspect}#{model}"
+    if suspect.startswith("openai:") and "#" not in suspect:
+        return f"{suspect}#{model}"
+    raise UsageError(
+        "--model goes with an endpoint URL (--suspect http://host/v1 --model MODEL); "
+        f"--suspect {suspect} names its model itself or is no endpoint"
+    )
+
+
 def audit_suspect(
     args: argparse.Namespace,
     audit: Callable[..., Any],
@@ -232,7 +332,7 @@ def audit_suspect(
     same audit flags (level, batch size, seed, coverage), and an HTTP suspect's
     connections are closed whatever the audit raised.
     """
-    suspect, name = resolve_embedder(args.suspect, **endpoint_options(args))
+    suspect, name = resolve_embedder(suspect_spec(args), **endpoint_options(args))
     try:
         with progress(n_queries, f"querying {name}", "query", not args.no_progress) as bar:
             return audit(
@@ -242,7 +342,7 @@ def audit_suspect(
                 batch_size=args.batch_size,
                 seed=args.seed,
                 min_coverage=args.min_coverage,
-                progress=bar.update,
+                progress=announcing_last(bar, f"scoring {name}'s answers: running the rank test"),
                 **options,
             )
     finally:

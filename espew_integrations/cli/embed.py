@@ -37,7 +37,9 @@ def register(subparsers: Any) -> None:
         epilog=_EXAMPLE,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    embed.add_argument("--key", default="env:ESPEW_KEY", help="key file or env:VAR")
+    embed.add_argument(
+        "--key", default=None, help="key file or env:VAR (default: the key $ESPEW_KEY names)"
+    )
     embed.add_argument("--input", required=True, help=".txt, .csv or .jsonl file of texts")
     embed.add_argument("--out", required=True, help="output .npy or .jsonl")
     embed.add_argument(

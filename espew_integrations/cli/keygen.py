@@ -210,9 +210,30 @@ def generate_from_corpus(args: argparse.Namespace, make: Callable[..., Any]) -> 
     corpus = corpus_texts(args)
     embed, name = resolve_embedder(args.embedder, **endpoint_options(args))
     window = args.window if args.window is not None else getattr(embed, "max_tokens", None)
-    with progress(None, f"embedding with {name}", "text", not args.no_progress) as bar:
+    total = texts_to_embed(args, len(corpus))
+    with progress(total, f"embedding with {name}", "text", not args.no_progress) as bar:
         made = make(corpus, counting(embed, bar), target_text=target_text, window=window)
+        if getattr(bar, "refresh", None) is not None:  # the estimate met: end at 100%
+            bar.total = bar.n
+            bar.refresh()
     return made, out
+
+
+def texts_to_embed(args: argparse.Namespace, n_corpus: int) -> int:
+    """About how many texts a key generation embeds, for the bar's total and ETA.
+
+    The target, the public canaries (the model fingerprint), a sample of the marked
+    corpus texts (the quality fit), the audit's sample and the band's words. Only an
+    estimate: the band's size is known after the corpus scan, and a refused draw
+    embeds again, so :func:`~.common.counting` grows the total when it is passed.
+    """
+    from ..core import keygen as core_keygen
+    from ..core.model_check import CANARY_TEXTS
+
+    budget = getattr(args, "audit_budget", None) or core_keygen.DEFAULT_PROBE_BUDGET
+    fit_sample = min(n_corpus, int(getattr(core_keygen, "_FIT_SAMPLE", 0)))
+    band = getattr(args, "max_band_words", None) or 0
+    return 1 + len(CANARY_TEXTS) + fit_sample + budget + band
 
 
 def _announce(key: Any, out: Path, *, seeded: bool) -> None:

@@ -35,6 +35,7 @@ from .common import (
     EXIT_NOT_COPIED,
     UsageError,
     add_endpoint_flags,
+    add_suspect_arguments,
     audit_suspect,
     positive_int,
 )
@@ -123,7 +124,7 @@ def _register_trace(subparsers: Any) -> None:
     )
     trace.add_argument("--ring", required=True, help="key ring file")
     trace.add_argument("--tenants", required=True, help="account ids: text lines or JSON")
-    trace.add_argument("--suspect", required=True, help="suspect spec")
+    add_suspect_arguments(trace)
     trace.add_argument("--level", type=float, default=1e-6, help="false-positive rate")
     trace.add_argument("--report-dir", default=None, help="write the shareable evidence here")
     trace.add_argument("--force", action="store_true", help="replace evidence in --report-dir")

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from ..core.untrusted import tally
 from .common import (
     EXIT_COPIED,
     EXIT_INCONCLUSIVE,
@@ -15,10 +16,12 @@ from .common import (
     UsageError,
     add_audit_argument,
     add_endpoint_flags,
+    add_suspect_arguments,
     audit_suspect,
     load_key,
     positive_int,
     positive_seconds,
+    suspect_spec,
 )
 from .files import prepare_private_dir, prepare_report_dir
 from .redact import scrub, secret_values
@@ -38,7 +41,9 @@ example:
   3: usage error. --report-dir writes report.json and summary.md (safe to share);
   --private-report-dir the PRIVATE-* per-word detail and the audit's transcript
   (never share them; `espew evidence check DIR --key KEY` replays the transcript).
-  --suspect also takes module:attr (a Python embedder) or minilm.
+  --suspect also takes an endpoint's URL with --model (--suspect
+  http://127.0.0.1:8000/v1 --model their-model), module:attr (a Python
+  embedder) or minilm.
 """
 
 
@@ -50,9 +55,11 @@ def register(subparsers: Any) -> None:
         epilog=_EXAMPLE,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    verify.add_argument("--key", default="env:ESPEW_KEY", help="key file or env:VAR")
+    verify.add_argument(
+        "--key", default=None, help="key file or env:VAR (default: the key $ESPEW_KEY names)"
+    )
     add_audit_argument(verify)
-    verify.add_argument("--suspect", required=True, help="suspect spec")
+    add_suspect_arguments(verify)
     verify.add_argument(
         "--target",
         choices=("key", "query"),
@@ -108,7 +115,10 @@ def recording_options(args: argparse.Namespace) -> dict[str, Any]:
     given, its label, and a transcript in --private-report-dir when there is one."""
     from ..core.transcript import TranscriptRecorder
 
-    options: dict[str, Any] = {"suspect_name": args.suspect, "suspect_label": args.suspect_label}
+    options: dict[str, Any] = {
+        "suspect_name": suspect_spec(args),
+        "suspect_label": args.suspect_label,
+    }
     if args.private_report_dir:
         options["transcript"] = TranscriptRecorder(args.private_report_dir, force=args.force)
     return options
@@ -182,12 +192,16 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _print_report(report: Any, args: argparse.Namespace) -> None:
+    """The report on stdout, the suspect's errors on stderr (where scripts read them).
+
+    An error that every batch hit is shown once with its count (x5), not five times.
+    """
     print(report.to_json() if args.json else report)
     if report.status == "inconclusive" and report.errors:
-        print("first errors from the suspect:", file=sys.stderr)
+        print("errors from the suspect:", file=sys.stderr)
         secrets = secret_values(args)
-        for error in report.errors[:5]:
-            print(f"  {scrub(str(error), secrets)}", file=sys.stderr)
+        for error in tally(scrub(str(error), secrets) for error in report.errors)[:5]:
+            print(f"  {error}", file=sys.stderr)
 
 
 def _write_evidence(report: Any, args: argparse.Namespace) -> None:
