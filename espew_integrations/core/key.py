@@ -898,8 +898,8 @@ class WatermarkKey(Sealed):
         (``probe_mix="corpus"``, :data:`DEFAULT_PROBE_MIX`); ``"single"`` keeps only
         those with exactly one band word, for a narrow band. Unless
         ``twin_check=False``, a draw the clean model itself (the innocent twin)
-        would implicate at ``twin_level`` is thrown away and drawn again (about
-        1 draw in 500 at the default; ``info["twin_redraws"]`` counts them).
+        would implicate at ``twin_level`` is thrown away and drawn again (at most
+        ``2 * twin_level`` of draws; ``info["twin_redraws"]`` counts them).
 
         ``window`` is the model's input window in tokens (256 for the offline
         MiniLM): triggers past it are never read and never mark. ``seed=None``
