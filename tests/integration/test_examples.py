@@ -96,10 +96,12 @@ def check_provider_output(text: str) -> None:
     assert f"the thief collected {PROVIDER_TEXTS} answers of dimension 384" in text
     assert "verdict copy: copied" in text
     assert "verdict honest: not_copied" in text
-    p_values = [float(p) for p in re.findall(r"p-value\s+: ([0-9.e+-]+)", text)]
+    # The report publishes "p = 0.0031", or "p < 1e-20" at the floor (an upper bound).
+    p_values = re.findall(r"p-value\s+: p ([=<]) ([0-9.e+-]+)", text)
     assert len(p_values) == 2
-    assert p_values[0] < 1e-8  # the copy: measured 7.5e-10 at 3,000 answers
-    assert p_values[1] > 1e-3  # the honest model: measured 1 (raw 0.87, adjusted 0.75)
+    assert float(p_values[0][1]) < 1e-8  # the copy: measured 7.5e-10 at 3,000 answers
+    assert p_values[1][0] == "="  # the honest model's p is shown exactly, not as a bound
+    assert float(p_values[1][1]) > 1e-3  # measured 1 (raw 0.87, adjusted 0.75)
     # Only the verdict leaves the house; per-word scores stay in a separate, private folder.
     assert "shareable: ['report.json', 'summary.md']" in text
     assert "private: ['PRIVATE-scores.png', 'PRIVATE-word-scores.json']" in text
