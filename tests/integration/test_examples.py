@@ -300,6 +300,7 @@ def test_rag_demo_compares_watermarked_and_clean_langchain_chroma_indexes(capsys
 
 def test_rag_demo_reuses_known_vectors_instead_of_embedding_again():
     """make demo hands the RAG step the service's clean vectors: indexing costs no model time."""
+    from espew_integrations.core.model_check import CANARY_TEXTS
     from espew_integrations.offline.corpora import rotten_tomatoes
     from espew_integrations.offline.embedders import minilm
     from tests.support import real_key
@@ -308,17 +309,20 @@ def test_rag_demo_reuses_known_vectors_instead_of_embedding_again():
     key, model = real_key(), minilm()
     texts = list(rotten_tomatoes().subset(3000, seed=7).texts[:40])
     known = dict(zip(texts, model(texts), strict=True))
-    asked: list[int] = []
+    asked: list[list[str]] = []
 
     def counting_model(batch: list[str]):
-        asked.append(len(batch))
+        asked.append(list(batch))
         return model(batch)
 
     counting_model.view = model.view
     with_known = run_rag_demo(
         texts, key, counting_model, n_queries=3, known_vectors=known, verbose=False
     )
-    assert asked == [1] * 3 * 2  # only the queries, once per index
+    # The key's model check embeds its six public canaries once, on first use (issue 38);
+    # after that, only the queries, once per index.
+    assert asked[0] == list(CANARY_TEXTS)
+    assert [len(batch) for batch in asked[1:]] == [1] * 3 * 2
     without = run_rag_demo(texts, key, model, n_queries=3, verbose=False)
     assert [q["top_clean"] for q in with_known["queries"]] == [
         q["top_clean"] for q in without["queries"]
