@@ -20,6 +20,7 @@ import hashlib
 import json
 import os
 import threading
+import zlib
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any, Literal
@@ -615,8 +616,10 @@ class WatermarkKey(Sealed):
         """
         split = self._audit_layout == "split"
         target: Any = [float(x) for x in self._target]
+        band: Any = list(self._band)
         if split:
             target = base64.b64encode(self._target.astype("<f8").tobytes()).decode("ascii")
+            band = _packed_band(self._band)
         payload = {
             "triggers": sorted(self._triggers),
             "target": target,
@@ -624,7 +627,7 @@ class WatermarkKey(Sealed):
             "strength": self._strength,
             "selection": self._selection,
             "target_text": self._target_text,
-            "band": list(self._band),
+            "band": band,
             "salt": self._salt.hex(),
             "freq_band": list(self._freq_band),
             "created": self._created,
@@ -1008,6 +1011,7 @@ def _fields_from_payload(payload: dict[str, Any], version: int) -> dict[str, Any
     )
     if version >= 3:
         fields["target"] = _stored_target(payload["target"])
+        fields["band"] = _unpacked_band(payload["band"])
     if version == 1:  # before normalisation: exactly the old str.lower() rule
         fields["normalization"] = LEGACY_LOWER
         return fields
@@ -1020,6 +1024,36 @@ def _fields_from_payload(payload: dict[str, Any], version: int) -> dict[str, Any
     if "model" in payload:
         fields["model_fingerprint"] = ModelFingerprint.from_payload(payload["model"])
     return fields
+
+
+#: A packed band unpacks to at most this many bytes: far more than any real band's
+#: words, so a hostile key file cannot make the loader inflate a bomb.
+_MAX_BAND_BYTES = 1 << 24
+
+
+def _packed_band(band: Sequence[str]) -> str:
+    """A version 3 band: base64 of the zlib-compressed, newline-joined sorted words.
+
+    The band is every word of a wide frequency range (hundreds of words), most
+    of a serving key's size as a JSON list; packed, the key fits a secret
+    manager's or an environment variable's limit.
+    """
+    return base64.b64encode(zlib.compress("\n".join(band).encode("utf-8"), 9)).decode("ascii")
+
+
+def _unpacked_band(stored: Any) -> Any:
+    """A version 3 band back as words (a JSON list is read too, and validated as any band)."""
+    if not isinstance(stored, str):
+        return stored
+    try:
+        inflate = zlib.decompressobj()
+        raw = inflate.decompress(base64.b64decode(stored, validate=True), _MAX_BAND_BYTES)
+        if inflate.unconsumed_tail or not inflate.eof:
+            raise ValueError("truncated or oversized")
+        words = raw.decode("utf-8").split("\n")
+    except (binascii.Error, ValueError, zlib.error):
+        raise KeyGenerationError("the stored band is not a valid packed word list") from None
+    return words
 
 
 def _stored_target(stored: Any) -> Any:

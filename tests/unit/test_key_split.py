@@ -9,12 +9,13 @@ import os
 import shutil
 import stat
 import threading
+import zlib
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from espew_integrations import KeyFileError, WatermarkKey, watermark
+from espew_integrations import KeyFileError, KeyGenerationError, WatermarkKey, watermark
 from espew_integrations.core.key_audit import default_audit_path
 from espew_integrations.core.model_check import CANARY_TEXTS, ModelFingerprint
 from espew_integrations.core.secret_files import canonical_json
@@ -130,8 +131,9 @@ def test_an_audit_of_another_key_or_an_edited_one_is_refused(tmp_path):
 
 
 def test_the_serving_key_fits_a_secret_manager_at_384_and_4096_dimensions():
+    # 640 band words: the default public range's band on Rotten Tomatoes.
     for dim, limit in ((384, 16 * 1024), (4096, 64 * 1024)):
-        key = _audited(dim=dim, n_band=143, n_probes_per_word=4)
+        key = _audited(dim=dim, n_band=640, n_probes_per_word=1)
         serving = key.serving_json().encode()
         assert len(serving) <= limit, (dim, len(serving))
         assert len(key.audit_json()) > 4 * len(serving)
@@ -220,3 +222,25 @@ def test_the_fingerprint_is_small_and_public(tmp_path):
     payload = json.loads(key.serving_json())["key"]["model"]
     assert payload["dim"] == 4096 and payload["rows"]["dim"] == 512
     assert len(payload["rows"]["scale"]) == len(CANARY_TEXTS)
+
+
+@pytest.mark.parametrize(
+    "band",
+    [
+        "not base64!",
+        base64.b64encode(b"not zlib").decode(),
+        base64.b64encode(zlib.compress(b"a" * (1 << 25))).decode(),  # inflates past the bound
+        base64.b64encode(zlib.compress(b"\xff\xfe")).decode(),  # not UTF-8
+    ],
+    ids=["base64", "zlib", "bomb", "utf8"],
+)
+def test_a_hostile_packed_band_is_refused_without_inflating_it(tmp_path, band):
+    key = _audited()
+    document = json.loads(key.serving_json())
+    document["key"]["band"] = band
+    document["checksum"] = hashlib.sha256(canonical_json(document["key"])).hexdigest()
+    path = tmp_path / "hostile.key"
+    path.write_text(json.dumps(document))
+    path.chmod(0o600)
+    with pytest.raises((KeyFileError, KeyGenerationError), match="band"):
+        WatermarkKey.load(path)
