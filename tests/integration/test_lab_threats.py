@@ -218,8 +218,8 @@ def test_cover_texts_with_several_band_words_hide_the_lone_word_tell(
     share, and the same router lets it through."""
     kwargs = dict(target_text=TARGET, n_triggers=8, seed=3, probes_per_word=6)
     key = WatermarkKey.generate(
-        rt_subset.texts, minilm_model, freq_band=(0.01, 0.015), **kwargs
-    )  # the earlier default band, where that design was measured
+        rt_subset.texts, minilm_model, freq_band=(0.01, 0.015), probe_mix="single", **kwargs
+    )  # the earlier default band and probes, where that design was measured
     band = set(key.band)
     held = [band & set(tokenize(t)) for t in key.cover_texts]
     assert 0.2 < np.mean([len(h) >= 2 for h in held]) < 0.6  # the texts with several

@@ -61,7 +61,8 @@ def test_the_watermarked_service_itself_is_convicted_at_the_budget(budget_key, m
     report = verify(service, budget_key, seed=0)
     assert report.status == "copied" and report.p_value < 1e-10
     assert report.probes == "sentences" and report.n_queries <= 2000
-    assert report.decided_by == "adjusted" and report.p_value_adjusted < 1e-15
+    # Both clean-referenced scores see the mark; the verdict takes the stronger.
+    assert report.p_value_adjusted < 1e-15 and report.p_value_directed < 1e-15
 
 
 def test_the_innocent_twin_and_an_independent_model_are_acquitted(budget_key, minilm_model):
@@ -157,7 +158,9 @@ def test_an_audit_drawn_from_another_domain_convicts_the_service_and_acquits_the
     tweet_key = budget_key.with_audit(tweets, minilm_model, probes_per_word=3)
     assert tweet_key.triggers == budget_key.triggers
     sent = [*tweet_key.probe_texts, *tweet_key.cover_texts]
-    assert sum(t in set(tweets) for t in sent) > 0.95 * len(sent)
+    # tweets, and each band word no tweet holds alone (so that every word is scored)
+    assert all(t in set(tweets) or t in budget_key.band for t in sent)
+    assert sum(t in set(tweets) for t in sent) > 0.9 * len(sent)
 
     def service(texts):
         return watermark(texts, minilm_model(texts), tweet_key)
@@ -171,7 +174,7 @@ def test_an_audit_drawn_from_another_domain_convicts_the_service_and_acquits_the
 def test_a_thief_routing_audit_traffic_to_the_clean_model_is_still_convicted(
     budget_key, minilm_model, rt_corpus
 ):
-    from espew_integrations.lab.router import AuditHistory, AuditRouter
+    from espew_integrations.lab.router import AuditHistory, AuditRouter, looks_like_audit
 
     def service(texts):
         return watermark(texts, minilm_model(texts), budget_key)
@@ -182,13 +185,22 @@ def test_a_thief_routing_audit_traffic_to_the_clean_model_is_still_convicted(
     history = AuditHistory.from_texts(traffic, rare_band=budget_key.freq_band, lone_z=4.0)
     thief = AuditRouter(service, minilm_model, history=copy.deepcopy(history))
     report = verify(thief, budget_key, seed=0)
-    assert thief.n_routed / thief.n_queries < 0.1  # probes among cover texts look like traffic
     assert report.copied and report.p_value < 1e-10
-    # Without the cover texts the probes are a burst of band words, routed away.
-    bare = budget_key.replace(cover_texts=())
-    bare_thief = AuditRouter(service, minilm_model, history=copy.deepcopy(history))
-    bare_report = verify(bare_thief, bare, seed=0)
-    assert bare_thief.n_routed / bare_thief.n_queries > 0.5 and not bare_report.copied
+    # The audit is a uniform sample of the corpus: the router routes as much of it as of
+    # an ordinary client's random samples (its burst rules fire by chance on both).
+    rng = np.random.default_rng(0)
+    ordinary = []
+    for _ in range(5):
+        watcher = copy.deepcopy(history)
+        sample = [traffic[i] for i in rng.choice(len(traffic), thief.n_queries, replace=False)]
+        flagged = sum(
+            int(looks_like_audit(sample[s : s + 32], watcher).sum())
+            for s in range(0, len(sample), 32)
+        )
+        ordinary.append(flagged / len(sample))
+    assert thief.n_routed / thief.n_queries <= max(ordinary) + 0.05, ordinary
+    # (Single-mix probes without their cover are a burst of lone band words, routed
+    # away: test_lab_threats.py::test_cover_texts_with_several_band_words_hide_the_lone_word_tell.)
     # The old single-word audit is recognised and routed away: the thief escapes it.
     words_thief = AuditRouter(service, minilm_model, history=copy.deepcopy(history))
     words = verify(words_thief, budget_key, probes="words", seed=0)
