@@ -37,8 +37,9 @@ example:
       --max-queries 2500 --rate-limit 5 --report-dir evidence/
 
   Sends the key's audit (a keyed uniform sample of its corpus, shuffled;
-  key.audit_queries texts) to the suspect and runs an exact rank test. Exit code 0: not copied, 1: copied, 2: inconclusive,
-  3: usage error. --report-dir writes report.json and summary.md (safe to share);
+  key.audit_queries texts) to the suspect and runs an exact rank test.
+  Exit code 0: not copied, 1: copied, 2: inconclusive, 3: usage error.
+  --report-dir writes report.json and summary.md (safe to share);
   --private-report-dir the PRIVATE-* per-word detail and the audit's transcript
   (never share them; `espew evidence check DIR --key KEY` replays the transcript).
   --suspect also takes an endpoint's URL with --model (--suspect
