@@ -100,7 +100,6 @@ CHROMA_BIN = Path(sys.executable).with_name("chroma")
 
 
 @lru_cache(maxsize=1)
-@lru_cache(maxsize=1)
 def unchecked(key: WatermarkKey) -> WatermarkKey:
     """The key without its model fingerprint, for tests that wrap a fake model on purpose.
 
