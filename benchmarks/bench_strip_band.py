@@ -36,6 +36,7 @@ from __future__ import annotations
 import argparse
 import re
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import ClassVar
 
 import numpy as np
@@ -123,17 +124,35 @@ def key_from_args(
     return key, options.get("freq_band", DEFAULT_FREQ_BAND)
 
 
-def thief_split(seed: int, texts: Sequence[str], key: WatermarkKey) -> tuple[list, list]:
-    """10,000 stealing texts and 500 held-out ones, none of them an audit text."""
+@dataclass(frozen=True)
+class Thief:
+    """A thief's 10,000 stealing texts and 500 held-out ones, with their clean answers."""
+
+    rows: np.ndarray
+    steal: list[str]
+    held: list[str]
+    clean_steal: np.ndarray
+    clean_held: np.ndarray
+
+
+def thief_for(seed: int, texts: Sequence[str], key: WatermarkKey, victim) -> Thief:
+    """The thief of ``seed``: none of its texts is an audit text of ``key``."""
     audit = set(key.probe_texts) | set(key.cover_texts)
-    pool = [i for i in np.random.default_rng(seed + 100).permutation(len(texts))]
-    pool = [i for i in pool if texts[i] not in audit]
+    order = np.random.default_rng(seed + 100).permutation(len(texts))
+    pool = [i for i in order if texts[i] not in audit]
     if len(pool) < N_STEAL + N_HELD_OUT:
         raise SystemExit(
             f"only {len(pool)} corpus texts lie outside the {len(audit)}-text audit; "
             f"the thief needs {N_STEAL + N_HELD_OUT}"
         )
-    return pool[:N_STEAL], pool[N_STEAL : N_STEAL + N_HELD_OUT]
+    steal, held = np.asarray(pool[:N_STEAL]), np.asarray(pool[N_STEAL : N_STEAL + N_HELD_OUT])
+    return Thief(
+        rows=steal,
+        steal=[texts[i] for i in steal],
+        held=[texts[i] for i in held],
+        clean_steal=victim.matrix[steal].astype(np.float64),
+        clean_held=victim.matrix[held].astype(np.float64),
+    )
 
 
 def strategies(steal: list[str], band: tuple[float, float]) -> dict[str, set[str]]:
@@ -148,16 +167,9 @@ def strategies(steal: list[str], band: tuple[float, float]) -> dict[str, set[str
 
 
 def run_strategy(
-    name: str,
-    words: set[str],
-    key: WatermarkKey,
-    seed: int,
-    steal: list[str],
-    held: list[str],
-    victim: Callable,
-    clean_steal: np.ndarray,
-    clean_held: np.ndarray,
+    name: str, words: set[str], key: WatermarkKey, seed: int, thief: Thief, victim: Callable
 ) -> dict:
+    steal, held, clean_steal = thief.steal, thief.held, thief.clean_steal
     # A text with no deleted word is sent as it was (its answer is the cached one).
     canonical = strip_words(steal, set())
     stripped = [
@@ -175,7 +187,7 @@ def run_strategy(
     cos = row_cosines(clean_stripped, clean_steal)
     answers = watermark(stripped, clean_stripped, key)
     copy = RidgeStealer(seed=seed).fit(stripped, answers)
-    fidelity = float(row_cosines(copy(held), clean_held).mean())
+    fidelity = float(row_cosines(copy(held), thief.clean_held).mean())
     report = verify(copy, key, seed=seed)
     row = {
         "strategy": name,
@@ -216,13 +228,9 @@ def main() -> None:
             f"audit {len(key.probe_texts) + len(key.cover_texts)} texts"
         )
         print(header)
-        steal_rows, held_rows = thief_split(seed, texts, key)
-        steal = [texts[i] for i in steal_rows]
-        held = [texts[i] for i in held_rows]
-        clean_steal = victim.matrix[steal_rows].astype(np.float64)
-        clean_held = victim.matrix[held_rows].astype(np.float64)
-        for name, words in strategies(steal, public).items():
-            row = run_strategy(name, words, key, seed, steal, held, victim, clean_steal, clean_held)
+        thief = thief_for(seed, texts, key, victim)
+        for name, words in strategies(thief.steal, public).items():
+            row = run_strategy(name, words, key, seed, thief, victim)
             print(
                 f"{seed:>4} {name:<18} {row['deleted_words']:>5} {row['triggers_deleted']:>4} "
                 f"{row['texts_changed']:>7.3f} {row['mean_cos_all']:>6.3f} "

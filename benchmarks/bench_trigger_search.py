@@ -31,7 +31,7 @@ import argparse
 
 import numpy as np
 from bench_faithful_copy import corpus_lookups
-from bench_strip_band import add_key_arguments, key_from_args, run_strategy, thief_split
+from bench_strip_band import add_key_arguments, key_from_args, run_strategy, thief_for
 
 from espew_integrations import watermark
 from espew_integrations.core.words import band_words, document_frequencies, tokenize
@@ -78,49 +78,30 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
     add_key_arguments(parser)
     args = parser.parse_args()
-    texts, victim, standard, std_matrix = corpus_lookups()
+    texts, victim, _standard, std_matrix = corpus_lookups()
     print(
         f"{'seed':>4} {'search':<10} {'k':>4} {'found':>5} {'chance':>6} "
         f"{'changed':>7} {'cos':>6} {'fidel':>6} {'p':>9}"
     )
     for seed in args.seeds:
         key, public = key_from_args(args, seed, texts, victim)
-        steal_rows, held_rows = thief_split(seed, texts, key)
-        steal = [texts[i] for i in steal_rows]
-        held = [texts[i] for i in held_rows]
-        clean_steal = victim.matrix[steal_rows].astype(np.float64)
-        clean_held = victim.matrix[held_rows].astype(np.float64)
-        answers = watermark(steal, clean_steal, key)
-        counts, n = document_frequencies(steal)
+        thief = thief_for(seed, texts, key, victim)
+        answers = watermark(thief.steal, thief.clean_steal, key)
+        counts, n = document_frequencies(thief.steal)
         words = band_words(counts, n, public)
-        resid = residuals(std_matrix[steal_rows].astype(np.float64), answers)
-        scores = rank_words(resid, word_rows(steal, words))
-        n_trig = len(key.triggers)
+        resid = residuals(std_matrix[thief.rows].astype(np.float64), answers)
+        scores = rank_words(resid, word_rows(thief.steal, words))
+        k = len(key.triggers)  # the thief deletes as many candidates as there are triggers
         in_range = sum(w in key.triggers for w in words)
         for search, score in scores.items():
-            order = [words[i] for i in np.argsort(-score)]
-            for k in (n_trig,):
-                top = set(order[:k])
-                found = len(top & key.triggers)
-                chance = k * in_range / len(words)
-                row = run_strategy(
-                    f"{search} top {k}",
-                    top,
-                    key,
-                    seed,
-                    steal,
-                    held,
-                    victim,
-                    clean_steal,
-                    clean_held,
-                )
-                print(
-                    f"{seed:>4} {search:<10} {k:>4} {found:>5} {chance:>6.1f} "
-                    f"{row['texts_changed']:>7.3f} {row['mean_cos_all']:>6.3f} "
-                    f"{row['fidelity']:>6.3f} {row['p_value']:>9.2e}",
-                    flush=True,
-                )
-    del standard
+            top = {words[i] for i in np.argsort(-score)[:k]}
+            row = run_strategy(f"{search} top {k}", top, key, seed, thief, victim)
+            print(
+                f"{seed:>4} {search:<10} {k:>4} {len(top & key.triggers):>5} "
+                f"{k * in_range / len(words):>6.1f} {row['texts_changed']:>7.3f} "
+                f"{row['mean_cos_all']:>6.3f} {row['fidelity']:>6.3f} {row['p_value']:>9.2e}",
+                flush=True,
+            )
 
 
 if __name__ == "__main__":
