@@ -39,6 +39,7 @@ from .core.inject import check_texts, watermark
 from .core.key import WatermarkKey
 from .core.model_check import ModelGuard
 from .core.text import TextView
+from .core.traffic_sample import TrafficSample
 
 
 class _Discover(enum.Enum):
@@ -250,7 +251,20 @@ class WatermarkingWrapper:
         canary texts, then nothing per call) and raises KeyModelMismatchError if not.
         """
         self._guard.check()  # type: ignore[attr-defined]
-        return watermark(texts, clean, self._key, view=self._view)  # type: ignore[attr-defined]
+        out = watermark(texts, clean, self._key, view=self._view)  # type: ignore[attr-defined]
+        # Not a class attribute: on LlamaIndex's pydantic model a class default
+        # here would shadow the instance's private attribute.
+        sample = getattr(self, "_traffic_sample", None)
+        if sample is not None:
+            sample.record(texts)
+            if sample.flush_due():
+                sample.flush()
+        return out
+
+    @property
+    def traffic_sample(self) -> TrafficSample | None:
+        """The sample of texts this wrapper answered (``flush()`` it when you stop), or None."""
+        return getattr(self, "_traffic_sample", None)
 
     def __repr__(self) -> str:
         return (

@@ -44,6 +44,7 @@ from ._wrapper_common import (
 from .core.errors import ESpeWError, KeyFileError
 from .core.key import WatermarkKey
 from .core.text import TextView
+from .core.traffic_sample import TrafficSample
 from .models import MODEL_NAMES, canonical_model_name, load_model
 
 __all__ = ["ESpeWEmbeddingFunction", "MiniLMEmbeddingFunction"]
@@ -88,6 +89,7 @@ class ESpeWEmbeddingFunction(WatermarkingWrapper, EmbeddingFunction[Documents]):
         key_path: str | os.PathLike[str] | None = None,
         key_env: str | None = None,
         view: ViewArgument = DISCOVER,
+        traffic_sample: TrafficSample | None = None,
     ) -> None:
         if not callable(inner):
             raise TypeError(f"inner must be a Chroma EmbeddingFunction, got {type(inner).__name__}")
@@ -100,6 +102,7 @@ class ESpeWEmbeddingFunction(WatermarkingWrapper, EmbeddingFunction[Documents]):
         self._view = resolve_view(view, inner)
         self._view_mode = "inner" if view is DISCOVER else "off" if view is None else "custom"
         self._guard = self._model_guard()
+        self._traffic_sample = traffic_sample
 
     @property
     def inner(self) -> EmbeddingFunction[Documents]:

@@ -30,6 +30,7 @@ from ._wrapper_common import (
 )
 from .core.key import WatermarkKey
 from .core.text import TextView
+from .core.traffic_sample import TrafficSample
 
 __all__ = ["ESpeWEmbeddings", "MiniLMEmbeddings"]
 
@@ -72,6 +73,7 @@ class ESpeWEmbeddings(WatermarkingWrapper, Embeddings):
         key_path: str | os.PathLike[str] | None = None,
         key_env: str | None = None,
         view: ViewArgument = DISCOVER,
+        traffic_sample: TrafficSample | None = None,
     ) -> None:
         if not hasattr(embeddings, "embed_documents") or not hasattr(embeddings, "embed_query"):
             raise TypeError(
@@ -82,6 +84,7 @@ class ESpeWEmbeddings(WatermarkingWrapper, Embeddings):
         self._key = found.key
         self._view = resolve_view(view, embeddings)
         self._guard = self._model_guard()
+        self._traffic_sample = traffic_sample
 
     def _underlying(self) -> Embeddings:
         return self.underlying_embeddings

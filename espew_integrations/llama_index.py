@@ -42,6 +42,7 @@ from ._wrapper_common import (
 )
 from .core.key import WatermarkKey
 from .core.text import TextView
+from .core.traffic_sample import TrafficSample
 
 __all__ = ["ESpeWEmbedding", "MiniLMEmbedding"]
 
@@ -80,6 +81,7 @@ class ESpeWEmbedding(WatermarkingWrapper, BaseEmbedding):
     _key: WatermarkKey = PrivateAttr()
     _view: TextView | None = PrivateAttr(default=None)
     _guard: Any = PrivateAttr(default=None)
+    _traffic_sample: Any = PrivateAttr(default=None)
 
     def __init__(
         self,
@@ -89,6 +91,7 @@ class ESpeWEmbedding(WatermarkingWrapper, BaseEmbedding):
         key_path: str | os.PathLike[str] | None = None,
         key_env: str | None = None,
         view: ViewArgument = DISCOVER,
+        traffic_sample: TrafficSample | None = None,
         **kwargs: Any,
     ) -> None:
         if not isinstance(embed_model, BaseEmbedding):
@@ -104,6 +107,7 @@ class ESpeWEmbedding(WatermarkingWrapper, BaseEmbedding):
         self._key = found.key
         self._view = resolved_view
         self._guard = self._model_guard()
+        self._traffic_sample = traffic_sample
 
     @classmethod
     def class_name(cls) -> str:

@@ -47,6 +47,13 @@ def _register_reaudit(key_actions: Any) -> None:
         "--corpus", required=True, help="texts like the suspect's traffic: bundled name or file"
     )
     reaudit.add_argument("--text-column", default=None, help="CSV column / JSONL field")
+    reaudit.add_argument(
+        "--account",
+        default=None,
+        metavar="ID",
+        help="--corpus is a traffic sample (espew serve --traffic-sample): draw the audit "
+        "from this account's texts only",
+    )
     add_embedder_argument(reaudit)
     reaudit.add_argument("--out", required=True, help="where to write the re-audited key")
     reaudit.add_argument(
@@ -105,16 +112,29 @@ def run_check(args: argparse.Namespace) -> int:
     return 0
 
 
+def _audit_corpus(args: argparse.Namespace) -> Any:
+    """The texts to draw the audit from: one account's traffic sample, or --corpus."""
+    from .keygen import corpus_texts
+
+    if args.account is None:
+        return corpus_texts(args)
+    from ..core.traffic_sample import TrafficSampleError, read_traffic_texts
+
+    try:
+        return read_traffic_texts(args.corpus, account=args.account)
+    except TrafficSampleError as exc:
+        raise UsageError(str(exc)) from None
+
+
 def run_reaudit(args: argparse.Namespace) -> int:
     """Draw the key's audit from ``--corpus`` with the clean model; write it (mode 0600)."""
     from ..models import resolve_embedder
-    from .keygen import corpus_texts
 
     out = Path(args.out)
     if out.exists() and not args.overwrite:  # before any slow work
         raise UsageError(f"{out} already exists; pass --overwrite to replace it")
     key = load_key(args.key)
-    corpus = corpus_texts(args)
+    corpus = _audit_corpus(args)
     embed, name = resolve_embedder(args.embedder, **endpoint_options(args))
     with progress(None, f"embedding with {name}", "text", not args.no_progress) as bar:
         moved = key.with_audit(

@@ -107,8 +107,53 @@ def register(subparsers: Any) -> None:
         help="N processes share the port, each with its own event loop (default 1); "
         "the watermark's CPU work then uses N cores",
     )
+    _add_traffic_flags(serve)
     add_endpoint_flags(serve, verify=False)
     serve.set_defaults(func=run, batch_size=64)
+
+
+def _add_traffic_flags(serve: argparse.ArgumentParser) -> None:
+    from ..core.traffic_sample import DEFAULT_SAMPLE_CAPACITY, DEFAULT_SAMPLE_RETENTION_DAYS
+
+    serve.add_argument(
+        "--traffic-sample",
+        default=None,
+        metavar="FILE.jsonl",
+        help="keep a keyed random sample of the texts answered (per tenant with --ring) in "
+        "FILE.jsonl (mode 0600), for audits drawn from what a suspect sent: "
+        "espew key reaudit KEY --corpus FILE.jsonl --text-column text [--account ID]. "
+        "It holds your clients' texts: see docs/key-management.md",
+    )
+    serve.add_argument(
+        "--traffic-sample-size",
+        type=positive_int,
+        default=DEFAULT_SAMPLE_CAPACITY,
+        metavar="N",
+        help=f"texts kept per account (default {DEFAULT_SAMPLE_CAPACITY:,})",
+    )
+    serve.add_argument(
+        "--traffic-sample-days",
+        type=positive_seconds,
+        default=DEFAULT_SAMPLE_RETENTION_DAYS,
+        metavar="DAYS",
+        help=f"drop texts not seen for DAYS days (default {DEFAULT_SAMPLE_RETENTION_DAYS})",
+    )
+
+
+def _traffic_sample(args: argparse.Namespace) -> Any:
+    """The --traffic-sample file as a TrafficSample, or None; a bad path is a usage error."""
+    if args.traffic_sample is None:
+        return None
+    from ..core.traffic_sample import TrafficSample, TrafficSampleError
+
+    try:
+        return TrafficSample(
+            args.traffic_sample,
+            capacity=args.traffic_sample_size,
+            retention_days=args.traffic_sample_days,
+        )
+    except TrafficSampleError as exc:
+        raise UsageError(str(exc)) from None
 
 
 def _add_limit_flags(serve: argparse.ArgumentParser) -> None:
@@ -186,6 +231,7 @@ def run(args: argparse.Namespace) -> int:
     options["api_key_env"] = args.upstream_api_key_env
     embed, name = resolve_embedder(args.embedder, **options)
     api_key = _client_api_key(args)
+    sample = _traffic_sample(args)
     model_name = args.model_name or name
     check_key = key if tenants is None else tenants.shared_key
     if check_key is not None:
@@ -202,6 +248,7 @@ def run(args: argparse.Namespace) -> int:
         max_request_chars=args.max_request_chars,
         body_timeout=args.body_timeout,
         tenants=tenants,
+        traffic_sample=sample,
     )
     if tenants is not None:
         mark = f"watermarked per tenant ({len(tenants.tenants)} tenants, ring {tenants.ring_id})"
@@ -213,6 +260,8 @@ def run(args: argparse.Namespace) -> int:
     def announce(base_url: str) -> None:
         auth = "API key required" if api_key or tenants is not None else "no API key required"
         print(f"espew serve: model {model_name!r} {mark}, {auth}, on {base_url}", flush=True)
+        if sample is not None:
+            print(f"espew serve: sampling answered texts into {sample.path}", flush=True)
 
     def announce_metrics(url: str) -> None:
         print(f"espew serve: metrics for the operator only on {url}", flush=True)

@@ -33,6 +33,7 @@ sees the JSON before it is compressed.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import logging
@@ -44,6 +45,7 @@ import numpy as np
 
 from ..core.inject import watermark_and_mask
 from ..core.key import WatermarkKey
+from ..core.traffic_sample import TrafficSample
 from .upstream import UpstreamError, decode_embeddings
 
 __all__ = ["ESpeWMiddleware"]
@@ -81,6 +83,13 @@ class ESpeWMiddleware:
     middleware no longer serves metrics on the app it wraps, where any
     client could read the marked count (a trigger oracle).
 
+    ``traffic_sample`` (a :class:`~..core.traffic_sample.TrafficSample`)
+    keeps a keyed sample of the texts answered, for audits drawn from what a
+    suspect sent; ``traffic_account`` maps a request's ASGI scope to its
+    account id (e.g. from your authentication), so that each account is
+    sampled apart. The sample is merged into its file when due and when the
+    app shuts down.
+
     >>> app = ESpeWMiddleware(app, key=WatermarkKey.load("provider.key"))  # doctest: +SKIP
     """
 
@@ -93,6 +102,8 @@ class ESpeWMiddleware:
         paths: Sequence[str] = DEFAULT_PATHS,
         metrics: Any = None,
         metrics_path: str | None = None,
+        traffic_sample: TrafficSample | None = None,
+        traffic_account: Callable[[Scope], str | None] | None = None,
     ):
         if not isinstance(key, WatermarkKey):
             raise TypeError(f"key must be a WatermarkKey, got {type(key).__name__}")
@@ -111,6 +122,10 @@ class ESpeWMiddleware:
 
             metrics = default_metrics(key)
         self.metrics = metrics or None
+        if traffic_account is not None and traffic_sample is None:
+            raise ValueError("traffic_account needs a traffic_sample to record into")
+        self.traffic_sample = traffic_sample
+        self._traffic_account = traffic_account
 
     def __repr__(self) -> str:
         return f"ESpeWMiddleware(app={self.app!r}, key_id={self._key.key_id!r})"
@@ -135,6 +150,9 @@ class ESpeWMiddleware:
         raise TypeError("ESpeWMiddleware refuses to be pickled (it holds a watermark key)")
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan" and self.traffic_sample is not None:
+            await self.app(scope, receive, self._flushing_on_shutdown(send))
+            return
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
@@ -174,7 +192,7 @@ class ESpeWMiddleware:
                 return
             assert start is not None
             try:
-                new_body, n_texts, n_marked = self._rewrite(
+                new_body, texts, n_marked = self._rewrite(
                     start, b"".join(request_chunks), b"".join(body_chunks)
                 )
             except _Refused as refusal:
@@ -197,12 +215,40 @@ class ESpeWMiddleware:
             await send({**start, "headers": headers})
             await send({"type": "http.response.body", "body": new_body, "more_body": False})
             if self.metrics is not None:
-                self.metrics.observe(n_texts, n_marked, time.perf_counter() - started)
+                self.metrics.observe(len(texts), n_marked, time.perf_counter() - started)
+            if self.traffic_sample is not None:
+                await self._sample_traffic(scope, texts)
 
         await self.app(scope, recording_receive, holding_send)
 
-    def _rewrite(self, start: Message, request: bytes, response: bytes) -> tuple[bytes, int, int]:
-        """(the watermarked answer, texts, marked texts), or :class:`_Refused`."""
+    async def _sample_traffic(self, scope: Scope, texts: list[str]) -> None:
+        """Offer the answered texts to the sample; merge it into its file when due."""
+        sample = self.traffic_sample
+        account = self._traffic_account(scope) if self._traffic_account is not None else None
+        sample.record(texts, account)
+        if sample.flush_due():
+            try:
+                await asyncio.to_thread(sample.flush)
+            except (OSError, ValueError) as exc:
+                logger.error("could not write the traffic sample %s: %s", sample.path, exc)
+
+    def _flushing_on_shutdown(self, send: Send) -> Send:
+        """``send`` for the lifespan scope, writing the traffic sample before shutdown ends."""
+
+        async def flushing_send(message: Message) -> None:
+            if message["type"] == "lifespan.shutdown.complete":
+                try:
+                    await asyncio.to_thread(self.traffic_sample.flush)
+                except (OSError, ValueError) as exc:
+                    logger.error("could not write the traffic sample on shutdown: %s", exc)
+            await send(message)
+
+        return flushing_send
+
+    def _rewrite(
+        self, start: Message, request: bytes, response: bytes
+    ) -> tuple[bytes, list[str], int]:
+        """(the watermarked answer, the texts, marked texts), or :class:`_Refused`."""
         for name, value in start.get("headers", []):
             if name.lower() == b"content-encoding" and value.lower() != b"identity":
                 raise _Refused(
@@ -234,7 +280,7 @@ class ESpeWMiddleware:
             for item, row in zip(items, marked_rows.tolist(), strict=True):
                 item["embedding"] = row
         new_body = json.dumps(answer, separators=(",", ":"), ensure_ascii=False).encode()
-        return new_body, len(texts), int(marked.sum())
+        return new_body, texts, int(marked.sum())
 
 
 def _request_texts(request: bytes) -> list[str]:

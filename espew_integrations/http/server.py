@@ -62,6 +62,7 @@ import numpy as np
 from ..core.inject import watermark, watermark_and_mask
 from ..core.key import WatermarkKey
 from ..core.model_check import ModelGuard
+from ..core.traffic_sample import TrafficSample
 from .client import OpenAIEndpoint
 from .upstream import AsyncUpstream, UpstreamError
 
@@ -189,6 +190,7 @@ def create_app(
     view: Any = "auto",
     metrics: Any = None,
     tenants: Any = None,
+    traffic_sample: TrafficSample | None = None,
 ) -> Any:
     """A Starlette app serving ``embed`` (watermarked with ``key`` if given).
 
@@ -216,6 +218,9 @@ def create_app(
     ``tenants`` (a :class:`~.tenants.TenantKeys`) replaces
     ``key`` and ``api_key``: each client's API key selects its tenant's key
     from a key ring, and an unknown one gets a 401.
+    ``traffic_sample`` (a :class:`~..core.traffic_sample.TrafficSample`)
+    keeps a keyed sample of the texts answered, per tenant with ``tenants``,
+    for audits drawn from what a suspect sent (``espew key reaudit``).
 
     >>> app = create_app(minilm(), model_name="minilm")  # doctest: +SKIP
     """
@@ -233,6 +238,7 @@ def create_app(
         model_name=model_name,
         limits=limits,
         metrics=_resolve_metrics(metrics, key, tenants),
+        traffic_sample=traffic_sample,
     )
     app = Starlette(
         routes=service.routes(),
@@ -296,6 +302,10 @@ class _Auth:
 
     def key_for(self, request: Request) -> WatermarkKey | None:
         """The key this request is watermarked with, or a 401 for a wrong API key."""
+        return self.identify(request)[0]
+
+    def identify(self, request: Request) -> tuple[WatermarkKey | None, str | None]:
+        """(the request's watermark key, its tenant id or None), or a 401 for a wrong API key."""
         given = request.headers.get("authorization", "")
         if self._tenants is not None:
             token = given[len("Bearer ") :] if given.startswith("Bearer ") else ""
@@ -306,14 +316,14 @@ class _Auth:
                     "missing or unknown API key: send 'Authorization: Bearer <your key>'",
                     code="invalid_api_key",
                 )
-            return tenant_key
+            return tenant_key, self._tenants.tenant_for_api_key(token)
         if self._expected is not None and not hmac.compare_digest(given.encode(), self._expected):
             raise _RequestError(
                 401,
                 "missing or wrong API key: send 'Authorization: Bearer <key>'",
                 code="invalid_api_key",
             )
-        return self._key
+        return self._key, None
 
 
 class _EmbeddingService:
@@ -333,6 +343,7 @@ class _EmbeddingService:
         model_name: str,
         limits: _Limits,
         metrics: Any,
+        traffic_sample: TrafficSample | None = None,
     ):
         self.embed = embed
         self.upstream = as_async_upstream(embed)
@@ -341,6 +352,7 @@ class _EmbeddingService:
         self.model_name = model_name
         self.limits = limits
         self.metrics = metrics
+        self.traffic_sample = traffic_sample
 
     def __repr__(self) -> str:
         return f"_EmbeddingService(model_name={self.model_name!r})"
@@ -360,12 +372,16 @@ class _EmbeddingService:
 
     @contextlib.asynccontextmanager
     async def lifespan(self, app: Any) -> Any:
-        """Close the upstream's pooled connections when the server stops."""
+        """On stop: write the traffic sample, close the upstream's pooled connections."""
         try:
             yield
         finally:
-            if self.upstream is not None:
-                await self.upstream.aclose()
+            try:
+                if self.traffic_sample is not None:
+                    self.traffic_sample.flush()
+            finally:
+                if self.upstream is not None:
+                    await self.upstream.aclose()
 
     # ------------------------------------------------------------------ routes
     async def embeddings(self, request: Request) -> Response:
@@ -375,7 +391,7 @@ class _EmbeddingService:
         started = time.perf_counter()
         body_read = False
         try:
-            request_key = self.auth.key_for(request)
+            request_key, account = self.auth.identify(request)
             raw = await _read_body(request, self.limits)
             body_read = True
             texts, encoding, dimensions = _parse_request(raw, self.model_name, self.limits)
@@ -401,7 +417,25 @@ class _EmbeddingService:
         body = encode_embeddings(vectors, encoding, self.model_name, texts)
         if self.metrics is not None:
             self.metrics.observe(len(texts), n_marked, time.perf_counter() - started)
+        if self.traffic_sample is not None:
+            await self._sample_traffic(texts, account)
         return Response(body, media_type="application/json")
+
+    async def _sample_traffic(self, texts: list[str], account: str | None) -> None:
+        """Offer the answered texts to the sample; merge it into its file when due.
+
+        A failing flush is logged, never the client's error: the answer was
+        computed, and the sample retries at the next due flush.
+        """
+        from starlette.concurrency import run_in_threadpool
+
+        sample = self.traffic_sample
+        sample.record(texts, account)
+        if sample.flush_due():
+            try:
+                await run_in_threadpool(sample.flush)
+            except (OSError, ValueError) as exc:
+                logger.error("could not write the traffic sample %s: %s", sample.path, exc)
 
     async def models(self, request: Request) -> Response:
         """``GET /v1/models``: the one served model, behind the same API key."""

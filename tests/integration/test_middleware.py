@@ -190,3 +190,45 @@ def assert_no_secret(text: str, key) -> None:
     for value in key.target[:8]:
         assert f"{value:.6f}"[:8] not in text
     assert json.dumps(key.target_text)[1:-1].lower() not in lowered
+
+
+def test_traffic_sample_records_answered_texts_per_account_and_flushes_on_shutdown(
+    tmp_path, key
+):
+    """The app's own accounts (here a header) each get a sample; shutdown writes the file."""
+    from starlette.testclient import TestClient
+
+    from espew_integrations.core.traffic_sample import TrafficSample, read_traffic_texts
+    from tests.middleware_app import build
+
+    sample_path = tmp_path / "traffic.jsonl"
+
+    def account(scope) -> str | None:
+        headers = dict(scope["headers"])
+        return headers.get(b"x-account", b"").decode() or None
+
+    app = ESpeWMiddleware(
+        build(),
+        key=key,
+        metrics=False,
+        traffic_sample=TrafficSample(sample_path, capacity=5),
+        traffic_account=account,
+    )
+    with TestClient(app) as client:
+        for tenant in ("acme", "globex"):
+            for batch in range(3):
+                answer = client.post(
+                    "/v1/embeddings",
+                    json={"model": "m", "input": [f"{tenant} {batch} {i}" for i in range(4)]},
+                    headers={"x-account": tenant},
+                )
+                assert answer.status_code == 200
+        echo = client.post("/v1/echo", json={"input": ["not an embeddings route"]})
+        assert echo.status_code == 200  # passed through, not sampled
+        assert not sample_path.exists()  # not due yet: written on shutdown
+    for tenant in ("acme", "globex"):
+        kept = read_traffic_texts(sample_path, account=tenant)
+        assert len(kept) == 5 and all(t.startswith(tenant) for t in kept)
+    assert "not an embeddings route" not in sample_path.read_text()
+    with pytest.raises(ValueError, match="needs a traffic_sample"):
+        ESpeWMiddleware(build(), key=key, traffic_account=account)

@@ -153,3 +153,62 @@ def _load(tmp_path, ring, map_path):
     ring_path = tmp_path / "r.ring"
     ring.save(ring_path)
     return TenantKeys.load(ring_path, map_path)
+
+
+def test_traffic_sample_keeps_each_tenants_answered_texts_across_workers(
+    ring_files,
+    upstream_url,  # noqa: F811
+    tmp_path,
+):
+    """Two forked workers sample what they answer; on SIGTERM both merge into one file."""
+    ring_path, map_path = ring_files
+    sample_path = tmp_path / "traffic.jsonl"
+    args = [
+        "-m",
+        "espew_integrations.cli",
+        "serve",
+        "--embedder",
+        f"openai:{upstream_url}#{MODEL}",
+        "--ring",
+        str(ring_path),
+        "--tenants",
+        str(map_path),
+        "--port",
+        "0",
+        "--model-name",
+        "acme-embed",
+        "--workers",
+        "2",
+        "--traffic-sample",
+        str(sample_path),
+        "--traffic-sample-size",
+        "25",
+    ]
+    proc = start(args, tmp_path / "serve.log")
+    sent: dict[str, list[str]] = {tenant: [] for tenant in API_KEYS.values()}
+    try:
+        url = wait_for_url(proc, tmp_path / "serve.log")
+        for batch in range(12):
+            for api_key, tenant in API_KEYS.items():
+                batch_texts = [f"{tenant} request {batch} text {i}" for i in range(5)]
+                # A new connection per request, so both workers answer some.
+                with OpenAIEndpoint(url, "acme-embed", api_key) as client:
+                    client(batch_texts)
+                sent[tenant] += batch_texts
+        refused = httpx.post(
+            f"{url}/embeddings",
+            json={"model": "acme-embed", "input": ["never answered"]},
+            headers={"Authorization": "Bearer sk-unknown-0000000"},
+        )
+        assert refused.status_code == 401
+    finally:
+        stop(proc)
+    rows = [json.loads(line) for line in sample_path.read_text().splitlines()]
+    assert {r["account"] for r in rows} == set(API_KEYS.values())
+    for tenant, texts in sent.items():
+        kept = [r["text"] for r in rows if r["account"] == tenant]
+        assert len(kept) == 25 and set(kept) <= set(texts)
+    assert "never answered" not in sample_path.read_text()
+    for api_key in API_KEYS:
+        assert api_key not in sample_path.read_text()
+    assert oct(sample_path.stat().st_mode & 0o777) == "0o600"

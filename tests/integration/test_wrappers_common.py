@@ -337,3 +337,16 @@ def test_the_shared_helpers_and_the_core_import_no_framework():
     for path in paths:
         roots = {name.lstrip(".").split(".")[0] for name in _imports(path)}
         assert not roots & {"langchain_core", "llama_index", "chromadb"}, path
+
+
+@pytest.mark.parametrize("framework", ["langchain", "llama_index", "chroma"])
+def test_a_traffic_sample_keeps_what_the_wrapper_answered(key, tmp_path, framework):
+    """A provider serving through a wrapper samples what it answered, marks unchanged."""
+    from espew_integrations.core.traffic_sample import TrafficSample, read_traffic_texts
+
+    sample = TrafficSample(tmp_path / "traffic.jsonl", capacity=3, flush_seconds=0)
+    texts = [f"review {i} of a film" for i in range(6)]
+    with_sample = _three_wrappers(key, traffic_sample=sample)[framework]
+    assert np.array_equal(with_sample(texts), _three_wrappers(key)[framework](texts))
+    kept = read_traffic_texts(tmp_path / "traffic.jsonl")  # flushed: due at once here
+    assert len(kept) == 3 and set(kept) <= set(texts)
