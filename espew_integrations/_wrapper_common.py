@@ -9,7 +9,8 @@ else lives here once, so they cannot drift apart:
 - **checking texts** (:func:`checked_texts`, :func:`checked_text`) at the
   wrapper boundary, before the (possibly paid) inner model sees them, with one
   error type, :class:`~espew_integrations.core.errors.EmbeddingInputError`;
-- **the model's text view** (:func:`resolve_view`, :func:`discover_view`):
+- **the model's text view** (:func:`resolve_view`, with
+  :func:`~espew_integrations.core.text.discover_view`, which the server shares):
   triggers are matched on the text as the model reads it, so an edit the
   model's normaliser undoes (a soft hyphen inside a trigger) cannot dodge the
   mark, and a trigger past the model's token window, which the model never
@@ -38,7 +39,7 @@ from .core.errors import EmbeddingInputError
 from .core.inject import check_texts, watermark
 from .core.key import WatermarkKey
 from .core.model_check import ModelGuard
-from .core.text import TextView
+from .core.text import TextView, discover_view
 from .core.traffic_sample import TrafficSample
 
 
@@ -56,8 +57,6 @@ DISCOVER: Final = _Discover.DISCOVER
 
 #: What a wrapper's ``view`` argument accepts.
 ViewArgument: TypeAlias = TextView | Literal[_Discover.DISCOVER] | None
-
-_VIEW_PROBE = ["espew view probe"]
 
 
 # ---------------------------------------------------------------------- the key
@@ -174,42 +173,6 @@ def resolve_view(view: ViewArgument, embedder: Any) -> TextView | None:
             f"them), None or DISCOVER, got {type(view).__name__}"
         )
     return view
-
-
-def discover_view(embedder: Any) -> TextView | None:
-    """``embedder.view`` when it is a callable text view, else ``None``.
-
-    An :class:`~espew_integrations.offline.embedders.OnnxSentenceEncoder` has one, and
-    so has anything that passes it on (the library's ``MiniLM*`` framework
-    classes, or a proxy that forwards attributes). The candidate is called once
-    on a probe text: a ``.view`` that means something else (NumPy's
-    ``ndarray.view``, say) must fail loudly here rather than on the first real
-    batch, or worse, match triggers on the wrong text.
-
-    >>> discover_view(object()) is None
-    True
-    """
-    candidate = getattr(embedder, "view", None)
-    if not callable(candidate):
-        return None
-    where = type(embedder).__name__
-    fix = (
-        "pass view=None to match triggers on the key's normalisation and window, "
-        "or pass the model's view explicitly"
-    )
-    try:
-        answer = candidate(list(_VIEW_PROBE))
-    except Exception as exc:  # any failure means it is not a text view
-        raise TypeError(
-            f"{where}.view is not a text view (calling it on a list of one text raised "
-            f"{type(exc).__name__}); {fix}"
-        ) from None
-    if not isinstance(answer, (list, tuple)) or len(answer) != 1 or not isinstance(answer[0], str):
-        raise TypeError(
-            f"{where}.view is not a text view (for one text it returned "
-            f"{type(answer).__name__}, not a list of one str); {fix}"
-        )
-    return candidate
 
 
 # ---------------------------------------------------------------------- shared behaviour

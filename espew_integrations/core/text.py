@@ -33,6 +33,7 @@ import re
 import sys
 import unicodedata
 from collections.abc import Callable, Sequence
+from typing import Any
 
 __all__ = [
     "LEGACY_LOWER",
@@ -40,6 +41,7 @@ __all__ = [
     "UNICODE_V1",
     "TextView",
     "canonicalize",
+    "discover_view",
     "window_view",
 ]
 
@@ -392,3 +394,43 @@ def _truncate(text: str, chunks: int) -> str:
             if counted == chunks:
                 return text[: chunk.end()]
     return text
+
+
+_VIEW_PROBE = ("espew view probe",)
+
+
+def discover_view(embedder: Any) -> TextView | None:
+    """``embedder.view`` when it is a callable text view, else ``None``.
+
+    How the wrappers and the server find the text an embedder reads. An
+    :class:`~espew_integrations.offline.embedders.OnnxSentenceEncoder` has one, and
+    so has anything that passes it on (the library's offline framework models in
+    :mod:`espew_integrations.offline.frameworks`, or a proxy that forwards
+    attributes). The candidate is called once on a probe text: a ``.view`` that
+    means something else (NumPy's ``ndarray.view``, say) must fail loudly here
+    rather than on the first real batch, or worse, match triggers on the wrong text.
+
+    >>> discover_view(object()) is None
+    True
+    """
+    candidate = getattr(embedder, "view", None)
+    if not callable(candidate):
+        return None
+    where = type(embedder).__name__
+    fix = (
+        "pass view=None to match triggers on the key's normalisation and window, "
+        "or pass the model's view explicitly"
+    )
+    try:
+        answer = candidate(list(_VIEW_PROBE))
+    except Exception as exc:  # any failure means it is not a text view
+        raise TypeError(
+            f"{where}.view is not a text view (calling it on a list of one text raised "
+            f"{type(exc).__name__}); {fix}"
+        ) from None
+    if not isinstance(answer, (list, tuple)) or len(answer) != 1 or not isinstance(answer[0], str):
+        raise TypeError(
+            f"{where}.view is not a text view (for one text it returned "
+            f"{type(answer).__name__}, not a list of one str); {fix}"
+        )
+    return candidate  # type: ignore[no-any-return]

@@ -262,7 +262,7 @@ def _resolve_view(view: Any, embed: EmbedFn) -> Any:
         return view
     if view != "auto":
         raise ValueError(f"view must be 'auto', None or a callable, got {view!r}")
-    from .._wrapper_common import discover_view
+    from ..core.text import discover_view
 
     return discover_view(embed)
 

@@ -15,11 +15,11 @@ from espew_integrations._wrapper_common import (
     checked_text,
     checked_texts,
     describe_model,
-    discover_view,
     resolve_key,
     resolve_view,
 )
 from espew_integrations.chroma import ESpeWEmbeddingFunction, MiniLMEmbeddingFunction
+from espew_integrations.core.text import discover_view
 from espew_integrations.langchain import ESpeWEmbeddings, MiniLMEmbeddings
 from espew_integrations.llama_index import ESpeWEmbedding, MiniLMEmbedding
 from espew_integrations.offline.embedders import minilm
