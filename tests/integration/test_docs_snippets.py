@@ -400,7 +400,7 @@ def test_pip_line_parser():
         set(),
     )
     assert {"minilm", "http", "cli"} <= expand_extras(frozenset({"cli"}))
-    assert "langchain-chroma" in project_closure(frozenset({"langchain"}))
+    assert "langchain-chroma" in project_closure(frozenset({"all"}))
     assert "chromadb" in installed_closure("langchain-chroma")
     assert distributions_of("llama_index.vector_stores.chroma") == {
         "llama-index-vector-stores-chroma"
