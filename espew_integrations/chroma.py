@@ -14,13 +14,18 @@ key) and the inner function's own ``name`` and ``config``. It never holds
 triggers, the target, the salt or the target text. Nor does it hold the text
 view: a reopened function discovers it again from the rebuilt inner function,
 and only ``"view": "off"`` (``view=None``) is recorded. Importing this module
-registers both functions with Chroma; a process that reopens a collection
-must import it before ``get_collection``. Auditing a Chroma suspect needs
-nothing from this module (:mod:`espew_integrations.suspects`).
+registers the watermarking function with Chroma; a process that reopens a
+collection must import it before ``get_collection``. The library's offline
+function, :class:`~espew_integrations.offline.frameworks.chroma.MiniLMEmbeddingFunction`,
+lives with the bundled models and is re-exported here on first use, so this
+module imports no model; an inner function of that name is found by
+:meth:`ESpeWEmbeddingFunction.build_from_config` on its own. Auditing a Chroma
+suspect needs nothing from this module (:mod:`espew_integrations.suspects`).
 """
 
 from __future__ import annotations
 
+import importlib
 import os
 import warnings
 from typing import Any
@@ -43,11 +48,23 @@ from ._wrapper_common import (
 )
 from .core.errors import ESpeWError, KeyFileError
 from .core.key import WatermarkKey
-from .core.text import TextView
 from .core.traffic_sample import TrafficSample
-from .models import MODEL_NAMES, canonical_model_name, load_model
 
-__all__ = ["ESpeWEmbeddingFunction", "MiniLMEmbeddingFunction"]
+__all__ = ["ESpeWEmbeddingFunction"]
+
+#: The library's own registered inner functions: name -> the module that registers it.
+#: Imported when a persisted config names one, so a collection reopens after
+#: ``import espew_integrations.chroma`` alone.
+_LIBRARY_FUNCTIONS = {"espew_minilm": "espew_integrations.offline.frameworks.chroma"}
+
+
+def __getattr__(name: str) -> Any:
+    # The offline function moved to the bundled models; its old import path stays.
+    if name == "MiniLMEmbeddingFunction":
+        from .offline.frameworks.chroma import MiniLMEmbeddingFunction
+
+        return MiniLMEmbeddingFunction
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 class ESpeWEmbeddingFunction(WatermarkingWrapper, EmbeddingFunction[Documents]):
@@ -64,8 +81,9 @@ class ESpeWEmbeddingFunction(WatermarkingWrapper, EmbeddingFunction[Documents]):
     collection to reopen.
 
     ``view`` decides which text the triggers are matched on. By default it is
-    the inner function's own ``.view`` (:class:`MiniLMEmbeddingFunction` has
-    one): the text exactly as the model reads it, so an invisible character
+    the inner function's own ``.view`` (the offline
+    :class:`~espew_integrations.offline.frameworks.chroma.MiniLMEmbeddingFunction`
+    has one): the text exactly as the model reads it, so an invisible character
     inside a trigger still marks and a trigger past the model's token window
     does not. ``None`` matches on the key's Unicode normalisation and window
     (persisted as ``"view": "off"``). A custom callable works for embedding
@@ -172,6 +190,8 @@ class ESpeWEmbeddingFunction(WatermarkingWrapper, EmbeddingFunction[Documents]):
         """Rebuild from :meth:`get_config`: inner via Chroma's registry, key from its location."""
         ESpeWEmbeddingFunction.validate_config(config)
         inner_name = config["inner"]["name"]
+        if inner_name not in known_embedding_functions and inner_name in _LIBRARY_FUNCTIONS:
+            importlib.import_module(_LIBRARY_FUNCTIONS[inner_name])  # registers it
         try:
             inner_class = known_embedding_functions[inner_name]
         except KeyError:
@@ -231,66 +251,6 @@ class ESpeWEmbeddingFunction(WatermarkingWrapper, EmbeddingFunction[Documents]):
         return _inner_attr(self._inner, "supported_spaces", ["cosine", "l2", "ip"])
 
 
-class MiniLMEmbeddingFunction(EmbeddingFunction[Documents]):
-    """A clean, offline, registered Chroma embedding function (no model download).
-
-    Chroma's own default function downloads its model at first use; this one
-    runs the library's bundled all-MiniLM-L6-v2 (``model="minilm"``) or
-    paraphrase-MiniLM-L3-v2 (``model="paraphrase-minilm-l3"``), named and
-    loaded by the library's one model registry (:mod:`espew_integrations.models`),
-    and its config rebuilds it in any process. :attr:`view` is the model's text
-    view, which :class:`ESpeWEmbeddingFunction` uses to match triggers on what
-    it reads.
-
-    >>> ef = MiniLMEmbeddingFunction()  # doctest: +SKIP
-    >>> client.create_collection("docs", embedding_function=ef)  # doctest: +SKIP
-    """
-
-    def __init__(self, model: str = "minilm") -> None:
-        self._model = _model_name(model)
-        self._encoder = load_model(self._model)
-
-    def __call__(self, input: Documents) -> Embeddings:
-        return list(self._encoder(list(input)))
-
-    @property
-    def model(self) -> str:
-        """The bundled model's name in the registry's one spelling, as persisted."""
-        return self._model
-
-    @property
-    def view(self) -> TextView:
-        """The model's text view: its normaliser, word pieces and token window."""
-        return self._encoder.view
-
-    @staticmethod
-    def name() -> str:
-        return "espew_minilm"
-
-    def get_config(self) -> dict[str, Any]:
-        return {"model": self._model}
-
-    @staticmethod
-    def build_from_config(config: dict[str, Any]) -> MiniLMEmbeddingFunction:
-        MiniLMEmbeddingFunction.validate_config(config)
-        return MiniLMEmbeddingFunction(config.get("model", "minilm"))
-
-    @staticmethod
-    def validate_config(config: dict[str, Any]) -> None:
-        _model_name(config.get("model", "minilm"))
-
-    def default_space(self) -> Space:
-        return "cosine"  # the encoder returns unit vectors
-
-
-def _model_name(model: Any) -> str:
-    """The registry's canonical spelling of a bundled model, or a ValueError listing them."""
-    canonical = canonical_model_name(model) if isinstance(model, str) else None
-    if canonical is None:
-        raise ValueError(f"model must be one of {MODEL_NAMES}, got {model!r}")
-    return canonical
-
-
 def _as_matrix(embeddings: Any) -> Any:
     """Chroma functions return a list of 1-D arrays; stack it once for the core."""
     if isinstance(embeddings, list) and embeddings and isinstance(embeddings[0], np.ndarray):
@@ -318,4 +278,3 @@ def _inner_attr(inner: Any, method: str, default: Any = NotImplemented) -> Any:
 # dimension, finite, non-zero), so the class keeps its own method.
 ESpeWEmbeddingFunction.__call__ = ESpeWEmbeddingFunction._watermark_documents  # type: ignore[method-assign]
 register_embedding_function(ESpeWEmbeddingFunction)
-register_embedding_function(MiniLMEmbeddingFunction)

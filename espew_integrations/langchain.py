@@ -7,15 +7,17 @@ Everything else about the user's code stays the same: vector stores,
 retrievers and caches see an ordinary ``Embeddings``. Auditing a LangChain
 suspect needs nothing from this module: ``verify(OpenAIEmbeddings(base_url=...), key)``
 queries it with ``embed_documents`` (:mod:`espew_integrations.suspects`).
+
+``MiniLMEmbeddings``, the clean offline model of the examples, lives with the
+bundled models (:mod:`espew_integrations.offline.frameworks.langchain`); it is
+re-exported here on first use, so importing this module imports no model.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
 from typing import Any
 
-import numpy as np
 from langchain_core.embeddings import Embeddings
 
 from ._wrapper_common import (
@@ -24,15 +26,22 @@ from ._wrapper_common import (
     WatermarkingWrapper,
     checked_text,
     checked_texts,
-    discover_view,
     resolve_key,
     resolve_view,
 )
 from .core.key import WatermarkKey
-from .core.text import TextView
 from .core.traffic_sample import TrafficSample
 
-__all__ = ["ESpeWEmbeddings", "MiniLMEmbeddings"]
+__all__ = ["ESpeWEmbeddings"]
+
+
+def __getattr__(name: str) -> Any:
+    # The offline demo model moved to the bundled models; its old import path stays.
+    if name == "MiniLMEmbeddings":
+        from .offline.frameworks.langchain import MiniLMEmbeddings
+
+        return MiniLMEmbeddings
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 class ESpeWEmbeddings(WatermarkingWrapper, Embeddings):
@@ -55,9 +64,9 @@ class ESpeWEmbeddings(WatermarkingWrapper, Embeddings):
     ``view`` decides which text the triggers are matched on. By default it is
     the underlying model's own ``.view`` (an
     :class:`~espew_integrations.offline.embedders.OnnxSentenceEncoder`, or
-    :class:`MiniLMEmbeddings` around one): the text exactly as the model reads
-    it, so an invisible character inside a trigger still marks and a trigger
-    past the model's token window does not. Pass a callable
+    :class:`~espew_integrations.offline.frameworks.langchain.MiniLMEmbeddings` around
+    one): the text exactly as the model reads it, so an invisible character inside a
+    trigger still marks and a trigger past the model's token window does not. Pass a callable
     ``list[str] -> list[str]`` for a model that does not expose one, or
     ``None`` to match on the key's Unicode normalisation and window.
 
@@ -116,46 +125,3 @@ class ESpeWEmbeddings(WatermarkingWrapper, Embeddings):
         await self._guard.acheck(self.underlying_embeddings.aembed_documents)
         clean = await self.underlying_embeddings.aembed_query(text)
         return self._mark(texts, [clean])[0].tolist()
-
-
-class MiniLMEmbeddings(Embeddings):
-    """A clean LangChain ``Embeddings`` around an offline encoder (default: MiniLM).
-
-    ``encoder`` is any callable ``list[str] -> array (n, d)``; by default the
-    library's offline all-MiniLM-L6-v2 (:func:`espew_integrations.offline.embedders.minilm`),
-    so examples and tests run without a network or an API key.
-    :attr:`view` passes on the encoder's view, so :class:`ESpeWEmbeddings`
-    matches triggers on what the encoder reads.
-
-    >>> MiniLMEmbeddings().embed_query("a fine film")[:2]  # doctest: +SKIP
-    [0.0123, -0.0456]
-    """
-
-    def __init__(self, encoder: Callable[[list[str]], Any] | None = None) -> None:
-        if encoder is None:
-            from .offline.embedders import minilm
-
-            encoder = minilm()
-        self.encoder = encoder
-        self._view = discover_view(encoder)
-
-    def __repr__(self) -> str:
-        return f"MiniLMEmbeddings(encoder={self.encoder!r})"
-
-    @property
-    def model_name(self) -> str:
-        """The encoder's name (its class name when it has none)."""
-        return str(getattr(self.encoder, "name", type(self.encoder).__name__))
-
-    @property
-    def view(self) -> TextView | None:
-        """The encoder's text view (its normaliser and window), or None if it has none."""
-        return self._view
-
-    def embed_documents(self, texts: list[str]) -> list[list[float]]:
-        if not texts:
-            return []
-        return np.asarray(self.encoder(list(texts))).tolist()
-
-    def embed_query(self, text: str) -> list[float]:
-        return self.embed_documents([text])[0]

@@ -17,16 +17,17 @@ The key is a pydantic ``PrivateAttr``: it never appears in ``model_dump()``,
 ``to_json()``, ``repr()`` or instrumentation payloads, and the wrapper refuses
 to be pickled rather than drop or leak it. Auditing a LlamaIndex suspect
 needs nothing from this module (:mod:`espew_integrations.suspects`).
+
+``MiniLMEmbedding``, the clean offline model of the examples, lives with the
+bundled models (:mod:`espew_integrations.offline.frameworks.llama_index`); it is
+re-exported here on first use, so importing this module imports no model.
 """
 
 from __future__ import annotations
 
-import asyncio
 import os
-from collections.abc import Callable
 from typing import Any
 
-import numpy as np
 from llama_index.core.base.embeddings.base import BaseEmbedding, Embedding
 from llama_index.core.bridge.pydantic import PrivateAttr
 
@@ -36,7 +37,6 @@ from ._wrapper_common import (
     WatermarkingWrapper,
     checked_text,
     checked_texts,
-    discover_view,
     resolve_key,
     resolve_view,
 )
@@ -44,7 +44,16 @@ from .core.key import WatermarkKey
 from .core.text import TextView
 from .core.traffic_sample import TrafficSample
 
-__all__ = ["ESpeWEmbedding", "MiniLMEmbedding"]
+__all__ = ["ESpeWEmbedding"]
+
+
+def __getattr__(name: str) -> Any:
+    # The offline demo model moved to the bundled models; its old import path stays.
+    if name == "MiniLMEmbedding":
+        from .offline.frameworks.llama_index import MiniLMEmbedding
+
+        return MiniLMEmbedding
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 class ESpeWEmbedding(WatermarkingWrapper, BaseEmbedding):
@@ -66,8 +75,9 @@ class ESpeWEmbedding(WatermarkingWrapper, BaseEmbedding):
     the environment unless it is named.
 
     ``view`` decides which text the triggers are matched on. By default it is
-    the inner model's own ``.view`` (:class:`MiniLMEmbedding` passes on its
-    encoder's): the text exactly as the model reads it, so an invisible
+    the inner model's own ``.view`` (the offline
+    :class:`~espew_integrations.offline.frameworks.llama_index.MiniLMEmbedding` passes on
+    its encoder's): the text exactly as the model reads it, so an invisible
     character inside a trigger still marks and a trigger past the model's
     token window does not. Pass a callable ``list[str] -> list[str]`` for a
     model that does not expose one, or ``None`` to match on the key's Unicode
@@ -185,58 +195,3 @@ _INHERITED_SETTINGS = (
     "num_workers",
     "rate_limiter",
 )
-
-
-class MiniLMEmbedding(BaseEmbedding):
-    """A clean LlamaIndex ``BaseEmbedding`` around an offline encoder (default: MiniLM).
-
-    ``encoder`` is any callable ``list[str] -> array (n, d)``; by default the
-    library's offline all-MiniLM-L6-v2, so indexes build without a network.
-    Async calls run the encoder in a worker thread, keeping the event loop free.
-    :attr:`view` passes on the encoder's view, so :class:`ESpeWEmbedding`
-    matches triggers on what the encoder reads.
-
-    >>> MiniLMEmbedding().get_text_embedding_batch(["a fine film"])  # doctest: +SKIP
-    """
-
-    _encoder: Callable[[list[str]], Any] = PrivateAttr()
-    _view: TextView | None = PrivateAttr(default=None)
-
-    def __init__(self, encoder: Callable[[list[str]], Any] | None = None, **kwargs: Any) -> None:
-        if encoder is None:
-            from .offline.embedders import minilm
-
-            encoder = minilm()
-        kwargs.setdefault("model_name", getattr(encoder, "name", type(encoder).__name__))
-        super().__init__(**kwargs)
-        self._encoder = encoder
-        self._view = discover_view(encoder)
-
-    @classmethod
-    def class_name(cls) -> str:
-        return "ESpeWMiniLMEmbedding"
-
-    @property
-    def view(self) -> TextView | None:
-        """The encoder's text view (its normaliser and window), or None if it has none."""
-        return self._view
-
-    def _get_text_embeddings(self, texts: list[str]) -> list[Embedding]:
-        if not texts:
-            return []
-        return np.asarray(self._encoder(list(texts))).tolist()
-
-    def _get_text_embedding(self, text: str) -> Embedding:
-        return self._get_text_embeddings([text])[0]
-
-    def _get_query_embedding(self, query: str) -> Embedding:
-        return self._get_text_embeddings([query])[0]
-
-    async def _aget_text_embeddings(self, texts: list[str]) -> list[Embedding]:
-        return await asyncio.to_thread(self._get_text_embeddings, texts)
-
-    async def _aget_text_embedding(self, text: str) -> Embedding:
-        return (await self._aget_text_embeddings([text]))[0]
-
-    async def _aget_query_embedding(self, query: str) -> Embedding:
-        return (await self._aget_text_embeddings([query]))[0]

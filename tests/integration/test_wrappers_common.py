@@ -23,7 +23,7 @@ from espew_integrations.core.text import discover_view
 from espew_integrations.langchain import ESpeWEmbeddings, MiniLMEmbeddings
 from espew_integrations.llama_index import ESpeWEmbedding, MiniLMEmbedding
 from espew_integrations.offline.embedders import minilm
-from tests.support import mixed_texts, real_key, secret_strings
+from tests.support import mixed_texts, real_key, run_python, secret_strings
 
 PACKAGE = Path(__file__).resolve().parents[2] / "espew_integrations"
 FRAMEWORK_MODULES = {"langchain": "langchain", "llama_index": "llama_index", "chroma": "chromadb"}
@@ -337,6 +337,33 @@ def test_the_shared_helpers_and_the_core_import_no_framework():
     for path in paths:
         roots = {name.lstrip(".").split(".")[0] for name in _imports(path)}
         assert not roots & {"langchain_core", "llama_index", "chromadb"}, path
+
+
+def test_the_wrappers_import_no_bundled_model_and_keep_the_demo_names():
+    """The offline demo models live with the bundled models; the old import paths still work."""
+    code = """
+import sys
+import espew_integrations.chroma, espew_integrations.langchain, espew_integrations.llama_index
+print(sorted(m for m in sys.modules if m.startswith(("espew_integrations.offline",
+                                                      "espew_integrations.models"))))
+from espew_integrations.chroma import MiniLMEmbeddingFunction
+from espew_integrations.langchain import MiniLMEmbeddings
+from espew_integrations.llama_index import MiniLMEmbedding
+print(MiniLMEmbeddings.__module__, MiniLMEmbedding.__module__, MiniLMEmbeddingFunction.__module__)
+"""
+    loaded, homes = run_python(code).strip().splitlines()[-2:]
+    assert loaded == "[]"
+    assert homes.split() == [
+        f"espew_integrations.offline.frameworks.{module}"
+        for module in ("langchain", "llama_index", "chroma")
+    ]
+
+
+def test_serving_imports_no_wrapper_module():
+    wrappers = {"_wrapper_common", *FRAMEWORK_MODULES}
+    for path in sorted((PACKAGE / "http").glob("*.py")):
+        for name in _imports(path):
+            assert name.lstrip(".").split(".")[0] not in wrappers, (path.name, name)
 
 
 @pytest.mark.parametrize("framework", ["langchain", "llama_index", "chroma"])
