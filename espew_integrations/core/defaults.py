@@ -1,0 +1,118 @@
+"""Every default value of the package, in one place, each with the reason it has.
+
+A default is a decision (what a key looks like, how sure a verdict must be,
+how much a request may ask); a decision written in two modules drifts. So the
+value lives here and every other module imports it: the key options
+(:class:`.key_options.KeyOptions`), the key ring, the command line and the
+server all read the same line. This module imports only :mod:`.text` (a leaf),
+so any module of any layer can import it without closing a circle.
+
+Rules, not measurements, are stated here; the measurements behind each choice
+are in the documents each comment names.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+from .text import UNICODE_V1
+
+__all__ = [
+    "DEFAULT_ALPHA",
+    "DEFAULT_BODY_TIMEOUT",
+    "DEFAULT_DEADLINE",
+    "DEFAULT_FREQ_BAND",
+    "DEFAULT_HOST",
+    "DEFAULT_KEY_VARIABLE",
+    "DEFAULT_LEVEL",
+    "DEFAULT_MAX_REQUEST_CHARS",
+    "DEFAULT_MIN_COSINE",
+    "DEFAULT_NORMALIZATION",
+    "DEFAULT_N_TRIGGERS",
+    "DEFAULT_PROBES_PER_WORD",
+    "DEFAULT_PROBE_BUDGET",
+    "DEFAULT_PROBE_MIX",
+    "DEFAULT_RING_AUDIT_BUDGET",
+    "DEFAULT_RING_FREQ_BAND",
+    "DEFAULT_SELECTION",
+    "DEFAULT_SHARED_TRIGGERS",
+    "DEFAULT_TENANT_TRIGGERS",
+    "DEFAULT_TWIN_LEVEL",
+    "LEGACY_PROBE_BUDGET",
+]
+
+# ---------------------------------------------------------------------- key generation
+#: How many band words become triggers, and the public range the band is drawn from,
+#: as document fractions. The rule is published (Kerckhoffs: a thief reads it here),
+#: so it must not be cheap to strip: the band is every corpus word in a range wide
+#: enough that deleting all of it from a thief's queries costs the thief most of what
+#: it wants to copy, while the triggers, a keyed uniform draw over the whole range, are
+#: spread over every frequency in it, so deleting its cheap (rare) part only removes a
+#: proportional share of them. Why this range and how many triggers:
+#: docs/limitations.md, "Threat model" and "Road 3: deleting the public band".
+DEFAULT_N_TRIGGERS = 50
+DEFAULT_FREQ_BAND: tuple[float, float] = (0.003, 0.05)
+#: The share of coordinates a mark is written into. The paper uses 0.2; at the default
+#: quality budget a larger share costs search quality nothing measurable and survives
+#: distilled copies and a thief that erases its answers' smallest coordinates, which
+#: 0.2 does not (docs/limitations.md). The key's constructor and keygen share it.
+DEFAULT_ALPHA = 0.75
+#: How a mark's coordinates are chosen: the row's smallest ``|e_o|`` (the paper), or
+#: a keyed hash (``"hashed"``).
+DEFAULT_SELECTION: Final = "smallest"
+#: The quality budget the write strength is fitted to: mean cos(clean, watermarked)
+#: over the keygen corpus's marked texts.
+DEFAULT_MIN_COSINE = 0.995
+#: The text normalisation triggers are matched under (:mod:`.text`).
+DEFAULT_NORMALIZATION = UNICODE_V1
+#: The innocent-twin check's level: a draw the clean model itself would implicate at
+#: this raw p-value is thrown away at keygen.
+DEFAULT_TWIN_LEVEL = 1e-3
+#: How the audit's sampled texts become probes (:data:`.probes.PROBE_MIXES`): over a
+#: wide band most texts hold several band words, so every sampled text with a band word
+#: is a probe (``"corpus"``); ``"single"`` keeps only those with exactly one, which on a
+#: wide band would take most of the corpus to reach every word.
+DEFAULT_PROBE_MIX = "corpus"
+#: Sentence probes per band word (at most), and the audit's query budget (texts) they
+#: share with the cover texts. The audit is a uniform sample of the corpus
+#: (:meth:`.probes.BandScan.sample`), so a band word gets as many texts as its document
+#: frequency brings, whatever the band's size: a wider band costs no queries and gives
+#: the rank test more words. How the budget was sized: docs/results/frontier/README.md.
+DEFAULT_PROBES_PER_WORD = 28
+DEFAULT_PROBE_BUDGET = 1950
+#: The budget of keys made before keygen recorded it (``info["audit_budget"]``): a
+#: later round of such a key's audit is drawn as large as its first was.
+LEGACY_PROBE_BUDGET = 4300
+
+# ---------------------------------------------------------------------- key rings
+#: The shared layer every tenant key carries, and each tenant's own layer, in words.
+DEFAULT_SHARED_TRIGGERS = 20
+DEFAULT_TENANT_TRIGGERS = 20
+#: A ring's band: tenant layers are drawn from the band words outside the shared
+#: layer, and telling many tenants apart needs more band words than the single key's
+#: default band holds on a small corpus. The traced figures (docs/tenants.md) are
+#: measured on this band.
+DEFAULT_RING_FREQ_BAND: tuple[float, float] = (0.005, 0.01)
+#: A ring's audit, in texts: the traced figures were measured with this sample, and a
+#: tenant layer's words get fewer texts each than the single key's, so the ring keeps
+#: the larger budget (a smaller ring audit is unmeasured).
+DEFAULT_RING_AUDIT_BUDGET = 4300
+
+# ---------------------------------------------------------------------- verification
+#: The false-positive rate a "copied" verdict is held below.
+DEFAULT_LEVEL = 1e-6
+#: Seconds an audit may spend asking the suspect, all batches together; at the deadline
+#: the audit ends inconclusive instead of waiting on a suspect that stalls. ``None``
+#: (passed explicitly) means no bound.
+DEFAULT_DEADLINE = 300.0
+
+# ---------------------------------------------------------------------- serving
+#: The environment variable a key (a path, or the key's JSON) is read from.
+DEFAULT_KEY_VARIABLE = "ESPEW_KEY"
+#: The address ``espew serve`` binds unless told otherwise: this machine only.
+DEFAULT_HOST = "127.0.0.1"
+#: The characters one embeddings request may carry: a request's model time grows with
+#: its characters, so this bounds how long one request can hold a worker.
+DEFAULT_MAX_REQUEST_CHARS = 200_000
+#: Seconds a client has to send a whole request body, stalled or trickling.
+DEFAULT_BODY_TIMEOUT = 30.0
