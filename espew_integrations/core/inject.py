@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from .errors import EmbeddingInputError
-from .key import WatermarkKey
+from .key_types import MarkingKey
 
 __all__ = [
     "as_embedding_matrix",
@@ -42,7 +42,7 @@ __all__ = [
 def watermark(
     texts: Iterable[str],
     embeddings: Any,
-    key: WatermarkKey,
+    key: MarkingKey,
     *,
     view: Callable[[Sequence[str]], Sequence[str]] | None = None,
 ) -> np.ndarray:
@@ -57,7 +57,7 @@ def watermark(
     ``texts`` may be any iterable of strings (list, tuple, generator, numpy
     array); it is read once. An empty or whitespace-only text is never marked.
     ``view`` maps the texts to what the model actually reads (its normaliser
-    and input window); it is handed to :meth:`WatermarkKey.contains_trigger`.
+    and input window); it is handed to :meth:`.key.WatermarkKey.contains_trigger`.
 
     >>> wm = watermark(["A vaccine trial", "hello"], clean, key)  # doctest: +SKIP
     >>> (wm[1] == clean[1]).all()                                   # doctest: +SKIP
@@ -69,7 +69,7 @@ def watermark(
 def watermark_and_mask(
     texts: Iterable[str],
     embeddings: Any,
-    key: WatermarkKey,
+    key: MarkingKey,
     *,
     view: Callable[[Sequence[str]], Sequence[str]] | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
@@ -94,7 +94,7 @@ def watermark_and_mask(
     return (out if out.dtype == out_dtype else out.astype(out_dtype)), marked
 
 
-def _mark_rows(matrix: np.ndarray, rows: np.ndarray, key: WatermarkKey) -> np.ndarray:
+def _mark_rows(matrix: np.ndarray, rows: np.ndarray, key: MarkingKey) -> np.ndarray:
     marker = _BlockMarker(key, matrix.dtype, rows.size)
     step = marker.block_rows
     if rows.size == len(matrix):  # every row marked: write straight into the output
@@ -111,7 +111,7 @@ def _mark_rows(matrix: np.ndarray, rows: np.ndarray, key: WatermarkKey) -> np.nd
     return out
 
 
-def mark_all_rows(clean: np.ndarray, key: WatermarkKey) -> np.ndarray:
+def mark_all_rows(clean: np.ndarray, key: MarkingKey) -> np.ndarray:
     """Every row of a float64 matrix marked, whatever its text: what a trigger text would get.
 
     For the verifier's mark directions (:mod:`.directed`); services call :func:`watermark`.
@@ -120,7 +120,7 @@ def mark_all_rows(clean: np.ndarray, key: WatermarkKey) -> np.ndarray:
     return _mark_rows(matrix, np.arange(len(matrix)), key)
 
 
-def select_positions(clean: np.ndarray, key: WatermarkKey) -> np.ndarray:
+def select_positions(clean: np.ndarray, key: MarkingKey) -> np.ndarray:
     """Boolean mask (n, d) of the positions ESpeW overwrites in each clean row.
 
     Exposed for analysis and tests; :func:`watermark` is what services call.
@@ -146,7 +146,7 @@ class _BlockMarker:
     32-row request at d = 4096).
     """
 
-    def __init__(self, key: WatermarkKey, dtype: np.dtype, n_rows: int):
+    def __init__(self, key: MarkingKey, dtype: np.dtype, n_rows: int):
         self.key = key
         self.k = key.n_positions
         block_rows = max(8, _BLOCK_BYTES // (key.dim * np.dtype(dtype).itemsize))

@@ -1,12 +1,15 @@
-"""Key generation: draw a fresh :class:`~.key.WatermarkKey` from a corpus and a clean model.
+"""Key generation: draw a fresh key from a corpus and a clean model.
 
-Kept apart from :mod:`.key` (what a key *is*: fields, storage, validation)
-because making a key needs more of the core than holding one: the watermark
-itself (:mod:`.inject`) to fit the write strength to a quality budget, the
-probes (:mod:`.probes`) the audit will send, and the rank test
-(:mod:`.ranktest`) for the innocent-twin check. Arrows point one way only:
-this module imports the key, never the reverse at load time (see
-:meth:`WatermarkKey.generate`, a call-time delegate to :func:`generate`).
+Kept apart from :mod:`.key` (what a key *is*: fields and validation) because
+making a key needs more of the core than holding one: the watermark itself
+(:mod:`.key_quality`, :mod:`.inject`) to fit the write strength to a quality
+budget, the probes (:mod:`.probes`) the audit will send, and the rank test
+(:mod:`.ranktest`) for the innocent-twin check.
+
+Arrows point one way only: the key class takes its generation methods from
+:class:`KeyGeneration`, a mixin defined here, and this module never imports
+the key; it builds keys through the class it is called on and reads them
+through :class:`.key_types.DrawnKey`. The options are :class:`.key_options.KeyOptions`.
 """
 
 from __future__ import annotations
@@ -16,77 +19,53 @@ import hashlib
 import secrets
 from collections import Counter
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
+from .defaults import (
+    DEFAULT_FREQ_BAND,
+    DEFAULT_PROBE_BUDGET,
+    DEFAULT_PROBES_PER_WORD,
+    DEFAULT_TWIN_LEVEL,
+    LEGACY_PROBE_BUDGET,
+)
 from .draw import audit_salt, draw_band, draw_triggers
 from .errors import KeyGenerationError
-from .inject import watermark
-from .key import (
-    DEFAULT_ALPHA,
-    DEFAULT_FREQ_BAND,
-    DEFAULT_MIN_COSINE,
-    DEFAULT_N_TRIGGERS,
-    DEFAULT_PROBE_MIX,
-    DEFAULT_TWIN_LEVEL,
-    EmbedFn,
-    Selection,
-    WatermarkKey,
+from .key_checks import SALT_BYTES, check_positions, min_band_size
+from .key_options import (
+    KeyOptions,
+    check_audit_budget,
+    check_probe_mix,
+    check_twin_level,
+    checked_corpus,
 )
-from .key_checks import (
-    SALT_BYTES,
-    check_alpha,
-    check_freq_band,
-    check_positions,
-    check_selection,
-    check_strength,
-    check_text_rules,
-    is_number_between,
-    min_band_size,
-)
+from .key_quality import fit_quality, fit_strength
+from .key_types import DrawnKey, EmbedFn
 from .model_check import ModelFingerprint
-from .probes import (
-    PROBE_MIXES,
-    BandScan,
-    cosines_to,
-    embed_rows,
-    reference_cosines,
-    row_cosines,
-    scan_band,
-)
+from .probes import BandScan, cosines_to, embed_rows, reference_cosines, scan_band
 from .ranktest import rank_sum_p_value
-from .text import UNICODE_V1
 from .words import band_words, document_frequencies
 
 __all__ = [
     "DEFAULT_PROBES_PER_WORD",
     "DEFAULT_PROBE_BUDGET",
+    "KeyGeneration",
     "corpus_digest",
+    "fit_strength",
     "generate",
     "twin_p_value",
     "with_audit",
 ]
 
-#: Sentence probes per band word (at most), and the audit's query budget they share with
-#: the cover texts. The audit is a uniform sample of the corpus
-#: (:meth:`.probes.BandScan.sample`), so a band word gets as many texts as its document
-#: frequency brings, whatever the band's size: a wider band costs no queries and gives
-#: the rank test more words. How the budget was sized: docs/results/frontier/README.md.
-DEFAULT_PROBES_PER_WORD = 28
-DEFAULT_PROBE_BUDGET = 1950
-#: The budget of keys made before keygen recorded it (``info["audit_budget"]``): the
-#: 1-1.5% band's 4,300. A later round of such a key's audit is drawn as large as its
-#: first, where today's 1,950 would halve the evidence on its 71 words.
-_LEGACY_PROBE_BUDGET = 4300
+_Key = TypeVar("_Key", bound=DrawnKey)
+
 #: With the default band (``freq_band=None``), a corpus whose default band holds too few
 #: words for the triggers has the band's upper edge raised by this step, up to the
 #: limit. The band then depends on the corpus alone, never on the trigger draw, so
 #: the audit stays exact; the key stores the band it used.
 _BAND_WIDEN_STEP = 0.005
 _BAND_WIDEN_LIMIT = 0.1
-#: At most this many marked corpus texts are embedded to fit the strength.
-_FIT_SAMPLE = 1000
 #: Fresh draws (salt, triggers, probes) keygen makes before it gives up on the twin check.
 #: Under the trigger draw the twin's two rank tests are exact, so a draw is refused with
 #: probability at most ``2 * twin_level`` whatever the model and target: a refusal is bad
@@ -96,36 +75,17 @@ _MAX_DRAWS = 5
 
 
 def generate(
-    corpus: Iterable[str],
-    embed: EmbedFn,
-    *,
-    target_text: str,
-    n_triggers: int = DEFAULT_N_TRIGGERS,
-    freq_band: tuple[float, float] | None = None,
-    alpha: float = DEFAULT_ALPHA,
-    selection: Selection = "smallest",
-    strength: float | None = None,
-    min_cosine: float | None = DEFAULT_MIN_COSINE,
-    seed: int | None = None,
-    max_band_words: int | None = None,
-    probes_per_word: int | None = None,
-    window: int | None = None,
-    normalization: str = UNICODE_V1,
-    twin_level: float = DEFAULT_TWIN_LEVEL,
-    twin_check: bool = True,
-    cover_traffic: bool = True,
-    probe_mix: str = DEFAULT_PROBE_MIX,
-    audit_budget: int | None = None,
-) -> WatermarkKey:
-    """Draw a fresh key; the options are documented on :meth:`WatermarkKey.generate`.
+    make_key: Callable[..., _Key], corpus: Iterable[str], embed: EmbedFn, options: KeyOptions
+) -> _Key:
+    """Draw a fresh key of class ``make_key`` (:meth:`KeyGeneration.generate` passes its own).
 
-    The steps, in order: check every option before any slow work; embed the
-    target; draw the salt, the band and the triggers; fit the strength to the
-    quality budget on the marked corpus texts; record the model fingerprint
-    (the clean embeddings of the public canary texts, :mod:`.model_check`);
-    store the audit's probes and the clean model's reference cosines; and if the
-    clean model itself would implicate the draw, throw it away and draw again
-    (at most ``_MAX_DRAWS``).
+    The steps, in order: the options were checked when ``options`` was built;
+    embed the target; draw the salt, the band and the triggers; fit the strength
+    to the quality budget on the marked corpus texts; record the model
+    fingerprint (the clean embeddings of the public canary texts,
+    :mod:`.model_check`); store the audit's probes and the clean model's
+    reference cosines; and if the clean model itself would implicate the draw,
+    throw it away and draw again (at most ``_MAX_DRAWS``).
 
     The redraw conditions the key on passing the twin check, which a draw
     fails with probability at most ``2 * twin_level``; so an innocent suspect
@@ -133,127 +93,201 @@ def generate(
     (1.002 times the level at the default), the price of never shipping a key
     the provider's own clean model would convict.
     """
-    texts = _materialise_corpus(corpus)
-    _check_generate_options(target_text, n_triggers, alpha, strength, min_cosine)
-    if probe_mix not in PROBE_MIXES:
-        raise KeyGenerationError(f"probe_mix must be one of {PROBE_MIXES}, got {probe_mix!r}")
-    _check_twin_level(twin_level)
-    _check_key_shape(selection, freq_band, normalization, window)
-    budget = _checked_budget(DEFAULT_PROBE_BUDGET if audit_budget is None else audit_budget)
-    full_band, n_texts, freq_band = _corpus_band(texts, freq_band, n_triggers, normalization)
-    rng = np.random.default_rng(seed)
-    target = _embed_target(embed, target_text)
-    check_positions(alpha, target.size, error=KeyGenerationError)
+    texts = checked_corpus(corpus)
+    o = options
+    full_band, n_texts, freq_band = _corpus_band(texts, o.freq_band, o.n_triggers, o.normalization)
+    rng = np.random.default_rng(o.seed)
+    target = _embed_target(embed, o.target_text)
+    check_positions(o.alpha, target.size, error=KeyGenerationError)
     draft = functools.partial(  # one key per draw; the draws differ in salt, band, triggers
-        WatermarkKey,
+        make_key,
         target=target,
-        target_text=target_text,
-        alpha=alpha,
-        selection=selection,
-        strength=1.0 if strength is None else strength,
+        target_text=o.target_text,
+        alpha=o.alpha,
+        selection=o.selection,
+        strength=1.0 if o.strength is None else o.strength,
         freq_band=freq_band,
-        normalization=normalization,
-        window=window,
+        normalization=o.normalization,
+        window=o.window,
         model_fingerprint=ModelFingerprint.measure(embed),  # the key knows its model
     )
     digest = corpus_digest(texts)
     refused: list[float] = []
     for _ in range(_MAX_DRAWS):
-        salt = secrets.token_bytes(SALT_BYTES) if seed is None else rng.bytes(SALT_BYTES)
-        band = _cap_band(salt, full_band, n_triggers, max_band_words)
-        drawn = draft(triggers=draw_triggers(salt, band, n_triggers), band=band, salt=salt)
+        salt = secrets.token_bytes(SALT_BYTES) if o.seed is None else rng.bytes(SALT_BYTES)
+        band = _cap_band(salt, full_band, o.n_triggers, o.max_band_words)
+        drawn = draft(triggers=draw_triggers(salt, band, o.n_triggers), band=band, salt=salt)
         info: dict[str, Any] = {
             "corpus_texts": n_texts,
             "corpus_sha256": digest,
             "band_size": len(band),
         }
-        info["probe_mix"] = probe_mix  # every later round is drawn the same way
-        info["audit_budget"] = budget  # every later round is drawn as large
-        info.update(_fit_quality(drawn, embed, texts, rng, strength, min_cosine))
+        info["probe_mix"] = o.probe_mix  # every later round is drawn the same way
+        info["audit_budget"] = o.audit_budget  # every later round is drawn as large
+        info.update(fit_quality(drawn, embed, texts, rng, o.strength, o.min_cosine))
+        scan = scan_band(texts, band, normalization=o.normalization)
         key = drawn.replace(
             strength=info["strength"],
             info=info,
             **_audit_probes(
                 embed,
-                scan_band(texts, band, normalization=normalization),
+                scan,
                 salt,
                 target,
-                probes_per_word,
-                cover_traffic,
-                probe_mix,
-                budget,
+                o.probes_per_word,
+                o.cover_traffic,
+                o.probe_mix,
+                o.audit_budget,
             ),
         )
-        if not twin_check:
+        if not o.twin_check:
             return key
         twin_p = twin_p_value(key)
-        if twin_p >= twin_level:
+        if twin_p >= o.twin_level:
             info.update(twin_p_value=twin_p, twin_redraws=len(refused))
             return key.replace(info=info)
         refused.append(twin_p)
     raise KeyGenerationError(
         f"the clean model itself ranked the triggers near the target in all {_MAX_DRAWS} "
-        f"draws (twin p = {', '.join(f'{p:.2e}' for p in refused)}, each < {twin_level:g}); "
+        f"draws (twin p = {', '.join(f'{p:.2e}' for p in refused)}, each < {o.twin_level:g}); "
         "by chance this happens at most once in "
-        f"{1 / (2 * twin_level) ** _MAX_DRAWS:.0e} calls, so the clean model's cosines to "
+        f"{1 / (2 * o.twin_level) ** _MAX_DRAWS:.0e} calls, so the clean model's cosines to "
         "the target are degenerate: check the model and the target text"
     )
 
 
-def with_audit(
-    key: WatermarkKey,
-    corpus: Iterable[str],
-    embed: EmbedFn,
-    *,
-    probes_per_word: int | None = None,
-    cover_traffic: bool = True,
-    probe_mix: str | None = None,
-    twin_level: float = DEFAULT_TWIN_LEVEL,
-    audit_round: int = 1,
-) -> WatermarkKey:
-    """``key`` with its audit's probes, cover texts and references drawn from ``corpus``.
+def with_audit(key: _Key, corpus: Iterable[str], embed: EmbedFn, **options: Any) -> _Key:
+    """``key`` with its audit drawn from ``corpus``: :meth:`KeyGeneration.with_audit`."""
+    return key.with_audit(corpus, embed, **options)  # type: ignore[attr-defined]
 
-    Options are documented on :meth:`WatermarkKey.with_audit`. The triggers,
-    target, salt and band stay; only what the audit sends and the clean model's
-    answers to it change. The new probes are a keyed draw over ``corpus`` that
-    never looks at which band words are triggers, so the test stays exact.
+
+class KeyGeneration:
+    """Mixin: how a key class is generated and re-audited (the key class is :mod:`.key`'s).
+
+    :class:`~.key.WatermarkKey` inherits these methods; they build keys through
+    the class they are called on, so this module needs no import of the key.
     """
-    try:
-        salt = audit_salt(key.salt, audit_round)
-    except ValueError as exc:
-        raise KeyGenerationError(str(exc)) from None
-    texts = _materialise_corpus(corpus)
-    if probe_mix is None:  # the key's own mix; keys that predate the record used "single"
-        probe_mix = key.info.get("probe_mix", "single")
-    if probe_mix not in PROBE_MIXES:
-        raise KeyGenerationError(f"probe_mix must be one of {PROBE_MIXES}, got {probe_mix!r}")
-    _check_twin_level(twin_level)
-    scan = scan_band(texts, key.band, normalization=key.normalization)
-    if not scan.rate:
-        raise KeyGenerationError(
-            f"none of the {len(texts)} audit corpus texts holds a word of the key's band: "
-            "an audit drawn from it would send bare words"
+
+    __slots__ = ()
+
+    @classmethod
+    def generate(
+        cls: type[_Key],
+        corpus: Iterable[str],
+        embed: EmbedFn,
+        options: KeyOptions | None = None,
+        **overrides: Any,
+    ) -> _Key:
+        """Draw a fresh key from a corpus and the provider's clean embedder.
+
+        The options are the fields of :class:`.key_options.KeyOptions`, each
+        documented there with its default and why: pass them as keyword arguments
+        (``target_text`` is required), or as a ``KeyOptions`` (keywords then
+        override its fields). An unknown option is a TypeError, a bad value a
+        :class:`.KeyGenerationError`, both before any slow work.
+
+        Words whose document fraction in ``corpus`` lies in ``freq_band`` form
+        the band; ``n_triggers`` of them become the triggers, a keyed draw from
+        the salt. The target is ``embed([target_text])``. The strength is fitted
+        to the ``min_cosine`` quality budget unless ``strength`` is given. The key
+        stores its audit: a keyed uniform sample of ``audit_budget`` corpus texts
+        (the probes are those with a band word), the clean model's rows and
+        cosines to the target for them (:mod:`.probes`), so nothing but the key
+        and the suspect is needed at audit time. Unless ``twin_check=False``, a
+        draw the clean model itself would implicate is thrown away and drawn again
+        (:func:`generate`, the steps).
+
+        >>> key = WatermarkKey.generate(texts, model, target_text="...", seed=7)  # doctest: +SKIP
+        """
+        return generate(cls, corpus, embed, KeyOptions.of(options, overrides))
+
+    def with_audit(
+        self: _Key,
+        corpus: Iterable[str],
+        embed: EmbedFn,
+        *,
+        probes_per_word: int | None = None,
+        cover_traffic: bool = True,
+        probe_mix: str | None = None,
+        twin_level: float = DEFAULT_TWIN_LEVEL,
+        audit_round: int = 1,
+    ) -> _Key:
+        """This key with its audit drawn from ``corpus``: for a suspect from another domain,
+        or for a later audit of the same suspect.
+
+        The stored audit is made of keygen corpus texts. A thief whose customers
+        send something else (tweets, say, where your corpus is reviews) steals
+        with its own texts, and its copy then carries the mark mostly on texts
+        like those; and to its router, an audit of your reviews looks foreign
+        (``benchmarks/bench_cross_domain.py``). Drawing the audit from texts like
+        the suspect's traffic answers both.
+
+        Same triggers, target, salt and band; the probes, cover texts and the
+        clean model's answers to them (``embed``: your clean model, as at
+        keygen) are drawn afresh from ``corpus`` in the same keyed way, never
+        looking at which band words are triggers, so the test stays exact and
+        the same corpus always gives the same audit. Options as in
+        :class:`.key_options.KeyOptions`; ``probe_mix=None`` keeps the mix the key
+        was made with (``info["probe_mix"]``; ``"single"`` for keys that do not
+        record one). Raises :class:`.KeyGenerationError` when no text of
+        ``corpus`` holds a band word, or when the clean model itself would be
+        implicated on the new audit (twin p below ``twin_level``; the trigger
+        draw cannot be redone on a key in service). ``info`` records the audit
+        corpus's size, its band-word rate, the new twin p-value and the round.
+
+        ``audit_round=k`` (k >= 2) draws the audit with a salt of its own
+        (:func:`.draw.audit_salt`): a uniform sample of ``corpus`` independent of
+        round 1's (keygen's, on the keygen corpus) and of every other round's. Every
+        audit of one round asks the same texts, so a thief that logged an earlier
+        audit and routes a client who repeats it answers a repeat from an honest
+        model; a fresh round overlaps an earlier one only as two ordinary clients'
+        samples of the corpus do (``benchmarks/bench_audit_replay.py``). Rounds are
+        safe to draw because no round looks at the triggers: each is a uniform
+        sample of the corpus plus, for a band word it left without a probe, one text
+        of that word, so comparing rounds shows a thief at most which words are in
+        the band. :func:`.verify` multiplies a round-``k`` p-value by ``k``
+        (:attr:`~.key.WatermarkKey.audit_round`).
+
+        >>> tweets_audit = key.with_audit(tweets, model)  # doctest: +SKIP
+        >>> second = key.with_audit(corpus, model, audit_round=2)  # doctest: +SKIP
+        """
+        key = self
+        try:
+            salt = audit_salt(key.salt, audit_round)
+        except ValueError as exc:
+            raise KeyGenerationError(str(exc)) from None
+        texts = checked_corpus(corpus)
+        if probe_mix is None:  # the key's own mix; keys that predate the record used "single"
+            probe_mix = key.info.get("probe_mix", "single")
+        check_probe_mix(probe_mix)
+        check_twin_level(twin_level)
+        scan = scan_band(texts, key.band, normalization=key.normalization)
+        if not scan.rate:
+            raise KeyGenerationError(
+                f"none of the {len(texts)} audit corpus texts holds a word of the key's band: "
+                "an audit drawn from it would send bare words"
+            )
+        budget = check_audit_budget(key.info.get("audit_budget", LEGACY_PROBE_BUDGET))
+        assert probe_mix is not None
+        fields = _audit_probes(
+            embed, scan, salt, key.target, probes_per_word, cover_traffic, probe_mix, budget
         )
-    budget = _checked_budget(key.info.get("audit_budget", _LEGACY_PROBE_BUDGET))
-    fields = _audit_probes(
-        embed, scan, salt, key.target, probes_per_word, cover_traffic, probe_mix, budget
-    )
-    info = {
-        **key.info,
-        "audit_corpus_texts": len(texts),
-        "audit_corpus_sha256": corpus_digest(texts),
-        "audit_band_rate": round(scan.rate, 4),
-        "audit_round": audit_round,
-    }
-    redrawn = key.replace(**fields, info=info)
-    twin_p = twin_p_value(redrawn)
-    if twin_p < twin_level:
-        raise KeyGenerationError(
-            f"the clean model itself ranks the triggers near the target on the audit drawn "
-            f"from this corpus (twin p = {twin_p:.2e} < {twin_level:g}): audit with another "
-            "corpus, another audit_round, or the key's own audit"
-        )
-    return redrawn.replace(info={**info, "audit_twin_p_value": twin_p})
+        info = {
+            **key.info,
+            "audit_corpus_texts": len(texts),
+            "audit_corpus_sha256": corpus_digest(texts),
+            "audit_band_rate": round(scan.rate, 4),
+            "audit_round": audit_round,
+        }
+        redrawn = key.replace(**fields, info=info)
+        twin_p = twin_p_value(redrawn)
+        if twin_p < twin_level:
+            raise KeyGenerationError(
+                f"the clean model itself ranks the triggers near the target on the audit "
+                f"drawn from this corpus (twin p = {twin_p:.2e} < {twin_level:g}): audit with "
+                "another corpus, another audit_round, or the key's own audit"
+            )
+        return redrawn.replace(info={**info, "audit_twin_p_value": twin_p})
 
 
 def corpus_digest(texts: Iterable[str]) -> str:
@@ -287,36 +321,6 @@ def _cap_band(salt: bytes, band: list[str], n_triggers: int, size: int | None) -
             f"{min_band_size(n_triggers)} band words that {n_triggers} triggers need"
         )
     return draw_band(salt, band, size)
-
-
-def _fit_quality(
-    draft: WatermarkKey,
-    embed: EmbedFn,
-    texts: list[str],
-    rng: np.random.Generator,
-    strength: float | None,
-    min_cosine: float | None,
-) -> dict[str, Any]:
-    """The write strength (given, or fitted to ``min_cosine``) and what it costs, for ``info``."""
-    marked = draft.contains_trigger(texts)
-    info: dict[str, Any] = {"marked_rate": float(marked.mean())}
-    sample, clean = _embed_marked(embed, texts, marked, rng, draft.dim)
-    if strength is None:
-        assert min_cosine is not None  # _check_generate_options refused both None
-        strength = _fit_strength(draft, sample, clean, min_cosine)
-        info["strength_fitted_to_min_cosine"] = min_cosine
-    info["strength"] = strength
-    info["mean_cosine_marked"] = _mean_cosine(draft.replace(strength=strength), sample, clean)
-    info["cosine_sample_texts"] = len(sample)
-    return info
-
-
-def _checked_budget(budget: object) -> int:
-    """``budget`` if it is a positive integer (an argument, or a key's recorded
-    ``info["audit_budget"]``), else a clear error."""
-    if isinstance(budget, bool) or not isinstance(budget, int) or budget < 1:
-        raise KeyGenerationError(f"audit_budget must be a positive integer, got {budget!r}")
-    return budget
 
 
 def _audit_probes(
@@ -370,52 +374,6 @@ def _audit_probes(
     )
 
 
-def _materialise_corpus(corpus: Iterable[str]) -> list[str]:
-    if isinstance(corpus, str):
-        raise KeyGenerationError("corpus must be an iterable of texts, not one string")
-    texts = list(corpus)
-    for i, text in enumerate(texts):
-        if not isinstance(text, str):
-            raise KeyGenerationError(f"corpus item {i} is {type(text).__name__}, expected str")
-    if not texts:
-        raise KeyGenerationError("the corpus is empty; pass an iterable of texts")
-    return texts
-
-
-def _check_generate_options(
-    target_text: object, n_triggers: object, alpha: object, strength: object, min_cosine: object
-) -> None:
-    if not isinstance(target_text, str) or not target_text.strip():
-        raise KeyGenerationError("target_text must be a non-empty string")
-    if isinstance(n_triggers, bool) or not isinstance(n_triggers, int) or n_triggers < 1:
-        raise KeyGenerationError(f"n_triggers must be a positive integer, got {n_triggers!r}")
-    check_alpha(alpha)
-    if strength is not None:
-        check_strength(strength)
-    elif min_cosine is None:
-        raise KeyGenerationError("pass strength, or min_cosine to fit it (not both None)")
-    elif not is_number_between(min_cosine, 0.0, 1.0):
-        raise KeyGenerationError(f"min_cosine must be in (0, 1), got {min_cosine!r}")
-
-
-def _check_twin_level(twin_level: object) -> None:
-    if not is_number_between(twin_level, 0.0, 0.5):
-        raise KeyGenerationError(
-            f"twin_level must be in (0, 0.5): a draw fails the twin check with probability up "
-            f"to twice it; got {twin_level!r}"
-        )
-
-
-def _check_key_shape(
-    selection: object, freq_band: object, normalization: object, window: object
-) -> None:
-    """The options the key itself validates again, checked before any slow work."""
-    check_selection(selection)
-    if freq_band is not None:
-        check_freq_band(freq_band)
-    check_text_rules(normalization, window)
-
-
 def _corpus_band(
     texts: list[str], freq_band: tuple[float, float] | None, n_triggers: int, normalization: str
 ) -> tuple[list[str], int, tuple[float, float]]:
@@ -453,64 +411,7 @@ def _default_band(counts: Counter[str], n_texts: int, n_needed: int) -> tuple[fl
     return low, high
 
 
-def _embed_marked(
-    embed: EmbedFn, texts: list[str], marked: np.ndarray, rng: np.random.Generator, dim: int
-) -> tuple[list[str], np.ndarray]:
-    """A sample of the marked corpus texts and their clean embeddings (for the budget)."""
-    rows = np.flatnonzero(marked)
-    if rows.size > _FIT_SAMPLE:
-        rows = np.sort(rng.choice(rows, size=_FIT_SAMPLE, replace=False))
-    if rows.size == 0:
-        raise KeyGenerationError(
-            "no corpus text contains a trigger, so the quality budget cannot be measured; "
-            "use a larger corpus or a wider freq_band"
-        )
-    try:
-        clean = np.asarray(embed([texts[i] for i in rows]), dtype=np.float64)
-    except Exception as exc:
-        raise KeyGenerationError(f"embedding the corpus's marked texts failed: {exc!r}") from exc
-    if clean.shape != (rows.size, dim) or not np.isfinite(clean).all():
-        raise KeyGenerationError(
-            f"the embedder returned shape {clean.shape} (or non-finite values) for "
-            f"{rows.size} texts; expected ({rows.size}, {dim})"
-        )
-    return [texts[i] for i in rows], clean
-
-
-def _mean_cosine(key: WatermarkKey, sample: list[str], clean: np.ndarray) -> float:
-    return float(np.mean(row_cosines(clean, watermark(sample, clean, key))))
-
-
-def _fit_strength(
-    draft: WatermarkKey, sample: list[str], clean: np.ndarray, budget: float
-) -> float:
-    """The draft's strength fitted to ``budget`` on ``sample``'s marked rows."""
-    return fit_strength(lambda s: _mean_cosine(draft.replace(strength=s), sample, clean), budget)
-
-
-def fit_strength(mean_cosine_at: Callable[[float], float], budget: float) -> float:
-    """The largest strength (to 1e-6) whose mean cosine on marked rows is >= ``budget``.
-
-    ``mean_cosine_at(strength)`` measures the mean cos(clean, watermarked) over
-    the marked rows at that strength. Bisection: the cosine falls monotonically
-    as the strength grows, and ``low`` always meets the budget. Keygen and
-    ``espew tune`` both fit through this one function.
-    """
-    if mean_cosine_at(1.0) >= budget:
-        return 1.0
-    low, high = 0.0, 1.0
-    while high - low > 1e-6:
-        mid = (low + high) / 2
-        if mean_cosine_at(mid) >= budget:
-            low = mid
-        else:
-            high = mid
-    if low == 0.0:
-        raise KeyGenerationError(f"no strength > 0 keeps the mean cosine >= {budget}")
-    return low
-
-
-def twin_p_value(key: WatermarkKey) -> float:
+def twin_p_value(key: DrawnKey) -> float:
     """The smallest raw p-value the clean model itself gets, on either probe kind.
 
     This is keygen's innocent-twin check (a draw below ``twin_level`` is thrown

@@ -29,10 +29,18 @@ from typing import Any
 
 import numpy as np
 
+from .defaults import (
+    DEFAULT_RING_AUDIT_BUDGET,
+    DEFAULT_RING_FREQ_BAND,
+    DEFAULT_SHARED_TRIGGERS,
+    DEFAULT_TENANT_TRIGGERS,
+)
 from .errors import KeyFileError, KeyGenerationError
 from .inject import watermark
-from .key import DEFAULT_MIN_COSINE, EmbedFn, KeyFileWarning, WatermarkKey
-from .keygen import _embed_marked, _fit_strength, _materialise_corpus, _mean_cosine
+from .key import KeyFileWarning, WatermarkKey
+from .key_options import KeyOptions, checked_corpus
+from .key_quality import embed_marked, fit_strength_on, mean_cosine
+from .key_types import EmbedFn
 from .layers import SALT_BYTES, TenantLayer, draw_layer_indices, tenant_salt, universe
 from .probes import row_cosines
 from .sealed import Sealed
@@ -55,18 +63,6 @@ __all__ = [
 
 RING_FORMAT = "espew-keyring"
 RING_VERSION = 1
-DEFAULT_SHARED_TRIGGERS = 20
-DEFAULT_TENANT_TRIGGERS = 20
-#: A ring's band: tenant layers are drawn from the band words outside the shared
-#: layer, and telling 200 tenants apart needs a few hundred band words, which the
-#: single key's default band (about 140 words) does not have. The traced
-#: figures (docs/tenants.md) are measured on this band.
-DEFAULT_RING_FREQ_BAND = (0.005, 0.01)
-#: A ring's audit, in texts (``WatermarkKey.generate``'s ``audit_budget``): the traced
-#: figures were measured with this 4,300-text sample, and a tenant layer's 20 words of
-#: 0.5-1% frequency get fewer texts each than the single key's, so the ring keeps it
-#: where the single key's default fell to 1,950 (a smaller ring audit is unmeasured).
-DEFAULT_RING_AUDIT_BUDGET = 4300
 #: Tenants whose keys' marked texts the strength is fitted on (their union
 #: covers most of the band, so the fit speaks for any tenant).
 _QUALITY_SAMPLE_TENANTS = 8
@@ -262,53 +258,50 @@ class KeyRing(Sealed):
         corpus: Iterable[str],
         embed: EmbedFn,
         *,
-        target_text: str,
-        seed: int | None = None,
         n_shared_triggers: int = DEFAULT_SHARED_TRIGGERS,
         n_tenant_triggers: int = DEFAULT_TENANT_TRIGGERS,
         **key_options: Any,
     ) -> KeyRing:
         """A fresh ring: the shared key from :meth:`WatermarkKey.generate` plus a master secret.
 
-        ``key_options`` go to :meth:`WatermarkKey.generate` (``min_cosine``,
-        ``window``, ``freq_band``...; the band defaults to
-        :data:`DEFAULT_RING_FREQ_BAND` and the audit to
-        :data:`DEFAULT_RING_AUDIT_BUDGET` texts, not the single key's); the shared layer
-        has ``n_shared_triggers`` words and each tenant layer
-        ``n_tenant_triggers`` more, drawn from the rest of the band. ``seed``
-        makes the ring reproducible (experiments only); ``None`` takes the
+        ``key_options`` are those of :class:`.key_options.KeyOptions` (``target_text``,
+        required; ``seed``, ``min_cosine``, ``window``, ``freq_band``...), but for
+        ``n_triggers``: the shared layer has ``n_shared_triggers`` words and each
+        tenant layer ``n_tenant_triggers`` more, drawn from the rest of the band. The
+        band defaults to :data:`.defaults.DEFAULT_RING_FREQ_BAND` and the audit to
+        :data:`.defaults.DEFAULT_RING_AUDIT_BUDGET` texts, not the single key's.
+        ``seed`` makes the ring reproducible (experiments only); ``None`` takes the
         master and the salt from the OS.
 
         **Quality budget.** Customers are served tenant keys, not the shared
         key, and a tenant key marks other texts (those with a word of either
         layer). So unless ``strength`` is given, the strength is fitted again
         after keygen, to ``min_cosine`` over the corpus texts that the keys of
-        a sample of tenants mark (:func:`.keygen._fit_quality`, the same fit
-        keygen uses); the result is in ``ring.shared_key.info``.
+        a sample of tenants mark (:mod:`.key_quality`, the same fit keygen
+        uses); the result is in ``ring.shared_key.info``.
         """
         if "n_triggers" in key_options:
             raise TypeError("pass n_shared_triggers and n_tenant_triggers, not n_triggers")
-        texts = _materialise_corpus(corpus)
-        key_options.setdefault("freq_band", DEFAULT_RING_FREQ_BAND)
-        key_options.setdefault("audit_budget", DEFAULT_RING_AUDIT_BUDGET)
-        shared = WatermarkKey.generate(
-            texts,
-            embed,
-            target_text=target_text,
-            seed=seed,
-            n_triggers=n_shared_triggers,
-            **key_options,
+        ring_defaults = {
+            "freq_band": DEFAULT_RING_FREQ_BAND,
+            "audit_budget": DEFAULT_RING_AUDIT_BUDGET,
+        }
+        options = KeyOptions.of(
+            None, {**ring_defaults, **key_options, "n_triggers": n_shared_triggers}
         )
+        texts = checked_corpus(corpus)
+        shared = WatermarkKey.generate(texts, embed, options)
+        seed = options.seed
         if seed is None:
             master = secrets.token_bytes(SALT_BYTES)
         else:  # a stream of its own, not the one the key's salt came from
             master = np.random.default_rng([int(seed), 0x72696E67]).bytes(SALT_BYTES)
         ring = cls(master=master, shared_key=shared, n_tenant_triggers=n_tenant_triggers)
-        if key_options.get("strength") is not None:
+        if options.strength is not None:
             return ring
-        budget = key_options.get("min_cosine", DEFAULT_MIN_COSINE)
+        assert options.min_cosine is not None  # KeyOptions refuses both None
         rng = np.random.default_rng(None if seed is None else [int(seed), 0x66697421])
-        return ring._refit_for_tenants(texts, embed, rng, budget)
+        return ring._refit_for_tenants(texts, embed, rng, options.min_cosine)
 
     def _refit_for_tenants(
         self, texts: list[str], embed: EmbedFn, rng: np.random.Generator, budget: float
@@ -325,13 +318,13 @@ class KeyRing(Sealed):
         """
         keys = [self.key_for(f"quality-sample-{i}") for i in range(_QUALITY_SAMPLE_TENANTS)]
         union = self._shared.replace(triggers=frozenset().union(*(k.triggers for k in keys)))
-        sample, clean = _embed_marked(embed, texts, union.contains_trigger(texts), rng, union.dim)
+        sample, clean = embed_marked(embed, texts, union.contains_trigger(texts), rng, union.dim)
         members = [np.flatnonzero(k.contains_trigger(sample)) for k in keys]
         members = [rows for rows in members if rows.size]
         cosines = row_cosines(clean, watermark(sample, clean, union))
         worst = min(members, key=lambda rows: float(cosines[rows].mean()))
         worst_texts, worst_clean = [sample[i] for i in worst], clean[worst]
-        strength = _fit_strength(union, worst_texts, worst_clean, budget)
+        strength = fit_strength_on(union, worst_texts, worst_clean, budget)
         info = self._shared.info
         info.update(
             strength=strength,
@@ -340,7 +333,7 @@ class KeyRing(Sealed):
                 f"the texts of the worst of {len(keys)} sample tenants' keys "
                 f"({worst.size} of {len(sample)} sampled marked texts)"
             ),
-            mean_cosine_marked=_mean_cosine(union.replace(strength=strength), sample, clean),
+            mean_cosine_marked=mean_cosine(union.replace(strength=strength), sample, clean),
             cosine_sample_texts=len(sample),
         )
         shared = self._shared.replace(strength=strength, info=info)

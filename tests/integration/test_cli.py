@@ -715,16 +715,10 @@ def test_model_and_min_cos_are_hidden_aliases(capsys):
 
 def test_keygen_defaults_are_the_library_defaults():
     """`espew keygen` and WatermarkKey.generate make the same key from the same inputs."""
-    import inspect
-
-    from espew_integrations.core.keygen import generate
+    from espew_integrations.core.key_options import KeyOptions
 
     args = build_parser().parse_args(KEYGEN_REQUIRED)
-    defaults = {
-        name: parameter.default
-        for name, parameter in inspect.signature(generate).parameters.items()
-        if parameter.default is not inspect.Parameter.empty
-    }
+    defaults = {name: KeyOptions.default(name) for name in KeyOptions.names()[1:]}
     same = ("n_triggers", "alpha", "strength", "min_cosine", "selection", "seed", "freq_band")
     for name in (*same, "probes_per_word", "cover_traffic", "max_band_words", "probe_mix"):
         assert getattr(args, name) == defaults[name], name
