@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from ._optional import MissingExtraError, install_line
+from .core.errors import ESpeWError
 
 __all__ = [
     "MODEL_NAMES",
@@ -67,7 +68,7 @@ _MINILM_MODULES = {
 }
 
 
-class ModelSpecError(ValueError):
+class ModelSpecError(ESpeWError, ValueError):
     """An embedder spec that names nothing usable; the message lists the valid forms."""
 
 

@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .core.errors import ESpeWError
+
 __all__ = ["TEXT_FILE_SUFFIXES", "TextFile", "TextFileError", "read_text_file"]
 
 #: What each suffix holds: one text per line, CSV rows, or one JSON value per line.
@@ -28,7 +30,7 @@ TEXT_FILE_SUFFIXES = {
 }
 
 
-class TextFileError(ValueError):
+class TextFileError(ESpeWError, ValueError):
     """A text file that cannot be read as texts; the message says which line or column."""
 
 

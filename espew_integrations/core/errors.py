@@ -2,6 +2,10 @@
 
 All of them derive from :class:`ESpeWError`, and the input errors also from
 ``ValueError``/``TypeError`` so code that already catches those keeps working.
+So do the errors defined beside the code that raises them
+(``textfiles.TextFileError``, ``models.ModelSpecError``,
+``http.upstream.UpstreamError``, ``MissingExtraError``...): ``except ESpeWError``
+catches everything the library raises on purpose.
 No message ever contains trigger words, target values or the salt.
 """
 

@@ -30,6 +30,7 @@ from typing import Any
 
 import numpy as np
 
+from ..core.errors import ESpeWError
 from ..core.untrusted import printable
 from .client import OpenAIEndpoint, _error_message
 from .settings import check_endpoint, check_positive_int, check_seconds
@@ -42,7 +43,7 @@ _RETRY_STATUSES = frozenset({502, 503, 504})
 _PASSED_THROUGH = frozenset({400, 404, 413, 422, 429})
 
 
-class UpstreamError(Exception):
+class UpstreamError(ESpeWError):
     """The upstream failed or sent something that is not an embeddings answer.
 
     ``status`` is what the proxy answers its own client: the upstream's status
