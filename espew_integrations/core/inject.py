@@ -28,6 +28,7 @@ import numpy as np
 
 from .errors import EmbeddingInputError
 from .key_types import MarkingKey
+from .rows import unit_rows
 
 __all__ = [
     "as_embedding_matrix",
@@ -250,22 +251,14 @@ def _workspace(name: str, shape: tuple[int, int], dtype: np.dtype) -> np.ndarray
 
 
 def _unit_rows(rows: np.ndarray) -> np.ndarray:
-    """rows / ||rows||, safe for any finite non-zero rows, however large or small.
-
-    Each row is first multiplied by a power of two that brings its largest
-    magnitude into [0.5, 1) (exact: only the exponents change, except for
-    elements that become subnormal, which are far below the row's precision
-    anyway), so the squares can neither overflow nor all underflow.
-    """
-    _, exponent = np.frexp(np.abs(rows).max(axis=1, keepdims=True))
-    scaled = np.ldexp(rows, -exponent)
-    unit = scaled / np.sqrt(np.einsum("ij,ij->i", scaled, scaled))[:, None]
+    """:func:`.rows.unit_rows` in the rows' own dtype, refusing a row it could not normalise."""
+    unit = unit_rows(rows, dtype=rows.dtype)
     if not (np.isfinite(unit).all() and unit.any(axis=1).all()):  # unreachable for valid rows
         raise EmbeddingInputError(
             "a marked row could not be normalised to a finite unit vector; refusing to "
             "return a wrong embedding"
         )
-    return unit.astype(rows.dtype, copy=False)
+    return unit
 
 
 # ---------------------------------------------------------------------- validation

@@ -47,6 +47,7 @@ from typing import Any
 import numpy as np
 
 from .draw import keyed_digests, keyed_order
+from .rows import unit_rows
 from .text import UNICODE_V1
 from .words import tokenize
 
@@ -363,19 +364,6 @@ def embed_rows(embed: Callable[[list[str]], Any], texts: Sequence[str]) -> np.nd
     if not np.isfinite(out).all():
         raise ValueError("the embedder returned NaN or infinite values for probe texts")
     return out
-
-
-def unit_rows(matrix: np.ndarray) -> np.ndarray:
-    """Rows scaled to unit norm, safe for huge finite values (scaled by max |x| first).
-
-    A zero row stays zero (its cosines are 0).
-    """
-    matrix = np.asarray(matrix, dtype=np.float64)
-    scale = np.max(np.abs(matrix), axis=1, keepdims=True)
-    scale = np.where(scale > 0, scale, 1.0)
-    scaled = matrix / scale
-    norms = np.linalg.norm(scaled, axis=1, keepdims=True)
-    return scaled / np.where(norms > 0, norms, 1.0)
 
 
 def row_cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
