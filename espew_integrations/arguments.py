@@ -25,7 +25,7 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from .core.key import DEFAULT_FREQ_BAND, DEFAULT_MIN_COSINE
+from .core.defaults import DEFAULT_FREQ_BAND, DEFAULT_MIN_COSINE
 
 __all__ = [
     "DEFAULT_FREQ_BAND",

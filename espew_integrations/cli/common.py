@@ -10,6 +10,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
+from ..core.defaults import DEFAULT_KEY_VARIABLE
 from ..models import install_line, resolve_embedder
 
 __all__ = [
@@ -40,8 +41,6 @@ EXIT_NOT_COPIED = 0
 EXIT_COPIED = 1
 EXIT_INCONCLUSIVE = 2
 EXIT_USAGE = 3
-
-DEFAULT_KEY_VARIABLE = "ESPEW_KEY"
 
 
 class UsageError(Exception):

@@ -15,7 +15,11 @@ from ..arguments import (
     add_target_text_arguments,
     target_text_from,
 )
-from ..core.key import DEFAULT_ALPHA, DEFAULT_MIN_COSINE, DEFAULT_N_TRIGGERS, DEFAULT_PROBE_MIX
+from ..core.key import WatermarkKey
+from ..core.key_audit import default_audit_path
+from ..core.key_options import KeyOptions
+from ..core.key_quality import FIT_SAMPLE
+from ..core.model_check import CANARY_TEXTS
 from ..core.probes import PROBE_MIXES
 from ..models import resolve_embedder
 from ..textfiles import read_text_file
@@ -27,7 +31,7 @@ from .common import (
     progress,
 )
 
-__all__ = ["BUNDLED_CORPORA", "corpus_texts", "register"]
+__all__ = ["BUNDLED_CORPORA", "corpus_texts", "key_options_from", "register"]
 
 BUNDLED_CORPORA = ("rotten_tomatoes", "health_tweets")
 
@@ -79,53 +83,60 @@ def register(subparsers: Any) -> None:
 
 
 def _add_key_shape_flags(keygen: argparse.ArgumentParser) -> None:
-    keygen.add_argument("--n-triggers", type=positive_int, default=DEFAULT_N_TRIGGERS)
+    """One flag per :class:`KeyOptions` field that a person sets, its default the field's.
+
+    A flag's ``dest`` is the option's name, so :func:`key_options_from` reads them all
+    back without a list of its own.
+    """
+    default = KeyOptions.default
+    keygen.add_argument("--n-triggers", type=positive_int, default=default("n_triggers"))
     keygen.add_argument(
         "--alpha",
         type=float,
-        default=DEFAULT_ALPHA,
-        help=f"share of coordinates a mark is written into (default {DEFAULT_ALPHA:g})",
+        default=default("alpha"),
+        help=f"share of coordinates a mark is written into (default {default('alpha'):g})",
     )
     keygen.add_argument(
         "--strength",
         type=float,
-        default=None,
+        default=default("strength"),
         help="how far marked coordinates move toward the target (1 = the paper); "
         "default: fitted to --min-cosine",
     )
     add_min_cosine_argument(
         keygen,
+        default=default("min_cosine"),
         help="quality budget: mean cos(clean, watermarked) on the corpus's marked texts "
-        f"(default {DEFAULT_MIN_COSINE:g}); the strength is fitted to it unless --strength "
+        f"(default {default('min_cosine'):g}); the strength is fitted to it unless --strength "
         "is given",
     )
     keygen.add_argument(
         "--window",
         type=positive_int,
-        default=None,
+        default=default("window"),
         help="the model's input window in tokens (known for the offline models); "
         "triggers past it never mark",
     )
-    keygen.add_argument("--selection", choices=("smallest", "hashed"), default="smallest")
-    add_freq_band_argument(keygen)
+    keygen.add_argument("--selection", choices=("smallest", "hashed"), default=default("selection"))
+    add_freq_band_argument(keygen, default=default("freq_band"))
     keygen.add_argument(
         "--probes-per-word",
         type=positive_int,
-        default=None,
+        default=default("probes_per_word"),
         help="stored sentence probes per band word, on average (default: as many as a "
         "uniform sample of --audit-budget corpus texts holds, at most 28)",
     )
     keygen.add_argument(
         "--audit-budget",
         type=positive_int,
-        default=None,
+        default=default("audit_budget"),
         help="texts in the audit's uniform sample, hence the queries one verification "
-        "costs (default 1,950; every later round is drawn as large)",
+        f"costs (default {default('audit_budget'):,}; every later round is drawn as large)",
     )
     keygen.add_argument(
         "--probe-mix",
         choices=list(PROBE_MIXES),
-        default=DEFAULT_PROBE_MIX,
+        default=default("probe_mix"),
         help="'corpus' (the default): every sampled text with a band word is a probe, "
         "for its least-probed word; 'single': only those with exactly one band word, "
         "for a narrow --freq-band",
@@ -134,13 +145,14 @@ def _add_key_shape_flags(keygen: argparse.ArgumentParser) -> None:
         "--no-cover-traffic",
         dest="cover_traffic",
         action="store_false",
+        default=default("cover_traffic"),
         help="send the probes alone: fewer queries, but an audit a thief that knows the "
         "band can recognise by its burst of band words",
     )
     keygen.add_argument(
         "--max-band-words",
         type=positive_int,
-        default=None,
+        default=default("max_band_words"),
         help="cap the band (the audit's query budget is shared among the band's words: a "
         "smaller band gets more probes a word)",
     )
@@ -155,30 +167,23 @@ def corpus_texts(args: argparse.Namespace) -> Sequence[str]:
     return read_text_file(args.corpus, text_field=args.text_column).texts
 
 
+def key_options_from(args: argparse.Namespace, **given: Any) -> dict[str, Any]:
+    """The :class:`KeyOptions` fields the parsed flags set, then ``given`` over them.
+
+    Every flag of a key option has the option's name as its ``dest``, so this reads
+    them by the options' own list: an option added to :class:`KeyOptions` and given a
+    flag reaches keygen with no other change. ``given`` carries what the command
+    derives rather than reads (the target text from its file, the model's window).
+    """
+    flags = {name: getattr(args, name) for name in KeyOptions.names() if hasattr(args, name)}
+    return {**flags, **given}
+
+
 def run(args: argparse.Namespace) -> int:
     """Generate the key, write it (mode 0600) and print its commitment."""
-    from ..core.key import WatermarkKey
 
     def make(corpus: Sequence[str], embed: Any, **common: Any) -> Any:
-        return WatermarkKey.generate(
-            corpus,
-            embed,
-            n_triggers=args.n_triggers,
-            freq_band=None if args.freq_band is None else tuple(args.freq_band),
-            alpha=args.alpha,
-            strength=args.strength,
-            min_cosine=args.min_cosine,
-            selection=args.selection,
-            seed=args.seed,
-            max_band_words=args.max_band_words,
-            probes_per_word=args.probes_per_word,
-            cover_traffic=args.cover_traffic,
-            probe_mix=args.probe_mix,
-            audit_budget=args.audit_budget,
-            **common,
-        )
-
-    from ..core.key_audit import default_audit_path
+        return WatermarkKey.generate(corpus, embed, **key_options_from(args, **common))
 
     audit = Path(args.audit_out) if args.audit_out else default_audit_path(args.out)
     if audit.exists() and not args.overwrite:  # before any slow work, like --out
@@ -194,14 +199,17 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def generate_from_corpus(args: argparse.Namespace, make: Callable[..., Any]) -> tuple[Any, Path]:
+def generate_from_corpus(
+    args: argparse.Namespace, make: Callable[..., Any], *, audit_budget: int | None = None
+) -> tuple[Any, Path]:
     """The steps ``espew keygen`` and ``espew keyring generate`` share, in their order.
 
     Refuse an existing ``--out`` before any slow work, read the target text
     (before any embedding, so a missing file fails fast) and the corpus, then
     call ``make(corpus, embed, target_text=..., window=...)`` with the
     embedder counting its texts on a progress bar. Returns what ``make``
-    returned and the output path.
+    returned and the output path. ``audit_budget`` (default: ``--audit-budget``)
+    sizes the bar's estimate.
     """
     out = Path(args.out)
     if out.exists() and not args.overwrite:
@@ -210,7 +218,7 @@ def generate_from_corpus(args: argparse.Namespace, make: Callable[..., Any]) -> 
     corpus = corpus_texts(args)
     embed, name = resolve_embedder(args.embedder, **endpoint_options(args))
     window = args.window if args.window is not None else getattr(embed, "max_tokens", None)
-    total = texts_to_embed(args, len(corpus))
+    total = texts_to_embed(args, len(corpus), audit_budget=audit_budget)
     with progress(total, f"embedding with {name}", "text", not args.no_progress) as bar:
         made = make(corpus, counting(embed, bar), target_text=target_text, window=window)
         if getattr(bar, "refresh", None) is not None:  # the estimate met: end at 100%
@@ -219,7 +227,9 @@ def generate_from_corpus(args: argparse.Namespace, make: Callable[..., Any]) -> 
     return made, out
 
 
-def texts_to_embed(args: argparse.Namespace, n_corpus: int) -> int:
+def texts_to_embed(
+    args: argparse.Namespace, n_corpus: int, *, audit_budget: int | None = None
+) -> int:
     """About how many texts a key generation embeds, for the bar's total and ETA.
 
     The target, the public canaries (the model fingerprint), a sample of the marked
@@ -227,11 +237,10 @@ def texts_to_embed(args: argparse.Namespace, n_corpus: int) -> int:
     estimate: the band's size is known after the corpus scan, and a refused draw
     embeds again, so :func:`~.common.counting` grows the total when it is passed.
     """
-    from ..core import keygen as core_keygen
-    from ..core.model_check import CANARY_TEXTS
-
-    budget = getattr(args, "audit_budget", None) or core_keygen.DEFAULT_PROBE_BUDGET
-    fit_sample = min(n_corpus, int(getattr(core_keygen, "_FIT_SAMPLE", 0)))
+    budget = (
+        audit_budget or getattr(args, "audit_budget", None) or KeyOptions.default("audit_budget")
+    )
+    fit_sample = min(n_corpus, FIT_SAMPLE)
     band = getattr(args, "max_band_words", None) or 0
     return 1 + len(CANARY_TEXTS) + fit_sample + budget + band
 

@@ -28,7 +28,13 @@ from ..arguments import (
     add_min_cosine_argument,
     add_target_text_arguments,
 )
-from ..core.keyring import DEFAULT_RING_FREQ_BAND
+from ..core.defaults import (
+    DEFAULT_LEVEL,
+    DEFAULT_RING_AUDIT_BUDGET,
+    DEFAULT_RING_FREQ_BAND,
+    DEFAULT_SHARED_TRIGGERS,
+    DEFAULT_TENANT_TRIGGERS,
+)
 from .common import (
     EXIT_COPIED,
     EXIT_INCONCLUSIVE,
@@ -40,7 +46,7 @@ from .common import (
     positive_int,
 )
 from .files import prepare_private_dir
-from .keygen import generate_from_corpus
+from .keygen import generate_from_corpus, key_options_from
 from .verify import (
     add_deadline_flag,
     add_private_dir_flags,
@@ -92,8 +98,8 @@ def _register_generate(actions: Any) -> None:
     add_target_text_arguments(generate)
     add_embedder_argument(generate)
     generate.add_argument("--out", required=True, help="where to write the ring (mode 0600)")
-    generate.add_argument("--n-shared-triggers", type=positive_int, default=20)
-    generate.add_argument("--n-tenant-triggers", type=positive_int, default=20)
+    generate.add_argument("--n-shared-triggers", type=positive_int, default=DEFAULT_SHARED_TRIGGERS)
+    generate.add_argument("--n-tenant-triggers", type=positive_int, default=DEFAULT_TENANT_TRIGGERS)
     add_min_cosine_argument(
         generate, help="quality budget of the customers' keys (mean cos on marked texts)"
     )
@@ -125,7 +131,7 @@ def _register_trace(subparsers: Any) -> None:
     trace.add_argument("--ring", required=True, help="key ring file")
     trace.add_argument("--tenants", required=True, help="account ids: text lines or JSON")
     add_suspect_arguments(trace)
-    trace.add_argument("--level", type=float, default=1e-6, help="false-positive rate")
+    trace.add_argument("--level", type=float, default=DEFAULT_LEVEL, help="false-positive rate")
     trace.add_argument("--report-dir", default=None, help="write the shareable evidence here")
     trace.add_argument("--force", action="store_true", help="replace evidence in --report-dir")
     add_private_dir_flags(trace)
@@ -148,15 +154,12 @@ def run_generate(args: argparse.Namespace) -> int:
         return KeyRing.generate(
             corpus,
             embed,
-            seed=args.seed,
             n_shared_triggers=args.n_shared_triggers,
             n_tenant_triggers=args.n_tenant_triggers,
-            min_cosine=args.min_cosine,
-            freq_band=tuple(args.freq_band),
-            **common,
+            **key_options_from(args, **common),
         )
 
-    ring, out = generate_from_corpus(args, make)
+    ring, out = generate_from_corpus(args, make, audit_budget=DEFAULT_RING_AUDIT_BUDGET)
     ring.save(out, overwrite=args.overwrite)
     info = ring.shared_key.info
     print(
