@@ -1,0 +1,207 @@
+"""Key options declared once, defaults in one module, no circle between the key and keygen."""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import itertools
+import zlib
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from espew_integrations import KeyGenerationError, KeyRing, WatermarkKey
+from espew_integrations.core import defaults, key, keygen, keyring
+from espew_integrations.core.key_options import KeyOptions
+from tests.support import make_key
+
+CORE = Path(key.__file__).parent
+
+
+def toy_embed(texts):
+    """A deterministic hashed bag of words (CRC-32: the same in every process)."""
+    out = np.zeros((len(texts), 32))
+    for i, text in enumerate(texts):
+        for word in text.lower().split():
+            out[i, zlib.crc32(word.encode("utf-8")) % 32] += 1.0
+        out[i, 0] += 0.5
+    return out
+
+
+def words_corpus(n_texts=1000, n_band=80, seed=0):
+    """Each band word appears in about 0.7% of the texts; the filler words in all."""
+    rng = np.random.default_rng(seed)
+    letters = "abcdefghijklmnopqrstuvwxyz"
+    band = [f"zz{letters[i // 26]}{letters[i % 26]}" for i in range(n_band)]
+    return [
+        " ".join(["the", "common", "words", *rng.choice(band, size=rng.integers(0, 2))])
+        for _ in range(n_texts)
+    ]
+
+
+SMALL = dict(target_text="t", n_triggers=10, freq_band=(0.005, 0.02), twin_check=False, seed=3)
+
+
+# ---------------------------------------------------------------------- one declaration
+def test_every_option_has_a_docstring_and_its_default_from_the_defaults_module():
+    source = Path(CORE / "key_options.py").read_text(encoding="utf-8")
+    body = next(
+        node.body
+        for node in ast.parse(source).body
+        if isinstance(node, ast.ClassDef) and node.name == "KeyOptions"
+    )
+    documented = {
+        statement.target.id
+        for statement, after in itertools.pairwise(body)
+        if isinstance(statement, ast.AnnAssign)
+        and isinstance(after, ast.Expr)
+        and isinstance(after.value, ast.Constant)
+        and isinstance(after.value.value, str)
+    }
+    assert documented == set(KeyOptions.names())
+    assert KeyOptions.default("alpha") == defaults.DEFAULT_ALPHA
+    assert KeyOptions.default("n_triggers") == defaults.DEFAULT_N_TRIGGERS
+    assert KeyOptions.default("min_cosine") == defaults.DEFAULT_MIN_COSINE
+    assert KeyOptions.default("twin_level") == defaults.DEFAULT_TWIN_LEVEL
+    assert KeyOptions.default("probe_mix") == defaults.DEFAULT_PROBE_MIX
+    assert KeyOptions.default("audit_budget") == defaults.DEFAULT_PROBE_BUDGET
+    with pytest.raises(KeyError, match="no default"):
+        KeyOptions.default("target_text")
+
+
+def test_the_generate_methods_declare_no_option_of_their_own():
+    """Options reach keygen only through KeyOptions: no signature repeats them."""
+    import inspect
+
+    declared = set(KeyOptions.names())
+    for function in (WatermarkKey.generate, keygen.generate, KeyRing.generate):
+        parameters = set(inspect.signature(function).parameters)
+        assert not parameters & declared, function
+
+
+def test_the_old_constant_names_still_import_from_their_old_modules():
+    assert key.DEFAULT_ALPHA == defaults.DEFAULT_ALPHA == 0.75
+    assert key.DEFAULT_FREQ_BAND == defaults.DEFAULT_FREQ_BAND
+    assert key.DEFAULT_MIN_COSINE == defaults.DEFAULT_MIN_COSINE
+    assert key.DEFAULT_N_TRIGGERS == defaults.DEFAULT_N_TRIGGERS
+    assert key.DEFAULT_PROBE_MIX == defaults.DEFAULT_PROBE_MIX
+    assert key.DEFAULT_TWIN_LEVEL == defaults.DEFAULT_TWIN_LEVEL
+    assert keygen.DEFAULT_PROBE_BUDGET == defaults.DEFAULT_PROBE_BUDGET
+    assert keygen.DEFAULT_PROBES_PER_WORD == defaults.DEFAULT_PROBES_PER_WORD
+    assert keyring.DEFAULT_RING_FREQ_BAND == defaults.DEFAULT_RING_FREQ_BAND
+    assert keyring.DEFAULT_RING_AUDIT_BUDGET == defaults.DEFAULT_RING_AUDIT_BUDGET
+
+
+def test_defaults_still_written_elsewhere_agree_with_the_defaults_module():
+    """Verification and serving keep their own copies until their modules import these."""
+    from espew_integrations.cli import common
+    from espew_integrations.core.verify import DEFAULT_DEADLINE, DEFAULT_LEVEL
+
+    assert DEFAULT_LEVEL == defaults.DEFAULT_LEVEL
+    assert DEFAULT_DEADLINE == defaults.DEFAULT_DEADLINE
+    assert common.DEFAULT_KEY_VARIABLE == defaults.DEFAULT_KEY_VARIABLE
+    server = pytest.importorskip("espew_integrations.http.server")
+    assert server.DEFAULT_HOST == defaults.DEFAULT_HOST
+    assert server.DEFAULT_MAX_REQUEST_CHARS == defaults.DEFAULT_MAX_REQUEST_CHARS
+    assert server.DEFAULT_BODY_TIMEOUT == defaults.DEFAULT_BODY_TIMEOUT
+
+
+def test_the_constructor_marks_with_keygens_alpha_and_selection_by_default():
+    made = make_key(64)
+    fields = {k: getattr(made, k) for k in ("triggers", "target", "target_text", "band", "salt")}
+    plain = WatermarkKey(**fields)
+    assert plain.alpha == defaults.DEFAULT_ALPHA and plain.selection == defaults.DEFAULT_SELECTION
+
+
+# ---------------------------------------------------------------------- building options
+def test_options_check_their_values_and_normalise_a_band_and_a_none_budget():
+    options = KeyOptions(target_text="t", freq_band=[0.01, 0.02], audit_budget=None)
+    assert options.freq_band == (0.01, 0.02) and options.audit_budget == 1950
+    with pytest.raises(KeyGenerationError, match="0 < alpha < 1"):
+        KeyOptions(target_text="t", alpha=2.0)
+    with pytest.raises(KeyGenerationError, match="not both None"):
+        KeyOptions(target_text="t", min_cosine=None)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        options.alpha = 0.5  # type: ignore[misc]
+
+
+def test_the_repr_of_options_shows_neither_the_target_text_nor_the_seed():
+    shown = repr(KeyOptions(target_text="our secret target sentence", seed=123456789))
+    assert "secret" not in shown and "123456789" not in shown
+
+
+def test_an_unknown_or_missing_option_is_a_type_error_naming_the_options():
+    texts = words_corpus()
+    with pytest.raises(TypeError, match=r"unknown key option\(s\) \['n_trigger'\].*n_triggers"):
+        WatermarkKey.generate(texts, toy_embed, target_text="t", n_trigger=10)
+    with pytest.raises(TypeError, match="target_text"):
+        WatermarkKey.generate(texts, toy_embed, n_triggers=10)
+    with pytest.raises(TypeError, match="KeyOptions"):
+        WatermarkKey.generate(texts, toy_embed, {"target_text": "t"})
+
+
+def test_an_options_object_and_keyword_arguments_make_the_same_key():
+    texts = words_corpus()
+    by_words = WatermarkKey.generate(texts, toy_embed, **SMALL)
+    by_object = WatermarkKey.generate(texts, toy_embed, KeyOptions(**SMALL))
+    overridden = WatermarkKey.generate(
+        texts, toy_embed, KeyOptions(**{**SMALL, "alpha": 0.3}), alpha=defaults.DEFAULT_ALPHA
+    )
+    for other in (by_object, overridden):
+        assert other.salt == by_words.salt and other.triggers == by_words.triggers
+        assert other.alpha == by_words.alpha == defaults.DEFAULT_ALPHA
+        assert other.probe_texts == by_words.probe_texts
+    assert isinstance(by_object, WatermarkKey)
+
+
+def test_a_ring_takes_its_own_band_and_audit_defaults_through_the_same_options():
+    texts = words_corpus(n_texts=1500, n_band=120)
+    ring = KeyRing.generate(
+        texts,
+        toy_embed,
+        target_text="t",
+        seed=1,
+        n_shared_triggers=6,
+        n_tenant_triggers=6,
+        freq_band=(0.003, 0.02),
+        twin_check=False,
+        strength=0.5,
+    )
+    assert ring.shared_key.info["audit_budget"] == defaults.DEFAULT_RING_AUDIT_BUDGET
+    assert ring.shared_key.freq_band == (0.003, 0.02) and len(ring.shared_key.triggers) == 6
+    with pytest.raises(TypeError, match="n_shared_triggers"):
+        KeyRing.generate(texts, toy_embed, target_text="t", n_triggers=5)
+
+
+# ---------------------------------------------------------------------- no circle
+def _imported_modules(path: Path) -> set[str]:
+    """Every core module ``path`` imports, wherever the import sits (type hints included)."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom) and node.level == 1:
+            if node.module:
+                found.add(node.module)
+            else:
+                found.update(alias.name for alias in node.names)
+    return found
+
+
+@pytest.mark.parametrize(
+    "module", ["keygen", "key_quality", "key_types", "key_options", "key_storage", "inject"]
+)
+def test_what_the_key_is_built_from_never_imports_the_key(module):
+    assert "key" not in _imported_modules(CORE / f"{module}.py")
+
+
+def test_no_key_module_imports_another_modules_underscore_names():
+    for path in [*CORE.glob("key*.py"), CORE / "defaults.py"]:
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.level:
+                private = [a.name for a in node.names if a.name.startswith("_")]
+                assert not private, f"{path.name} imports {private} from {node.module}"
+
+
+def test_the_key_modules_stay_below_600_lines():
+    for path in [*CORE.glob("key*.py"), CORE / "defaults.py"]:
+        assert len(path.read_text(encoding="utf-8").splitlines()) < 600, path.name
