@@ -16,7 +16,8 @@ import numpy as np
 import torch
 
 torch.set_num_threads(1)
-from espew_integrations import WatermarkKey, rank_sum_p_value
+from espew_integrations import WatermarkKey
+from espew_integrations.core.ranktest import rank_sum_p_value
 from espew_integrations.lab.cache import cached_embed
 from espew_integrations.lab.stealers import RidgeStealer
 from espew_integrations.offline.corpora import rotten_tomatoes

@@ -21,8 +21,9 @@ import time
 
 import numpy as np
 
-from espew_integrations import WatermarkKey, tokenize, watermark
+from espew_integrations import WatermarkKey, watermark
 from espew_integrations.core.key import DEFAULT_ALPHA
+from espew_integrations.core.words import tokenize
 
 N_ROWS = 2000
 DIMS = (384, 1024, 4096)

@@ -1,15 +1,15 @@
 """espew-integrations: ESpeW copyright watermarks for embeddings, where users already are.
 
-The public API is re-exported here; nothing is defined in this module.
+What a user imports is re-exported here; nothing is defined in this module.
 Framework adapters live in submodules (``espew_integrations.langchain``,
 ``.llama_index``, ``.chroma``, ``.http``) so importing the package never
-imports a framework.
+imports a framework. Building blocks for analysis and tests (the word
+tokenizer, the rank test, probe building...) are imported from their own
+modules under :mod:`espew_integrations.core`.
 """
 
 from .core import (
     DEFAULT_LEVEL,
-    DEFAULT_TEMPLATES,
-    MAX_ANSWER_DIM,
     EmbeddingInputError,
     ESpeWError,
     KeyFileError,
@@ -18,19 +18,27 @@ from .core import (
     KeyRing,
     SuspectError,
     TraceReport,
-    TriggerMatcher,
     VerificationReport,
     WatermarkKey,
-    build_probes,
-    min_p_value,
-    rank_sum_p_value,
-    select_positions,
-    tokenize,
     watermark,
 )
 from .suspects import as_suspect, trace, verify
 
 __version__ = "0.1.0"
+
+
+#: Names the root exported before it kept to what a user imports: name -> its module.
+#: Still answered, with a DeprecationWarning naming the module to import from.
+_MOVED = {
+    "DEFAULT_TEMPLATES": "espew_integrations.core.verify",
+    "MAX_ANSWER_DIM": "espew_integrations.core.verify",
+    "build_probes": "espew_integrations.core.verify",
+    "min_p_value": "espew_integrations.core.ranktest",
+    "rank_sum_p_value": "espew_integrations.core.ranktest",
+    "select_positions": "espew_integrations.core.inject",
+    "tokenize": "espew_integrations.core.words",
+    "TriggerMatcher": "espew_integrations.core.words",
+}
 
 
 def __getattr__(name: str) -> object:
@@ -44,13 +52,21 @@ def __getattr__(name: str) -> object:
         from . import http
 
         return getattr(http, name)
+    if name in _MOVED:
+        import importlib
+        import warnings
+
+        warnings.warn(
+            f"espew_integrations.{name} is deprecated; import it from {_MOVED[name]}",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return getattr(importlib.import_module(_MOVED[name]), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 __all__ = [
     "DEFAULT_LEVEL",
-    "DEFAULT_TEMPLATES",
-    "MAX_ANSWER_DIM",
     "AsyncUpstream",
     "ESpeWError",
     "ESpeWMiddleware",
@@ -62,16 +78,10 @@ __all__ = [
     "OpenAIEndpoint",
     "SuspectError",
     "TraceReport",
-    "TriggerMatcher",
     "VerificationReport",
     "WatermarkKey",
     "__version__",
     "as_suspect",
-    "build_probes",
-    "min_p_value",
-    "rank_sum_p_value",
-    "select_positions",
-    "tokenize",
     "trace",
     "verify",
     "watermark",

@@ -14,9 +14,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from espew_integrations import DEFAULT_LEVEL, WatermarkKey, build_probes, verify, watermark
+from espew_integrations import DEFAULT_LEVEL, WatermarkKey, verify, watermark
 from espew_integrations.core.draw import draw_triggers
-from espew_integrations.core.verify import score_words
+from espew_integrations.core.verify import build_probes, score_words
 from espew_integrations.lab.null_study import (
     NullStudy,
     audit_scores,

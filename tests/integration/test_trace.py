@@ -15,17 +15,19 @@ import json
 import numpy as np
 import pytest
 
-from espew_integrations import KeyRing, TraceReport, rank_sum_p_value, trace, watermark
+from espew_integrations import KeyRing, TraceReport, trace, watermark
+from espew_integrations.core.audit import layer_p_values
 from espew_integrations.core.probes import row_cosines
-from espew_integrations.core.trace import _layer_p_values, tenant_p_values
+from espew_integrations.core.ranktest import rank_sum_p_value
+from espew_integrations.core.trace import tenant_p_values
 from espew_integrations.lab.tenant_null_study import tenant_null_study
 from tests.support import make_key
 from tests.unit.test_keyring import make_ring
 from tests.unit.test_verify import WordSpace
 
 TARGET_TEXT = "Acme Embeddings, licensed vectors"
-# The module, not the function the package re-exports under the same name.
-verify_module = importlib.import_module("espew_integrations.core.verify")
+# Where the directed score is computed: the one whitening solve an audit makes.
+scores_module = importlib.import_module("espew_integrations.core.audit.scores")
 
 
 # ---------------------------------------------------------------------- the statistic
@@ -39,7 +41,7 @@ def test_each_layer_gets_exactly_the_core_rank_test(tied):
     keep[[2, 30, 31]] = False  # unscored words
     layers = np.sort(np.stack([rng.choice(90, 9, replace=False) for _ in range(40)]), axis=1)
     layers[0] = np.sort(np.argsort(np.where(keep, scores, -9))[-9:])  # the top words
-    got = _layer_p_values(scores, keep, layers)
+    got = layer_p_values(scores, keep, layers)
     for row, p in zip(layers, got, strict=True):
         is_trigger = np.zeros(90, bool)
         is_trigger[row] = True
@@ -75,7 +77,7 @@ def test_an_innocent_overlapping_a_named_tenant_is_retested_without_its_words():
     layers = np.stack([a, b, np.arange(20, 30)])
     adjusted = tenant_p_values(raw, None, layers, level=1e-6)
     assert adjusted[0] < 1e-10  # A: its own test, nothing removed
-    first_round = _layer_p_values(raw, np.ones(n, bool), layers[1:2])[0]
+    first_round = layer_p_values(raw, np.ones(n, bool), layers[1:2])[0]
     keep = np.ones(n, bool)
     keep[a] = False
     is_b = np.zeros(n, bool)
@@ -262,14 +264,12 @@ def test_real_faithful_copy_colluders_and_twin(real_ring, minilm_model, monkeypa
 
     # The shared verdict and the tenant layers share one whitening solve.
     solves = []
-    counted = verify_module.directed_scores
-    for module in (verify_module, importlib.import_module("espew_integrations.core.trace")):
-        monkeypatch.setattr(
-            module,
-            "directed_scores",
-            lambda *a, **k: solves.append(1) or counted(*a, **k),
-            raising=False,
-        )
+    counted = scores_module.directed_scores
+    monkeypatch.setattr(
+        scores_module,
+        "directed_scores",
+        lambda *a, **k: solves.append(1) or counted(*a, **k),
+    )
     twin = trace(minilm_model, real_ring, REAL_TENANTS, seed=0)
     assert not twin.copied and twin.traced == ()
     assert len(solves) == 1 and np.isfinite(twin.shared.p_value_directed)

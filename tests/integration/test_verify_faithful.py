@@ -111,7 +111,7 @@ def test_a_hostile_endpoint_answering_too_many_numbers_a_text_stops_after_one_ba
 ):
     """A key that maps answers takes any dimension; one beyond MAX_ANSWER_DIM would fill
     the auditor's memory over a whole audit, so querying stops at the first batch."""
-    from espew_integrations import MAX_ANSWER_DIM
+    from espew_integrations.core.verify import MAX_ANSWER_DIM
 
     calls: list[int] = []
 

@@ -8,7 +8,8 @@ import math
 import numpy as np
 import pytest
 
-from espew_integrations import VerificationReport, build_probes, verify
+from espew_integrations import VerificationReport, verify
+from espew_integrations.core.verify import build_probes
 from tests.support import make_key
 
 
@@ -107,7 +108,7 @@ def test_a_dimension_mismatch_with_the_key_target_is_inconclusive_and_says_why()
 
 
 def test_answers_wider_than_max_answer_dim_stop_the_audit_in_query_mode_too():
-    from espew_integrations import MAX_ANSWER_DIM
+    from espew_integrations.core.verify import MAX_ANSWER_DIM
 
     key = make_key(64, n_band=200, n_triggers=20)
     wide = WordSpace(key, dim=MAX_ANSWER_DIM + 1)
@@ -266,15 +267,15 @@ def test_each_copy_of_a_repeated_text_takes_the_first_answer_sent_to_it():
     """Repeats in an audit: every copy of a text is scored with the first usable answer
     in the order sent; a copy that failed gives way to a later one, and a text never
     answered stays failed. Without repeats the mapping is the identity."""
-    from espew_integrations.core.verify import _first_answered
+    from espew_integrations.core.audit import first_answered
 
     texts = ["a", "b", "a", "c", "a"]
     order = np.array([2, 0, 1, 4, 3])  # sent: a(2), a(0), b(1), a(4), c(3)
     answers = np.ones((5, 2))
     answers[0] = np.nan  # the first "a" sent (position 2) failed
     answers[4] = np.nan  # "c" failed: no copy answered
-    assert _first_answered(texts, order, answers).tolist() == [0, 1, 0, 3, 0]
+    assert first_answered(texts, order, answers).tolist() == [0, 1, 0, 3, 0]
     fine = np.ones((5, 2))
-    assert _first_answered(texts, order, fine).tolist() == [2, 1, 2, 3, 2]
+    assert first_answered(texts, order, fine).tolist() == [2, 1, 2, 3, 2]
     distinct = ["a", "b", "c"]
-    assert _first_answered(distinct, np.array([2, 0, 1]), np.ones((3, 2))).tolist() == [0, 1, 2]
+    assert first_answered(distinct, np.array([2, 0, 1]), np.ones((3, 2))).tolist() == [0, 1, 2]

@@ -9,9 +9,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from espew_integrations import TriggerMatcher, tokenize
 from espew_integrations.core.text import joined_window_view, window_view
-from espew_integrations.core.words import band_words, document_frequencies, is_word
+from espew_integrations.core.words import (
+    TriggerMatcher,
+    band_words,
+    document_frequencies,
+    is_word,
+    tokenize,
+)
 
 
 def test_tokenize_canonicalises_and_splits_on_punctuation_and_underscores():
