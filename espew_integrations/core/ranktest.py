@@ -35,7 +35,13 @@ from functools import lru_cache
 
 import numpy as np
 
-__all__ = ["doubled_mid_ranks", "min_p_value", "rank_sum_p_value", "subset_p_values"]
+__all__ = [
+    "doubled_mid_ranks",
+    "min_p_value",
+    "rank_sum_p_value",
+    "rank_sum_tails",
+    "subset_p_values",
+]
 
 #: Below this, a p-value is always recomputed by the exact count (the spectral
 #: route's absolute error of ~1e-15 is then at most ~1e-10 of the value).
@@ -124,6 +130,26 @@ def subset_p_values(scores: np.ndarray, subsets: np.ndarray) -> np.ndarray:
         mask[subsets[index]] = True
         p_values[index] = rank_sum_p_value(scores, mask)
     return p_values
+
+
+def rank_sum_tails(values: tuple[int, ...] | int, size: int) -> np.ndarray:
+    """tails[s] = P(doubled rank sum of a uniform ``size``-subset >= s).
+
+    ``values`` is the number of untied words (ranks 1..N, the cached table of
+    :func:`rank_sum_p_value`) or the doubled mid-ranks with ties
+    (:func:`doubled_mid_ranks`). One table serves every subset of that size over
+    the same scores, which is what lets a trace test thousands of tenant layers
+    with one count. The tail is summed from the top, never as 1 - head, so tiny
+    p-values stay exact.
+    """
+    if isinstance(values, int):
+        by_sum = _untied_counts(values, size)  # indexed by the plain rank sum
+        counts = np.zeros(2 * by_sum.size - 1)
+        counts[::2] = by_sum  # doubled sums of untied ranks are even
+    else:
+        counts = _subset_sum_counts(values, size)
+    tails = np.cumsum(counts[::-1])[::-1] / counts.sum()
+    return np.minimum(tails, 1.0)
 
 
 def _tied_p_value(values: np.ndarray, sizes: np.ndarray, n: int, observed: int) -> float:
