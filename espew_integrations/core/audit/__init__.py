@@ -1,0 +1,114 @@
+"""The audit pipeline, as public seams: plan, ask, score, decide.
+
+One audit, whatever front end runs it (:func:`~espew_integrations.core.verify.verify`,
+:func:`~espew_integrations.core.trace.trace`, the lab's null studies)::
+
+    check_options -> plan_audit -> interrogate -> word_scores -> decide -> report
+                      (plan)        (asking,       (scores)       (decision;
+                                     suspect_calls,                trace: tenant_layers)
+                                     alignment)
+
+Each step is a module with one job:
+
+- :mod:`.settings`: the defaults, option types and their checks;
+- :mod:`.word_probes`: the legacy word probes (a band word in templates);
+- :mod:`.plan`: :class:`AuditPlan`, what to ask and how to score it (cached band sets);
+- :mod:`.subject`: who is asked and the transcript that records it;
+- :mod:`.suspect_calls`: calling the suspect in batches under one deadline;
+- :mod:`.asking`: :func:`interrogate`, the shuffled asking and the answers put back;
+- :mod:`.alignment`: answers mapped into the key's coordinates (:mod:`..align`);
+- :mod:`.scores`: :class:`WordScores`, each band word's raw, adjusted and directed score;
+- :mod:`.fields` and :mod:`.decision`: the report's common fields, the verdict or
+  why there is none; :mod:`.paper_metrics`: the paper's figures, never deciding;
+- :mod:`.tenant_layers`: each tenant layer's exact test, for ``trace``.
+
+Every step but the asking is a function of the key and the answers alone, so a
+null study can score fixed answers exactly as an audit does.
+"""
+
+from .alignment import align_answers
+from .asking import Answers, first_answered, interrogate
+from .decision import decide
+from .fields import DECISION_RULE, common_fields, inconclusive
+from .paper_metrics import paper_metrics
+from .plan import AuditPlan, band_sets, check_statistic, maps_answers, plan_audit
+from .scores import (
+    WordScores,
+    mean_per_word,
+    probe_cosines,
+    reference_slope,
+    score_words,
+    word_scores,
+)
+from .settings import (
+    DEFAULT_DEADLINE,
+    DEFAULT_LEVEL,
+    MAX_ANSWER_DIM,
+    STATISTICS,
+    ProbeKind,
+    Statistic,
+    SuspectFn,
+    TargetMode,
+    check_deadline,
+    check_options,
+    check_suspect,
+)
+from .subject import (
+    REPLAYED_SETTINGS,
+    Subject,
+    asking_options,
+    audit_subject,
+    record_start,
+    recorded,
+)
+from .suspect_calls import Deadline, DeadlinePassed, query_suspect
+from .tenant_layers import layer_p_values, tenant_p_values
+from .word_probes import DEFAULT_TEMPLATES, build_probes, check_templates
+
+__all__ = [
+    "DECISION_RULE",
+    "DEFAULT_DEADLINE",
+    "DEFAULT_LEVEL",
+    "DEFAULT_TEMPLATES",
+    "MAX_ANSWER_DIM",
+    "REPLAYED_SETTINGS",
+    "STATISTICS",
+    "Answers",
+    "AuditPlan",
+    "Deadline",
+    "DeadlinePassed",
+    "ProbeKind",
+    "Statistic",
+    "Subject",
+    "SuspectFn",
+    "TargetMode",
+    "WordScores",
+    "align_answers",
+    "asking_options",
+    "audit_subject",
+    "band_sets",
+    "build_probes",
+    "check_deadline",
+    "check_options",
+    "check_statistic",
+    "check_suspect",
+    "check_templates",
+    "common_fields",
+    "decide",
+    "first_answered",
+    "inconclusive",
+    "interrogate",
+    "layer_p_values",
+    "maps_answers",
+    "mean_per_word",
+    "paper_metrics",
+    "plan_audit",
+    "probe_cosines",
+    "query_suspect",
+    "record_start",
+    "recorded",
+    "reference_slope",
+    "score_words",
+    "tenant_p_values",
+    "word_scores",
+]

@@ -1,0 +1,178 @@
+"""Calling the suspect: texts in batches, under one deadline, faults kept as missing rows.
+
+Why apart from the plan and the scores: everything here is about a party the
+auditor does not trust. A call may hang, fail, answer the wrong shape or a
+million numbers a text; none of that may stop the audit or count as evidence,
+so each failure becomes NaN rows and a printable error, and a stall ends the
+asking at the deadline.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import threading
+import time
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from ..errors import SuspectError
+from ..transcript import TranscriptRecorder, utc_now
+from ..untrusted import printable
+from .settings import MAX_ANSWER_DIM, SuspectFn
+
+__all__ = ["Deadline", "DeadlinePassed", "Replies", "query_suspect"]
+
+
+class DeadlinePassed(Exception):
+    """The audit's deadline passed before the suspect answered the batch in hand."""
+
+
+class Deadline:
+    """The asking phase's remaining time, and suspect calls that cannot outlast it.
+
+    Why a thread per call: a suspect that blocks for ever in Python cannot be
+    interrupted in the thread that called it, so each call runs in a daemon
+    thread and the audit waits for it only as long as the deadline allows.
+    A call still running at the deadline is abandoned: being a daemon, its
+    thread never keeps the process alive at exit, and its answer, if one ever
+    comes, is dropped. Without a deadline (``seconds=None``) the suspect is
+    called in the caller's own thread, as a suspect bound to its thread needs.
+    """
+
+    def __init__(self, seconds: float | None) -> None:
+        self.seconds = seconds
+        self._end = None if seconds is None else time.monotonic() + seconds
+
+    def call(self, suspect: SuspectFn, batch: list[str]) -> Any:
+        """``suspect(batch)``, or :class:`DeadlinePassed` once the deadline is past."""
+        if self._end is None:
+            return suspect(batch)
+        remaining = self._end - time.monotonic()
+        if remaining <= 0:
+            raise DeadlinePassed
+        done = threading.Event()
+        outcome: list[tuple[bool, Any]] = []
+
+        def ask() -> None:
+            try:
+                outcome.append((True, suspect(batch)))
+            except BaseException as exc:  # handed to the auditing thread, which decides
+                outcome.append((False, exc))
+            finally:
+                done.set()
+
+        context = contextvars.copy_context()  # the suspect sees the caller's context
+        worker = threading.Thread(
+            target=context.run, args=(ask,), name="espew-suspect-call", daemon=True
+        )
+        worker.start()
+        if not done.wait(remaining):
+            raise DeadlinePassed
+        answered, value = outcome[0]
+        if answered:
+            return value
+        raise value
+
+
+class Replies(NamedTuple):
+    """What :func:`query_suspect` got: the answer rows in the order sent (NaN rows where
+    a batch failed), the faults it recorded, the answers' dimension (None if no batch
+    succeeded) and whether the deadline ended the asking early."""
+
+    answers: np.ndarray
+    errors: list[str]
+    dim: int | None
+    expired: bool = False
+
+
+def query_suspect(
+    suspect: SuspectFn,
+    texts: list[str],
+    batch_size: int,
+    progress: Callable[[int], None] | None,
+    expected_dim: int | None = None,
+    deadline: float | None = None,
+    recorder: TranscriptRecorder | None = None,
+) -> Replies:
+    """Embed ``texts`` in batches; failed or malformed batches become NaN rows.
+
+    If the first answer's dimension differs from ``expected_dim``, or exceeds
+    :data:`.settings.MAX_ANSWER_DIM`, it stops there: no verdict is possible, so
+    the rest of the query budget (and the auditor's memory) is spared. It also
+    stops when ``deadline`` seconds have passed since the first batch was sent
+    (the batch in hand is abandoned, see :class:`Deadline`); the texts not sent
+    are not among the rows. Every recorded error passes through
+    :func:`..untrusted.printable`: it may quote the suspect's own text. A
+    ``recorder`` gets each batch as it was asked and answered (:mod:`..transcript`).
+    """
+    errors: list[str] = []
+    batches: list[tuple[int, np.ndarray | None]] = []
+    dim: int | None = None
+    clock = Deadline(deadline)
+    expired = False
+    for start in range(0, len(texts), batch_size):
+        batch = texts[start : start + batch_size]
+        out, expired = _ask_batch(clock, suspect, batch, dim, errors, recorder)
+        batches.append((len(batch), out))
+        if expired:
+            break
+        if dim is None and out is not None:
+            dim = out.shape[1]
+            if dim > MAX_ANSWER_DIM or (expected_dim is not None and dim != expected_dim):
+                break
+        if progress is not None:
+            progress(len(batch))
+    width = dim or 1
+    parts = [out if out is not None else np.full((n, width), np.nan) for n, out in batches]
+    matrix = np.concatenate(parts) if parts else np.zeros((0, width))
+    return Replies(matrix, errors, dim, expired)
+
+
+def _ask_batch(
+    clock: Deadline,
+    suspect: SuspectFn,
+    batch: list[str],
+    dim: int | None,
+    errors: list[str],
+    recorder: TranscriptRecorder | None,
+) -> tuple[np.ndarray | None, bool]:
+    """One batch's rows (None if it failed) and whether the deadline passed first.
+
+    The answer is recorded as it came, before it is checked, so a replay of the
+    transcript meets the same checks (:mod:`..evidence_check`)."""
+    sent = utc_now()
+    try:
+        answer = clock.call(suspect, batch)
+    except DeadlinePassed:
+        if recorder is not None:
+            recorder.batch(batch, sent, expired=True)
+        return None, True
+    except Exception as exc:  # a fault is missing data, never evidence
+        errors.append(printable(f"{type(exc).__name__}: {exc}"))
+        if recorder is not None:
+            recorder.batch(batch, sent, error=errors[-1])
+        return None, False
+    if recorder is not None:
+        recorder.batch(batch, sent, answer=answer)
+    try:
+        return _batch_rows(answer, len(batch), dim, errors), False
+    except Exception as exc:
+        errors.append(printable(f"{type(exc).__name__}: {exc}"))
+        return None, False
+
+
+def _batch_rows(answer: Any, n_texts: int, dim: int | None, errors: list[str]) -> np.ndarray:
+    """One batch's answer as float64 rows, unusable rows NaN (noted in ``errors``);
+    :class:`SuspectError` if its shape is wrong or its dimension is not ``dim``."""
+    out = np.array(answer, dtype=np.float64)
+    if out.ndim != 2 or out.shape[0] != n_texts:
+        raise SuspectError(f"returned shape {out.shape} for a batch of {n_texts} texts")
+    if dim is not None and out.shape[1] != dim:
+        raise SuspectError(f"returned dimension {out.shape[1]}, expected {dim}")
+    bad = ~np.isfinite(out).all(axis=1) | ~out.any(axis=1)
+    if bad.any():
+        out[bad] = np.nan  # unusable rows are missing, not zero-scored
+        errors.append(f"{int(bad.sum())} non-finite or zero embeddings")
+    return out
