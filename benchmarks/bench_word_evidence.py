@@ -33,9 +33,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_faithful_copy import corpus_lookups
 from bench_frontier import build, parse_config
 
+from espew_integrations.core.audit import mean_per_word, plan_audit
 from espew_integrations.core.directed import directed_scores
 from espew_integrations.core.ranktest import rank_sum_p_value
-from espew_integrations.core.verify import _mean_per_word, _plan
 from espew_integrations.lab.null_study import audit_scores
 
 CONFIG = "default:n=35,band=0.01-0.015,alpha=0.75"
@@ -45,7 +45,7 @@ SKIP = {"ridge", "ridge + CSE K=50", "torch encoder"}
 
 def probes_only_directed(key, answers: np.ndarray, cover: np.ndarray) -> np.ndarray:
     """The directed word scores as verify computed them before shared texts were scored."""
-    plan = _plan(key, "sentences", None)
+    plan = plan_audit(key, "sentences", None)
     with_cover = plan.cover_rows is not None
     per_probe = directed_scores(
         answers,
@@ -54,7 +54,7 @@ def probes_only_directed(key, answers: np.ndarray, cover: np.ndarray) -> np.ndar
         unscored_answers=cover if with_cover else None,
         unscored_clean=plan.cover_rows if with_cover else None,
     )
-    return _mean_per_word(per_probe, plan.owner, len(key.band))
+    return mean_per_word(per_probe, plan.owner, len(key.band))
 
 
 def score(key, suspect) -> dict:

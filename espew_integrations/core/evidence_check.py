@@ -31,6 +31,7 @@ from typing import Any
 
 import numpy as np
 
+from .audit import REPLAYED_SETTINGS, DeadlinePassed
 from .errors import SuspectError
 from .key import WatermarkKey
 from .keyring import KeyRing
@@ -43,7 +44,7 @@ from .transcript import (
     read_transcript,
     recorded_float,
 )
-from .verify import REPLAYED_SETTINGS, _DeadlinePassed, verify
+from .verify import verify
 
 __all__ = ["P_VALUE_TOLERANCE", "EvidenceCheck", "check_evidence"]
 
@@ -114,7 +115,7 @@ class _Replay:
                 "at that point (records were reordered, removed or edited)"
             )
         if record.get("kind") == "deadline":
-            raise _DeadlinePassed
+            raise DeadlinePassed
         if "error" in record:
             raise SuspectError(str(record["error"]))
         try:

@@ -19,31 +19,9 @@ probes' clean embeddings) a directed score per band word, and
   The shared layer is what survives collusion, the tenant layer what a
   single-account copy shows best; the report says which decided.
 
-Why each tenant's test is exact, even when the copy was trained on another
-tenant's answers: tenant D's layer is a uniform random subset of the
-universe, drawn from D's own salt, independent of every other tenant's draw.
-A suspect that never saw D's answers produces scores that do not depend on
-D's draw (whoever else it copied), so D's words are a uniform random subset of
-the ranks and P(p_D <= a) <= a. Every tenant's test uses the same score
-vector, so with no ties the null distribution depends only on (words, layer
-size): it is computed once and each tenant's rank sum is looked up in it,
-vectorised over the tenants (ties: the tie structure is also common to all
-tenants, so one exact table still serves them all).
-
-**Overlap.** Layers of m = 20 out of ~180 words overlap by chance (about two
-words per pair), so under a copy of A, an innocent B shares some of A's
-shifted words. B's test stays valid (above), but its p-value is pulled down
-by evidence that belongs to A. So the reported p-value of each tenant D is a
-second round: D is re-tested with the layers of the *other* tenants that were
-significant in a first round removed from the universe (its own words among
-them too). That removal set depends on the scores and on other tenants'
-draws only, never on D's, so conditionally on it D's remaining words are a
-uniform subset of the remaining universe: still exact.
-
-**Many tenants.** Each p-value is multiplied by the number of tenants tested
-(Bonferroni, and by the number of scores combined, 2 or 3, as :func:`verify`
-does), so
-the probability of naming any innocent account is at most ``level``.
+Why each tenant's test is exact, even for a copy of another tenant's answers,
+how overlapping layers are re-tested and how many tenants are adjusted for:
+:mod:`.audit.tenant_layers`, which holds the statistic.
 """
 
 from __future__ import annotations
@@ -59,36 +37,35 @@ from typing import Any
 
 import numpy as np
 
-from .evidence_files import EVIDENCE_FILES, PUBLIC_P_FLOOR, format_public_p, public_p_value
-from .keyring import KeyRing
-from .layers import check_tenant_id
-from .ranktest import _subset_sum_counts, _untied_counts, doubled_mid_ranks
-from .safe_dir import SafeDirectory
-from .transcript import TranscriptRecorder
-from .verify import (
+from .audit import (
     DEFAULT_DEADLINE,
     DEFAULT_LEVEL,
+    Answers,
+    AuditPlan,
     ProbeKind,
     Statistic,
     Subject,
     TargetMode,
-    VerificationReport,
-    _Answers,
-    _check_options,
-    _decide,
-    _inconclusive,
-    _interrogate,
-    _Plan,
-    _plan,
-    _word_scores,
-    _WordScores,
+    WordScores,
     asking_options,
     audit_subject,
+    check_options,
     check_statistic,
     check_suspect,
+    decide,
+    inconclusive,
+    interrogate,
+    plan_audit,
     record_start,
-    reference_slope,
+    tenant_p_values,
+    word_scores,
 )
+from .evidence_files import EVIDENCE_FILES, PUBLIC_P_FLOOR, format_public_p, public_p_value
+from .keyring import KeyRing
+from .layers import check_tenant_id
+from .report import VerificationReport
+from .safe_dir import SafeDirectory
+from .transcript import TranscriptRecorder
 
 __all__ = ["TRACE_FILE", "TRACE_RULE", "TraceReport", "tenant_p_values", "trace"]
 
@@ -306,18 +283,18 @@ def trace(
     given = dict(locals())  # the arguments as given: a transcript's replay passes them again
     ids = _check_tenants(tenants)
     check_suspect(suspect)
-    _check_options(target_mode, level, batch_size, min_coverage, statistic, deadline)
+    check_options(target_mode, level, batch_size, min_coverage, statistic, deadline)
     key = ring.shared_key
-    plan = _plan(key, probes, None, target_mode)
+    plan = plan_audit(key, probes, None, target_mode)
     check_statistic(plan, statistic)
     subject = audit_subject(suspect, transcript, suspect_name, suspect_label)
     record_start(subject, "trace", suspect, key, given, ring_id=ring.ring_id, tenants=ids)
-    asked = _interrogate(suspect, key, plan, subject=subject, **asking_options(given))
+    asked = interrogate(suspect, key, plan, subject=subject, **asking_options(given))
     return _recorded(subject, _trace_answers(asked, plan, ring, ids, min_coverage))
 
 
 def _trace_answers(
-    asked: _Answers, plan: _Plan, ring: KeyRing, ids: list[str], min_coverage: float
+    asked: Answers, plan: AuditPlan, ring: KeyRing, ids: list[str], min_coverage: float
 ) -> TraceReport:
     """The trace's verdict on one interrogation's answers: the shared layer's, then each
     account's own layer over the universe (see the module docstring)."""
@@ -325,10 +302,10 @@ def _trace_answers(
     common: dict[str, Any] = dict(level=level, ring_id=ring.ring_id, n_tenants=len(ids))
     common["tenant_triggers"] = ring.n_tenant_triggers
     if asked.reason:
-        shared = _inconclusive(asked.common, asked.reason)
+        shared = inconclusive(asked.common, asked.reason)
         return _no_verdict(shared, dict.fromkeys(ids, math.nan), 0, common)
-    scores = _word_scores(plan, asked, len(key.band))
-    shared = _decide(key, scores, min_coverage, asked.common)
+    scores = word_scores(plan, asked.embeddings, asked.target_vector, len(key.band), asked.cover)
+    shared = decide(key, scores, min_coverage, asked.common)
     raw, reference, directed = _universe_scores(scores, ring, shared.statistic)
     adjusted = tenant_p_values(
         raw,
@@ -363,7 +340,7 @@ def _recorded(subject: Subject, report: TraceReport) -> TraceReport:
 
 
 def _universe_scores(
-    scores: _WordScores, ring: KeyRing, statistic: str
+    scores: WordScores, ring: KeyRing, statistic: str
 ) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None]:
     """Per universe word: the suspect's mean cosine to the target, the clean
     reference's, and the directed score (:mod:`.directed`).
@@ -448,124 +425,3 @@ def _check_tenants(tenants: Iterable[str]) -> list[str]:
         duplicate = next(t for t, n in Counter(ids).items() if n > 1)
         raise ValueError(f"tenant id {duplicate!r} is listed twice")
     return ids
-
-
-# ---------------------------------------------------------------------- the statistic
-def tenant_p_values(
-    raw: np.ndarray,
-    reference: np.ndarray | None,
-    layers: np.ndarray,
-    *,
-    level: float = DEFAULT_LEVEL,
-    statistic: str = "combined",
-    directed: np.ndarray | None = None,
-) -> np.ndarray:
-    """Adjusted p-value of every tenant layer, from per-word scores over the universe.
-
-    ``raw`` holds the suspect's score for each universe word (NaN: unscored),
-    ``reference`` the clean model's (or None), ``directed`` the suspect's
-    directed score (or None), ``layers`` each tenant's
-    universe indices ``(n_tenants, m)``. Returns ``min(1, n_tenants * p)``
-    where p is the second-round (others' significant layers removed) p-value
-    of the chosen statistic; see the module docstring for why it is exact.
-    This is the whole statistic :func:`trace` decides on, so a null study can
-    run it on synthetic scores.
-    """
-    raw = np.asarray(raw, dtype=np.float64)
-    layers = np.asarray(layers, dtype=np.int64)
-    if layers.ndim != 2 or layers.shape[0] == 0 or raw.ndim != 1:
-        raise ValueError("layers must be (n_tenants, m) indices into a 1-D score vector")
-    scores = _statistic_scores(raw, reference, statistic, directed)
-    n_tenants = layers.shape[0]
-    factor = n_tenants * len(scores)
-    scored = np.isfinite(raw)
-    first = np.minimum(1.0, factor * _best_p(scores, scored, layers))
-    named = np.flatnonzero(first < level)
-    if named.size == 0:
-        return first
-    removed = np.zeros(raw.size, dtype=bool)
-    removed[layers[named].ravel()] = True
-    final = np.minimum(1.0, factor * _best_p(scores, scored & ~removed, layers))
-    for t in named:  # a named tenant keeps its own words: remove the *other* named layers
-        others = np.zeros(raw.size, dtype=bool)
-        others[layers[named[named != t]].ravel()] = True
-        one = layers[t : t + 1]
-        final[t] = min(1.0, factor * float(_best_p(scores, scored & ~others, one)[0]))
-    return final
-
-
-def _statistic_scores(
-    raw: np.ndarray, reference: np.ndarray | None, statistic: str, directed: np.ndarray | None
-) -> list[np.ndarray]:
-    """The score vectors whose p-values are combined (one statistic's, or all the key supports)."""
-    if directed is not None:
-        directed = np.asarray(directed, dtype=np.float64)
-        if directed.shape != raw.shape:
-            raise ValueError("directed must have one value per universe word")
-        if statistic == "directed":
-            return [directed]
-    extra = [directed] if directed is not None and statistic == "combined" else []
-    if reference is None or statistic == "raw":
-        return [raw, *extra] if statistic == "combined" else [raw]
-    reference = np.asarray(reference, dtype=np.float64)
-    if reference.shape != raw.shape:
-        raise ValueError("reference must have one value per universe word")
-    ok = np.isfinite(raw) & np.isfinite(reference)
-    slope = 1.0 if statistic == "corrected" else reference_slope(raw[ok], reference[ok])
-    adjusted = np.where(ok, raw - slope * reference, np.nan)
-    if statistic in ("adjusted", "corrected"):
-        return [adjusted]
-    return [raw, adjusted, *extra]
-
-
-def _best_p(scores: list[np.ndarray], keep: np.ndarray, layers: np.ndarray) -> np.ndarray:
-    """Per tenant, the smallest exact rank-sum p-value over the score vectors."""
-    best = np.ones(layers.shape[0])
-    for vector in scores:
-        np.minimum(best, _layer_p_values(vector, keep & np.isfinite(vector), layers), out=best)
-    return best
-
-
-def _layer_p_values(scores: np.ndarray, keep: np.ndarray, layers: np.ndarray) -> np.ndarray:
-    """Exact one-sided rank-sum p-value of each layer among the kept words.
-
-    The same as :func:`.ranktest.rank_sum_p_value` on ``scores[keep]`` with
-    each layer's kept words as triggers, but the null table is built once per
-    layer size and shared by every tenant (the tie structure is the same for
-    all of them).
-    """
-    n_kept = int(keep.sum())
-    p = np.ones(layers.shape[0])
-    if n_kept < 2:
-        return p
-    doubled = np.zeros(scores.size, dtype=np.int64)
-    doubled[keep] = doubled_mid_ranks(scores[keep])
-    sums = doubled[layers].sum(axis=1)
-    sizes = keep[layers].sum(axis=1)
-    tied = np.unique(doubled[keep]).size < n_kept
-    for size in np.unique(sizes):
-        if size == 0 or size >= n_kept:
-            continue
-        rows = sizes == size
-        tails = _null_tails(tuple(np.sort(doubled[keep]).tolist()) if tied else n_kept, int(size))
-        observed = sums[rows]
-        inside = observed < tails.size
-        p[rows] = np.where(inside, tails[np.minimum(observed, tails.size - 1)], 0.0)
-    return p
-
-
-def _null_tails(values: tuple[int, ...] | int, size: int) -> np.ndarray:
-    """tails[s] = P(doubled rank sum of a uniform ``size``-subset >= s).
-
-    ``values`` is the number of untied words (ranks 1..N, cached table of
-    :mod:`.ranktest`) or the doubled mid-ranks with ties. The tail is summed
-    from the top, never as 1 - head, so tiny p-values stay exact.
-    """
-    if isinstance(values, int):
-        by_sum = _untied_counts(values, size)  # indexed by the plain rank sum
-        counts = np.zeros(2 * by_sum.size - 1)
-        counts[::2] = by_sum  # doubled sums of untied ranks are even
-    else:
-        counts = _subset_sum_counts(values, size)
-    tails = np.cumsum(counts[::-1])[::-1] / counts.sum()
-    return np.minimum(tails, 1.0)

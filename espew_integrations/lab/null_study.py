@@ -16,10 +16,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..core.audit import align_answers, plan_audit, reference_slope, word_scores
 from ..core.draw import draw_triggers
 from ..core.key import WatermarkKey
 from ..core.ranktest import subset_p_values
-from ..core.verify import _Answers, _plan, _word_scores, align_answers, reference_slope
 
 __all__ = [
     "NullStudy",
@@ -80,8 +80,9 @@ def audit_scores(
     answers: np.ndarray, key: WatermarkKey, cover_answers: np.ndarray | None = None
 ) -> dict[str, np.ndarray | float]:
     """One suspect's raw, adjusted and directed word scores for a sentence-probe key,
-    made by verify()'s own plan and scoring (``directed`` only for a key that
-    stores its probe embeddings), and the fitted reference ``slope``.
+    made by verify()'s own plan, alignment and scoring
+    (:mod:`~espew_integrations.core.audit`; ``directed`` only for a key that stores
+    its probe embeddings), and the fitted reference ``slope``.
 
     ``answers`` are the suspect's embeddings of ``key.probe_texts``;
     ``cover_answers`` its embeddings of ``key.cover_texts``, required when the
@@ -90,7 +91,7 @@ def audit_scores(
     reused for every fresh trigger draw.
     """
     n_words = len(key.band)
-    plan = _plan(key, "sentences", None)
+    plan = plan_audit(key, "sentences", None)
     if plan.cover_rows is not None and cover_answers is None:
         raise ValueError(
             "this key stores its cover texts' clean rows: pass the suspect's answers to "
@@ -105,8 +106,7 @@ def audit_scores(
     if cover_answers is not None and plan.cover_rows is not None:  # as verify maps them
         cover_answers = np.asarray(cover_answers, dtype=np.float64)
         _, answers, cover_answers = align_answers(plan, answers, cover_answers, key.dim)
-    asked = _Answers({}, answers, key.target, cover=cover_answers)
-    scores = _word_scores(plan, asked, n_words)
+    scores = word_scores(plan, answers, key.target, n_words, cover_answers)
     raw, reference = scores.raw, scores.reference
     if not np.isfinite(raw).all():
         raise ValueError("the suspect left band words unscored; a null study assumes none")
