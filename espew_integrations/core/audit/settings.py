@@ -2,7 +2,16 @@
 
 Why a module of its own: :func:`~espew_integrations.core.verify.verify`, ``trace``
 and a transcript's replay take the same options and must refuse the same bad
-values with the same words, before a single text is sent to the suspect.
+values with the same words, before a single text is sent to the suspect. The
+defaults (:data:`DEFAULT_LEVEL`, :data:`DEFAULT_DEADLINE`) are lines of
+:mod:`..defaults`, re-exported here with the limit an audit enforces.
+
+Why a deadline at all: without an overall bound a suspect that answers and then
+stalls (each call hanging, or answering just inside every per-request timeout and
+retry) holds the audit for the batches times the client's timeouts times its
+retries; at the deadline the audit ends inconclusive instead, saying how many texts
+were answered. A slow local model audited on a CPU may need more: pass ``deadline=``
+(None: no bound).
 """
 
 from __future__ import annotations
@@ -10,6 +19,8 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from typing import Any, Literal
+
+from ..defaults import DEFAULT_DEADLINE, DEFAULT_LEVEL
 
 __all__ = [
     "DEFAULT_DEADLINE",
@@ -32,14 +43,6 @@ ProbeKind = Literal["auto", "sentences", "words"]
 Statistic = Literal["combined", "raw", "adjusted", "corrected", "directed"]
 STATISTICS: tuple[str, ...] = ("combined", "raw", "adjusted", "corrected", "directed")
 
-DEFAULT_LEVEL = 1e-6
-#: Seconds an audit may spend asking the suspect, all batches together. Without an
-#: overall bound a suspect that answers and then stalls (each call hanging, or
-#: answering just inside every per-request timeout and retry) holds the audit for
-#: the batches times the client's timeouts times its retries; at the deadline the
-#: audit ends inconclusive instead, saying how many texts were answered. A slow
-#: local model audited on a CPU may need more: pass ``deadline=`` (None: no bound).
-DEFAULT_DEADLINE = 300.0
 #: The widest answers an audit accepts. A key that maps answers into its own
 #: coordinates (:mod:`..align`) takes a suspect of any dimension, so without a bound a
 #: hostile endpoint answering a million numbers a text would fill the auditor's memory
