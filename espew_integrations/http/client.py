@@ -28,8 +28,6 @@ escape sequences, swap rows with odd indices or stream an endless body. So:
 
 from __future__ import annotations
 
-import base64
-import binascii
 import email.utils
 import json
 import logging
@@ -43,6 +41,7 @@ import numpy as np
 
 from ..core.errors import SuspectError
 from ..core.untrusted import printable
+from .protocol import MalformedAnswer, decode_embeddings, error_message
 from .settings import check_endpoint, check_positive_int, check_seconds
 
 __all__ = [
@@ -358,7 +357,7 @@ class OpenAIEndpoint:
             if self.response_observer is not None:
                 self.response_observer(status, headers, _model_field(body))
             return rows
-        message = self._clean(_error_message(body, reason))
+        message = self._clean(error_message(body, reason))
         if not _retryable(status):
             raise EndpointError(f"{self.url} answered HTTP {status}: {message}")
         return _Failure(f"HTTP {status}: {message}", retry_after=_retry_after(retry_header))
@@ -421,8 +420,10 @@ class OpenAIEndpoint:
         """
         problem: str
         try:
-            return _rows(body, n_expected)
-        except _Malformed as exc:
+            # Non-finite rows are kept: verify() drops them one by one as missing
+            # answers, where a refusal would lose the whole batch.
+            return decode_embeddings(body, n_expected, dtype=np.float64, finite=False)
+        except MalformedAnswer as exc:
             problem = str(exc)
         except Exception as exc:  # a hostile body must never escape as anything else
             problem = f"the body is not an OpenAI embeddings answer ({type(exc).__name__}: {exc})"
@@ -497,88 +498,6 @@ class _TooSlow(Exception):
     """The body did not arrive within total_timeout."""
 
 
-class _Malformed(Exception):
-    """An answer that is not an OpenAI embeddings answer; the message says why."""
-
-
-def _show(value: Any) -> str:
-    """A scalar as it was sent (redaction comes later), a container by its type only.
-
-    Nothing is cut here: a cut could leave a piece of an echoed key that redaction,
-    which looks for the whole key, would miss. The caller's printable() cuts.
-    """
-    if value is None or isinstance(value, (bool, int, float, str)):
-        return repr(value)
-    return f"a {type(value).__name__}"
-
-
-def _rows(body: bytes, n_expected: int) -> np.ndarray:
-    try:
-        answer = json.loads(body)
-    except (ValueError, RecursionError) as exc:
-        raise _Malformed(f"a body that is not valid JSON ({type(exc).__name__})") from None
-    if not isinstance(answer, dict):
-        raise _Malformed(f"a JSON {_show(answer)} where an object with 'data' was expected")
-    items = answer.get("data")
-    if not isinstance(items, list):
-        raise _Malformed(f"no 'data' list (found {_show(items)})")
-    if len(items) != n_expected:
-        raise _Malformed(f"{len(items)} embeddings for {n_expected} inputs")
-    rows: list[np.ndarray | None] = [None] * n_expected
-    for position, item in enumerate(items):
-        where = f"item {position} of 'data'"
-        if not isinstance(item, dict):
-            raise _Malformed(f"{where}: not an object ({_show(item)})")
-        if "index" not in item:
-            raise _Malformed(f"{where}: no index")
-        index = item["index"]
-        if type(index) is not int:  # bool, float (1.0 too), str...: refused, never coerced
-            raise _Malformed(f"{where}: index {_show(index)} is not an integer")
-        if not 0 <= index < n_expected:
-            raise _Malformed(
-                f"{where}: index {index} out of range for {n_expected} inputs"
-                if index >= 0
-                else f"{where}: index {index} is negative"
-            )
-        if rows[index] is not None:
-            raise _Malformed(f"{where}: duplicate index {index}")
-        if "embedding" not in item:
-            raise _Malformed(f"{where}: no embedding")
-        rows[index] = _decode(item["embedding"], where)
-    dims = {row.shape[0] for row in rows}  # type: ignore[union-attr]
-    if len(dims) != 1:
-        raise _Malformed(f"embeddings of mixed lengths {sorted(dims)}")
-    return np.stack(rows)  # type: ignore[arg-type]
-
-
-def _decode(embedding: Any, where: str) -> np.ndarray:
-    """A flat list of numbers, or base64 of little-endian float32 (what OpenAI sends)."""
-    if isinstance(embedding, str):
-        try:
-            raw = base64.b64decode(embedding, validate=True)
-        except (binascii.Error, ValueError):
-            raise _Malformed(f"{where}: embedding is a string but not base64") from None
-        if not raw or len(raw) % 4:
-            raise _Malformed(f"{where}: base64 embedding of {len(raw)} bytes is not float32 data")
-        return np.frombuffer(raw, dtype="<f4").astype(np.float64)
-    if not isinstance(embedding, list):
-        raise _Malformed(
-            f"{where}: embedding is {_show(embedding)}, neither a list of numbers nor base64"
-        )
-    if not embedding:
-        raise _Malformed(f"{where}: embedding is empty")
-    for i, value in enumerate(embedding):
-        if type(value) not in (float, int):  # bool and numeric strings are refused too
-            kind = "a nested list" if isinstance(value, list) else _show(value)
-            if isinstance(value, str):
-                kind = "a string"  # its content is not worth showing
-            raise _Malformed(f"{where}: embedding value {i} is {kind}, not a number")
-    try:
-        return np.asarray(embedding, dtype=np.float64)
-    except OverflowError:
-        raise _Malformed(f"{where}: embedding holds an integer too large for a float") from None
-
-
 def _model_field(body: bytes) -> Any:
     """The answer's ``model`` field (what the server says it ran), None if it has none."""
     try:
@@ -605,15 +524,3 @@ def _retry_after(value: str | None) -> float | None:
     except (TypeError, ValueError):
         return None
     return when.timestamp() - time.time()
-
-
-def _error_message(body: bytes, reason: str) -> str:
-    """The OpenAI error message if present, else the start of the body (both uncleaned)."""
-    try:
-        message = json.loads(body)["error"]["message"]
-        if isinstance(message, str):
-            return message
-    except Exception:
-        pass
-    text = body[:8192].decode("utf-8", errors="replace")
-    return text or reason or "no body"

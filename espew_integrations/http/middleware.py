@@ -34,19 +34,23 @@ sees the JSON before it is compressed.
 from __future__ import annotations
 
 import asyncio
-import base64
 import json
 import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
-import numpy as np
-
 from ..core.inject import watermark_and_mask
 from ..core.key import WatermarkKey
 from ..core.traffic_sample import TrafficSample
-from .upstream import UpstreamError, decode_embeddings
+from .protocol import (
+    MalformedAnswer,
+    RequestError,
+    decode_embeddings,
+    error_json,
+    parse_input,
+    replace_embeddings,
+)
 
 __all__ = ["ESpeWMiddleware"]
 
@@ -259,7 +263,7 @@ class ESpeWMiddleware:
         try:
             answer = json.loads(response)
             clean = decode_embeddings(answer, len(texts))
-        except UpstreamError as exc:
+        except MalformedAnswer as exc:
             raise _Refused(f"the app's answer is not an embeddings answer: {exc}") from None
         except ValueError:
             raise _Refused("the app's answer is not JSON") from None
@@ -269,40 +273,27 @@ class ESpeWMiddleware:
                 f"{self._key.dim}; wrap the app with the key made for its model"
             )
         marked_rows, marked = watermark_and_mask(texts, clean, self._key, view=self._view)
-        marked_rows = np.ascontiguousarray(marked_rows, dtype="<f4")
-        items = sorted(answer["data"], key=lambda item: item["index"])
-        if isinstance(items[0]["embedding"], str):
-            raw = memoryview(marked_rows.tobytes())
-            width = marked_rows.shape[1] * 4
-            for i, item in enumerate(items):
-                item["embedding"] = base64.b64encode(raw[i * width : (i + 1) * width]).decode()
-        else:
-            for item, row in zip(items, marked_rows.tolist(), strict=True):
-                item["embedding"] = row
-        new_body = json.dumps(answer, separators=(",", ":"), ensure_ascii=False).encode()
-        return new_body, texts, int(marked.sum())
+        return replace_embeddings(answer, marked_rows), texts, int(marked.sum())
 
 
 def _request_texts(request: bytes) -> list[str]:
+    """The texts of the request the app answered; the shape rule is the server's own.
+
+    Only the shape is checked (no limits): the app has already accepted the
+    request, and whatever it accepted is watermarked, never refused here.
+    """
     try:
         body = json.loads(request)
     except ValueError:
         raise _Refused("the request the app answered is not JSON") from None
-    value = body.get("input") if isinstance(body, dict) else None
-    texts = [value] if isinstance(value, str) else value
-    if not isinstance(texts, list) or not texts or not all(isinstance(t, str) for t in texts):
-        message = (
-            "'input' must be a string or a list of strings: this service watermarks "
-            "embeddings of text and does not accept token ids"
-        )
-        raise _Refused(message, client_message=message)
-    return texts
+    try:
+        return parse_input(body.get("input") if isinstance(body, dict) else None)
+    except RequestError as error:
+        raise _Refused(error.message, client_message=error.message) from None
 
 
 async def _send_error(send: Send, status: int, message: str, kind: str = "server_error") -> None:
-    body = json.dumps(
-        {"error": {"message": message, "type": kind, "param": None, "code": None}}
-    ).encode()
+    body = error_json(message, kind=kind)
     headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
     await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": body, "more_body": False})

@@ -22,17 +22,15 @@ So this client
 from __future__ import annotations
 
 import asyncio
-import base64
-import binascii
 import json
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
-from ..core.errors import ESpeWError
 from ..core.untrusted import printable
-from .client import OpenAIEndpoint, _error_message
+from .client import OpenAIEndpoint
+from .protocol import MalformedAnswer, decode_embeddings, error_message
 from .settings import check_endpoint, check_positive_int, check_seconds
 
 __all__ = ["AsyncUpstream", "UpstreamError"]
@@ -43,7 +41,7 @@ _RETRY_STATUSES = frozenset({502, 503, 504})
 _PASSED_THROUGH = frozenset({400, 404, 413, 422, 429})
 
 
-class UpstreamError(ESpeWError):
+class UpstreamError(Exception):
     """The upstream failed or sent something that is not an embeddings answer.
 
     ``status`` is what the proxy answers its own client: the upstream's status
@@ -203,7 +201,7 @@ class AsyncUpstream:
                 raise UpstreamError(f"{self.url} sent more than {self.max_response_bytes} bytes")
             if response.status_code == 200:
                 return self._rows(body, len(texts))
-            message = self._clean(_error_message(body, response.reason_phrase))
+            message = self._clean(error_message(body, response.reason_phrase))
             if response.status_code in _PASSED_THROUGH:
                 raise UpstreamError(f"upstream: {message}", status=response.status_code)
             problem = f"HTTP {response.status_code}: {message}"
@@ -218,51 +216,8 @@ class AsyncUpstream:
         problem: str
         try:
             return decode_embeddings(body, n_expected)
-        except UpstreamError as exc:
+        except MalformedAnswer as exc:
             problem = str(exc)
         except Exception as exc:  # a broken body must never escape as anything else
             problem = f"not an OpenAI embeddings answer ({type(exc).__name__})"
         raise UpstreamError(self._clean(f"{self.url} returned {problem}"))
-
-
-def decode_embeddings(body: bytes | dict, n_expected: int) -> np.ndarray:
-    """The float32 ``(n_expected, d)`` rows of an OpenAI embeddings answer, in input order.
-
-    ``body`` is the JSON bytes or the already parsed answer. base64 rows are
-    concatenated as bytes and read by one ``np.frombuffer``: no Python float
-    is ever made. Raises :class:`UpstreamError` naming the defect.
-    """
-    answer = json.loads(body) if isinstance(body, (bytes, bytearray, str)) else body
-    items = answer.get("data") if isinstance(answer, dict) else None
-    if not isinstance(items, list) or len(items) != n_expected:
-        found = len(items) if isinstance(items, list) else "no"
-        raise UpstreamError(f"{found} embeddings for {n_expected} inputs")
-    order = [item.get("index") if isinstance(item, dict) else None for item in items]
-    if any(type(i) is not int for i in order) or sorted(order) != list(range(n_expected)):
-        raise UpstreamError("indices that are not each of 0..n-1 exactly once")
-    if order != list(range(n_expected)):
-        items = [items[p] for p in np.argsort(order)]
-    values = [item.get("embedding") for item in items]
-    if all(isinstance(v, str) for v in values):
-        try:
-            raw = b"".join(base64.b64decode(v, validate=True) for v in values)
-        except (binascii.Error, ValueError):
-            raise UpstreamError("an embedding that is a string but not base64") from None
-        if not raw or len(raw) % (4 * n_expected):
-            raise UpstreamError("base64 embeddings of unequal or non-float32 lengths")
-        width = len(raw) // (4 * n_expected)
-        if any(len(v) != len(values[0]) for v in values):
-            raise UpstreamError("base64 embeddings of unequal lengths")
-        matrix = np.frombuffer(raw, dtype="<f4").reshape(n_expected, width)
-        matrix = matrix.astype(np.float32, copy=False)
-    elif all(isinstance(v, list) and v for v in values):
-        if len({len(v) for v in values}) != 1:
-            raise UpstreamError("embeddings of mixed lengths")
-        if any(type(x) not in (float, int) for v in values for x in v):
-            raise UpstreamError("an embedding value that is not a number")
-        matrix = np.asarray(values, dtype=np.float32)
-    else:
-        raise UpstreamError("embeddings that are neither all base64 nor all lists of numbers")
-    if not np.isfinite(matrix).all():
-        raise UpstreamError("NaN or infinite embedding values")
-    return matrix

@@ -22,7 +22,8 @@ import numpy as np
 import pytest
 
 from espew_integrations import OpenAIEndpoint, watermark
-from espew_integrations.http.upstream import AsyncUpstream, UpstreamError, decode_embeddings
+from espew_integrations.http.protocol import MalformedAnswer, decode_embeddings
+from espew_integrations.http.upstream import AsyncUpstream, UpstreamError
 from tests.fake_upstream import MODEL, vectors
 from tests.support import make_key, metric_values, stop
 
@@ -210,14 +211,14 @@ def test_upstream_client_mistakes_keep_their_status(key, upstream_url):
     ("body", "problem"),
     [
         (b'{"data": []}', "0 embeddings for 1 inputs"),
-        (b'{"data": [{"index": 1, "embedding": [1.0]}]}', "indices"),
+        (b'{"data": [{"index": 1, "embedding": [1.0]}]}', "index 1 out of range"),
         (b'{"data": [{"index": 0, "embedding": "@@@"}]}', "not base64"),
         (b'{"data": [{"index": 0, "embedding": ["1.0"]}]}', "not a number"),
         (b'{"data": [{"index": 0, "embedding": [1e999]}]}', "infinite"),
     ],
 )
 def test_a_malformed_upstream_answer_is_refused_by_name(body, problem):
-    with pytest.raises(UpstreamError, match=problem):
+    with pytest.raises(MalformedAnswer, match=problem):
         decode_embeddings(body, 1)
 
 
