@@ -2,9 +2,12 @@
 
 - :class:`OpenAIEndpoint` (:mod:`.client`): query a suspect's embeddings API
   as a ``verify()`` suspect (needs ``httpx``).
-- :func:`create_app` / :func:`running_server` (:mod:`.server`): serve any
+- :func:`create_app` / :func:`running_server` (:mod:`.server`, which
+  re-exports :mod:`.app`, :mod:`.serving` and :mod:`.background`): serve any
   embedder, watermarked or not, as ``POST /v1/embeddings`` (needs
   ``starlette`` and ``uvicorn``); ``espew serve`` on the command line.
+- :mod:`.protocol`: the OpenAI embeddings wire format, written once and
+  shared by the server, the client, the upstream and the middleware.
 - :class:`AsyncUpstream` (:mod:`.upstream`): the pooled async client of the
   server ``espew serve`` proxies (the ``openai:`` embedder).
 - :class:`ESpeWMiddleware` (:mod:`.middleware`): wrap an existing

@@ -1,0 +1,161 @@
+"""Running an app as a server process: checked settings, optional forked workers, signals.
+
+Why apart from the app: how requests are answered (:mod:`.app`) does not
+depend on how many processes answer them. :func:`serve` binds before it
+forks, so every worker shares one listening socket, and the supervisor that
+forks them forwards SIGINT and SIGTERM and serves the operator's metrics.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import socket
+from collections.abc import Callable
+from typing import Any
+
+from .background import serving_in_thread
+from .listen import DEFAULT_HOST, base_url, bind_socket, check_serve_settings, is_loopback, origin
+
+__all__ = ["serve"]
+
+logger = logging.getLogger("espew_integrations.http.server")
+
+
+def serve(
+    app: Any,
+    *,
+    host: str = DEFAULT_HOST,
+    port: int = 8000,
+    log_level: str = "warning",
+    access_log: bool = False,
+    on_ready: Callable[[str], None] | None = None,
+    workers: int = 1,
+    metrics_app: Any = None,
+    metrics_host: str = DEFAULT_HOST,
+    metrics_port: int = 0,
+    on_metrics_ready: Callable[[str], None] | None = None,
+) -> None:
+    """Serve ``app`` until interrupted; ``on_ready(base_url)`` runs once listening.
+
+    The port and log level are checked before binding (``ValueError``), so a
+    bad setting never gets as far as announcing a listening server.
+
+    ``workers > 1`` forks that many processes after binding; they share the
+    listening socket (the kernel spreads connections over them) and each runs
+    its own event loop, so the watermark's CPU work uses that many cores. The
+    app, its key and its model are built once, before the fork, and never
+    pickled (keys refuse pickling); the parent only waits and passes SIGINT and
+    SIGTERM on. Needs ``os.fork`` (Linux, macOS); elsewhere run one process per
+    port behind a load balancer (see docs/deployment.md).
+
+    ``metrics_app`` (``app.state.metrics.asgi_app()``) is the operator's
+    listener, on ``metrics_host:metrics_port`` (127.0.0.1 by default; port 0
+    picks a free one), never on the API port: the marked count it serves tells
+    whether each request carried a trigger. This process serves it, on a
+    thread: with ``workers > 1`` that is the supervisor, whose scrape sums the
+    rows every forked worker counts in, so it reports the whole server.
+    ``on_metrics_ready(url)`` gets its ``http://host:port/metrics``.
+    """
+    import uvicorn
+
+    log_level = check_serve_settings(port=port, log_level=log_level)
+    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+        raise ValueError(f"workers must be a positive integer, got {workers!r}")
+    if workers > 1 and not hasattr(os, "fork"):
+        raise ValueError("workers > 1 needs os.fork (Linux, macOS); run one process per port")
+    if metrics_app is not None:
+        check_serve_settings(port=metrics_port, log_level=log_level)
+        if metrics_port != 0 and metrics_port == port:
+            raise ValueError(
+                "the metrics port must differ from the API port: the marked count must not "
+                "be reachable by clients"
+            )
+    if not is_loopback(host):
+        logger.warning(
+            "listening on %s, reachable from other machines: require an API key "
+            "(--api-key-env) and put TLS in front",
+            host,
+        )
+    if metrics_app is not None and not is_loopback(metrics_host):
+        logger.warning(
+            "serving metrics on %s, reachable from other machines: the marked count tells "
+            "whether each request carried a trigger; let only your Prometheus reach it",
+            metrics_host,
+        )
+    sock = bind_socket(host, port)
+    metrics_sock = None
+    try:
+        if metrics_app is not None:
+            metrics_sock = bind_socket(metrics_host, metrics_port)
+        if on_ready is not None:
+            on_ready(base_url(sock))
+        if metrics_sock is not None and on_metrics_ready is not None:
+            on_metrics_ready(origin(metrics_sock) + "/metrics")
+        config = uvicorn.Config(app, log_level=log_level, access_log=access_log, lifespan="on")
+        if workers == 1:
+            with serving_in_thread(metrics_app, metrics_sock):
+                uvicorn.Server(config).run(sockets=[sock])
+        else:
+            _run_forked(config, sock, workers, metrics_app, metrics_sock)
+    finally:
+        sock.close()
+        if metrics_sock is not None:
+            metrics_sock.close()
+
+
+def _run_forked(
+    config: Any,
+    sock: socket.socket,
+    workers: int,
+    metrics_app: Any = None,
+    metrics_sock: socket.socket | None = None,
+) -> None:
+    """Run ``workers`` uvicorn servers in forked children on one shared socket.
+
+    The parent (the supervisor) serves ``metrics_app`` on ``metrics_sock``
+    itself, on a thread started after every fork (a fork copies only the
+    calling thread); the children close that socket, so only the supervisor
+    ever answers a scrape.
+    """
+    import signal
+
+    import uvicorn
+
+    children: list[int] = []
+    for _ in range(workers):
+        pid = os.fork()
+        if pid == 0:  # the child: serve until told to stop, never return into the caller
+            code = 0
+            try:
+                if metrics_sock is not None:
+                    metrics_sock.close()
+                uvicorn.Server(config).run(sockets=[sock])
+            except BaseException:
+                logger.exception("worker %d failed", os.getpid())
+                code = 1
+            finally:
+                os._exit(code)
+        children.append(pid)
+
+    def forward(signum: int, frame: Any) -> None:
+        for child in children:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(child, signal.SIGTERM)
+
+    previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        with serving_in_thread(metrics_app, metrics_sock):
+            for child in children:
+                while True:
+                    try:
+                        os.waitpid(child, 0)
+                        break
+                    except InterruptedError:
+                        continue
+                    except ChildProcessError:
+                        break
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
