@@ -15,7 +15,13 @@ from typing import Any
 from ..arguments import add_embedder_argument
 from .common import UsageError, counting, endpoint_options, load_key, positive_int, progress
 
-__all__ = ["register"]
+__all__ = [
+    "add_audit_source_arguments",
+    "audit_corpus",
+    "audit_options",
+    "reaudited",
+    "register",
+]
 
 
 def register(subparsers: Any) -> None:
@@ -43,8 +49,19 @@ def _register_reaudit(key_actions: Any) -> None:
         "keygen did",
     )
     reaudit.add_argument("key", help="key file path, or env:VAR")
+    add_audit_source_arguments(reaudit, what="key file")
+    reaudit.set_defaults(func=run_reaudit)
+
+
+def add_audit_source_arguments(parser: argparse.ArgumentParser, *, what: str) -> None:
+    """The options of a re-audit (``key reaudit``, ``keyring reaudit``): where its texts
+    come from, the clean model, the probes' shape and the round; declared once here."""
+    reaudit = parser
     reaudit.add_argument(
-        "--corpus", required=True, help="texts like the suspect's traffic: bundled name or file"
+        "--corpus",
+        required=True,
+        help="texts like the suspect's traffic: bundled name, text file, or a traffic sample "
+        "(espew serve --traffic-sample)",
     )
     reaudit.add_argument("--text-column", default=None, help="CSV column / JSONL field")
     reaudit.add_argument(
@@ -55,7 +72,7 @@ def _register_reaudit(key_actions: Any) -> None:
         "from this account's texts only",
     )
     add_embedder_argument(reaudit)
-    reaudit.add_argument("--out", required=True, help="where to write the re-audited key")
+    reaudit.add_argument("--out", required=True, help=f"where to write the re-audited {what}")
     reaudit.add_argument(
         "--probes-per-word",
         type=positive_int,
@@ -85,11 +102,10 @@ def _register_reaudit(key_actions: Any) -> None:
         "p-value by K (default: 1, keygen's own draw)",
     )
     reaudit.add_argument(
-        "--overwrite", "--force", action="store_true", help="replace an existing --out key file"
+        "--overwrite", "--force", action="store_true", help=f"replace an existing --out {what}"
     )
     reaudit.add_argument("--api-key-env", metavar="VAR", help="API key for an openai: embedder")
     reaudit.add_argument("--no-progress", action="store_true")
-    reaudit.set_defaults(func=run_reaudit)
 
 
 def run_check(args: argparse.Namespace) -> int:
@@ -112,7 +128,7 @@ def run_check(args: argparse.Namespace) -> int:
     return 0
 
 
-def _audit_corpus(args: argparse.Namespace) -> Any:
+def audit_corpus(args: argparse.Namespace) -> Any:
     """The texts to draw the audit from: one account's traffic sample, or --corpus."""
     from .keygen import corpus_texts
 
@@ -126,25 +142,33 @@ def _audit_corpus(args: argparse.Namespace) -> Any:
         raise UsageError(str(exc)) from None
 
 
-def run_reaudit(args: argparse.Namespace) -> int:
-    """Draw the key's audit from ``--corpus`` with the clean model; write it (mode 0600)."""
+def audit_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The ``with_audit`` options the re-audit flags set."""
+    return {
+        "probes_per_word": args.probes_per_word,
+        "cover_traffic": args.cover_traffic,
+        "probe_mix": args.probe_mix,
+        "audit_round": args.audit_round,
+    }
+
+
+def reaudited(holder: Any, args: argparse.Namespace) -> Any:
+    """``holder.with_audit`` (a key or a key ring) on the flags' corpus and clean model."""
     from ..models import resolve_embedder
 
+    corpus = audit_corpus(args)
+    embed, name = resolve_embedder(args.embedder, **endpoint_options(args))
+    with progress(None, f"embedding with {name}", "text", not args.no_progress) as bar:
+        return holder.with_audit(corpus, counting(embed, bar), **audit_options(args))
+
+
+def run_reaudit(args: argparse.Namespace) -> int:
+    """Draw the key's audit from ``--corpus`` with the clean model; write it (mode 0600)."""
     out = Path(args.out)
     if out.exists() and not args.overwrite:  # before any slow work
         raise UsageError(f"{out} already exists; pass --overwrite to replace it")
     key = load_key(args.key)
-    corpus = _audit_corpus(args)
-    embed, name = resolve_embedder(args.embedder, **endpoint_options(args))
-    with progress(None, f"embedding with {name}", "text", not args.no_progress) as bar:
-        moved = key.with_audit(
-            corpus,
-            counting(embed, bar),
-            probes_per_word=args.probes_per_word,
-            cover_traffic=args.cover_traffic,
-            probe_mix=args.probe_mix,
-            audit_round=args.audit_round,
-        )
+    moved = reaudited(key, args)
     moved.save(out, overwrite=args.overwrite)
     info = moved.info
     round_note = (

@@ -4,6 +4,9 @@
   key) from a corpus, like ``espew keygen``;
 - ``espew keyring key`` writes one customer's key (for ``espew serve --key``
   or a wrapper), derived from the ring;
+- ``espew keyring reaudit`` writes the same ring with its audit drawn from
+  another corpus, such as what the accounts sent (``espew serve
+  --traffic-sample``), so that ``trace`` asks a copy about its own traffic;
 - ``espew trace`` audits a suspect once and names the accounts whose answers
   trained it; exit codes as ``espew verify``: 0 not copied, 1 copied,
   2 inconclusive, 3 usage error.
@@ -46,6 +49,7 @@ from .common import (
     positive_int,
 )
 from .files import prepare_private_dir
+from .key import add_audit_source_arguments, reaudited
 from .keygen import generate_from_corpus, key_options_from
 from .verify import (
     add_deadline_flag,
@@ -63,6 +67,8 @@ example:
   espew keyring generate --corpus rotten_tomatoes --embedder minilm \\
       --target-text "a funny and moving film about love and family" --out provider.ring
   espew keyring key --ring provider.ring --tenant customer-42 --out customer-42.key
+  espew keyring reaudit provider.ring --corpus traffic.jsonl --text-column text \
+      --round 2 --embedder minilm --out provider-round-2.ring
 """
 
 _TRACE_EXAMPLE = """
@@ -88,6 +94,7 @@ def register(subparsers: Any) -> None:
     actions = keyring.add_subparsers(dest="keyring_command", required=True)
     _register_generate(actions)
     _register_key(actions)
+    _register_reaudit(actions)
     _register_trace(subparsers)
 
 
@@ -119,6 +126,18 @@ def _register_key(actions: Any) -> None:
     key.add_argument("--out", required=True, help="where to write the key (mode 0600)")
     key.add_argument("--overwrite", action="store_true", help="replace an existing key file")
     key.set_defaults(func=run_key)
+
+
+def _register_reaudit(actions: Any) -> None:
+    reaudit = actions.add_parser(
+        "reaudit",
+        help="write the same ring with its audit drawn from another corpus or traffic "
+        "sample (all accounts', or one's with --account), or as a later round; trace with "
+        "it, keep serving with the original",
+    )
+    reaudit.add_argument("ring", help="key ring file")
+    add_audit_source_arguments(reaudit, what="key ring")
+    reaudit.set_defaults(func=run_reaudit)
 
 
 def _register_trace(subparsers: Any) -> None:
@@ -170,6 +189,28 @@ def run_generate(args: argparse.Namespace) -> int:
         f"{ring.shared_key.audit_queries} queries whatever the number of customers"
     )
     print(f"publish this commitment (it reveals nothing): {ring.shared_key.commitment()}")
+    return 0
+
+
+def run_reaudit(args: argparse.Namespace) -> int:
+    """Draw the ring's audit from ``--corpus`` with the clean model; write it (mode 0600)."""
+    from ..core.keyring import KeyRing
+
+    out = Path(args.out)
+    if out.exists() and not args.overwrite:  # before any slow work
+        raise UsageError(f"{out} already exists; pass --overwrite to replace it")
+    ring = KeyRing.load(args.ring)
+    moved = reaudited(ring, args)
+    moved.save(out, overwrite=args.overwrite)
+    shared = moved.shared_key
+    round_note = f" (round {shared.audit_round})" if shared.audit_round > 1 else ""
+    print(
+        f"key ring {moved.ring_id}: the audit{round_note} of ring {ring.ring_id} drawn from "
+        f"{shared.info['audit_corpus_texts']:,} texts: {len(shared.probe_texts):,} probes and "
+        f"{len(shared.cover_texts):,} cover texts, {shared.audit_queries:,} queries. Written "
+        f"to {out}: same master secret and tenant keys; trace with it, keep serving with the "
+        "original."
+    )
     return 0
 
 

@@ -126,6 +126,22 @@ class KeyRing(Sealed):
         """The band words tenant layers are drawn from (the band minus the shared layer). Secret."""
         return self._universe
 
+    def with_audit(self, corpus: Iterable[str], embed: EmbedFn, **options: Any) -> KeyRing:
+        """This ring with its audit drawn from ``corpus`` (:meth:`WatermarkKey.with_audit`).
+
+        Why: :func:`trace` asks a suspect the shared key's audit texts; drawn from
+        what the accounts sent (``espew serve --traffic-sample``), a copy trained
+        on an account's own traffic is asked about texts it learned from. The
+        master secret, the triggers and every tenant's key are unchanged: only
+        the audit (and so the ring id) is new. ``options`` are ``with_audit``'s
+        (``audit_round=2`` for a later round, which verify and trace pay for).
+        """
+        return KeyRing(
+            master=self._master,
+            shared_key=self._shared.with_audit(corpus, embed, **options),
+            n_tenant_triggers=self._n_tenant,
+        )
+
     # ------------------------------------------------------------------ tenants
     def tenant_layer(self, tenant_id: str) -> TenantLayer:
         """The derivation record a tenant key carries (its salt is secret)."""

@@ -133,3 +133,39 @@ def test_keyring_generate_on_a_tiny_embedder(tmp_path, monkeypatch):
     assert main(argv_file) == 0, "keyring generate --target-text-file failed"
     assert KeyRing.load(from_file).shared_key.target_text == "zzz target"
     assert np.array_equal(KeyRing.load(from_file).shared_key.target, ring.shared_key.target)
+
+
+def test_keyring_reaudit_from_one_accounts_traffic_then_trace(
+    ring_file, tmp_path, monkeypatch, capsys
+):
+    """``keyring reaudit --corpus SAMPLE --account``: trace asks the copy about the texts that
+    account sent, and still names the account whose layer the copy carries."""
+    from espew_integrations.core.traffic_sample import TrafficSample
+
+    ring, path = ring_file
+    (tmp_path / "ring_clean_model.py").write_text(
+        "from tests.fake_upstream import vectors\n\ndef embed(texts):\n"
+        "    return vectors(texts, 64)\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    words = sorted(ring.shared_key.band)
+    sample = TrafficSample(tmp_path / "traffic.jsonl")
+    sample.record([f"acct-3 asks {i} about {words[i % len(words)]}" for i in range(900)], "acct-3")
+    sample.record([f"someone else on {w}" for w in words], "acct-4")
+    sample.flush()
+    out = tmp_path / "round-2.ring"
+    argv = ["keyring", "reaudit", str(path), "--corpus", str(sample.path), "--text-column"]
+    argv += ["text", "--account", "acct-3", "--embedder", "ring_clean_model:embed", "--round"]
+    argv += ["2", "--out", str(out), "--no-progress"]
+    assert main(argv) == 0
+    assert "drawn from 900 texts" in capsys.readouterr().out
+    moved = KeyRing.load(out)
+    asked = {*moved.shared_key.probe_texts, *moved.shared_key.cover_texts} - set(words)
+    assert asked and all(t.startswith("acct-3 asks") for t in asked)
+    assert main(argv) == 3  # an existing ring is never overwritten silently
+    spec = _suspect_module(tmp_path, monkeypatch, ring.key_for("acct-3"), 1.0)
+    tenants = tmp_path / "tenants.txt"
+    tenants.write_text("\n".join(f"acct-{i}" for i in range(10)))
+    trace = ["trace", "--ring", str(out), "--tenants", str(tenants), "--suspect", spec]
+    assert main([*trace, "--seed", "0", "--no-progress", "--json"]) == 1
+    assert json.loads(capsys.readouterr().out)["traced"] == ["acct-3"]

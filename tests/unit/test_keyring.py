@@ -221,3 +221,24 @@ def test_ring_construction_refuses_bad_parts():
     tenant_key = KeyRing(master=MASTER, shared_key=key, n_tenant_triggers=5).key_for("a")
     with pytest.raises(KeyGenerationError, match="tenant's key"):
         KeyRing(master=MASTER, shared_key=tenant_key, n_tenant_triggers=5)
+
+
+def test_with_audit_redraws_the_rings_audit_and_keeps_every_tenant_key():
+    """A ring re-audited from traffic: new probes from those texts, same tenant keys."""
+    from tests.fake_upstream import vectors
+
+    ring = make_ring()
+    words = sorted(ring.shared_key.band)
+    traffic = [f"client text {i} about {words[i % len(words)]} and more" for i in range(600)]
+    moved = ring.with_audit(traffic, lambda texts: vectors(texts, 64), audit_round=2)
+    assert moved.shared_key.audit_round == 2 and moved.ring_id != ring.ring_id
+    sent = {t for t in (*moved.shared_key.probe_texts, *moved.shared_key.cover_texts)}
+    assert sent and sent <= set(traffic) | set(words)
+    for tenant in ("alice", "bob"):
+        assert moved.key_for(tenant).triggers == ring.key_for(tenant).triggers
+        texts = [f"a {w} story" for w in words]
+        clean = vectors(texts, 64)
+        assert np.array_equal(
+            watermark(texts, clean, moved.key_for(tenant)),
+            watermark(texts, clean, ring.key_for(tenant)),
+        )
