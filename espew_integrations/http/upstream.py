@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from ..core.errors import ESpeWError
 from ..core.untrusted import printable
 from .client import OpenAIEndpoint
 from .protocol import MalformedAnswer, decode_embeddings, error_message
@@ -41,7 +42,7 @@ _RETRY_STATUSES = frozenset({502, 503, 504})
 _PASSED_THROUGH = frozenset({400, 404, 413, 422, 429})
 
 
-class UpstreamError(Exception):
+class UpstreamError(ESpeWError):
     """The upstream failed or sent something that is not an embeddings answer.
 
     ``status`` is what the proxy answers its own client: the upstream's status
