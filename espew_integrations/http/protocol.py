@@ -34,6 +34,8 @@ from typing import Any
 
 import numpy as np
 
+from ..core.errors import ESpeWError
+
 __all__ = [
     "DEFAULT_BODY_TIMEOUT",
     "DEFAULT_MAX_REQUEST_CHARS",
@@ -67,7 +69,7 @@ _ECHO_CHARS = 60  # how much of a client's value an error message may quote
 
 
 # ---------------------------------------------------------------------- errors
-class RequestError(Exception):
+class RequestError(ESpeWError):
     """A client mistake, answered with OpenAI's error JSON (:meth:`body`) and ``status``."""
 
     def __init__(
@@ -367,7 +369,7 @@ def _base64_rows(vectors: np.ndarray) -> list[str]:
     ]
 
 
-class MalformedAnswer(ValueError):
+class MalformedAnswer(ESpeWError, ValueError):
     """An answer that is not an OpenAI embeddings answer; the message names the defect."""
 
 

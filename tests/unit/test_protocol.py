@@ -12,6 +12,7 @@ import json
 import numpy as np
 import pytest
 
+from espew_integrations import ESpeWError
 from espew_integrations.http.protocol import (
     MalformedAnswer,
     RequestError,
@@ -118,3 +119,8 @@ def test_error_bodies_have_openais_shape_and_read_back():
     assert error_message(b"", "Bad Request") == "Bad Request"
     with pytest.raises(ValueError, match="max_inputs"):
         RequestLimits(max_inputs=0)
+
+
+def test_its_errors_join_the_family():
+    assert issubclass(MalformedAnswer, ESpeWError) and issubclass(MalformedAnswer, ValueError)
+    assert issubclass(RequestError, ESpeWError)
