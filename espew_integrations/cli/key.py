@@ -102,6 +102,15 @@ def add_audit_source_arguments(parser: argparse.ArgumentParser, *, what: str) ->
         "p-value by K (default: 1, keygen's own draw)",
     )
     reaudit.add_argument(
+        "--audit-budget",
+        type=positive_int,
+        default=None,
+        metavar="N",
+        help="texts in this audit (default: the key's own size); a larger audit has more "
+        "power against a weak copy and costs N queries. From a traffic sample it can be as "
+        "large as the sample",
+    )
+    reaudit.add_argument(
         "--overwrite", "--force", action="store_true", help=f"replace an existing --out {what}"
     )
     reaudit.add_argument("--api-key-env", metavar="VAR", help="API key for an openai: embedder")
@@ -149,6 +158,7 @@ def audit_options(args: argparse.Namespace) -> dict[str, Any]:
         "cover_traffic": args.cover_traffic,
         "probe_mix": args.probe_mix,
         "audit_round": args.audit_round,
+        "audit_budget": args.audit_budget,
     }
 
 

@@ -211,6 +211,7 @@ class KeyGeneration:
         probe_mix: str | None = None,
         twin_level: float = DEFAULT_TWIN_LEVEL,
         audit_round: int = 1,
+        audit_budget: int | None = None,
     ) -> _Key:
         """This key with its audit drawn from ``corpus``: for a suspect from another domain,
         or for a later audit of the same suspect.
@@ -248,6 +249,13 @@ class KeyGeneration:
         the band. :func:`.verify` multiplies a round-``k`` p-value by ``k``
         (:attr:`~.key.WatermarkKey.audit_round`).
 
+        ``audit_budget`` sets this audit's size in texts (default: the key's
+        own, ``info["audit_budget"]``). A larger audit has more probes for each
+        band word and so more power against a weak copy, at the price of more
+        queries; drawn from a suspect's own traffic (a traffic sample), it can be
+        as large as the sample. The size never depends on the triggers, so the
+        test stays exact at any size.
+
         >>> tweets_audit = key.with_audit(tweets, model)  # doctest: +SKIP
         >>> second = key.with_audit(corpus, model, audit_round=2)  # doctest: +SKIP
         """
@@ -267,7 +275,9 @@ class KeyGeneration:
                 f"none of the {len(texts)} audit corpus texts holds a word of the key's band: "
                 "an audit drawn from it would send bare words"
             )
-        budget = check_audit_budget(key.info.get("audit_budget", LEGACY_PROBE_BUDGET))
+        if audit_budget is None:
+            audit_budget = key.info.get("audit_budget", LEGACY_PROBE_BUDGET)
+        budget = check_audit_budget(audit_budget)
         assert probe_mix is not None
         fields = _audit_probes(
             embed, scan, salt, key.target, probes_per_word, cover_traffic, probe_mix, budget
@@ -278,6 +288,7 @@ class KeyGeneration:
             "audit_corpus_sha256": corpus_digest(texts),
             "audit_band_rate": round(scan.rate, 4),
             "audit_round": audit_round,
+            "audit_budget": budget,
         }
         redrawn = key.replace(**fields, info=info)
         twin_p = twin_p_value(redrawn)

@@ -242,3 +242,20 @@ def test_with_audit_redraws_the_rings_audit_and_keeps_every_tenant_key():
             watermark(texts, clean, moved.key_for(tenant)),
             watermark(texts, clean, ring.key_for(tenant)),
         )
+
+
+def test_with_audit_takes_an_audit_size_of_its_own():
+    """``audit_budget``: a larger audit drawn from the same texts, recorded for later rounds."""
+    from tests.fake_upstream import vectors
+
+    ring = make_ring()
+    words = sorted(ring.shared_key.band)
+    traffic = [f"client text {i} about {words[i % len(words)]} and more" for i in range(900)]
+    embed = lambda texts: vectors(texts, 64)  # noqa: E731
+    small = ring.with_audit(traffic, embed, audit_budget=200).shared_key
+    large = ring.with_audit(traffic, embed, audit_budget=800).shared_key
+    assert small.info["audit_budget"] == 200 and large.info["audit_budget"] == 800
+    assert 200 <= small.audit_queries < large.audit_queries
+    assert large.audit_queries >= 800
+    with pytest.raises(KeyGenerationError, match="audit_budget must be a positive integer"):
+        ring.with_audit(traffic, embed, audit_budget=0)
