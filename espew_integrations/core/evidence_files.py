@@ -45,13 +45,10 @@ import math
 import os
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from .safe_dir import SafeDirectory
 from .untrusted import counted, printable
-
-if TYPE_CHECKING:  # types only: report.py imports this module to implement save()
-    from .report import VerificationReport
 
 __all__ = [
     "EVIDENCE_FILES",
@@ -62,6 +59,7 @@ __all__ = [
     "PUBLIC_REPORT_KEYS",
     "VERDICT_TITLES",
     "WITHHELD_REPORT_KEYS",
+    "ReportLike",
     "evidence_paths",
     "format_public_p",
     "public_fields",
@@ -70,6 +68,18 @@ __all__ = [
     "render_summary",
     "save_evidence",
 ]
+
+
+class ReportLike(Protocol):
+    """What this module needs of a report: its full dict.
+
+    :class:`~.report.VerificationReport` is one. The files are built from that
+    dict alone, so this module never imports :mod:`.report` (which imports this
+    one to implement ``save()``), not even for its type hints.
+    """
+
+    def to_dict(self, *, public: bool = True) -> dict[str, Any]: ...
+
 
 #: The public files, safe to hand to the suspect's owner.
 EVIDENCE_FILES = {"json": "report.json", "summary": "summary.md"}
@@ -239,7 +249,7 @@ def public_alignment(description: str) -> str:
     return f"{verb}: through a {kind}" if kind and verb == "applied" else verb
 
 
-def public_report(report: VerificationReport) -> dict[str, Any]:
+def public_report(report: ReportLike) -> dict[str, Any]:
     """What may be shown to the other side: ``report.to_dict()`` (:func:`public_fields`).
 
     Suspect-supplied text (``reason``, ``errors``) is made printable. Building
@@ -255,7 +265,7 @@ def public_report(report: VerificationReport) -> dict[str, Any]:
 
 
 def save_evidence(
-    report: VerificationReport,
+    report: ReportLike,
     directory: str | os.PathLike[str],
     *,
     force: bool = False,
@@ -287,7 +297,7 @@ def save_evidence(
 
 
 # ---------------------------------------------------------------------- summary.md
-def render_summary(report: VerificationReport) -> str:
+def render_summary(report: ReportLike) -> str:
     """The plain-language Markdown summary, built from :func:`public_report` alone.
 
     Using only the public view makes it impossible for the summary to disclose
