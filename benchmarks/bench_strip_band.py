@@ -35,12 +35,17 @@ from __future__ import annotations
 
 import argparse
 import re
+import sys
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from pathlib import Path
 from typing import ClassVar
 
 import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
 from bench_faithful_copy import TARGET_TEXT, corpus_lookups
+from thieves import Thief, thief_for
 
 from espew_integrations import WatermarkKey, verify, watermark
 from espew_integrations.core.key import DEFAULT_FREQ_BAND
@@ -49,8 +54,6 @@ from espew_integrations.core.words import band_words, document_frequencies
 from espew_integrations.lab.cache import cached_embed
 from espew_integrations.lab.stealers import RidgeStealer
 
-N_STEAL = 10_000
-N_HELD_OUT = 500
 RARE_SHARES = (0.5,)
 _WORD = re.compile(r"[^\W_]+")
 _SPACES = re.compile(r"\s+")
@@ -122,37 +125,6 @@ def key_from_args(
         **options,
     )
     return key, options.get("freq_band", DEFAULT_FREQ_BAND)
-
-
-@dataclass(frozen=True)
-class Thief:
-    """A thief's 10,000 stealing texts and 500 held-out ones, with their clean answers."""
-
-    rows: np.ndarray
-    steal: list[str]
-    held: list[str]
-    clean_steal: np.ndarray
-    clean_held: np.ndarray
-
-
-def thief_for(seed: int, texts: Sequence[str], key: WatermarkKey, victim) -> Thief:
-    """The thief of ``seed``: none of its texts is an audit text of ``key``."""
-    audit = set(key.probe_texts) | set(key.cover_texts)
-    order = np.random.default_rng(seed + 100).permutation(len(texts))
-    pool = [i for i in order if texts[i] not in audit]
-    if len(pool) < N_STEAL + N_HELD_OUT:
-        raise SystemExit(
-            f"only {len(pool)} corpus texts lie outside the {len(audit)}-text audit; "
-            f"the thief needs {N_STEAL + N_HELD_OUT}"
-        )
-    steal, held = np.asarray(pool[:N_STEAL]), np.asarray(pool[N_STEAL : N_STEAL + N_HELD_OUT])
-    return Thief(
-        rows=steal,
-        steal=[texts[i] for i in steal],
-        held=[texts[i] for i in held],
-        clean_steal=victim.matrix[steal].astype(np.float64),
-        clean_held=victim.matrix[held].astype(np.float64),
-    )
 
 
 def strategies(steal: list[str], band: tuple[float, float]) -> dict[str, set[str]]:

@@ -31,7 +31,8 @@ import argparse
 
 import numpy as np
 from bench_faithful_copy import corpus_lookups
-from bench_strip_band import add_key_arguments, key_from_args, run_strategy, thief_for
+from bench_strip_band import add_key_arguments, key_from_args, run_strategy
+from thieves import thief_for
 
 from espew_integrations import watermark
 from espew_integrations.core.words import band_words, document_frequencies, tokenize
