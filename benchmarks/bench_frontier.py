@@ -5,7 +5,8 @@ budget (mean cos(clean, watermarked) on marked rows >= --min-cosine): number of
 triggers ``n``, band frequency range ``band``, ``alpha``, probes per word
 ``ppw`` and ``target`` (``text``, the default; ``lowvar`` or ``minus50``, the
 other targets of ``bench_spectral.py``). For each configuration and key seed
-the suspects are trained on that key's answers and audited with the default
+the suspects are trained on that key's answers to a thief's 10,000 stealing texts,
+none of them an audit text (``thieves.disjoint_rows``), and audited with the default
 ``verify(suspect, key)``:
 
 - guilty: the service itself, the lab's end-to-end torch encoder, the
@@ -47,6 +48,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_faithful_copy import TARGET_TEXT, corpus_lookups
 from bench_spectral import target_embedder
+from thieves import disjoint_rows
 
 from espew_integrations import WatermarkKey, verify, watermark
 from espew_integrations.lab.attacks import apply_attack
@@ -137,9 +139,8 @@ def build(config: dict, seed: int, texts, victim, standard, std_matrix, min_cosi
     print(f"  keygen {time.perf_counter() - started:.0f} s: {key.info}", flush=True)
     clean = victim.matrix.astype(np.float64)
     answers = watermark(texts, clean, key)
-    rng = np.random.default_rng(seed)
-    order = rng.permutation(len(texts))
-    train, held = np.sort(order[:-500]), np.sort(order[-500:])
+    # The thief steals with texts none of which the audit asks (thieves.py).
+    train, held = (np.sort(rows) for rows in disjoint_rows(seed, texts, key))
     train_texts = [texts[i] for i in train]
 
     def service(batch):
@@ -159,7 +160,10 @@ def build(config: dict, seed: int, texts, victim, standard, std_matrix, min_cosi
     need_cse = {"frozen-MLP + CSE K=50", "ridge + CSE K=50"} - set(skip)
     cse = None
     if need_cse:
-        cse = apply_attack("cse:50", texts, answers, standard=std_matrix, seed=seed).embeddings
+        cse = np.zeros_like(answers)
+        cse[train] = apply_attack(
+            "cse:50", train_texts, answers[train], standard=std_matrix[train], seed=seed
+        ).embeddings
 
     def torch_copy():
         from espew_integrations.lab.torch_stealer import TorchEncoderStealer

@@ -114,7 +114,7 @@ def main() -> None:
     for seed in args.seeds:
         key = make_key("text", seed, texts, victim, clean)
         answers = watermark(texts, clean, key)
-        train = train_rows(seed, len(texts))
+        train = train_rows(seed, texts, key)
         train_texts = [texts[i] for i in train]
 
         def service(batch, key=key):
@@ -124,7 +124,7 @@ def main() -> None:
             "service itself": (service, True),
             "ridge copy": (RidgeStealer(seed=seed).fit(train_texts, answers[train]), True),
             "frozen-MLP + CSE K=50": (
-                frozen_mlp_after_cse(seed, texts, answers, standard, std_matrix),
+                frozen_mlp_after_cse(seed, texts, answers, standard, std_matrix, key),
                 True,
             ),
             "innocent twin": (victim, False),

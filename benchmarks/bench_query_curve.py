@@ -6,10 +6,12 @@ queries). Issue 9 asks for p < 1e-10 within 2,000 queries. This benchmark draws 
 again at several sizes and, with ``--rounds R``, R times at each size
 (``with_audit(..., probes_per_word=k, audit_round=r)``: the same triggers,
 independent uniform samples of the same corpus, each taken here as a first
-audit), and runs the default ``verify`` of the copy that decides the budget,
+audit, drawn from the corpus texts the thief never stole with, so no audit asks
+what a copy was trained on), and runs the default ``verify`` of the copy that decides the budget,
 the frozen-MLP copy after CSE K=50 (``--torch`` adds the end-to-end encoder
 copy), and of two innocents (the twin and the independent model) on every
-audit. The copies are trained once per key and asked every audit.
+audit. The copies are trained once per key, on the disjoint thief's stealing texts
+(``thieves.py``), and asked every audit.
 
 Per key it prints the median p-value of the verdict over the rounds at each
 size (the smallest and largest in brackets) and the queries at which that
@@ -111,19 +113,23 @@ def main() -> None:
         answers = watermark(texts, clean, key)
         suspects = {
             "frozen-MLP + CSE K=50": frozen_mlp_after_cse(
-                seed, texts, answers, standard, std_matrix
+                seed, texts, answers, standard, std_matrix, key
             )
         }
+        # The rounds are drawn from the texts the thief never stole with, so no audit
+        # asks what a copy was trained on.
+        stolen_with = {texts[i] for i in train_rows(seed, texts, key)}
+        unseen = [t for t in texts if t not in stolen_with]
         if args.torch:
             from espew_integrations.lab.torch_stealer import TorchEncoderStealer
 
-            train = train_rows(seed, len(texts))
+            train = train_rows(seed, texts, key)
             suspects["torch encoder"] = TorchEncoderStealer(seed=seed).fit(
                 [texts[i] for i in train], answers[train]
             )
         audits = {
             k: [
-                key.with_audit(texts, victim, probes_per_word=k, audit_round=r)
+                key.with_audit(unseen, victim, probes_per_word=k, audit_round=r)
                 for r in range(1, args.rounds + 1)
             ]
             for k in args.ppw

@@ -73,7 +73,7 @@ def main() -> None:
     for seed in args.seeds:
         key = make_key("text", seed, texts, victim, clean)
         answers = watermark(texts, clean, key)
-        copy = frozen_mlp_after_cse(seed, texts, answers, standard, std_matrix)
+        copy = frozen_mlp_after_cse(seed, texts, answers, standard, std_matrix, key)
         for name, model in (("frozen-MLP + CSE K=50", copy), ("innocent twin", victim)):
             suspects = [model, *(distorted(model, key.band, c) for c in COSINES)]
             cells = " | ".join(f"{verify(s, key, seed=seed).p_value:.2g}" for s in suspects)

@@ -29,7 +29,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_faithful_copy import corpus_lookups, frozen_mlp_after_cse
+from bench_faithful_copy import corpus_lookups, frozen_mlp_after_cse, train_rows
 from bench_spectral import TARGETS, make_key
 
 from espew_integrations import verify, watermark
@@ -61,9 +61,11 @@ def main() -> None:
         for kind in args.targets:
             options = {} if args.alpha is None else {"alpha": args.alpha}
             key = make_key(kind, seed, texts, victim, clean, **options)
-            small = key.with_audit(texts, victim, probes_per_word=args.ppw)
+            stolen_with = {texts[i] for i in train_rows(seed, texts, key)}
+            unseen = [t for t in texts if t not in stolen_with]  # never asks what it stole
+            small = key.with_audit(unseen, victim, probes_per_word=args.ppw)
             answers = watermark(texts, clean, key)
-            copy = frozen_mlp_after_cse(seed, texts, answers, standard, std_matrix)
+            copy = frozen_mlp_after_cse(seed, texts, answers, standard, std_matrix, key)
             cells = []
             for audit in (key, small):
                 report = verify(copy, audit, seed=seed)
