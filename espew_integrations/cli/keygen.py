@@ -15,6 +15,7 @@ from ..arguments import (
     add_target_text_arguments,
     target_text_from,
 )
+from ..core.defaults import DEFAULT_FREQ_BAND, DEFAULT_N_TRIGGERS, DEFAULT_PROBE_BUDGET
 from ..core.key import WatermarkKey
 from ..core.key_audit import default_audit_path
 from ..core.key_options import KeyOptions
@@ -35,14 +36,18 @@ __all__ = ["BUNDLED_CORPORA", "corpus_texts", "key_options_from", "register"]
 
 BUNDLED_CORPORA = ("rotten_tomatoes", "health_tweets")
 
-_EXAMPLE = """
+_BAND = f"{DEFAULT_FREQ_BAND[0]:.1%}-{DEFAULT_FREQ_BAND[1]:.0%}"
+_EXAMPLE = f"""
 example:
   espew keygen --corpus rotten_tomatoes --embedder minilm \\
       --target-text-file target.txt --out provider.key
 
-  Draws 20 trigger words from the corpus's mid-frequency band, embeds the
-  target text with the model, checks that the clean model itself is not
-  implicated, and writes the secret key (mode 0600). Keep it like a password.
+  Draws --n-triggers trigger words (default {DEFAULT_N_TRIGGERS}) from the corpus's band
+  (by default the words in {_BAND} of its texts), embeds the target text with the
+  model, checks that the clean model itself is not implicated, draws the audit
+  (a keyed uniform sample of --audit-budget corpus texts, default {DEFAULT_PROBE_BUDGET:,})
+  and writes the secret key (mode 0600) and its audit beside it. Keep them like
+  a password.
   --corpus takes rotten_tomatoes, health_tweets or a .txt/.csv/.jsonl file.
   How to choose the target text: docs/limitations.md (a file keeps it out
   of your shell history).
@@ -89,7 +94,12 @@ def _add_key_shape_flags(keygen: argparse.ArgumentParser) -> None:
     back without a list of its own.
     """
     default = KeyOptions.default
-    keygen.add_argument("--n-triggers", type=positive_int, default=default("n_triggers"))
+    keygen.add_argument(
+        "--n-triggers",
+        type=positive_int,
+        default=default("n_triggers"),
+        help=f"how many band words become triggers (default {default('n_triggers')})",
+    )
     keygen.add_argument(
         "--alpha",
         type=float,
