@@ -82,7 +82,8 @@ class WatermarkKey(KeyGeneration, KeyStorage, Sealed):
     hand marks like a generated one unless told otherwise.
 
     >>> WatermarkKey.load("provider.key")  # doctest: +SKIP
-    WatermarkKey(key_id='3f2a9c0e51b7d644', alpha=0.75, strength=0.2, selection='smallest', dim=384)
+    WatermarkKey(key_id='3f2a9c0e51b7d644', alpha=0.75, strength=0.1016,
+                 selection='smallest', dim=384)
     """
 
     __slots__ = (
