@@ -1,38 +1,39 @@
 """Audit probes a thief cannot tell from ordinary traffic, and their clean reference.
 
-Two things made the original audit weak against the copy a thief actually
-wants, one that reproduces the service faithfully:
+Two rules keep the audit strong against the copy a thief actually wants, one
+that reproduces the service faithfully:
 
-* Its probes were the band words alone, 199 one-word queries in a burst. A
-  thief recognises that shape and answers it from an honest model.
-* Its scores were raw cosines to the target. Most of their spread is each
-  word's *natural* position relative to the target, which a faithful copy
+* Probes are natural texts, not the band words alone: a burst of one-word
+  queries is a shape a thief recognises and answers from an honest model.
+* Scores are not raw cosines to the target. Most of a raw cosine's spread is
+  each word's *natural* position relative to the target, which a faithful copy
   reproduces exactly, and which drowns the small shift a quality-preserving
   watermark adds.
 
-So the key now carries, from keygen:
+So the key carries, from keygen:
 
 * **sentence probes**: for each band word, up to ``per_word`` natural texts of
-  the keygen corpus that contain that band word and no other (so a benign
-  word's probes carry no trigger). Which texts are taken is a keyed
-  (:func:`.draw.keyed_order`) choice that never looks at which band words are
-  triggers. Stored in the key, so every audit of one key asks the same
+  the keygen corpus that contain it (with ``mix="single"``, it and no other
+  band word, so a benign word's probes carry no trigger). Which texts are taken
+  is a keyed (:func:`.draw.keyed_order`) choice that never looks at which band
+  words are triggers. Stored in the key, so every audit of one key asks the same
   questions and an arbiter can re-run it;
 * **reference cosines**: the provider's *clean* model's cosine to the target
   for each probe. The verifier subtracts it, cancelling each probe's natural
   position. The clean model does not depend on the trigger draw, so the
   corrected scores keep the test exact under the null.
 
-* **cover texts**: with them, the audit is a keyed uniform sample of the
-  keygen corpus (:meth:`BandScan.sample`): the probes are the sampled texts
-  that hold exactly one band word, the cover is everything else sampled, sent
-  with the probes (only the directed score looks at it: its clean fit, and the
-  cover texts that hold band words, :mod:`.word_evidence`). A thief watching one
-  client's traffic, text by text or as a whole, sees a random sample of ordinary
-  texts. A later audit of a thief that may have logged this one is drawn as
-  another *round* (``WatermarkKey.with_audit(..., audit_round=k)``, a salt of its
-  own, :func:`.draw.audit_salt`): an independent uniform sample, which tells a
-  thief comparing rounds nothing about the triggers.
+* **cover texts**: with them, the audit is a keyed uniform sample of the keygen
+  corpus (:meth:`BandScan.sample`): the probes are the sampled texts that hold a
+  band word (exactly one with ``mix="single"``), the cover is everything else
+  sampled, sent with the probes (only the directed score looks at it: its clean
+  fit, and the cover texts that hold band words, :mod:`.word_evidence`). A thief
+  watching one client's traffic, text by text or as a whole, sees a random
+  sample of ordinary texts. A later audit of a thief that may have logged this
+  one is drawn as another *round* (``WatermarkKey.with_audit(...,
+  audit_round=k)``, a salt of its own, :func:`.draw.audit_salt`): an independent
+  uniform sample, which tells a thief comparing rounds nothing about the
+  triggers.
 
 A band word with no usable corpus text falls back to the word alone as its
 probe; which words fall back depends on the corpus only, so exactness holds.
@@ -131,7 +132,7 @@ class BandScan:
 
         ``mix="single"``: texts that hold the word and no other band word. Every
         probe then holds exactly one band word, where ordinary traffic's texts
-        often hold several (40% of Rotten Tomatoes texts with one), and a router
+        often hold several, and a router
         that knows the band can spot that (``lab.router``, ``lone_z``).
 
         ``mix="corpus"``: texts as ordinary traffic holds band words, see

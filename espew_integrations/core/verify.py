@@ -1,10 +1,11 @@
 """verify(): ask whether a suspect embedding service learned a key's watermark.
 
-The paper's probe-level KS test treats the 20+20 probes as independent
-samples, but every probe of one key is built from the same 20 trigger words,
-so "these 20 words happen to sit near the target" looks like a watermark; it
-convicts innocent models (5.3% of keys at p < 1e-3, measured). We test at the
-word level instead:
+The paper's probe-level KS test treats its probes as independent samples,
+but every probe of one key is built from the same few trigger words, so
+"these words happen to sit near the target" looks like a watermark; it
+convicts innocent models far more often than its level allows
+(docs/research/method.md, "The paper's recipe, and why it convicts
+innocents"). We test at the word level instead:
 
 1. every word of the key's band (the triggers and all equally frequent words
    they were drawn from) is probed the same way: by default with the natural
