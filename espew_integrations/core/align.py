@@ -5,34 +5,30 @@ a permutation or sign flips of the dimensions), or embed its answers in more
 dimensions with orthonormal columns. Every cosine between its answers is
 unchanged, so its customers' search, clustering and classification lose
 nothing, but the mark no longer lies along the key's target and mark
-directions. Measured on the offline MiniLM at the default key (seeds 1-2):
-the watermarked service itself, rotated, gave p = 1.0, and so did the ridge
-copy (``benchmarks/bench_isometry.py``).
+directions: unmapped, even the rotated service itself is not convicted
+(``benchmarks/bench_isometry.py``; docs/limitations.md, "A thief that serves
+its answers in other coordinates").
 
 The audit already holds what undoes it: the provider's clean embeddings of the
 audit's texts (stored in the key). Over every answered audit text the answers
 are regressed on the clean rows (a ridge fit, as the directed score's); the
-mark is a small part of a third of the answers and not linear in the clean row, so it
+mark is a small part of the answers that carry it and not linear in the clean row, so it
 barely moves the fit. A copy reproduces a shrunken version of the clean
 embedding (``A``, near symmetric), so the coefficients are about ``Q A`` and
 their polar factor (one SVD) is about ``Q``. Orthogonal Procrustes, the
-textbook fit, was measured and not kept: its polar factor is of ``Q A C^T C``,
-and against the frozen-MLP copy after CSE K=50 it cost 3.9e-16 -> 1.7e-7 where
-this one costs 3.9e-16 -> 2.9e-9 (key 1, the copy rotated).
+textbook fit, is not used: its polar factor is of ``Q A C^T C``, which blurs
+the mark directions more on a copy that shrinks the clean embedding.
 
 When the map is close to a permutation of the dimensions with sign flips (the
 permutation fits the clean rows at least :data:`ALIGN_RATIO` as well as the map),
 that permutation is applied instead: it undoes such a thief exactly, where the
-estimated map would blur each mark direction (measured on the frozen-MLP copy
-after CSE K=50, permuted: 3.9e-16 as unpermuted, against 2.9e-9 through the map;
-key 1).
+estimated map would blur each mark direction.
 
 The map is applied only when the suspect's dimension differs from the key's or
 when the answers fit the clean rows far better through it than as they are
-(:data:`ALIGN_RATIO`): an unrotated copy keeps all its evidence (aligning it
-anyway cost 5 to 8 orders of magnitude on the frozen-MLP copy: the map adds its
-estimation noise to every mark direction), and a rotated one is scored in the
-key's coordinates. A thief that rotates only part of the way, to stay under the
+(:data:`ALIGN_RATIO`): an unrotated copy keeps all its evidence (the map would
+add its estimation noise to every mark direction), and a rotated one is scored
+in the key's coordinates. A thief that rotates only part of the way, to stay under the
 rule, keeps most of the mark where the key looks for it.
 
 Why the rank test stays exact: the map and the choice to apply it depend on the
@@ -53,17 +49,15 @@ __all__ = ["ALIGN_RATIO", "ALIGN_RIDGE", "Alignment", "fit_alignment"]
 
 #: Apply the map to answers of the key's own dimension only when their mean
 #: cosine to the clean rows, as they are, is below this share of what it is
-#: through the map. Measured (key 1): the frozen-MLP copy after CSE K=50 keeps
-#: 0.80 of its fit unmapped, the service and the ridge copy 1.0, and a rotation
-#: leaves about cos(angle) of it. Any fixed rule that never looks at the
-#: triggers keeps the test exact; this one is about power only.
+#: through the map: an unrotated copy, even a weak one, fits well above it, and a
+#: rotation leaves about cos(angle) of the fit. Any fixed rule that never looks at
+#: the triggers keeps the test exact; this one is about power only
+#: (``benchmarks/bench_isometry.py``).
 ALIGN_RATIO = 0.7
 
 #: The ridge of the answers' regression on the clean rows, as a multiple of the
-#: clean rows' mean variance per coordinate (as ``directed.CLEAN_FIT_RIDGE``).
-#: Measured on the rotated frozen-MLP copy after CSE K=50, keys 1-3, 0.01 to 100:
-#: no value was better on every key (1.0: 2.9e-9, 4.1e-7, 7.8e-6; 0.1: 2.0e-9,
-#: 1.2e-6, 1.3e-6; 10: 2.5e-8, 2.1e-7, 4.5e-5).
+#: clean rows' mean variance per coordinate (as ``directed.CLEAN_FIT_RIDGE``):
+#: any fixed value keeps the test exact; this one is about power only.
 ALIGN_RIDGE = 1.0
 
 
@@ -124,7 +118,7 @@ def fit_alignment(answers: np.ndarray, clean_rows: np.ndarray, key_dim: int) -> 
     finite = np.isfinite(answers).all(axis=1) & np.isfinite(clean).all(axis=1)
     if finite.sum() <= clean.shape[1]:
         return None
-    import scipy.linalg  # here, not at the top: an import costs every process ~0.5 s
+    import scipy.linalg  # here, not at the top: a process that never aligns never pays its import
 
     a, c = unit_rows(answers[finite]), unit_rows(clean[finite])
     a_centred, c_centred = a - a.mean(axis=0), c - c.mean(axis=0)

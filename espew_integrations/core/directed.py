@@ -13,28 +13,22 @@ The score of a probe is the suspect's (centred, unit) answer projected on
 ``v`` in the metric ``(C + lambda I)^-1``, with ``C`` the covariance of the
 suspect's own answers over all probes and ``lambda`` their mean variance:
 a shrinkage whitening that discounts the few directions along which the
-suspect's answers vary most (mostly meaning, which a mark is not). Measured on
-the offline MiniLM at the 0.995 quality budget, against the frozen-MLP copy
-after CSE K = 50 (key seeds 1-3, n = 50, band 1-2%, alpha 0.75): raw scores
-1.6e-6 / 4.7e-3 / 5.0e-9, unwhitened projection 9.0e-9 / 3.9e-6 / 2.9e-11,
-whitened 1.3e-10 / 1.1e-10 / 6.2e-13 (``docs/verification.md``).
+suspect's answers vary most (mostly meaning, which a mark is not). How each
+step was chosen, against the raw score and the unwhitened projection:
+docs/research/method.md, "Catching the faithful copy".
 
 Given the clean probe rows (what verify passes), the answers are first
 replaced by what a ridge fit on those rows does not explain: a copy
 reproduces most of each clean embedding, and that reproduction, projected
 on ``v``, is noise to the test. The mark is not linear in the clean row (it
 lands on each row's own smallest coordinates), so the fit over all probes
-leaves it in the residual. Measured on the offline MiniLM at the then-default
-key (20 triggers, alpha 0.75, the 0.995 budget), 6 key seeds, the frozen-MLP
-copy after CSE K = 50: geometric mean 9.6e-8 -> 2.6e-9, worst key 1.2e-4 ->
-5.1e-6; the end-to-end copy unchanged within a factor of 2.3
-(``docs/results/frontier/README.md``, section 11).
+leaves it in the residual (docs/research/method.md, "The clean fit";
+``benchmarks/bench_clean_fit.py``).
 
 The audit's cover texts join the fit and the covariance: more rows pin the
-fit down (measured on the then-default key's saved answers, keys 1-3,
-``benchmarks/bench_cover_fit.py``: the frozen-MLP copy after CSE K = 50 gains
-a factor of 2.5-4.5, the end-to-end copy 15-182). ``unscored_answers`` and
-``unscored_clean`` add rows to the fit that get no score; verify now scores
+fit down (docs/research/method.md, "The cover texts join the fit";
+``benchmarks/bench_cover_fit.py``). ``unscored_answers`` and
+``unscored_clean`` add rows to the fit that get no score; verify scores
 every audit text (passing them all as ``answers``) and leaves the weighing of
 texts that hold several band words to :mod:`.word_evidence`.
 
@@ -60,14 +54,13 @@ from .probes import unit_rows
 __all__ = ["CLEAN_FIT_RIDGE", "SHRINKAGE", "directed_scores", "mark_directions"]
 
 #: ``lambda`` as a multiple of the answers' mean variance per coordinate.
-#: 1.0 was the best of 0.003-10 on the development runs (module docstring);
-#: any fixed value is exact, this one is about power only.
+#: Any fixed value is exact; this one is chosen for power
+#: (docs/research/method.md, "Catching the faithful copy").
 SHRINKAGE = 1.0
 
 #: The ridge of the fit of the answers on the clean probe rows, as a multiple of
-#: the clean rows' mean variance per coordinate. 1.0 was the best worst key of
-#: 0.1 / 0.3 / 1.0 over 6 key seeds and two neural copies (frontier section 11);
-#: like ``SHRINKAGE``, any fixed value is exact.
+#: the clean rows' mean variance per coordinate. Like ``SHRINKAGE``, any fixed value
+#: is exact; this one is chosen for power (docs/results/frontier/README.md, section 11).
 CLEAN_FIT_RIDGE = 1.0
 
 
@@ -130,7 +123,7 @@ def directed_scores(
     if ridge <= 0.0:  # every answer the same: nothing to score
         return scores
     covariance[np.diag_indices_from(covariance)] += ridge
-    import scipy.linalg  # here, not at the top: an import costs every process ~0.5 s
+    import scipy.linalg  # here, not at the top: a process that never scores never pays its import
 
     weighted = scipy.linalg.solve(covariance, directions[valid].T, assume_a="pos").T
     norms = np.sqrt(np.maximum(np.einsum("ij,ij->i", weighted, directions[valid]), 0.0))
