@@ -11,9 +11,10 @@ approximation, so tiny p-values are exact, and P(p <= a) <= a for every a
 under the null: the false-positive rate holds by construction.
 
 Tied scores (a suspect that rounds its answers) change the null distribution
-with every score vector, so it cannot be cached by (N, n) as the untied one is.
-Rebuilding the whole subset-sum table per call cost ~15 s at 2,000 words and
-20 triggers. Two cheaper routes give the same numbers:
+with every score vector, so it cannot be cached by (N, n) as the untied one is,
+and rebuilding the whole subset-sum table per call takes seconds at thousands
+of words (``benchmarks/bench_ranktest.py``). Two cheaper routes give the same
+numbers:
 
 - The tail is counted directly from the top (:func:`_count_within`): only
   subsets whose *shortfall* from the n largest values fits the observed one
@@ -47,7 +48,7 @@ __all__ = [
 #: route's absolute error of ~1e-15 is then at most ~1e-10 of the value).
 _SPECTRAL_FLOOR = 1e-5
 #: Table cells the exact tail count may update before the spectral route is
-#: cheaper (~40 ms of numpy work on one core).
+#: cheaper: a bound on the exact route's time, so a wide tail is never counted cell by cell.
 _EXACT_CELL_BUDGET = 30_000_000
 
 

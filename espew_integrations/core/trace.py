@@ -12,10 +12,10 @@ probes' clean embeddings) a directed score per band word, and
   words ranked unusually high among them?
 * *copied* is decided on both: ``p = min(1, 2 * min(p_shared, p_best_tenant))``
   (Bonferroni over the two families, so still exact). Why not the shared
-  layer alone: a copy of one account carries that account's 20 words too,
+  layer alone: a copy of one account carries that account's own words too,
   and in the shared test they count among the "other" band words, ranking
-  next to the shared triggers and diluting them (measured: a ridge copy
-  after CSE K=50 gets shared p = 3e-9 where its tenant layer gets 1e-17).
+  next to the shared triggers and diluting them (docs/tenants.md; the
+  figures: docs/research/measurements.md, "Per-customer keys: tracing").
   The shared layer is what survives collusion, the tenant layer what a
   single-account copy shows best; the report says which decided.
 
