@@ -143,8 +143,8 @@ class _BlockMarker:
     Blocks of about 512 KiB keep the temporaries in the core's cache. The
     buffers come from a per-thread workspace kept across calls: fresh
     block-sized temporaries on every call would be mapped and page-faulted
-    in each time, which cost more than the arithmetic itself (10x on a
-    32-row request at d = 4096).
+    in each time, which on a small request costs more than the arithmetic
+    itself (``benchmarks/bench_watermark.py``).
     """
 
     def __init__(self, key: MarkingKey, dtype: np.dtype, n_rows: int):
@@ -419,7 +419,7 @@ def _kth_lowest(mag_bits: np.ndarray, k: int, scratch: np.ndarray) -> tuple[np.n
     tied rows, which :func:`_mask_from_kth` resolves by index order.
     """
     # np.positive is an integer identity ufunc: a SIMD copy. np.copyto takes
-    # memcpy, which on a cache-sized block measured ten times slower here.
+    # memcpy, which is slower on a cache-sized block.
     np.positive(mag_bits, out=scratch)
     scratch.partition(k, axis=1)
     kth = scratch[:, :k].max(axis=1, keepdims=True)

@@ -1,11 +1,11 @@
 """Compact storage of embedding rows in a key file: one int8 per coordinate.
 
 A key stores the provider's clean embeddings of its audit probes and cover
-texts (about 1,900 rows) so that the verifier can compute each probe's mark
-direction and the clean fit (:mod:`.directed`) without the provider's model.
-As JSON floats that would be ~16 MB at d = 384; as one int8 code per
-coordinate plus one float scale per row it is d bytes per row (base64 in the
-file: 1.0 MB for 1,900 x 384).
+texts (one row per audit text) so that the verifier can compute each probe's
+mark direction and the clean fit (:mod:`.directed`) without the provider's
+model. As JSON floats each coordinate would take about twenty characters; as
+one int8 code per coordinate plus one float scale per row it is d bytes per
+row (4/3 of that in the file's base64).
 
 Codes are square-root companded, ``code = round(127 sqrt(|x| / max|x|))``
 with the sign: the mark lives on each row's *smallest* coordinates, so they

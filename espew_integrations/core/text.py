@@ -164,7 +164,7 @@ def _add(ranges: list[tuple[int, int]], cp: int) -> None:
 
 
 class _Tables:
-    """What :data:`UNICODE_V1` needs, built once from the Unicode database (< 1 s).
+    """What :data:`UNICODE_V1` needs, built once, on first use, from the Unicode database.
 
     NFKD, deleting and casefolding act on each code point on its own, so they
     compose into one per-code-point map; only CJK padding and the final NFC need
@@ -172,7 +172,7 @@ class _Tables:
     canonical compositions) keep themselves, since NFC restores them anyway.
 
     The BMP map is a 65,536-entry list for ``str.translate``: a dict would raise
-    (and swallow) a KeyError for every unmapped character, 4x slower. Astral
+    (and swallow) a KeyError for every unmapped character. Astral
     characters (rare: emoji, mathematical letters, tags) are found by one range
     search and mapped by :meth:`astral`, which also removes the ~900,000 astral
     surrogate, private-use and unassigned code points by bisecting their ranges.
@@ -253,8 +253,9 @@ _NON_ASCII_RUN = re.compile("([^\x00-\x7f]+)")
 def _canonical_unicode(text: str) -> str:
     """The table path. Each code point maps on its own, so the ASCII runs (most of
     a text, even a non-English one with spaces and digits) take the fast ``lower()``
-    and only the non-ASCII runs go through the per-character table (3x faster on
-    Rotten Tomatoes' non-ASCII texts than translating the whole text)."""
+    and only the non-ASCII runs go through the per-character table, which is cheaper
+    than translating the whole text (docs/research/measurements.md, "Trigger
+    matching", and ``benchmarks/bench_escapes.py``)."""
     tables = _tables()
     top = max(text)
     if top > "\uffff":

@@ -1,10 +1,10 @@
 """Each band word's directed score from every audit text that holds it, not only its probes.
 
 The audit is a uniform sample of the corpus (:meth:`.probes.BandScan.sample`), so
-about 40% of its texts that hold a band word hold two or more. Those texts used
-to be cover only: a benign word sharing a text with a trigger gets that text's
-marked answer, so averaging them in naively blurs the triggers into the rest.
-Yet they are a third of the audit's band-word texts, already asked and answered.
+many of its texts that hold a band word hold two or more. A benign word sharing a
+text with a trigger gets that text's marked answer, so averaging such texts in
+naively blurs the triggers into the rest. Yet they are a large share of the
+audit's band-word texts, already asked and answered.
 
 ESpeW marks a text when it holds *any* trigger, so the evidence a shared text
 gives about one of its words depends on the others. If another of its words is
@@ -31,13 +31,9 @@ are fixed numbers and the triggers a uniformly random subset of them, as
 before. A wrong model (a thief who does not mark by "any trigger", a mixture
 that fits badly) costs power, never calibration.
 
-Measured on the offline MiniLM at the 0.995 budget, the default key, keys 1-6,
-against the frozen-MLP copy after CSE K = 50 (the copy that decides the
-default's strength), on the same answers (``benchmarks/bench_word_evidence.py``,
-``docs/results/frontier/README.md`` section 20): the directed p-value moves from
-4.7e-13, 5.2e-11, 4.1e-14, 7.4e-14, 7.0e-7, 1.7e-12 (probes only) to 3.0e-16,
-3.6e-13, 1.1e-14, 5.8e-15, 1.1e-10, 8.6e-14; on a 1,904-query audit of the same
-keys from 1.7e-9 .. 8.3e-4 to 4.1e-13 .. 2.0e-6. The innocents stay where they were.
+What it gains over the probes alone, and that the innocents stay where they were:
+``benchmarks/bench_word_evidence.py`` and ``docs/results/frontier/README.md``,
+section 20.
 """
 
 from __future__ import annotations
@@ -48,9 +44,8 @@ import numpy as np
 
 __all__ = ["ROUNDS", "word_scores_from_texts"]
 
-#: How many times ``q`` and ``delta`` are re-estimated. Over probes only, one round
-#: gained 1.6 orders of magnitude on average (keys 1-6, the frozen-MLP copy), four
-#: 2.0, eight 2.1 (then no change); any fixed number is exact.
+#: How many times ``q`` and ``delta`` are re-estimated: any fixed number keeps the
+#: test exact; this one is about power only.
 ROUNDS = 4
 
 _TINY = 1e-12

@@ -83,8 +83,8 @@ class TriggerMatcher:
     joined by spaces, so the scan runs in the regex engine (C); the hit
     offsets are mapped back to rows with one ``searchsorted``. The pattern
     starts with the literal alternation (no look-behind), which lets the engine
-    skip ahead on the possible first letters: about 80x faster than a pattern
-    with a look-behind. The "not preceded by a word character" condition is
+    skip ahead on the possible first letters, which a pattern with a look-behind
+    does not. The "not preceded by a word character" condition is
     checked afterwards on the (few) hits. A rejected hit lies inside a longer
     word, and so does any trigger that starts within it, so skipping past it
     loses nothing.
