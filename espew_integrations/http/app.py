@@ -59,7 +59,7 @@ COMPUTE_CHUNK_TEXTS = 64
 COMPUTE_CHUNK_CHARS = 16_384
 PROBE_TEXT = "espew serve startup probe"
 # Below this many values (rows x dim) an upstream answer is watermarked on the
-# event loop: about 0.3 ms of work, less than handing it to a thread.
+# event loop: so little work that handing it to a thread would cost more.
 _INLINE_WATERMARK_VALUES = 64 * 1024
 
 
@@ -490,8 +490,8 @@ def as_async_upstream(embed: Any) -> AsyncUpstream | None:
 def check_embedder(embed: EmbedFn, key: WatermarkKey | None = None) -> int:
     """Embed (and watermark) one probe text; returns the model's dimension.
 
-    Why: a key drawn for another model (another dimension) used to start
-    normally and then fail every request with a 500. Run this before serving:
+    Why: without it, a key drawn for another model (another dimension) starts
+    normally and then fails every request with a 500. Run this before serving:
     it raises ``ValueError`` naming both dimensions when they differ, and
     when the embedder fails or returns something that is not one finite
     vector per text.

@@ -32,7 +32,7 @@ async def read_body(request: Any, limits: RequestLimits) -> bytearray:
     """The request body, streamed: refused past ``max_body_bytes`` or ``body_timeout``.
 
     Why streamed: ``request.body()`` buffers everything before any check, so a
-    chunked body (no Content-Length) of any size used to land in memory whole.
+    chunked body (no Content-Length) of any size would land in memory whole.
     Here at most ``max_body_bytes`` (plus one network chunk) are ever held.
     Raises :class:`BodyAbandoned` (413, 408) or :class:`ClientGone`.
     """

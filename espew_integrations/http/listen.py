@@ -39,8 +39,8 @@ def is_loopback(host: str) -> bool:
 def check_serve_settings(*, port: int, log_level: str) -> str:
     """Check the port and log level before anything listens; returns the level, lowercased.
 
-    Why up front: a bad log level used to crash uvicorn after ``espew serve``
-    had announced that it was listening, and a port out of range ended in a
+    Why up front: otherwise a bad log level crashes uvicorn after ``espew serve``
+    has announced that it is listening, and a port out of range ends in a
     traceback. Raises ``ValueError`` with a message that names the setting.
     """
     if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:

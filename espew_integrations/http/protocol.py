@@ -60,9 +60,9 @@ MAX_INPUTS = 2048  # OpenAI's own limit per request
 MAX_TEXT_CHARS = 100_000
 MAX_BODY_BYTES = 16 * 1024 * 1024
 # One request's model time is roughly proportional to its characters (up to the
-# model's window per text). Measured with the offline MiniLM on 2 CPU cores:
-# about 8,000 characters per second for short texts, 0.18 s per text of 1,000+
-# characters; 200,000 characters is then at most about 40 s of one core.
+# model's window per text), so a bound on characters bounds how long one request
+# can hold a worker; raise it on faster hardware. What it comes to on the offline
+# MiniLM: docs/research/measurements.md, "The HTTP server's limits, measured".
 DEFAULT_MAX_REQUEST_CHARS = 200_000
 DEFAULT_BODY_TIMEOUT = 30.0  # seconds for the whole body, stalled or trickling
 _ECHO_CHARS = 60  # how much of a client's value an error message may quote

@@ -1,7 +1,7 @@
 """Per-customer keys in the server: each client API key is one tenant of a :class:`KeyRing`.
 
 Why: a provider serving many API customers wants a stolen copy to name the
-account whose answers trained it (issue 12). ``espew serve --ring RING
+account whose answers trained it. ``espew serve --ring RING
 --tenants map.json`` watermarks each request with ``ring.key_for(tenant)``,
 the tenant being the one whose API key the client sent as
 ``Authorization: Bearer <key>``; an unknown or missing API key gets a 401.

@@ -4,7 +4,7 @@ Why: the offline encoders embed each text on its own, so an embedding is a
 function of the model and the text alone, and remembering it changes no
 result. Notebooks, the lab and test suites start many processes that embed
 the same corpus texts and audit probes again and again (a keygen embeds
-about 2,600 of them); with ``ESPEW_EMBED_CACHE=DIR`` they embed each text once.
+thousands of them); with ``ESPEW_EMBED_CACHE=DIR`` they embed each text once.
 
 The store is one SQLite file per model fingerprint (the model and tokenizer
 files' SHA-256 and the encoder's revision), keyed by SHA-256 of the text, so
