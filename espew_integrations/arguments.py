@@ -1,11 +1,10 @@
 """Command-line flags that mean the same in every ``espew`` subcommand, defined once.
 
 ``espew keygen`` and the lab's ``espew tune`` both take a frequency band and an
-embedder; they used to spell them differently (``--freq-band LOW HIGH`` vs
-``low,high``, ``--embedder`` vs ``--model``, ``--min-cosine`` vs
-``--min-cos``). Both now add them from here, so
-one spelling works everywhere. This module imports only the core's defaults,
-so the CLI and the lab can both depend on it.
+embedder; both add them from here, so one spelling (``--freq-band LOW HIGH``,
+``--embedder``, ``--min-cosine``) works everywhere, and the other spellings
+(``LOW,HIGH``, ``--model``, ``--min-cos``) are accepted as aliases. This module
+imports only the core's defaults, so the CLI and the lab can both depend on it.
 
 >>> import argparse
 >>> parser = argparse.ArgumentParser()

@@ -28,8 +28,8 @@ __all__ = [
 def prepare_report_dir(directory: str | os.PathLike[str], *, force: bool) -> Path:
     """Create and check the evidence directory; raises ``UsageError`` when unusable.
 
-    Why before the audit: a directory that cannot be written used to be found
-    only after the whole query budget was spent, and the verdict was lost.
+    Why before the audit: a directory that cannot be written would otherwise be
+    found only after the whole query budget was spent, and the verdict lost.
     The directory itself must not be a symlink, nor may any evidence file in
     it be one (a planted link would redirect the write); earlier evidence is
     replaced only with ``force``.

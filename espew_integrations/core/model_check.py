@@ -3,7 +3,7 @@
 Why: a key only watermarks well in the vector space it was drawn for (its
 target, the band's cosines, the fitted strength are that model's). A key made
 on one 384-dimensional model and served with another 384-dimensional model
-used to start silently and mark vectors in the wrong space. So keygen records
+would start silently and mark vectors in the wrong space. So keygen records
 a *fingerprint*: the clean model's embeddings of a few fixed public canary
 texts (:data:`CANARY_TEXTS`), int8-quantised and cut to their first
 :data:`FINGERPRINT_COORDS` coordinates to keep the serving key small. On first
