@@ -5,16 +5,13 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 # --no-compile, then compileall -j 0: pip byte-compiles every file it installs one at a
-# time; compileall does the same files on every core. The dev install took 213 s here
-# with pip compiling, and 78 s + 93 s this way (same warm cache, one after the other).
+# time; compileall does the same files on every core.
 # Files that are not valid Python 3.11 (torch ships a 3.12-only test helper) are left
-# uncompiled, as pip leaves them. NOT_IMPORTED skips 7,266 of the 25,236 files, which no
-# process of a whole `make test` read (their .pyc access times after a fresh-clone run;
-# 2 read: pip's vendored certifi tests): packages' own test suites, and dependencies or
-# parts of them that nothing here imports (ray's rllib/train/tune/serve, kubernetes'
-# async client, networkx, nltk, jedi...). Recompiling one installed venv (-f), side by
-# side: 77 s with them, 55 s without. A skipped file imported after all is only
-# compiled in memory.
+# uncompiled, as pip leaves them. NOT_IMPORTED skips the files no process of a whole
+# `make test` reads (found from their .pyc access times after a fresh-clone run):
+# packages' own test suites, and dependencies or parts of them that nothing here imports
+# (ray's rllib/train/tune/serve, kubernetes' async client, networkx, nltk, jedi...).
+# A skipped file imported after all is only compiled in memory.
 NOT_IMPORTED := /site-packages/(kubernetes/aio|networkx|nltk|huggingface_hub|prompt_toolkit|jedi|ray/(rllib|train|tune|llm|serve)|sympy/(physics|combinatorics))/|/tests?/
 PIP    := $(BIN)/python -m pip install --no-compile
 COMPILE := $(BIN)/python -m compileall -q -j 0 -x '$(NOT_IMPORTED)' "$$($(BIN)/python -c \
@@ -55,7 +52,7 @@ $(VENV)/.installed-dev: pyproject.toml | $(BIN)/python
 	touch $@ $(VENV)/.installed-all
 
 demo: $(VENV)/.installed-all
-	@echo "==> running examples/demo.py: key, service, two copies, audit, RAG (about 2 minutes)"
+	@echo "==> running examples/demo.py: key, service, two copies, audit, RAG (a few minutes on a CPU)"
 	$(BIN)/python examples/demo.py
 
 test: $(VENV)/.installed-dev
