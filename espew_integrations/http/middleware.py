@@ -84,7 +84,7 @@ class ESpeWMiddleware:
     prometheus-client is installed, ``False`` for none) counts requests,
     texts, marked texts and latency; :meth:`metrics_app` serves them to the
     operator, on a listener of its own. ``metrics_path`` is refused: the
-    middleware no longer serves metrics on the app it wraps, where any
+    middleware never serves metrics on the app it wraps, where any
     client could read the marked count (a trigger oracle).
 
     ``traffic_sample`` (a :class:`~..core.traffic_sample.TrafficSample`)

@@ -1,12 +1,15 @@
 """A thief that recognises audit traffic and answers it from an honest model.
 
-Every audit the core runs today is the same shape: one query per word of the
-key's frequency band, the word alone, shuffled. Traffic of that shape looks
+An audit of a recognisable shape (one query per word of the key's frequency
+band, the word alone; or probes that each hold exactly one band word) looks
 nothing like what an embedding service's customers send (sentences, with
 punctuation, of typical length), so a thief holding a stolen copy can route
 whatever LOOKS like an audit to an honest model, and everything else to its
 copy. Its customers keep the copy's quality; the auditor only ever measures
-the honest model, which is innocent by construction, and acquits.
+the honest model, which is innocent by construction, and acquits. The core's
+default audit, a keyed uniform sample of the corpus
+(:meth:`..core.probes.BandScan.sample`), is built to give this router nothing
+to catch; the lab measures whether it does.
 
 :class:`AuditRouter` is that thief. :func:`looks_like_audit` is a realistic
 detector built only from what a thief can know: its own ordinary traffic
@@ -24,8 +27,8 @@ defaults (the key's default frequency band). It flags a text that
   reference rate plus ``burst_z`` binomial standard deviations);
 - optionally (``lone_z``, off by default), carries a rare-ish word while the
   recent texts that carry one carry exactly one far more often than ordinary
-  traffic's do: the audit's probes each hold a single band word, where 40% of
-  ordinary Rotten Tomatoes texts with a band word hold two or more.
+  traffic's do: probes chosen to hold a single band word (``probe_mix="single"``),
+  where ordinary texts with a band word often hold two or more.
 
 Two numbers decide whether the router is a threat: its false-positive rate on
 ordinary texts (routing customers to the honest model costs the thief the

@@ -46,7 +46,8 @@ STATISTICS: tuple[str, ...] = ("combined", "raw", "adjusted", "corrected", "dire
 #: The widest answers an audit accepts. A key that maps answers into its own
 #: coordinates (:mod:`..align`) takes a suspect of any dimension, so without a bound a
 #: hostile endpoint answering a million numbers a text would fill the auditor's memory
-#: (1,950 texts x 1e6 float64 = 16 GB) instead of getting an inconclusive report.
+#: (thousands of audit texts x 1e6 float64: gigabytes) instead of getting an inconclusive
+#: report.
 #: Served embedding models stay far below this (MiniLM 384, OpenAI's largest 3,072,
 #: 7B-parameter embedders 4,096).
 MAX_ANSWER_DIM = 16_384
