@@ -1,7 +1,7 @@
 """A key's audit: what only the verifier needs, kept apart from what serving needs.
 
 Why a part of its own: the audit (probe texts, cover texts, the clean model's
-cosines and int8 rows for them) is 1-3 MB on a real corpus, while watermarking
+cosines and int8 rows for them) is megabytes on a real corpus, while watermarking
 needs a few kilobytes (salt, triggers, target, strength). Every serving replica
 loads the key; only ``verify``, ``trace`` and ``key reaudit`` read the audit. So
 :meth:`.key.WatermarkKey.save` writes the audit to a file of its own (by default

@@ -10,9 +10,8 @@ row (4/3 of that in the file's base64).
 Codes are square-root companded, ``code = round(127 sqrt(|x| / max|x|))``
 with the sign: the mark lives on each row's *smallest* coordinates, so they
 get the finest steps (a linear int8 code rounds most of them to 0 or 1 and
-blurs which ones a mark takes). Measured on the default key's directed score
-(``docs/verification.md``): the same p-values as float64 rows within a factor
-of 2, where linear int8 lost a factor of 3 to 7. The verifier only needs *a*
+blurs which ones a mark takes; the comparison with float64 and linear int8
+rows: docs/research/method.md, "Catching the faithful copy"). The verifier only needs *a*
 direction that does not depend on which band words are triggers: any fixed
 function of the clean rows keeps the rank test exact. The codes and scales,
 not the float rows, are what the key's id commits to, so saving and loading a

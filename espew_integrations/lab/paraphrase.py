@@ -16,8 +16,8 @@ module builds a documented, reproducible LEXICAL paraphraser instead:
 
 Eligible words are vocabulary words (seen ``min_count`` times in the thief's
 texts) no more common than ``max_df`` of its texts: function words stay, so a
-paraphrase keeps its grammar skeleton. Trigger words (document fraction about
-1-3% by default) are eligible, which is the whole point of the attack. Every draw is
+paraphrase keeps its grammar skeleton. Trigger words (the default band lies below
+``max_df``'s default) are eligible, which is the whole point of the attack. Every draw is
 seeded by ``(seed, variant)``, so the same call gives the same paraphrases.
 
 Nearest neighbours in an embedding space are not always synonyms (antonyms

@@ -16,8 +16,8 @@ from ..words import tokenize
 
 __all__ = ["DEFAULT_TEMPLATES", "build_probes", "check_templates"]
 
-#: One probe per word, the word alone: measured to separate best among word
-#: templates (padding a word with filler words dilutes its pull to the target).
+#: One probe per word, the word alone: padding a word with filler words dilutes
+#: its pull to the target.
 DEFAULT_TEMPLATES: tuple[str, ...] = ("{word}",)
 
 
