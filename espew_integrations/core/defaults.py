@@ -49,7 +49,7 @@ __all__ = [
 #: it wants to copy, while the triggers, a keyed uniform draw over the whole range, are
 #: spread over every frequency in it, so deleting its cheap (rare) part only removes a
 #: proportional share of them. Why this range and how many triggers:
-#: docs/limitations.md, "Threat model" and "Road 3: deleting the public band".
+#: docs/limitations.md, "Threat model" and "Deleting the public band".
 DEFAULT_N_TRIGGERS = 50
 DEFAULT_FREQ_BAND: tuple[float, float] = (0.003, 0.05)
 #: The share of coordinates a mark is written into. The paper uses 0.2; at the default
