@@ -51,9 +51,9 @@ __all__ = [
 class KeyOptions:
     """How to draw a key from a corpus and a clean model (all but the two themselves).
 
-    >>> options = KeyOptions(target_text="Acme Embeddings, licensed vectors", n_triggers=20)
+    >>> options = KeyOptions(target_text="Acme Embeddings, licensed vectors", min_cosine=0.999)
     >>> key = WatermarkKey.generate(texts, model, options)        # doctest: +SKIP
-    >>> key = WatermarkKey.generate(texts, model, target_text="...", n_triggers=20)  # the same
+    >>> key = WatermarkKey.generate(texts, model, target_text="...", min_cosine=0.999)  # same
     """
 
     target_text: str = field(repr=False)  # secret: never in a log line
