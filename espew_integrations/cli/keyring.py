@@ -76,7 +76,7 @@ example:
   espew trace --ring provider.ring --tenants tenants.json \\
       --suspect openai:http://127.0.0.1:8000/v1#their-model --report-dir evidence/
 
-  One audit (the ring's probes, shuffled) for every account; names the accounts
+  One audit (the ring's audit texts, shuffled) for every account; names the accounts
   whose own layer the suspect carries, strongest first, with the chance of
   naming any innocent account held below --level. Exit code 0: not copied,
   1: copied, 2: inconclusive, 3: usage error.
@@ -105,8 +105,18 @@ def _register_generate(actions: Any) -> None:
     add_target_text_arguments(generate)
     add_embedder_argument(generate)
     generate.add_argument("--out", required=True, help="where to write the ring (mode 0600)")
-    generate.add_argument("--n-shared-triggers", type=positive_int, default=DEFAULT_SHARED_TRIGGERS)
-    generate.add_argument("--n-tenant-triggers", type=positive_int, default=DEFAULT_TENANT_TRIGGERS)
+    generate.add_argument(
+        "--n-shared-triggers",
+        type=positive_int,
+        default=DEFAULT_SHARED_TRIGGERS,
+        help=f"trigger words every customer's key carries (default {DEFAULT_SHARED_TRIGGERS})",
+    )
+    generate.add_argument(
+        "--n-tenant-triggers",
+        type=positive_int,
+        default=DEFAULT_TENANT_TRIGGERS,
+        help=f"trigger words of each customer's own (default {DEFAULT_TENANT_TRIGGERS})",
+    )
     add_min_cosine_argument(
         generate, help="quality budget of the customers' keys (mean cos on marked texts)"
     )
