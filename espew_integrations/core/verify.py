@@ -80,8 +80,8 @@ from .key import WatermarkKey
 from .report import VerificationReport
 from .transcript import TranscriptRecorder
 
-#: :func:`verify`, and the names that lived here before the pipeline moved to
-#: :mod:`.audit`: they stay importable from here, where callers import them today.
+#: :func:`verify`, and the audit pipeline's public names (:mod:`.audit`), which
+#: callers import from here.
 __all__ = [
     "DECISION_RULE",
     "DEFAULT_DEADLINE",
