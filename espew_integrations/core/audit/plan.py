@@ -143,8 +143,8 @@ def _cached_band_sets(
     owner: tuple[int, ...],
     texts: tuple[str, ...],
 ) -> tuple[tuple[int, ...], ...]:
-    """:func:`band_sets`, cached: reading 4,000 texts as the model does takes a
-    second or two, and a null study verifies the same audit under many salts
+    """:func:`band_sets`, cached: reading an audit's texts as the model does is the
+    slow part, and a null study verifies the same audit under many salts
     (``key.replace``), whose texts and band are the same."""
     index = {word: i for i, word in enumerate(band)}
     matcher = TriggerMatcher(band, normalization=normalization, window=window)
