@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 from espew_integrations import watermark
-from tests.integration.test_inject import texts_for
+from tests.unit.test_inject import texts_for
 from tests.support import make_key
 
 DIGESTS = json.loads(
