@@ -21,7 +21,7 @@ COMPILE := $(BIN)/python -m compileall -q -j 0 -x '$(NOT_IMPORTED)' "$$($(BIN)/p
 # the library reads without installing them, so the venv holds only real dependencies and
 # `pip check` passes; the pinned list and hashes live in espew_integrations/offline/data.py.
 
-.PHONY: demo test test-fast lint bench null-study clean
+.PHONY: demo test test-fast typecheck lint bench null-study clean
 
 $(BIN)/python:
 	@echo "==> creating the virtual environment $(VENV)"
@@ -55,9 +55,16 @@ demo: $(VENV)/.installed-all
 	@echo "==> running examples/demo.py: key, service, two copies, audit, RAG (a few minutes on a CPU)"
 	$(BIN)/python examples/demo.py
 
-test: $(VENV)/.installed-dev
+test: $(VENV)/.installed-dev typecheck
 	$(BIN)/ruff check espew_integrations tests benchmarks examples
-	$(BIN)/python -m pytest -n auto --durations=15  # one worker per core (pytest-xdist); the slowest 15 listed
+	@start=$$(date +%s); \
+	$(BIN)/python -m pytest -n auto --durations=15; status=$$?; \
+	echo "==> make test: the suite took $$(( $$(date +%s) - start )) s (one worker per core, pytest-xdist)"; \
+	exit $$status
+
+# The type checker over the core ([tool.mypy] in pyproject.toml).
+typecheck: $(VENV)/.installed-dev
+	$(BIN)/mypy
 
 # The unit tests only (tests/unit: no real model, server or process), for development.
 test-fast: $(VENV)/.installed-dev

@@ -251,8 +251,8 @@ def _replayed(
         report = trace(replay, key, header.get("tenants") or [], **settings, **names)
         return report.status, report.p_value, report.traced
     shared = key.shared_key if isinstance(key, KeyRing) else key
-    report = verify(replay, shared, **settings, **names)
-    return report.status, report.p_value, ()
+    verdict = verify(replay, shared, **settings, **names)
+    return verdict.status, verdict.p_value, ()
 
 
 def _compared(

@@ -207,6 +207,7 @@ class _BlockMarker:
         clean + s (target - clean) and every other one clean + 0.0 (equal to
         clean; only a -0.0 comes back as +0.0).
         """
+        assert self.moved is not None  # made whenever strength < 1
         step = np.subtract(self.target, clean, out=self.moved[: len(clean)])
         step *= self.strength
         step_bits = step.view(select.dtype)
@@ -372,7 +373,7 @@ def _checked_matrix(matrix: np.ndarray, *, n_rows: int, dim: int) -> np.ndarray:
 #: |x| compared through the float's bit pattern: for non-negative finite
 #: IEEE floats the order of the bits read as signed integers is the order of the
 #: values, and integer partitions run about twice as fast as float ones.
-_MAGNITUDE_BITS = {
+_MAGNITUDE_BITS: dict[np.dtype, np.dtype] = {
     np.dtype(np.float32): np.dtype(np.int32),
     np.dtype(np.float64): np.dtype(np.int64),
 }

@@ -259,7 +259,7 @@ class WatermarkKey(KeyGeneration, KeyStorage, Sealed):
     @property
     def selection(self) -> Selection:
         """How positions are chosen: ``"smallest"`` |e_o| or keyed ``"hashed"``."""
-        return self._selection  # type: ignore[return-value]
+        return self._selection
 
     @property
     def target_text(self) -> str:
@@ -401,7 +401,7 @@ class WatermarkKey(KeyGeneration, KeyStorage, Sealed):
         Keys written before version 3 keep their single file (and their key_id)
         when saved again.
         """
-        return self._audit_layout  # type: ignore[return-value]
+        return self._audit_layout
 
     @property
     def model_fingerprint(self) -> ModelFingerprint | None:

@@ -62,7 +62,7 @@ def check_alpha(alpha: object) -> None:
 
 def check_strength(strength: object) -> None:
     ok = not isinstance(strength, bool) and isinstance(strength, (int, float))
-    if not ok or not 0.0 < strength <= 1.0:
+    if not ok or not 0.0 < strength <= 1.0:  # type: ignore[operator]  # mypy does not narrow through ok
         raise KeyGenerationError(
             f"strength must be a number with 0 < strength <= 1, got {strength!r}"
         )

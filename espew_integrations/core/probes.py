@@ -263,10 +263,10 @@ class BandScan:
                 break
             hungry = [i for i in sorted(holding[text]) if needs[i] > 0]
             if hungry:
-                word = max(hungry, key=lambda i: (needs[i], -i))
-                needs[word] -= 1
+                chosen = max(hungry, key=lambda i: (needs[i], -i))
+                needs[chosen] -= 1
                 texts.append(text)
-                owner.append(word)
+                owner.append(chosen)
         for i, word in enumerate(self.band):
             if needs[i] == per_word:  # no candidate at all: the word alone
                 texts.append(word)

@@ -53,7 +53,7 @@ LEGACY_LOWER = "lower-v0"
 
 NORMALIZATIONS = (LEGACY_LOWER, UNICODE_V1)
 
-TextView = Callable[[Sequence[str]], list[str]]
+TextView = Callable[[Sequence[str]], Sequence[str]]
 """Maps raw texts to what the model reads (its own normaliser and truncation applied)."""
 
 # Unicode default-ignorable code points (DerivedCoreProperties.txt), as closed ranges.
@@ -204,11 +204,13 @@ class _Tables:
                 table[cp] = image
         astral = [(max(lo, 0x10000), hi) for lo, hi in removed if hi > 0xFFFF]
         bmp: list[int | str | None] = list(range(0x10000))
-        for cp, image in table.items():
+        for cp, folded in table.items():
             if cp <= 0xFFFF:
-                bmp[cp] = image
+                bmp[cp] = folded
         self.bmp = bmp
-        self.astral_table = {cp: image for cp, image in table.items() if cp > 0xFFFF}
+        self.astral_table = {
+            cp: image for cp, image in table.items() if cp > 0xFFFF and image is not None
+        }  # removed code points are None only in the BMP; astral ones are ranges
         self.astral_starts = [lo for lo, _ in astral]
         self.astral_ends = [hi for _, hi in astral]
         ideograph = f"[{_character_class(list(_CJK))}]"
@@ -341,8 +343,8 @@ def window_view(
     ['one two', '  a b']
     """
     check_normalization(normalization)
-    if _check_window(window) is not None:
-        texts = [_truncate(t, window - 2) for t in texts]
+    if (checked := _check_window(window)) is not None:
+        texts = [_truncate(t, checked - 2) for t in texts]
     return [canonicalize(t, normalization) for t in texts]
 
 
@@ -361,7 +363,8 @@ def joined_window_view(
     give the same result.
     """
     check_normalization(normalization)
-    if texts and (_check_window(window) is None or max(map(len, texts)) <= window - 2):
+    checked = _check_window(window)
+    if texts and (checked is None or max(map(len, texts)) <= checked - 2):
         joined = " ".join(texts)
         if joined.isascii():
             raw = joined.encode("ascii")
@@ -434,4 +437,4 @@ def discover_view(embedder: Any) -> TextView | None:
             f"{where}.view is not a text view (for one text it returned "
             f"{type(answer).__name__}, not a list of one str); {fix}"
         )
-    return candidate  # type: ignore[no-any-return]
+    return candidate

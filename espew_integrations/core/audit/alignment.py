@@ -22,6 +22,7 @@ def align_answers(
     (:mod:`..align`), fitted on every answered audit text against its clean row, and the
     two as verify scores them (mapped when the map is applied, else unchanged).
     ``lab.null_study.audit_scores`` calls it exactly as verify does."""
+    assert plan.clean_rows is not None and plan.cover_rows is not None  # a plan that maps answers
     alignment = fit_alignment(
         np.vstack([answers, cover]), np.vstack([plan.clean_rows, plan.cover_rows]), key_dim
     )

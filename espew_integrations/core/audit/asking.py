@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -130,7 +130,7 @@ def ask_shuffled(
 
     Without a ``seed`` one is drawn here (as ``default_rng(None)`` would draw it), so
     that a transcript can keep it and its replay send the texts in the same order."""
-    shuffle = seed if seed is not None else int(np.random.SeedSequence().entropy)
+    shuffle = seed if seed is not None else int(cast(int, np.random.SeedSequence().entropy))
     order = np.random.default_rng(shuffle).permutation(len(texts))
     if recorder is not None:
         recorder.begin(shuffle, len(texts))

@@ -63,6 +63,7 @@ class WordScores:
         answers, directions, clean = self.embeddings, plan.directions, plan.clean_rows
         if self.cover is not None and plan.cover_rows is not None:
             # the cover texts are scored too: those holding band words are evidence
+            assert plan.cover_directions is not None and clean is not None  # made with cover_rows
             answers = np.vstack([answers, self.cover])
             directions = np.vstack([directions, plan.cover_directions])
             clean = np.vstack([clean, plan.cover_rows])
