@@ -16,12 +16,14 @@ them.
 from __future__ import annotations
 
 import ast
+import contextlib
 import json
 import os
 import re
 import subprocess
 import sys
 import warnings
+from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import cache
 from importlib import metadata
@@ -146,6 +148,32 @@ def fresh_user_env() -> dict[str, str]:
     }
 
 
+STAND_IN_MODEL = "text-embedding-3-small"
+
+
+@contextlib.contextmanager
+def openai_stand_in(tmp_path: Path) -> Iterator[str]:
+    """A local OpenAI-compatible endpoint serving the offline MiniLM as STAND_IN_MODEL."""
+    log = (tmp_path / "stand-in.log").open("w")
+    serve = ["serve", "--embedder", "minilm", "--model-name", STAND_IN_MODEL, "--port", "0"]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "espew_integrations.cli", *serve],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=log,
+        text=True,
+    )
+    try:
+        line = proc.stdout.readline()
+        match = re.search(r"(http://\S+/v1)", line)
+        assert match, f"the stand-in did not start: {line!r}"
+        yield match.group(1)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+        log.close()
+
+
 @pytest.mark.parametrize("page", pages_with_blocks(), ids=page_id)
 def test_page_runs_as_pasted(page: Path, tmp_path: Path):
     blocks = python_blocks(page)
@@ -169,14 +197,20 @@ def test_page_runs_as_pasted(page: Path, tmp_path: Path):
     work.mkdir()
     env = fresh_user_env()
     env.pop("PYTHONPATH", None)
-    done = subprocess.run(
-        [sys.executable, "-c", RUNNER, str(spec)],
-        cwd=work,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=PAGE_TIMEOUT_S,
-    )
+    with contextlib.ExitStack() as stack:
+        if any("langchain_openai" in b.source for b in to_run):
+            # The production-embedder blocks reach OpenAI through the environment; here a
+            # local `espew serve` of the offline model stands in for it.
+            env["OPENAI_BASE_URL"] = stack.enter_context(openai_stand_in(tmp_path))
+            env["OPENAI_API_KEY"] = "sk-local-stand-in"
+        done = subprocess.run(
+            [sys.executable, "-c", RUNNER, str(spec)],
+            cwd=work,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=PAGE_TIMEOUT_S,
+        )
     assert done.returncode == 0, (
         f"{page_id(page)}: a block failed\n--- stdout (tail)\n{done.stdout[-4000:]}"
         f"\n--- stderr (tail)\n{done.stderr[-6000:]}"
