@@ -53,6 +53,10 @@ DEFAULTS: dict[str, Any] = {
     "attacks": ["none", "cse:50"],
     "stealers": ["ridge"],
     "stealer_options": {},
+    # What the stealers train on: "disjoint", every corpus text but the held-out ones
+    # and the key's audit texts (a thief trains on its own traffic, which never holds
+    # the provider's audit); "overlap", the earlier split, audit texts included.
+    "split": "disjoint",
     # probes "auto": the natural-text probes stored in the key (single words for keys
     # without them, such as the baselines'); templates force single-word probes.
     "verify": {"level": 1e-6, "probes": "auto", "templates": None},
@@ -91,6 +95,7 @@ _DIGEST_FIELDS = (
     "verify",
     "metrics",
     "stealer_options",
+    "split",
 )
 
 
@@ -306,7 +311,9 @@ class ThreatSettings:
 
 
 # ---------------------------------------------------------------------- the config
-_STEALERS = ("ridge", "frozen_mlp", "torch_encoder")
+_STEALERS = ("ridge", "frozen_mlp", "ridge_head", "knn", "torch_encoder")
+#: The lab's splits (``split``): what the stealers train on.
+SPLITS = ("disjoint", "overlap")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -329,6 +336,7 @@ class LabConfig:
     attacks: tuple[str, ...]
     stealers: tuple[str, ...]
     stealer_options: Mapping[str, Mapping[str, Any]]
+    split: str
     verify: VerifySettings
     metrics: MetricsSettings
     ablation: AblationSettings
@@ -356,6 +364,7 @@ class LabConfig:
             attacks=_attack_names(top, "attacks"),
             stealers=top.texts("stealers", choices=_STEALERS),
             stealer_options=_stealer_options(top),
+            split=top.text("split", choices=SPLITS),
             verify=VerifySettings.parse(top.section("verify")),
             metrics=MetricsSettings.parse(top.section("metrics")),
             ablation=_ablation(top),
@@ -409,10 +418,12 @@ class LabConfig:
         attacks = self.attacks + (self.ablation.attacks if self.ablation.alphas else ())
         threat_needs = any(
             t.startswith("paraphrase") or t == "router:standard" for t in self.threats.cells
-        ) or (bool(self.threats.cells) and self.threats.stealer == "frozen_mlp")
+        ) or (
+            bool(self.threats.cells) and self.threats.stealer in ("frozen_mlp", "ridge_head", "knn")
+        )
         return (
             any(a.startswith("cse") for a in attacks)
-            or "frozen_mlp" in self.stealers
+            or bool({"frozen_mlp", "ridge_head", "knn"} & set(self.stealers))
             or threat_needs
         )
 

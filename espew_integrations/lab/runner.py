@@ -37,6 +37,7 @@ from .context import (
     watermark_for,
 )
 from .report import json_default, write_report
+from .stealers import ENCODER_STEALERS, thief_rows
 
 __all__ = [
     "LAB_INSTALL",
@@ -118,20 +119,34 @@ def preflight(config: LabConfig, *, progress: bool = True) -> tuple[Any, Any]:
 
 # ---------------------------------------------------------------------- one cell
 def _attacked(ctx: LabContext, wm_name: str, attack: str, seed: int) -> Any:
-    """The watermark's answers after ``attack`` (CSE's suspicious set: once per watermark)."""
-    from .attacks import apply_attack, cse_suspicious, parse_attack
+    """The watermark's answers after ``attack`` (CSE's suspicious set: once per watermark).
+
+    The thief attacks the answers it holds: under ``split: disjoint`` those of the
+    stealer's rows only (the other rows keep the service's answers, which no stealer
+    trains on); under ``overlap`` every row's.
+    """
+    from .attacks import AttackResult, apply_attack, cse_suspicious, parse_attack
 
     answers = ctx.answers[wm_name]
+    texts = ctx.corpus.texts
+    rows = np.arange(len(texts)) if ctx.config.split == "overlap" else ctx.stealer_rows
+    held = answers[rows]
+    standard = None if ctx.standard is None else ctx.standard[rows]
     suspicious = None
     if parse_attack(attack)[0] == "cse":
         if wm_name not in ctx.suspicious:
             ctx.suspicious[wm_name], _ = cse_suspicious(
-                answers, ctx.standard, seed=seed_for(ctx.config.seed, wm_name)
+                held, standard, seed=seed_for(ctx.config.seed, wm_name)
             )
         suspicious = ctx.suspicious[wm_name]
-    return apply_attack(
-        attack, ctx.corpus.texts, answers, standard=ctx.standard, seed=seed, suspicious=suspicious
+    result = apply_attack(
+        attack, [texts[i] for i in rows], held, standard=standard, seed=seed, suspicious=suspicious
     )
+    if len(rows) == len(texts):
+        return result
+    embeddings = np.array(answers, dtype=np.float64)
+    embeddings[rows] = result.embeddings
+    return AttackResult(embeddings, result.target_mode, result.info)
 
 
 def _training_metrics(ctx: LabContext, attacked: Any, seed: int) -> dict[str, Any]:
@@ -161,7 +176,7 @@ def _train_copy(ctx: LabContext, stealer_name: str, trained_on: np.ndarray, seed
 
     rows = ctx.stealer_rows
     options = dict(ctx.config.stealer_options.get(stealer_name, {}))
-    features = ctx.standard[rows] if stealer_name == "frozen_mlp" else None
+    features = ctx.standard[rows] if stealer_name in ENCODER_STEALERS else None
     stealer = make_stealer(
         stealer_name, seed=seed, encoder=ctx.standard_model, features=features, **options
     )
@@ -369,6 +384,7 @@ def run_lab(
     cells_dir = _claim_output(config, out, fresh=fresh)
     started = time.perf_counter()
     ctx = build_context(config, progress=progress, models=models)
+    ctx.stealer_rows = thief_rows(ctx)
     setup_seconds = time.perf_counter() - started
     records, n_resumed = _run_cells(
         grid(config), cells_dir, lambda cell: cell_id(*cell), lambda cell: run_cell(ctx, *cell),

@@ -13,8 +13,13 @@ MLP (the published stealer's head, Linear-ReLU-Linear, normalised output)
 trained with MSE on the features of a frozen text encoder the attacker owns,
 by default a model different from the victim.
 
+:class:`EncoderRidgeStealer` is the linear head on the same frozen encoder (ridge
+from its features to the answers), and :class:`KNNStealer` the memoriser: it
+answers a text with the mean of the stolen answers to its nearest stealing texts
+under the attacker's encoder, so it learns nothing it has not been told.
+
 ``torch_encoder`` (:mod:`.torch_stealer`, the ``lab-torch`` extra) is a text
-encoder trained end to end; :func:`make_stealer` builds any of the three by name.
+encoder trained end to end; :func:`make_stealer` builds any of them by name.
 """
 
 from __future__ import annotations
@@ -26,7 +31,23 @@ import numpy as np
 from .._optional import require
 from ..core.probes import unit_rows
 
-__all__ = ["FrozenMLPStealer", "RidgeStealer", "block_ridge", "make_stealer"]
+__all__ = [
+    "ENCODER_STEALERS",
+    "STEALERS",
+    "EncoderRidgeStealer",
+    "FrozenMLPStealer",
+    "KNNStealer",
+    "RidgeStealer",
+    "block_ridge",
+    "make_stealer",
+    "rows_outside_audit",
+    "thief_rows",
+]
+
+#: Every stealer :func:`make_stealer` builds; those after ``ridge`` and before
+#: ``torch_encoder`` need the attacker's own encoder.
+STEALERS = ("ridge", "frozen_mlp", "ridge_head", "knn", "torch_encoder")
+ENCODER_STEALERS = ("frozen_mlp", "ridge_head", "knn")
 
 
 def _check_targets(texts: Sequence[str], embeddings: np.ndarray) -> np.ndarray:
@@ -219,20 +240,145 @@ class FrozenMLPStealer:
     embed = __call__
 
 
+class EncoderRidgeStealer:
+    """Ridge regression from a frozen encoder's features to the answers (a linear head).
+
+    >>> copy = EncoderRidgeStealer(own_model).fit(texts, answers)  # doctest: +SKIP
+    """
+
+    name = "ridge_head"
+
+    def __init__(
+        self,
+        encoder: Callable[[list[str]], np.ndarray],
+        *,
+        ridge_alpha: float = 1.0,
+        seed: int = 0,
+        features: np.ndarray | None = None,
+    ):
+        self.encoder = encoder
+        self.ridge_alpha = ridge_alpha
+        self.seed = seed  # the fit is deterministic; kept for make_stealer's signature
+        self._train_features = features
+        self._coef: np.ndarray | None = None
+
+    def fit(self, texts: Sequence[str], embeddings: np.ndarray) -> EncoderRidgeStealer:
+        targets = _check_targets(texts, embeddings)
+        features = self._train_features
+        if features is None or len(features) != len(texts):
+            features = np.asarray(self.encoder(list(texts)), dtype=np.float64)
+        x = np.hstack([np.asarray(features, dtype=np.float64), np.ones((len(features), 1))])
+        gram = x.T @ x + self.ridge_alpha * np.eye(x.shape[1])
+        self._coef = np.linalg.solve(gram, x.T @ targets)
+        return self
+
+    def __call__(self, texts: Sequence[str]) -> np.ndarray:
+        if self._coef is None:
+            raise RuntimeError("this stealer is not trained yet; call fit(texts, embeddings)")
+        features = np.asarray(self.encoder(list(texts)), dtype=np.float64)
+        return unit_rows(np.hstack([features, np.ones((len(features), 1))]) @ self._coef)
+
+    embed = __call__
+
+
+class KNNStealer:
+    """The memoriser: the mean stolen answer of the ``k`` stealing texts nearest to a
+    text under the attacker's encoder (cosine), normalised.
+
+    >>> copy = KNNStealer(own_model, k=5).fit(texts, answers)  # doctest: +SKIP
+    """
+
+    name = "knn"
+
+    def __init__(
+        self,
+        encoder: Callable[[list[str]], np.ndarray],
+        *,
+        k: int = 5,
+        seed: int = 0,
+        features: np.ndarray | None = None,
+        batch_size: int = 1024,
+    ):
+        if k < 1:
+            raise ValueError(f"k must be >= 1, got {k}")
+        self.encoder = encoder
+        self.k = k
+        self.seed = seed  # deterministic; kept for make_stealer's signature
+        self.batch_size = batch_size
+        self._train_features = features
+        self._keys: np.ndarray | None = None
+        self._values: np.ndarray | None = None
+
+    def fit(self, texts: Sequence[str], embeddings: np.ndarray) -> KNNStealer:
+        self._values = _check_targets(texts, embeddings)
+        features = self._train_features
+        if features is None or len(features) != len(texts):
+            features = np.asarray(self.encoder(list(texts)), dtype=np.float64)
+        self._keys = unit_rows(np.asarray(features, dtype=np.float64))
+        return self
+
+    def __call__(self, texts: Sequence[str]) -> np.ndarray:
+        if self._keys is None or self._values is None:
+            raise RuntimeError("this stealer is not trained yet; call fit(texts, embeddings)")
+        queries = unit_rows(np.asarray(self.encoder(list(texts)), dtype=np.float64))
+        k = min(self.k, len(self._keys))
+        out = np.empty((len(queries), self._values.shape[1]))
+        for start in range(0, len(queries), self.batch_size):
+            sims = queries[start : start + self.batch_size] @ self._keys.T
+            nearest = np.argpartition(-sims, k - 1, axis=1)[:, :k]
+            out[start : start + len(sims)] = self._values[nearest].mean(axis=1)
+        return unit_rows(out)
+
+    embed = __call__
+
+
+def rows_outside_audit(texts: Sequence[str], rows: np.ndarray, key) -> np.ndarray:
+    """The ``rows`` of ``texts`` whose text ``key``'s audit never sends.
+
+    A thief trains on its own traffic, and nothing in it is the provider's audit
+    sample; a copy trained on the audit's own texts has memorised the answers to
+    the very questions the audit asks.
+
+    >>> class Key: probe_texts, cover_texts = ("b",), ("c",)
+    >>> rows_outside_audit(["a", "b", "c", "d"], np.arange(4), Key()).tolist()
+    [0, 3]
+    """
+    audit = set(getattr(key, "probe_texts", ())) | set(getattr(key, "cover_texts", ()))
+    rows = np.asarray(rows, dtype=int)
+    keep = np.fromiter((texts[i] not in audit for i in rows), dtype=bool, count=len(rows))
+    return rows[keep]
+
+
+def thief_rows(ctx) -> np.ndarray:
+    """The corpus rows a lab context's stealers train on: every row but the held-out
+    ones, less the key's audit texts under ``split: disjoint`` (the default)."""
+    n = len(ctx.corpus.texts)
+    rows = np.setdiff1d(np.arange(n), np.asarray(ctx.holdout_rows, dtype=int))
+    if ctx.config.split == "overlap":
+        return rows
+    return rows_outside_audit(ctx.corpus.texts, rows, ctx.key)
+
+
 def make_stealer(name: str, *, seed: int, encoder=None, features=None, **options):
-    """Build a stealer by config name: ``ridge``, ``frozen_mlp`` or ``torch_encoder``.
+    """Build a stealer by config name (one of :data:`STEALERS`).
+
+    ``frozen_mlp``, ``ridge_head`` and ``knn`` need the attacker's ``encoder``
+    (``features``: its answers for the training texts, when already computed).
 
     >>> make_stealer("ridge", seed=0).name
     'ridge'
     """
     if name == "ridge":
         return RidgeStealer(seed=seed, **options)
-    if name == "frozen_mlp":
+    if name in ENCODER_STEALERS:
         if encoder is None:
-            raise ValueError("the frozen_mlp stealer needs the attacker's encoder")
-        return FrozenMLPStealer(encoder, seed=seed, features=features, **options)
+            raise ValueError(f"the {name} stealer needs the attacker's encoder")
+        kind = {"frozen_mlp": FrozenMLPStealer, "ridge_head": EncoderRidgeStealer}.get(
+            name, KNNStealer
+        )
+        return kind(encoder, seed=seed, features=features, **options)
     if name == "torch_encoder":
         from .torch_stealer import TorchEncoderStealer  # needs the lab-torch extra
 
         return TorchEncoderStealer(seed=seed, **options)
-    raise ValueError(f"unknown stealer {name!r}; choose 'ridge', 'frozen_mlp' or 'torch_encoder'")
+    raise ValueError(f"unknown stealer {name!r}; choose one of {', '.join(STEALERS)}")

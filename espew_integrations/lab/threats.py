@@ -190,11 +190,14 @@ def long_text_study(
 
 # ---------------------------------------------------------------------- lab cells
 def seeded_context(ctx: LabContext, seed: int) -> LabContext:
-    """The run's context with a key drawn with ``seed`` (data, splits and embeddings shared)."""
+    """The run's context with a key drawn with ``seed`` (data, held-out rows and embeddings
+    shared; the stealer's rows leave out that key's audit texts under ``split: disjoint``)."""
+    from .stealers import thief_rows
+
     if seed == ctx.config.seed:
         return ctx
     config = dataclasses.replace(ctx.config, seed=seed)
-    return dataclasses.replace(
+    seeded = dataclasses.replace(
         ctx,
         config=config,
         key=draw_key(config, ctx.corpus.texts, ctx.victim),
@@ -202,6 +205,8 @@ def seeded_context(ctx: LabContext, seed: int) -> LabContext:
         answers={},
         suspicious={},
     )
+    seeded.stealer_rows = thief_rows(seeded)
+    return seeded
 
 
 def _verify(ctx: LabContext, made: Any, suspect: Any, seed: int) -> dict[str, Any]:
@@ -393,10 +398,10 @@ def _make_stealer(
     ctx: Any, name: str, seed: int, options: Mapping[str, Any], *, rows: np.ndarray | None = None
 ) -> Any:
     """The stealer ``name``, to be fitted on ``rows`` of the corpus (default: the stealer's)."""
-    from .stealers import make_stealer
+    from .stealers import ENCODER_STEALERS, make_stealer
 
     rows = ctx.stealer_rows if rows is None else rows
-    features = ctx.standard[rows] if name == "frozen_mlp" else None
+    features = ctx.standard[rows] if name in ENCODER_STEALERS else None
     return make_stealer(name, seed=seed, encoder=ctx.standard_model, features=features, **options)
 
 

@@ -58,3 +58,48 @@ def test_frozen_mlp_copy_learns_a_mapping_from_the_attackers_features():
     assert np.einsum("ij,ij->i", held_out, unit).mean() > 0.8
     with pytest.raises(ValueError, match="unknown stealer"):
         make_stealer("bert", seed=0)
+
+
+def _encoder_task(seed: int):
+    rng = np.random.default_rng(seed)
+    lookup = {f"t{i}": rng.normal(size=12) for i in range(300)}
+    mixing = rng.normal(size=(12, 6))
+
+    def encoder(texts):
+        return np.array([lookup[t] for t in texts])
+
+    texts = list(lookup)
+    return encoder, texts, encoder(texts) @ mixing
+
+
+def test_ridge_head_learns_a_linear_map_from_the_attackers_features():
+    encoder, texts, victim = _encoder_task(3)
+    copy = make_stealer("ridge_head", seed=0, encoder=encoder).fit(texts[:250], victim[:250])
+    held_out = copy(texts[250:])
+    unit = victim[250:] / np.linalg.norm(victim[250:], axis=1, keepdims=True)
+    assert np.einsum("ij,ij->i", held_out, unit).mean() > 0.99
+    with pytest.raises(ValueError, match="needs the attacker's encoder"):
+        make_stealer("ridge_head", seed=0)
+
+
+def test_knn_memoriser_answers_with_its_neighbours_stolen_answers():
+    encoder, texts, victim = _encoder_task(4)
+    copy = make_stealer("knn", seed=0, encoder=encoder, k=1).fit(texts, victim)
+    # A text it stole with is its own nearest neighbour: its answer comes back.
+    unit = victim / np.linalg.norm(victim, axis=1, keepdims=True)
+    np.testing.assert_allclose(copy(texts[:20]), unit[:20], atol=1e-12)
+    five = make_stealer("knn", seed=0, encoder=encoder, k=5).fit(texts[:250], victim[:250])
+    assert five(texts[250:]).shape == (50, 6)
+    with pytest.raises(ValueError, match="k must be"):
+        make_stealer("knn", seed=0, encoder=encoder, k=0)
+
+
+def test_rows_outside_audit_leave_out_every_audit_text():
+    from espew_integrations.lab.stealers import rows_outside_audit
+
+    class Key:
+        probe_texts = ("b", "d")
+        cover_texts = ("a",)
+
+    rows = rows_outside_audit(["a", "b", "c", "d", "c"], np.array([0, 1, 2, 3, 4]), Key())
+    assert rows.tolist() == [2, 4]
