@@ -10,15 +10,17 @@ service's answers to the same texts, and MiniLM-L3 itself), are audited with:
 - ``keygen``: the key's stored audit (about 1,960 keygen-corpus texts);
 - ``traffic``: a later round drawn from the thief's own stealing texts
   (``key.with_audit(stealing texts, clean model, audit_round=2)``, p doubled);
-- ``traffic, corpus mix``: the same round, every sampled text with band words a
-  probe (``probe_mix="corpus"``);
 - ``traffic, ppw K``: the same round at ``K`` probes a word (``--ppw``), a larger
   sample, to see how many queries the copy needs.
 
 Next to the verdicts: the copy's stolen value (``thieves.stolen_value``).
+``--copy ridge_head`` audits the ridge head on MiniLM-L3 instead (seconds to fit,
+where the end-to-end copy takes minutes).
 
     .venv/bin/python benchmarks/bench_e2e_disjoint.py --seeds 4 5 6 \\
         --out docs/results/disjoint/e2e
+    .venv/bin/python benchmarks/bench_e2e_disjoint.py --copy ridge_head --seeds 1 2 3 4 5 6 \
+        --ppw 6 12 --out docs/results/disjoint/ridge-head
 """
 
 from __future__ import annotations
@@ -38,14 +40,14 @@ from thieves import SPLITS, stolen_value, thief_for
 
 from espew_integrations import WatermarkKey, verify, watermark
 from espew_integrations.lab.stealers import EncoderRidgeStealer
-from espew_integrations.lab.torch_stealer import TorchEncoderStealer
+
+COPIES = {"torch": "torch encoder", "ridge_head": "ridge head on L3"}
 
 
 def audits_for(key: WatermarkKey, steal: list[str], clean, ppw: list[int]) -> dict:
     out = {
         "keygen": key,
         "traffic": key.with_audit(steal, clean, audit_round=2),
-        "traffic, corpus mix": key.with_audit(steal, clean, audit_round=2, probe_mix="corpus"),
     }
     for k in ppw:
         out[f"traffic, ppw {k}"] = key.with_audit(steal, clean, audit_round=2, probes_per_word=k)
@@ -58,7 +60,7 @@ def table(results: list[dict], split: str) -> str:
     seeds = ", ".join(str(r["seed"]) for r in results)
     lines = [
         f"Split: **{split}**; keys (seeds) {seeds}; the default key at the 0.995 budget. "
-        "Stolen value of the end-to-end copy per key: "
+        f"Stolen value of the {names[0]} per key: "
         + ", ".join(f"{r['value']['stolen']:+.3f}" for r in results)
         + ". A guilty p >= 1e-10 in bold.",
         "",
@@ -71,7 +73,7 @@ def table(results: list[dict], split: str) -> str:
         cells = []
         for a in audits:
             ps = [r["rows"][name][a] for r in results]
-            guilty = name == "torch encoder"
+            guilty = name in COPIES.values()
             cells.append(
                 ", ".join(f"**{p:.1e}**" if guilty and p >= 1e-10 else f"{p:.1e}" for p in ps)
                 + (f" ({sum(p < 1e-10 for p in ps)}/{len(ps)} < 1e-10)" if guilty else "")
@@ -85,6 +87,7 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, nargs="+", default=[4, 5, 6])
     parser.add_argument("--split", choices=SPLITS, default="disjoint")
     parser.add_argument("--ppw", type=int, nargs="*", default=[])
+    parser.add_argument("--copy", choices=list(COPIES), default="torch")
     parser.add_argument("--out", type=Path, default=Path("results/e2e"))
     args = parser.parse_args()
     started = time.perf_counter()
@@ -100,10 +103,16 @@ def main() -> None:
         seen_standard = extended(standard, both, np.vstack([thief.own_steal, thief.own_held]))
         answers = watermark(thief.steal, thief.clean_steal, key)
         t0 = time.perf_counter()
-        copy = TorchEncoderStealer(seed=seed).fit(thief.steal, answers)
+        if args.copy == "torch":
+            from espew_integrations.lab.torch_stealer import TorchEncoderStealer
+
+            copy = TorchEncoderStealer(seed=seed).fit(thief.steal, answers)
+        else:
+            copy = EncoderRidgeStealer(seen_standard, features=thief.own_steal)
+            copy = copy.fit(thief.steal, answers)
         print(f"key {seed}: trained the copy in {time.perf_counter() - t0:.0f} s", flush=True)
         suspects = {
-            "torch encoder": copy,
+            COPIES[args.copy]: copy,
             "innocent twin": seen_victim,
             "clean ridge head on L3": EncoderRidgeStealer(
                 seen_standard, features=thief.own_steal
