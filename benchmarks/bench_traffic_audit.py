@@ -159,6 +159,7 @@ def keys_in_process(seed: int, budgets: list[int], key_options: dict) -> tuple:
 
 def one_seed(seed: int, budgets: list[int], *, over_http: bool, key_options: dict) -> dict:
     started = time.perf_counter()
+    # The key files stay until the audits end: a loaded key reads its audit file lazily.
     with tempfile.TemporaryDirectory() as work:
         os.chmod(work, 0o700)
         built = (
@@ -166,6 +167,11 @@ def one_seed(seed: int, budgets: list[int], *, over_http: bool, key_options: dic
             if over_http
             else keys_in_process(seed, budgets, key_options)
         )
+        return audited(seed, built, over_http=over_http, key_options=key_options, started=started)
+
+
+def audited(seed: int, built: tuple, *, over_http: bool, key_options: dict, started: float) -> dict:
+    """Both heads fitted on the traffic, audited with the keygen audit and each round."""
     key, rounds, keygen_corpus, traffic, stolen, sampled = built
     # The thief's encoder and the clean answers, from the benchmarks' embedding cache
     # (the same numbers as paraphrase_minilm_l3() and minilm(), computed once).
