@@ -351,12 +351,24 @@ def rows_outside_audit(texts: Sequence[str], rows: np.ndarray, key) -> np.ndarra
 
 def thief_rows(ctx) -> np.ndarray:
     """The corpus rows a lab context's stealers train on: every row but the held-out
-    ones, less the key's audit texts under ``split: disjoint`` (the default)."""
+    ones, less the key's audit texts under ``split: disjoint`` (the default).
+
+    Raises ValueError when the audit leaves a disjoint thief fewer than a tenth of
+    those rows (a corpus not much larger than the key's audit sample): such a run
+    needs a larger ``limit``, a smaller ``key.audit_budget``, or ``split: overlap``.
+    """
     n = len(ctx.corpus.texts)
     rows = np.setdiff1d(np.arange(n), np.asarray(ctx.holdout_rows, dtype=int))
     if ctx.config.split == "overlap":
         return rows
-    return rows_outside_audit(ctx.corpus.texts, rows, ctx.key)
+    kept = rows_outside_audit(ctx.corpus.texts, rows, ctx.key)
+    if len(kept) < max(1, len(rows) // 10):
+        raise ValueError(
+            f"the key's audit asks {len(rows) - len(kept)} of the {len(rows)} texts a thief "
+            f"could steal with, leaving it {len(kept)}: raise 'limit', lower "
+            "'key.audit_budget', or set 'split: overlap' (the thief then trains on audit texts)"
+        )
+    return kept
 
 
 def make_stealer(name: str, *, seed: int, encoder=None, features=None, **options):

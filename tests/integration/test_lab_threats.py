@@ -515,26 +515,30 @@ def test_the_spectral_cell_trains_on_what_the_search_left(spectral_context, monk
 
 def test_the_lab_thief_never_trains_on_an_audit_text(spectral_context):
     """split: disjoint (the default) leaves every audit text of the key out of the stealer's
-    rows, per seed's key too; split: overlap keeps every row but the held-out ones."""
+    rows; a corpus the audit swallows is refused; split: overlap (the smoke config's)
+    keeps every row but the held-out ones."""
     import dataclasses
 
     from espew_integrations.lab.stealers import thief_rows
-    from espew_integrations.lab.threats import seeded_context
 
     ctx = spectral_context
     texts = ctx.corpus.texts
-    assert ctx.config.split == "disjoint"
+    assert load_config({}).split == "disjoint"
     everything = np.setdiff1d(np.arange(len(texts)), ctx.holdout_rows)
-    for key in (ctx.key, seeded_context(ctx, 1).key):
-        audit = set(key.probe_texts) | set(key.cover_texts)
-        seeded = dataclasses.replace(ctx, key=key)
-        rows = thief_rows(seeded)
-        assert not {texts[i] for i in rows} & audit
-        assert set(rows) == {i for i in everything if texts[i] not in audit}
-    other = seeded_context(ctx, 1)
-    audit = set(other.key.probe_texts) | set(other.key.cover_texts)
-    assert not {texts[i] for i in other.stealer_rows} & audit
-    overlap = dataclasses.replace(ctx, config=ctx.config.updated({"split": "overlap"}))
-    assert np.array_equal(thief_rows(overlap), everything)
+    assert ctx.config.split == "overlap"
+    assert np.array_equal(thief_rows(ctx), everything)
+    disjoint = ctx.config.updated({"split": "disjoint"})
+
+    class SmallAudit:  # an audit of 300 of the corpus's texts
+        probe_texts = tuple(texts[:200])
+        cover_texts = tuple(texts[200:300])
+
+    rows = thief_rows(dataclasses.replace(ctx, config=disjoint, key=SmallAudit()))
+    audit = set(texts[:300])
+    assert not {texts[i] for i in rows} & audit
+    assert set(rows) == {i for i in everything if texts[i] not in audit}
+    # The smoke key's audit samples more rows than its 1,000 texts: nothing is left.
+    with pytest.raises(ValueError, match="split: overlap"):
+        thief_rows(dataclasses.replace(ctx, config=disjoint))
     with pytest.raises(ValueError, match="'split' must be"):
         ctx.config.updated({"split": "tweets"})
