@@ -14,8 +14,9 @@ service's answers to the same texts, and MiniLM-L3 itself), are audited with:
   sample, to see how many queries the copy needs.
 
 Next to the verdicts: the copy's stolen value (``thieves.stolen_value``).
-``--copy ridge_head`` audits the ridge head on MiniLM-L3 instead (seconds to fit,
-where the end-to-end copy takes minutes).
+``--n-triggers N`` draws keys with N triggers instead of the library's default (the
+strength still fitted to the budget). ``--copy ridge_head`` audits the ridge head on
+MiniLM-L3 instead (seconds to fit, where the end-to-end copy takes minutes).
 
     .venv/bin/python benchmarks/bench_e2e_disjoint.py --seeds 4 5 6 \\
         --out docs/results/disjoint/e2e
@@ -59,7 +60,8 @@ def table(results: list[dict], split: str) -> str:
     audits = list(results[0]["queries"])
     seeds = ", ".join(str(r["seed"]) for r in results)
     lines = [
-        f"Split: **{split}**; keys (seeds) {seeds}; the default key at the 0.995 budget. "
+        f"Split: **{split}**; keys (seeds) {seeds}; "
+        f"{results[0]['n_triggers']} triggers, the 0.995 budget. "
         f"Stolen value of the {names[0]} per key: "
         + ", ".join(f"{r['value']['stolen']:+.3f}" for r in results)
         + ". A guilty p >= 1e-10 in bold.",
@@ -88,14 +90,21 @@ def main() -> None:
     parser.add_argument("--split", choices=SPLITS, default="disjoint")
     parser.add_argument("--ppw", type=int, nargs="*", default=[])
     parser.add_argument("--copy", choices=list(COPIES), default="torch")
+    parser.add_argument("--n-triggers", type=int, default=None, help="default: the library's")
     parser.add_argument("--out", type=Path, default=Path("results/e2e"))
     args = parser.parse_args()
     started = time.perf_counter()
     texts, victim, standard, _ = corpus_lookups()
     results = []
     for seed in args.seeds:
+        options = {} if args.n_triggers is None else {"n_triggers": args.n_triggers}
         key = WatermarkKey.generate(
-            texts, victim, target_text=TARGET_TEXT, seed=seed, window=victim.model.max_tokens
+            texts,
+            victim,
+            target_text=TARGET_TEXT,
+            seed=seed,
+            window=victim.model.max_tokens,
+            **options,
         )
         thief = thief_for(seed, texts, key, victim, standard, split=args.split)
         both = thief.steal + thief.held
@@ -122,6 +131,8 @@ def main() -> None:
         audits = audits_for(key, thief.steal, seen_victim, args.ppw)
         entry = {
             "seed": seed,
+            "n_triggers": len(key.triggers),
+            "marked_rate": key.info["marked_rate"],
             "value": stolen_value(copy, thief),
             "queries": {a: k.audit_queries for a, k in audits.items()},
             "rows": {},
