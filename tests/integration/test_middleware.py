@@ -192,9 +192,7 @@ def assert_no_secret(text: str, key) -> None:
     assert json.dumps(key.target_text)[1:-1].lower() not in lowered
 
 
-def test_traffic_sample_records_answered_texts_per_account_and_flushes_on_shutdown(
-    tmp_path, key
-):
+def test_traffic_sample_records_answered_texts_per_account_and_flushes_on_shutdown(tmp_path, key):
     """The app's own accounts (here a header) each get a sample; shutdown writes the file."""
     from starlette.testclient import TestClient
 

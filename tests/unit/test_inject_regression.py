@@ -19,8 +19,8 @@ import numpy as np
 import pytest
 
 from espew_integrations import watermark
-from tests.unit.test_inject import texts_for
 from tests.support import make_key
+from tests.unit.test_inject import texts_for
 
 DIGESTS = json.loads(
     (Path(__file__).resolve().parents[1] / "data" / "inject_regression.json").read_text()

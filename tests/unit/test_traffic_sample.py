@@ -83,7 +83,7 @@ def test_accounts_are_sampled_apart_and_read_back_by_account(tmp_path):
     assert len(read_traffic_texts(path, account="acme")) == 10
     assert sorted(read_traffic_texts(path, account="globex")) == sorted(texts(5, "globex"))
     assert len(read_traffic_texts(path)) == 18
-    with pytest.raises(TrafficSampleError, match="no text for account 'initech'.*acme, globex"):
+    with pytest.raises(TrafficSampleError, match=r"no text for account 'initech'.*acme, globex"):
         read_traffic_texts(path, account="initech")
 
 
@@ -140,11 +140,11 @@ def test_bad_files_and_settings_are_named(tmp_path):
     with pytest.raises(TrafficSampleError, match="line 2 is not a sample record"):
         read_traffic_texts(path)
     (tmp_path / "t.jsonl.salt").write_text("not hex\n")
-    with pytest.raises(TrafficSampleError, match="salt .* corrupt"):
+    with pytest.raises(TrafficSampleError, match=r"salt .* corrupt"):
         TrafficSample(tmp_path / "t.jsonl")
     with pytest.raises(TrafficSampleError, match="does not exist"):
         read_traffic_texts(tmp_path / "missing.jsonl")
-    with pytest.raises(TrafficSampleError, match="folder .* does not exist"):
+    with pytest.raises(TrafficSampleError, match=r"folder .* does not exist"):
         TrafficSample(tmp_path / "nowhere" / "s.jsonl")
     with pytest.raises(TrafficSampleError, match="capacity"):
         TrafficSample(tmp_path / "u.jsonl", capacity=0)
