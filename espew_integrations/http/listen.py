@@ -10,6 +10,7 @@ from __future__ import annotations
 import ipaddress
 import socket
 
+from ..core.defaults import DEFAULT_HOST
 from .protocol import shown
 
 __all__ = [
@@ -22,7 +23,6 @@ __all__ = [
     "origin",
 ]
 
-DEFAULT_HOST = "127.0.0.1"
 LOG_LEVELS = ("critical", "error", "warning", "info", "debug", "trace")
 
 

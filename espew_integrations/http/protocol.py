@@ -34,6 +34,7 @@ from typing import Any
 
 import numpy as np
 
+from ..core.defaults import DEFAULT_BODY_TIMEOUT, DEFAULT_MAX_REQUEST_CHARS
 from ..core.errors import ESpeWError
 
 __all__ = [
@@ -59,12 +60,6 @@ __all__ = [
 MAX_INPUTS = 2048  # OpenAI's own limit per request
 MAX_TEXT_CHARS = 100_000
 MAX_BODY_BYTES = 16 * 1024 * 1024
-# One request's model time is roughly proportional to its characters (up to the
-# model's window per text), so a bound on characters bounds how long one request
-# can hold a worker; raise it on faster hardware. What it comes to on the offline
-# MiniLM: docs/research/measurements.md, "The HTTP server's limits, measured".
-DEFAULT_MAX_REQUEST_CHARS = 200_000
-DEFAULT_BODY_TIMEOUT = 30.0  # seconds for the whole body, stalled or trickling
 _ECHO_CHARS = 60  # how much of a client's value an error message may quote
 
 
