@@ -46,14 +46,23 @@ def ring_files(tmp_path_factory, ring):
 
 @pytest.fixture(scope="module")
 def tenant_server(tmp_path_factory, ring_files, upstream_url):  # noqa: F811
-    ring_path, map_path = ring_files
     log = tmp_path_factory.mktemp("tenant-serve") / "serve.log"
-    args = [
+    proc = start(ring_serve_args(ring_files, upstream_url), log)
+    try:
+        yield wait_for_url(proc, log), log
+    finally:
+        stop(proc)
+
+
+def ring_serve_args(ring_files, url: str, *extra: str) -> list[str]:
+    """``espew serve`` of the fake upstream with the ring and the tenants map, plus ``extra``."""
+    ring_path, map_path = ring_files
+    return [
         "-m",
         "espew_integrations.cli",
         "serve",
         "--embedder",
-        f"openai:{upstream_url}#{MODEL}",
+        f"openai:{url}#{MODEL}",
         "--ring",
         str(ring_path),
         "--tenants",
@@ -62,12 +71,8 @@ def tenant_server(tmp_path_factory, ring_files, upstream_url):  # noqa: F811
         "0",
         "--model-name",
         "acme-embed",
+        *extra,
     ]
-    proc = start(args, log)
-    try:
-        yield wait_for_url(proc, log), log
-    finally:
-        stop(proc)
 
 
 def texts_with_every_trigger(ring) -> list[str]:
@@ -161,29 +166,13 @@ def test_traffic_sample_keeps_each_tenants_answered_texts_across_workers(
     tmp_path,
 ):
     """Two forked workers sample what they answer; on SIGTERM both merge into one file."""
-    ring_path, map_path = ring_files
     sample_path = tmp_path / "traffic.jsonl"
-    args = [
-        "-m",
-        "espew_integrations.cli",
-        "serve",
-        "--embedder",
-        f"openai:{upstream_url}#{MODEL}",
-        "--ring",
-        str(ring_path),
-        "--tenants",
-        str(map_path),
-        "--port",
-        "0",
-        "--model-name",
-        "acme-embed",
-        "--workers",
-        "2",
-        "--traffic-sample",
-        str(sample_path),
-        "--traffic-sample-size",
-        "25",
-    ]
+    args = ring_serve_args(
+        ring_files,
+        upstream_url,
+        *("--workers", "2", "--traffic-sample", str(sample_path)),
+        *("--traffic-sample-size", "25"),
+    )
     proc = start(args, tmp_path / "serve.log")
     sent: dict[str, list[str]] = {tenant: [] for tenant in API_KEYS.values()}
     try:
