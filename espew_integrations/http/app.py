@@ -35,6 +35,7 @@ from .protocol import (
     encode_embeddings,
     parse_request,
 )
+from .traffic import sample_answered
 from .upstream import AsyncUpstream, UpstreamError
 
 if TYPE_CHECKING:
@@ -330,24 +331,8 @@ class _EmbeddingService:
         if self.metrics is not None:
             self.metrics.observe(len(texts), n_marked, time.perf_counter() - started)
         if self.traffic_sample is not None:
-            await self._sample_traffic(texts, account)
+            await sample_answered(self.traffic_sample, texts, account, logger)
         return Response(body, media_type="application/json")
-
-    async def _sample_traffic(self, texts: list[str], account: str | None) -> None:
-        """Offer the answered texts to the sample; merge it into its file when due.
-
-        A failing flush is logged, never the client's error: the answer was
-        computed, and the sample retries at the next due flush.
-        """
-        from starlette.concurrency import run_in_threadpool
-
-        sample = self.traffic_sample
-        sample.record(texts, account)
-        if sample.flush_due():
-            try:
-                await run_in_threadpool(sample.flush)
-            except (OSError, ValueError) as exc:
-                logger.error("could not write the traffic sample %s: %s", sample.path, exc)
 
     async def models(self, request: Request) -> Response:
         """``GET /v1/models``: the one served model, behind the same API key."""

@@ -51,6 +51,7 @@ from .protocol import (
     parse_input,
     replace_embeddings,
 )
+from .traffic import sample_answered
 
 __all__ = ["ESpeWMiddleware"]
 
@@ -221,20 +222,12 @@ class ESpeWMiddleware:
             if self.metrics is not None:
                 self.metrics.observe(len(texts), n_marked, time.perf_counter() - started)
             if self.traffic_sample is not None:
-                await self._sample_traffic(scope, texts)
+                account = (
+                    self._traffic_account(scope) if self._traffic_account is not None else None
+                )
+                await sample_answered(self.traffic_sample, texts, account, logger)
 
         await self.app(scope, recording_receive, holding_send)
-
-    async def _sample_traffic(self, scope: Scope, texts: list[str]) -> None:
-        """Offer the answered texts to the sample; merge it into its file when due."""
-        sample = self.traffic_sample
-        account = self._traffic_account(scope) if self._traffic_account is not None else None
-        sample.record(texts, account)
-        if sample.flush_due():
-            try:
-                await asyncio.to_thread(sample.flush)
-            except (OSError, ValueError) as exc:
-                logger.error("could not write the traffic sample %s: %s", sample.path, exc)
 
     def _flushing_on_shutdown(self, send: Send) -> Send:
         """``send`` for the lifespan scope, writing the traffic sample before shutdown ends."""
