@@ -78,15 +78,30 @@ def main() -> None:
         ),
         "independent model": standard,
     }
+    results = innocent_study(key, suspects, args.draws, args.verify_draws, draw_seed=20261126)
+    write_study(
+        args,
+        results,
+        f"Null study, n={args.n} triggers, band {args.band} ({len(key.band)} words, "
+        f"{len(key.probe_texts)} probes, ppw={args.ppw}), alpha={args.alpha}, "
+        f"min_cosine={args.min_cosine}; "
+        f"{args.draws} fresh trigger draws per innocent suspect.",
+    )
+
+
+def innocent_study(key, suspects: dict, n_draws: int, n_verify: int, *, draw_seed: int) -> dict:
+    """Each innocent answers ``key``'s audit once; ``n_draws`` fresh trigger draws are
+    scored as verify does, the first ``n_verify`` also through ``verify()``; results per
+    suspect and pooled under ``"all"``."""
     results, pooled = {}, {s: [] for s in STATISTICS}
     for i, (name, suspect) in enumerate(suspects.items()):
         started = time.perf_counter()
         answers = np.asarray(suspect(list(key.probe_texts)), float)
         cover = np.asarray(suspect(list(key.cover_texts)), float) if key.cover_texts else None
         scores = audit_scores(answers, key, cover)
-        salts, draws = fresh_draws(key, args.draws, np.random.default_rng([20261126, i]))
+        salts, draws = fresh_draws(key, n_draws, np.random.default_rng([draw_seed, i]))
         fast = fast_p_values(scores, draws, subset_p_values)
-        check = check_against_verify(suspect, key, salts, draws, fast, args.verify_draws)
+        check = check_against_verify(suspect, key, salts, draws, fast, n_verify)
         results[name] = {
             "reference_slope": round(float(scores["slope"]), 4),
             "rows": {s: counts_row(fast[s]) for s in fast},
@@ -104,11 +119,13 @@ def main() -> None:
             flush=True,
         )
     results["all"] = {"rows": {s: counts_row(np.concatenate(v)) for s, v in pooled.items() if v}}
+    return results
+
+
+def write_study(args, results: dict, *preamble: str) -> None:
+    """``results.json`` and ``table.md`` (the preamble lines, then the counts) in ``args.out``."""
     lines = [
-        f"Null study, n={args.n} triggers, band {args.band} ({len(key.band)} words, "
-        f"{len(key.probe_texts)} probes, ppw={args.ppw}), alpha={args.alpha}, "
-        f"min_cosine={args.min_cosine}; "
-        f"{args.draws} fresh trigger draws per innocent suspect.",
+        *preamble,
         "",
         "| suspect | statistic | FP at 1e-3 (expected) | ratio | FP at 1e-6 |",
         "|---|---|---:|---:|---:|",

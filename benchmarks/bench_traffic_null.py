@@ -21,10 +21,9 @@ the round number, which can only lower the false-positive rate measured here.
 from __future__ import annotations
 
 import argparse
-import json
+import hashlib
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import numpy as np
@@ -32,13 +31,11 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_faithful_copy import TARGET_TEXT, corpus_lookups
-from bench_null_study import STATISTICS, check_against_verify, counts_row, fast_p_values
+from bench_frontier_null import innocent_study, write_study
 from bench_traffic_audit import split_corpus
 
 from espew_integrations import WatermarkKey
-from espew_integrations.core.ranktest import subset_p_values
 from espew_integrations.core.traffic_sample import TrafficSample
-from espew_integrations.lab.null_study import audit_scores, fresh_draws
 from espew_integrations.lab.stealers import EncoderRidgeStealer, RidgeStealer
 
 
@@ -49,6 +46,10 @@ def traffic_key(seed: int, capacity: int, victim) -> tuple[WatermarkKey, list[st
         keygen_corpus, victim, target_text=TARGET_TEXT, seed=seed, window=victim.model.max_tokens
     )
     with tempfile.TemporaryDirectory() as work:
+        # A fixed sampling salt per seed, so that the same command draws the same sample
+        # (a server's salt is random; which texts a salt keeps never looks at the key).
+        salt = hashlib.sha256(f"bench_traffic_null sample salt {seed}".encode()).hexdigest()
+        (Path(work) / "traffic.jsonl.salt").write_text(salt + "\n")
         sample = TrafficSample(Path(work) / "traffic.jsonl", capacity=capacity)
         sample.record(traffic)
         sampled = sample.texts()
@@ -72,33 +73,11 @@ def main() -> None:
         "clean bag-of-words ridge": RidgeStealer(seed=args.seed).fit(traffic, clean),
         "independent model": standard,
     }
-    results, pooled = {}, {s: [] for s in STATISTICS}
-    for i, (name, suspect) in enumerate(suspects.items()):
-        started = time.perf_counter()
-        answers = np.asarray(suspect(list(key.probe_texts)), float)
-        cover = np.asarray(suspect(list(key.cover_texts)), float) if key.cover_texts else None
-        scores = audit_scores(answers, key, cover)
-        salts, draws = fresh_draws(key, args.draws, np.random.default_rng([20261128, i]))
-        fast = fast_p_values(scores, draws, subset_p_values)
-        check = check_against_verify(suspect, key, salts, draws, fast, args.verify_draws)
-        results[name] = {
-            "rows": {s: counts_row(fast[s]) for s in fast},
-            "smallest_p": {s: float(fast[s].min()) for s in fast},
-            "verify_check": check,
-            "seconds": round(time.perf_counter() - started, 1),
-        }
-        for s in fast:
-            pooled[s].append(fast[s])
-        combined = results[name]["rows"]["combined"]
-        print(
-            f"{name}: combined FP at 1e-3: {combined['1e-03']['false_positives']}, at 1e-6: "
-            f"{combined['1e-06']['false_positives']}; verify check {check['mismatches']} "
-            f"mismatches of {check['draws']}",
-            flush=True,
-        )
-    results["all"] = {"rows": {s: counts_row(np.concatenate(v)) for s, v in pooled.items() if v}}
+    results = innocent_study(key, suspects, args.draws, args.verify_draws, draw_seed=20261128)
     in_sample = set(sampled)
-    lines = [
+    write_study(
+        args,
+        results,
         f"Traffic-audit null study: key on one half of Rotten Tomatoes (seed {args.seed}), "
         f"audit drawn from a {len(sampled):,}-text sample of the other half "
         f"({len(key.probe_texts):,} probes, {len(key.cover_texts):,} cover texts, "
@@ -106,23 +85,7 @@ def main() -> None:
         f"{args.draws:,} fresh trigger draws per innocent.",
         "",
         f"Command: `python {' '.join(sys.argv)}`",
-        "",
-        "| suspect | statistic | FP at 1e-3 (expected) | ratio | FP at 1e-6 |",
-        "|---|---|---:|---:|---:|",
-    ]
-    for name, r in results.items():
-        for s in (s for s in STATISTICS if s in r["rows"]):
-            a, b = r["rows"][s]["1e-03"], r["rows"][s]["1e-06"]
-            lines.append(
-                f"| {name} | {s} | {a['false_positives']} ({a['expected']:.0f}) | "
-                f"{a['ratio']:.2f} | {b['false_positives']} |"
-            )
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "results.json").write_text(
-        json.dumps({"args": {**vars(args), "out": str(args.out)}, "results": results}, indent=1)
     )
-    (args.out / "table.md").write_text("\n".join(lines) + "\n")
-    print("\n".join(lines))
 
 
 if __name__ == "__main__":
