@@ -36,7 +36,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_faithful_copy import TARGET_TEXT, corpus_lookups, extended
+from bench_faithful_copy import corpus_lookups, extended, victim_key
 from thieves import SPLITS, stolen_value, thief_for
 
 from espew_integrations import WatermarkKey, verify, watermark
@@ -98,14 +98,7 @@ def main() -> None:
     results = []
     for seed in args.seeds:
         options = {} if args.n_triggers is None else {"n_triggers": args.n_triggers}
-        key = WatermarkKey.generate(
-            texts,
-            victim,
-            target_text=TARGET_TEXT,
-            seed=seed,
-            window=victim.model.max_tokens,
-            **options,
-        )
+        key = victim_key(texts, victim, seed, **options)
         thief = thief_for(seed, texts, key, victim, standard, split=args.split)
         both = thief.steal + thief.held
         seen_victim = extended(victim, both, np.vstack([thief.clean_steal, thief.clean_held]))

@@ -135,6 +135,14 @@ def corpus_lookups() -> tuple[list[str], Lookup, Lookup, np.ndarray]:
     return texts, victim, Lookup(standard_model, texts, std_matrix), std_matrix
 
 
+def victim_key(texts: Sequence[str], victim: Lookup, seed: int, **options) -> WatermarkKey:
+    """The key every faithful-copy benchmark starts from: ``texts`` embedded by the
+    victim, the benchmarks' target text, the victim's window, ``options`` on top."""
+    return WatermarkKey.generate(
+        texts, victim, target_text=TARGET_TEXT, seed=seed, window=victim.model.max_tokens, **options
+    )
+
+
 def extended(lookup: Lookup, texts: Sequence[str], matrix: np.ndarray | None) -> Lookup:
     """``lookup`` that also knows ``matrix``'s answers for ``texts`` (a thief's tweets)."""
     if matrix is None or all(t in lookup.rows for t in texts):
@@ -390,15 +398,7 @@ def main() -> None:
     results = []
     for seed in args.seeds:
         print(f"key seed {seed}", flush=True)
-        key = WatermarkKey.generate(
-            texts,
-            victim,
-            target_text=TARGET_TEXT,
-            seed=seed,
-            window=victim.model.max_tokens,
-            min_cosine=args.min_cosine,
-            **key_options(args),
-        )
+        key = victim_key(texts, victim, seed, min_cosine=args.min_cosine, **key_options(args))
         thief = thief_for(seed, texts, key, victim, standard, split=args.split)
         held = thief.steal + thief.held
         own_rows = np.vstack([thief.own_steal, thief.own_held])

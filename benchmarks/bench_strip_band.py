@@ -44,7 +44,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_faithful_copy import TARGET_TEXT, corpus_lookups
+from bench_faithful_copy import corpus_lookups, victim_key
 from thieves import Thief, thief_for
 
 from espew_integrations import WatermarkKey, verify, watermark
@@ -116,14 +116,7 @@ def key_from_args(
         options["n_triggers"] = args.n_triggers
     if args.band_words is not None:
         options["max_band_words"] = args.band_words or None
-    key = WatermarkKey.generate(
-        texts,
-        victim,
-        target_text=TARGET_TEXT,
-        seed=seed,
-        window=victim.model.max_tokens,
-        **options,
-    )
+    key = victim_key(texts, victim, seed, **options)
     return key, options.get("freq_band", DEFAULT_FREQ_BAND)
 
 

@@ -42,11 +42,10 @@ from espew_integrations.offline.corpora import rotten_tomatoes
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_faithful_copy import corpus_lookups
+from bench_faithful_copy import TARGET_TEXT, corpus_lookups, victim_key
 
 ROOT = Path(__file__).resolve().parents[1]
 ESPEW = [sys.executable, "-m", "espew_integrations.cli"]
-TARGET_TEXT = "Acme Embeddings, licensed vectors"
 
 
 def split_corpus(seed: int) -> tuple[list[str], list[str]]:
@@ -136,14 +135,7 @@ def keys_in_process(seed: int, budgets: list[int], key_options: dict) -> tuple:
     the traffic is smaller than its capacity."""
     keygen_corpus, traffic = split_corpus(seed)
     _, victim, _, _ = corpus_lookups()
-    key = WatermarkKey.generate(
-        keygen_corpus,
-        victim,
-        target_text=TARGET_TEXT,
-        seed=seed,
-        window=victim.model.max_tokens,
-        **key_options,
-    )
+    key = victim_key(keygen_corpus, victim, seed, **key_options)
     clean = np.asarray(victim(traffic), dtype=np.float32)
     stolen = watermark(traffic, clean, key).astype(np.float64)
     with tempfile.TemporaryDirectory() as work:

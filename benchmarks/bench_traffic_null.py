@@ -30,7 +30,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_faithful_copy import TARGET_TEXT, corpus_lookups
+from bench_faithful_copy import corpus_lookups, victim_key
 from bench_frontier_null import innocent_study, write_study
 from bench_traffic_audit import split_corpus
 
@@ -42,9 +42,7 @@ from espew_integrations.lab.stealers import EncoderRidgeStealer, RidgeStealer
 def traffic_key(seed: int, capacity: int, victim) -> tuple[WatermarkKey, list[str], list[str]]:
     """(the key with its audit drawn from the sampled traffic, the traffic, the sample)."""
     keygen_corpus, traffic = split_corpus(seed)
-    key = WatermarkKey.generate(
-        keygen_corpus, victim, target_text=TARGET_TEXT, seed=seed, window=victim.model.max_tokens
-    )
+    key = victim_key(keygen_corpus, victim, seed)
     with tempfile.TemporaryDirectory() as work:
         # A fixed sampling salt per seed, so that the same command draws the same sample
         # (a server's salt is random; which texts a salt keeps never looks at the key).
