@@ -53,10 +53,9 @@ def _register_reaudit(key_actions: Any) -> None:
     reaudit.set_defaults(func=run_reaudit)
 
 
-def add_audit_source_arguments(parser: argparse.ArgumentParser, *, what: str) -> None:
+def add_audit_source_arguments(reaudit: argparse.ArgumentParser, *, what: str) -> None:
     """The options of a re-audit (``key reaudit``, ``keyring reaudit``): where its texts
     come from, the clean model, the probes' shape and the round; declared once here."""
-    reaudit = parser
     reaudit.add_argument(
         "--corpus",
         required=True,
