@@ -37,7 +37,7 @@ import traceback
 from collections.abc import Sequence
 
 from ..models import resolve_embedder
-from . import data, embed, evidence, key, keygen, keyring, lab, serve, verify
+from . import data, embed, evidence, key, keygen, keyring, lab, serve, traffic, verify
 from .common import (
     EXIT_COPIED,
     EXIT_INCONCLUSIVE,
@@ -63,7 +63,7 @@ __all__ = [
 ]
 
 #: The command modules, in the order ``espew --help`` lists them.
-COMMANDS = (keygen, key, embed, verify, evidence, keyring, serve, data, lab)
+COMMANDS = (keygen, key, embed, verify, evidence, keyring, serve, traffic, data, lab)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 from typing import Any
 
 from ..arguments import add_embedder_argument
@@ -86,7 +87,15 @@ def register(subparsers: Any) -> None:
         "--metrics-host",
         default="127.0.0.1",
         metavar="HOST",
-        help="address of the metrics listener (default 127.0.0.1: this machine only)",
+        help="address of the metrics listener (default 127.0.0.1: this machine only); any "
+        "other address needs --metrics-public",
+    )
+    serve.add_argument(
+        "--metrics-public",
+        action="store_true",
+        help="allow a --metrics-host other machines can reach. Its exact marked count lets "
+        "anyone who reads it tell which requests carried a trigger, and so recover the "
+        "triggers: firewall it to your Prometheus alone",
     )
     serve.add_argument(
         "--api-key-env", metavar="VAR", help="require clients to send the key held in $VAR"
@@ -113,14 +122,21 @@ def register(subparsers: Any) -> None:
 
 
 def _add_traffic_flags(serve: argparse.ArgumentParser) -> None:
-    from ..core.traffic_sample import DEFAULT_SAMPLE_CAPACITY, DEFAULT_SAMPLE_RETENTION_DAYS
+    from ..core.traffic_sample import (
+        DEFAULT_SAMPLE_ACCOUNT_BYTES,
+        DEFAULT_SAMPLE_CAPACITY,
+        DEFAULT_SAMPLE_FILE_BYTES,
+        DEFAULT_SAMPLE_RETENTION_DAYS,
+        DEFAULT_SAMPLE_TEXT_BYTES,
+    )
 
     serve.add_argument(
         "--traffic-sample",
         default=None,
         metavar="FILE.jsonl",
-        help="keep a keyed random sample of the texts answered (per tenant with --ring) in "
-        "FILE.jsonl (mode 0600), for audits drawn from what a suspect sent: "
+        help="keep a keyed random sample of the texts answered (per tenant with --ring, "
+        "otherwise per client API key) in FILE.jsonl (mode 0600), for audits drawn from "
+        "what a suspect sent: "
         "espew key reaudit KEY --corpus FILE.jsonl --text-column text [--account ID]. "
         "It holds your clients' texts: see docs/key-management.md",
     )
@@ -138,10 +154,26 @@ def _add_traffic_flags(serve: argparse.ArgumentParser) -> None:
         metavar="DAYS",
         help=f"drop texts not seen for DAYS days (default {DEFAULT_SAMPLE_RETENTION_DAYS})",
     )
+    for flag, default, what in (
+        ("text", DEFAULT_SAMPLE_TEXT_BYTES, "of one text, after the model's window"),
+        ("account", DEFAULT_SAMPLE_ACCOUNT_BYTES, "for one account's texts"),
+        ("file", DEFAULT_SAMPLE_FILE_BYTES, "for the whole sample (file and memory)"),
+    ):
+        serve.add_argument(
+            f"--traffic-sample-{flag}-bytes",
+            type=positive_int,
+            default=default,
+            metavar="BYTES",
+            help=f"bytes kept {what} (default {default:,})",
+        )
 
 
-def _traffic_sample(args: argparse.Namespace) -> Any:
-    """The --traffic-sample file as a TrafficSample, or None; a bad path is a usage error."""
+def _traffic_sample(args: argparse.Namespace, window: int | None) -> Any:
+    """The --traffic-sample file as a TrafficSample, or None; a bad setting is a usage error.
+
+    ``window``: the model's window in tokens, where known, so that a text is
+    stored only as far as the model read it.
+    """
     if args.traffic_sample is None:
         return None
     from ..core.traffic_sample import TrafficSample, TrafficSampleError
@@ -151,6 +183,10 @@ def _traffic_sample(args: argparse.Namespace) -> Any:
             args.traffic_sample,
             capacity=args.traffic_sample_size,
             retention_days=args.traffic_sample_days,
+            window=window,
+            max_text_bytes=args.traffic_sample_text_bytes,
+            max_account_bytes=args.traffic_sample_account_bytes,
+            max_file_bytes=args.traffic_sample_file_bytes,
         )
     except TrafficSampleError as exc:
         raise UsageError(str(exc)) from None
@@ -175,6 +211,38 @@ def _add_limit_flags(serve: argparse.ArgumentParser) -> None:
         metavar="SECONDS",
         help="drop a request whose body has not fully arrived after SECONDS "
         f"(default {DEFAULT_BODY_TIMEOUT:g})",
+    )
+
+
+def _model_window(embed: Any, key: Any) -> int | None:
+    """The model's input window in tokens: the embedder's own, else the key's, else None."""
+    window = getattr(embed, "max_tokens", None)
+    if isinstance(window, int) and not isinstance(window, bool) and window >= 3:
+        return window
+    return getattr(key, "window", None) if key is not None else None
+
+
+def _check_metrics_host(args: argparse.Namespace) -> None:
+    """A metrics listener off this machine needs --metrics-public, and is warned about."""
+    from ..http.server import is_loopback
+
+    if args.metrics_port is None or is_loopback(args.metrics_host):
+        return
+    why = (
+        "the metrics listener serves the exact marked count, from which anyone who reads it "
+        "can tell which requests carried a trigger and recover the triggers"
+    )
+    if not args.metrics_public:
+        raise UsageError(
+            f"--metrics-host {args.metrics_host} is reachable from other machines, and {why}. "
+            "Keep it on 127.0.0.1 (scrape through an SSH tunnel or a local agent), or pass "
+            "--metrics-public and firewall it to your Prometheus alone"
+        )
+    print(
+        f"espew serve: warning: metrics on {args.metrics_host} (--metrics-public): {why}; "
+        "let only your Prometheus reach it",
+        file=sys.stderr,
+        flush=True,
     )
 
 
@@ -225,15 +293,16 @@ def run(args: argparse.Namespace) -> int:
             "--metrics-port must differ from --port: the marked count must not be reachable "
             "by clients"
         )
+    _check_metrics_host(args)
     tenants = _tenant_keys(args)
     key = load_key(args.key) if args.key else None
     options = endpoint_options(args)
     options["api_key_env"] = args.upstream_api_key_env
     embed, name = resolve_embedder(args.embedder, **options)
     api_key = _client_api_key(args)
-    sample = _traffic_sample(args)
     model_name = args.model_name or name
     check_key = key if tenants is None else tenants.shared_key
+    sample = _traffic_sample(args, _model_window(embed, check_key))
     if check_key is not None:
         try:
             server.check_embedder(embed, check_key)

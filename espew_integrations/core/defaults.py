@@ -34,6 +34,9 @@ __all__ = [
     "DEFAULT_PROBE_MIX",
     "DEFAULT_RING_AUDIT_BUDGET",
     "DEFAULT_RING_FREQ_BAND",
+    "DEFAULT_SAMPLE_ACCOUNT_BYTES",
+    "DEFAULT_SAMPLE_FILE_BYTES",
+    "DEFAULT_SAMPLE_TEXT_BYTES",
     "DEFAULT_SELECTION",
     "DEFAULT_SHARED_TRIGGERS",
     "DEFAULT_TENANT_TRIGGERS",
@@ -116,3 +119,21 @@ DEFAULT_HOST = "127.0.0.1"
 DEFAULT_MAX_REQUEST_CHARS = 200_000
 #: Seconds a client has to send a whole request body, stalled or trickling.
 DEFAULT_BODY_TIMEOUT = 30.0
+
+# ---------------------------------------------------------------------- traffic sample
+#: The most a traffic sample stores of one text, in UTF-8 bytes, after it is cut where
+#: the model stops reading (its window): a full window of ordinary prose fits whole, so
+#: the cap only shortens texts made of very long tokens, and one client's huge inputs
+#: cannot make the sample's file outgrow what reading it back allows.
+DEFAULT_SAMPLE_TEXT_BYTES = 4096
+#: The most one account's sample holds, in bytes as written in the file: the default
+#: count of texts (20,000) at a generous average size, so ordinary traffic fills the
+#: count before the bytes, while an account that sends only long texts is held to its
+#: own share and never grows into another's.
+DEFAULT_SAMPLE_ACCOUNT_BYTES = 32 * 2**20
+#: The most the whole sample holds (the file, and the texts a serving process keeps in
+#: memory): room for a few dozen full accounts and many more ordinary ones. A new
+#: account is sampled only while there is room for one full account besides, so an
+#: unauthenticated server whose clients invent credentials cannot push out an account
+#: already in the sample.
+DEFAULT_SAMPLE_FILE_BYTES = 2**30

@@ -42,6 +42,7 @@ __all__ = [
     "TextView",
     "canonicalize",
     "discover_view",
+    "window_prefix",
     "window_view",
 ]
 
@@ -346,6 +347,17 @@ def window_view(
     if (checked := _check_window(window)) is not None:
         texts = [_truncate(t, checked - 2) for t in texts]
     return [canonicalize(t, normalization) for t in texts]
+
+
+def window_prefix(text: str, window: int) -> str:
+    """The start of ``text`` (raw, not canonicalised) a model with ``window`` tokens may read.
+
+    The same sound cut as :func:`window_view` (nothing the model reads is cut
+    off), without the canonical form: what a store of the texts the model read
+    keeps, so that embedding the prefix gives what the model gave for the whole.
+    """
+    checked = _check_window(window)
+    return text if checked is None else _truncate(text, checked - 2)
 
 
 def joined_window_view(

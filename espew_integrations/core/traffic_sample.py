@@ -7,53 +7,84 @@ knows what each account sent; an audit drawn from that (``espew key reaudit
 learned from.
 
 The sample is a *bottom-k* sample per account: every distinct text gets a
-priority, ``HMAC-SHA256(salt, account, text)``, and the ``capacity`` texts of
-lowest priority are kept. Three properties follow, and each is a rule here:
+priority, ``HMAC-SHA256(salt, account, text)``, and the lowest are kept, as many
+as fit the account's caps (:mod:`.traffic_store` states the rule). Each
+property below is a rule here:
 
 - **Uniform and unsteerable.** The salt is random, secret and unrelated to
   the watermark key, so which of an account's distinct texts are kept is a
   uniform draw that no client can predict or steer, and that does not depend
   on the triggers or on which answers were marked. That is what keeps an
-  audit drawn from the sample exact: for an innocent suspect, its texts are
-  chosen without looking at the key.
-- **Mergeable.** The bottom-k of a union is the bottom-k of the parts'
-  bottom-k's: forked workers and restarts each keep their own sample and
-  merge into one file under a lock, and the result is the sample of all
-  traffic they served.
-- **Bounded.** At most ``capacity`` texts per account, and texts not seen
-  for ``retention_days`` are dropped at the next flush.
+  audit drawn from it exact: for an innocent suspect, its texts are chosen
+  without looking at the key.
+- **One account's traffic never touches another's sample.** Each account has
+  its own reservoir with its own caps; a server with no key ring derives the
+  account from the client's credential (:meth:`TrafficSample.account_for`, a
+  keyed hash: the credential is never stored), and requests without one share
+  :data:`ANONYMOUS_ACCOUNT`.
+- **What the model read, bounded.** A text is stored as far as the model
+  reads it (cut at its ``window``) and at most ``max_text_bytes``; an account
+  holds at most ``capacity`` texts and ``max_account_bytes``, the whole sample
+  ``max_file_bytes``; files are read and written a line at a time. So no
+  client input can make a flush, a merge or a re-audit fail or exhaust memory.
+- **Mergeable.** The sample of a union is the sample of the parts' samples:
+  forked workers and restarts merge into one file under a lock, and replicas
+  with the same salt merge with :func:`merge_traffic_samples` (``espew
+  traffic merge``) into exactly the sample one process would have kept.
 
 The file is JSON Lines, one object per kept text (``text``, ``account`` when
-there is one, ``priority``, ``last_seen``), written atomically with mode 0600;
-the salt sits beside it in ``<file>.salt`` (0600). It holds your customers'
-texts: treat it like a log with their content in it (docs/key-management.md).
+there is one, ``priority``, ``last_seen``, and ``cutoff`` on an account's first
+line once it refused a text), written atomically with mode 0600; the salt sits
+beside it in ``<file>.salt`` (0600). It holds your customers' texts: treat it
+like a log with their content in it (docs/key-management.md).
 """
 
 from __future__ import annotations
 
-import contextlib
-import heapq
 import hmac
-import json
 import os
-import secrets
+import shutil
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from hashlib import sha256
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
-from .errors import ESpeWError
-from .secret_files import read_bounded_file, write_secret_file
+from .defaults import (
+    DEFAULT_SAMPLE_ACCOUNT_BYTES,
+    DEFAULT_SAMPLE_FILE_BYTES,
+    DEFAULT_SAMPLE_TEXT_BYTES,
+)
+from .text import window_prefix
+from .traffic_store import (
+    MAX_TEXT_BYTES_LIMIT,
+    SampleState,
+    TrafficSampleError,
+    exclusive_lock,
+    iter_records,
+    load_or_create_salt,
+    read_salt,
+    salt_path,
+    today,
+    write_records,
+)
 
 __all__ = [
+    "ANONYMOUS_ACCOUNT",
+    "DEFAULT_SAMPLE_ACCOUNT_BYTES",
     "DEFAULT_SAMPLE_CAPACITY",
+    "DEFAULT_SAMPLE_FILE_BYTES",
     "DEFAULT_SAMPLE_FLUSH_SECONDS",
     "DEFAULT_SAMPLE_RETENTION_DAYS",
+    "DEFAULT_SAMPLE_TEXT_BYTES",
+    "MergedSample",
     "TrafficSample",
     "TrafficSampleError",
+    "merge_traffic_samples",
     "read_traffic_texts",
+    "stored_text",
+    "traffic_account_id",
 ]
 
 #: Texts kept per account: enough for several independent audit rounds of the
@@ -63,14 +94,10 @@ DEFAULT_SAMPLE_CAPACITY = 20_000
 DEFAULT_SAMPLE_RETENTION_DAYS = 90
 #: How often a serving process merges its sample into the file.
 DEFAULT_SAMPLE_FLUSH_SECONDS = 60.0
-#: The sample file is read whole; refuse anything larger than this.
-MAX_SAMPLE_FILE_BYTES = 1 << 30
+#: The account of requests that carry no credential.
+ANONYMOUS_ACCOUNT = "anonymous"
+_ACCOUNT_DOMAIN = b"espew traffic account\x00"
 _SECONDS_PER_DAY = 86_400
-_SALT_BYTES = 32
-
-
-class TrafficSampleError(ESpeWError, ValueError):
-    """A traffic sample file or its salt cannot be used (names the file and the problem)."""
 
 
 class TrafficSample:
@@ -82,7 +109,12 @@ class TrafficSample:
     :meth:`flush_due` after each request and flushes when it says so, and
     :meth:`flush` once more on shutdown.
 
-    >>> sample = TrafficSample("traffic.jsonl", capacity=1000)  # doctest: +SKIP
+    ``window`` is the model's input window in tokens (``model.max_tokens``, or
+    the key's ``window``): a text is stored only as far as the model reads it.
+    ``max_text_bytes``, ``max_account_bytes`` and ``max_file_bytes`` bound a
+    stored text, one account and the whole sample (file and memory) in bytes.
+
+    >>> sample = TrafficSample("traffic.jsonl", window=256)  # doctest: +SKIP
     >>> sample.record(["a text a client sent"], account="acme")  # doctest: +SKIP
     >>> sample.flush()  # doctest: +SKIP
     """
@@ -94,16 +126,25 @@ class TrafficSample:
         capacity: int = DEFAULT_SAMPLE_CAPACITY,
         retention_days: float | None = DEFAULT_SAMPLE_RETENTION_DAYS,
         flush_seconds: float = DEFAULT_SAMPLE_FLUSH_SECONDS,
+        window: int | None = None,
+        max_text_bytes: int = DEFAULT_SAMPLE_TEXT_BYTES,
+        max_account_bytes: int = DEFAULT_SAMPLE_ACCOUNT_BYTES,
+        max_file_bytes: int = DEFAULT_SAMPLE_FILE_BYTES,
         clock: Any = time.time,
     ):
-        if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 1:
-            raise TrafficSampleError(f"capacity must be a positive integer, got {capacity!r}")
+        _check_caps(capacity, max_text_bytes, max_account_bytes, max_file_bytes)
         if retention_days is not None and not retention_days > 0:
             raise TrafficSampleError(
                 f"retention_days must be positive (or None: keep forever), got {retention_days!r}"
             )
         if not flush_seconds >= 0:
             raise TrafficSampleError(f"flush_seconds must be >= 0, got {flush_seconds!r}")
+        if window is not None and (
+            isinstance(window, bool) or not isinstance(window, int) or window < 3
+        ):
+            raise TrafficSampleError(
+                f"window must be the model's window in tokens (an int >= 3) or None, got {window!r}"
+            )
         self.path = Path(path)
         if self.path.exists() and not self.path.is_file():
             raise TrafficSampleError(f"traffic sample {self.path} exists and is not a file")
@@ -112,10 +153,14 @@ class TrafficSample:
         self.capacity = capacity
         self.retention_days = retention_days
         self.flush_seconds = flush_seconds
+        self.window = window
+        self.max_text_bytes = max_text_bytes
+        self.max_account_bytes = max_account_bytes
+        self.max_file_bytes = max_file_bytes
         self._clock = clock
-        self._salt = _load_or_create_salt(_salt_path(self.path))
+        self._salt = load_or_create_salt(salt_path(self.path))
         self._lock = threading.Lock()
-        self._kept: dict[str | None, _Reservoir] = {}
+        self._state = self._new_state()
         self._last_flush = clock()
         self._dirty = False
 
@@ -129,44 +174,70 @@ class TrafficSample:
         )
 
     # ------------------------------------------------------------------ recording
+    def account_for(self, credential: str | None) -> str:
+        """The account of a request that sent ``credential`` (its API key), never the key.
+
+        A keyed hash under this sample's salt (:func:`traffic_account_id`), so
+        replicas that share the salt agree; no credential: :data:`ANONYMOUS_ACCOUNT`.
+        """
+        return _account_id(self._salt, credential)
+
     def record(self, texts: Sequence[str], account: str | None = None) -> None:
-        """Offer each text to ``account``'s sample (kept if its priority is low enough)."""
+        """Offer each text, as the model read it, to ``account``'s sample."""
         if account is not None and not isinstance(account, str):
             raise TrafficSampleError(f"account must be a string or None, got {account!r}")
         day = self._today()
         prefix = _account_prefix(account)
+        offered = []
+        for text in texts:
+            if isinstance(text, str) and text:
+                stored = stored_text(text, window=self.window, max_bytes=self.max_text_bytes)
+                if stored:
+                    offered.append((stored, _priority(self._salt, prefix, stored), day))
+        if not offered:
+            return
         with self._lock:
-            reservoir = self._kept.get(account)
-            if reservoir is None:
-                reservoir = self._kept[account] = _Reservoir(self.capacity)
-            for text in texts:
-                if isinstance(text, str) and text:
-                    priority = _priority(self._salt, prefix, text)
-                    reservoir.offer(text, priority, day)
+            self._state.offer(account, offered, len(offered))
             self._dirty = True
+
+    @property
+    def stored_bytes(self) -> int:
+        """Bytes the sample this process holds takes in its file (at most ``max_file_bytes``)."""
+        with self._lock:
+            return self._state.bytes
+
+    @property
+    def refused(self) -> int:
+        """Texts not sampled because the whole sample was full (their account had no room)."""
+        with self._lock:
+            return self._state.refused
+
+    def account_bytes(self, account: str | None = None) -> int:
+        """Bytes ``account``'s sample takes in the file (at most ``max_account_bytes``)."""
+        with self._lock:
+            reservoir = self._state.accounts.get(account)
+            return 0 if reservoir is None else reservoir.bytes
 
     def flush_due(self) -> bool:
         """Whether ``flush_seconds`` have passed since the last flush with something new."""
         return self._dirty and self._clock() - self._last_flush >= self.flush_seconds
 
     def flush(self) -> Path:
-        """Merge this process's sample with the file's, drop expired texts, rewrite it (0600)."""
+        """Merge this process's sample with the file's, drop expired texts, rewrite it (0600).
+
+        The file's accounts are merged first, so at the whole-file cap an account
+        already in the file keeps its place.
+        """
         with self._lock:
-            with _exclusive_lock(self.path):
-                on_disk = _read_records(self.path)
-                for record in on_disk:
-                    account = record.get("account")
-                    reservoir = self._kept.get(account)
-                    if reservoir is None:
-                        reservoir = self._kept[account] = _Reservoir(self.capacity)
-                    reservoir.offer(record["text"], record["priority"], record["last_seen"])
-                self._expire()
-                data = "".join(
-                    json.dumps(record, ensure_ascii=False) + "\n" for record in self._records()
-                ).encode("utf-8")
-                write_secret_file(
-                    self.path, data, overwrite=True, what="traffic sample", keep_hint=""
-                )
+            with exclusive_lock(self.path):
+                merged = self._new_state()
+                merged.add_records(iter_records(self.path))
+                merged.add_state(self._state)
+                merged.refused += self._state.refused
+                if self.retention_days is not None:
+                    merged.drop_older_than(self._today() - self.retention_days)
+                write_records(self.path, merged.records())
+            self._state = merged
             self._last_flush = self._clock()
             self._dirty = False
         return self.path
@@ -174,88 +245,190 @@ class TrafficSample:
     def texts(self, account: str | None = None) -> list[str]:
         """The texts this process holds for ``account``, lowest priority first."""
         with self._lock:
-            reservoir = self._kept.get(account)
+            reservoir = self._state.accounts.get(account)
             return [] if reservoir is None else [t for _, t, _ in reservoir.sorted()]
 
+    def _new_state(self) -> SampleState:
+        return SampleState(self.capacity, self.max_account_bytes, self.max_file_bytes)
+
     def _today(self) -> int:
-        return int(self._clock() // _SECONDS_PER_DAY)
-
-    def _expire(self) -> None:
-        if self.retention_days is None:
-            return
-        oldest = self._today() - self.retention_days
-        for reservoir in self._kept.values():
-            reservoir.drop_older_than(oldest)
-
-    def _records(self) -> Iterator[dict[str, Any]]:
-        for account in sorted(self._kept, key=lambda a: (a is not None, a or "")):
-            for priority, text, day in self._kept[account].sorted():
-                record: dict[str, Any] = {"text": text}
-                if account is not None:
-                    record["account"] = account
-                record["priority"] = priority
-                record["last_seen"] = day
-                yield record
+        return today(self._clock)
 
 
-class _Reservoir:
-    """The ``capacity`` lowest-priority distinct texts seen, with the day each was last seen."""
-
-    __slots__ = ("_capacity", "_entries", "_heap")
-
-    def __init__(self, capacity: int):
-        self._capacity = capacity
-        self._entries: dict[str, tuple[float, int]] = {}
-        self._heap: list[tuple[float, str]] = []  # (-priority, text): the largest on top
-
-    def offer(self, text: str, priority: float, day: int) -> None:
-        held = self._entries.get(text)
-        if held is not None:
-            self._entries[text] = (held[0], max(held[1], day))
-            return
-        if len(self._entries) < self._capacity:
-            heapq.heappush(self._heap, (-priority, text))
-        elif priority < -self._heap[0][0]:
-            _, evicted = heapq.heapreplace(self._heap, (-priority, text))
-            del self._entries[evicted]
-        else:
-            return
-        self._entries[text] = (priority, day)
-
-    def drop_older_than(self, oldest_day: float) -> None:
-        kept = {t: v for t, v in self._entries.items() if v[1] >= oldest_day}
-        if len(kept) != len(self._entries):
-            self._entries = kept
-            self._heap = [(-p, t) for t, (p, _) in kept.items()]
-            heapq.heapify(self._heap)
-
-    def sorted(self) -> list[tuple[float, str, int]]:
-        return sorted((p, t, d) for t, (p, d) in self._entries.items())
-
-
+# ---------------------------------------------------------------------- reading, merging
 def read_traffic_texts(path: str | os.PathLike[str], account: str | None = None) -> list[str]:
     """The texts of a traffic sample file: one account's, or every account's (``None``).
 
     Why a reader here and not the generic text-file reader: ``account`` must
-    match exactly, and a sample that holds no text for it is an error that
-    names the accounts it does hold.
+    match exactly, a sample that holds no text for it is an error that names
+    the accounts it does hold, and the file is read a line at a time, so only
+    that account's texts are held in memory.
     """
     path = Path(path)
-    records = _read_records(path, missing_ok=False)
-    if account is None:
-        texts = [r["text"] for r in records]
-    else:
-        texts = [r["text"] for r in records if r.get("account") == account]
-        if not texts:
-            held = sorted({str(r.get("account")) for r in records if r.get("account")})
-            shown = ", ".join(held[:10]) + (" ..." if len(held) > 10 else "")
-            raise TrafficSampleError(
-                f"traffic sample {path} holds no text for account {account!r}"
-                + (f"; it holds accounts: {shown}" if held else "; it records no accounts")
-            )
+    texts: list[str] = []
+    held: set[str] = set()
+    any_record = False
+    for record in iter_records(path, missing_ok=False):
+        any_record = True
+        owner = record.get("account")
+        if account is None or owner == account:
+            texts.append(record["text"])
+        elif owner is not None and len(held) <= 10:
+            held.add(owner)
+    if account is not None and not texts and any_record:
+        shown = ", ".join(sorted(held)[:10]) + (" ..." if len(held) > 10 else "")
+        raise TrafficSampleError(
+            f"traffic sample {path} holds no text for account {account!r}"
+            + (f"; it holds accounts: {shown}" if held else "; it records no accounts")
+        )
     if not texts:
         raise TrafficSampleError(f"traffic sample {path} holds no texts yet")
     return list(dict.fromkeys(texts))
+
+
+class MergedSample(NamedTuple):
+    """What :func:`merge_traffic_samples` wrote: the file, its accounts, texts and bytes."""
+
+    path: Path
+    accounts: int
+    texts: int
+    bytes: int
+
+
+def merge_traffic_samples(
+    paths: Sequence[str | os.PathLike[str]],
+    out: str | os.PathLike[str],
+    *,
+    capacity: int = DEFAULT_SAMPLE_CAPACITY,
+    max_account_bytes: int = DEFAULT_SAMPLE_ACCOUNT_BYTES,
+    max_file_bytes: int = DEFAULT_SAMPLE_FILE_BYTES,
+    overwrite: bool = False,
+) -> MergedSample:
+    """Merge samples written by replicas that share one salt into one sample at ``out``.
+
+    Why it is exact: each account keeps the lowest-priority prefix of its texts
+    that fits its caps, and a part remembers where it refused (its cutoff), so
+    the merge of the parts is the sample of all their traffic: exactly what one
+    process would have kept with the same ``capacity`` and ``max_account_bytes``
+    (pass what the replicas ran with). Nothing expires here; each replica already
+    dropped what its retention did. The whole-file cap is a check, not a rule:
+    a merge that needs more than ``max_file_bytes`` is refused, never cut in an
+    order-dependent way. ``out.salt`` gets the parts' salt, so the result is
+    itself a sample (``--account`` works on it, and it merges again).
+    Parts with different salts are refused: their priorities are unrelated, so
+    no merge of them is anyone's sample.
+    """
+    _check_caps(capacity, DEFAULT_SAMPLE_TEXT_BYTES, max_account_bytes, max_file_bytes)
+    parts = [Path(p) for p in paths]
+    if not parts:
+        raise TrafficSampleError("merge needs at least one traffic sample")
+    out = Path(out)
+    if out.exists() and not overwrite:
+        raise TrafficSampleError(f"{out} already exists; pass overwrite to replace it")
+    if not out.parent.is_dir():
+        raise TrafficSampleError(f"folder {out.parent} does not exist")
+    salt = _common_salt(parts)
+    state = SampleState(capacity, max_account_bytes, None)
+    for part in parts:
+        state.add_records(iter_records(part, missing_ok=False))
+    if state.bytes > max_file_bytes:
+        raise TrafficSampleError(
+            f"the merged sample takes {state.bytes:,} bytes, more than the cap of "
+            f"{max_file_bytes:,}: pass a larger max_file_bytes (--max-file-bytes) for it"
+        )
+    out_salt = salt_path(out)
+    if out_salt.exists():
+        if read_salt(out_salt) != salt:
+            raise TrafficSampleError(
+                f"{out_salt} holds another salt than the samples merged; write the merge elsewhere"
+            )
+    else:
+        shutil.copyfile(salt_path(parts[0]), out_salt)
+        os.chmod(out_salt, 0o600)
+    written = write_records(out, state.records())
+    texts = sum(len(r) for r in state.accounts.values())
+    return MergedSample(out, len(state.accounts), texts, written)
+
+
+def traffic_account_id(path: str | os.PathLike[str], credential: str | None) -> str:
+    """The account id the sample at ``path`` gives requests that send ``credential``.
+
+    For ``--account`` when the server has no key ring: the account is a keyed
+    hash of the client's API key under the sample's salt, so only who holds the
+    salt can tell which id is whose.
+    """
+    return _account_id(read_salt(salt_path(Path(path))), credential)
+
+
+def stored_text(text: str, *, window: int | None, max_bytes: int) -> str:
+    """What the sample stores of ``text``: as far as a model with ``window`` tokens reads
+    it (the sound cut of :func:`.text.window_prefix`), then at most ``max_bytes`` UTF-8 bytes.
+
+    The result is a prefix of ``text``; cutting it never changes what the model read
+    within the byte cap, so two texts the model reads alike up to there are one text.
+    """
+    # A prefix of max_bytes characters holds every byte the cap keeps: cut it first,
+    # so that a huge input costs no more than a short one.
+    text = text[:max_bytes]
+    if window is not None:
+        text = window_prefix(text, window)
+    try:
+        encoded = text.encode("utf-8")
+    except UnicodeEncodeError:  # lone surrogates: no model reads them; store a marker
+        encoded = text.encode("utf-8", "replace")
+        text = encoded.decode("utf-8")
+    if len(encoded) > max_bytes:
+        text = encoded[:max_bytes].decode("utf-8", "ignore")
+    return text
+
+
+def _common_salt(parts: list[Path]) -> bytes:
+    salts = [read_salt(salt_path(p)) for p in parts]
+    for part, salt in zip(parts[1:], salts[1:], strict=True):
+        if not hmac.compare_digest(salt, salts[0]):
+            raise TrafficSampleError(
+                f"traffic samples {parts[0]} and {part} were written with different salts: "
+                "their priorities are unrelated, so no merge is the sample of their traffic. "
+                "Give every replica the same salt file before it starts (docs/deployment.md)"
+            )
+    return salts[0]
+
+
+def _check_caps(
+    capacity: object, max_text_bytes: object, max_account_bytes: object, max_file_bytes: object
+) -> None:
+    for name, value in (
+        ("capacity", capacity),
+        ("max_text_bytes", max_text_bytes),
+        ("max_account_bytes", max_account_bytes),
+        ("max_file_bytes", max_file_bytes),
+    ):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise TrafficSampleError(f"{name} must be a positive integer, got {value!r}")
+    assert isinstance(max_text_bytes, int) and isinstance(max_account_bytes, int)
+    assert isinstance(max_file_bytes, int)
+    if max_text_bytes > MAX_TEXT_BYTES_LIMIT:
+        raise TrafficSampleError(
+            f"max_text_bytes must be at most {MAX_TEXT_BYTES_LIMIT:,}, got {max_text_bytes:,}"
+        )
+    # An account must hold at least one text of the largest size, escaped as JSON.
+    if max_account_bytes < 8 * max_text_bytes:
+        raise TrafficSampleError(
+            f"max_account_bytes ({max_account_bytes:,}) must be at least 8 x max_text_bytes "
+            f"({8 * max_text_bytes:,}): room for a few texts of the largest size"
+        )
+    if max_file_bytes < max_account_bytes:
+        raise TrafficSampleError(
+            f"max_file_bytes ({max_file_bytes:,}) must be at least max_account_bytes "
+            f"({max_account_bytes:,})"
+        )
+
+
+def _account_id(salt: bytes, credential: str | None) -> str:
+    if credential is None or not credential.strip():
+        return ANONYMOUS_ACCOUNT
+    data = credential.strip().encode("utf-8", "surrogatepass")
+    return "key-" + hmac.new(salt, _ACCOUNT_DOMAIN + data, sha256).hexdigest()[:32]
 
 
 def _priority(salt: bytes, prefix: bytes, text: str) -> float:
@@ -266,95 +439,5 @@ def _priority(salt: bytes, prefix: bytes, text: str) -> float:
 def _account_prefix(account: str | None) -> bytes:
     if account is None:
         return b"\x00"
-    encoded = account.encode("utf-8")
+    encoded = account.encode("utf-8", "surrogatepass")
     return b"\x01" + len(encoded).to_bytes(4, "big") + encoded
-
-
-def _salt_path(path: Path) -> Path:
-    return path.with_name(path.name + ".salt")
-
-
-def _load_or_create_salt(path: Path) -> bytes:
-    """The sample's secret salt, created once (0600) and shared by every process after."""
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    except FileExistsError:
-        pass
-    else:
-        with os.fdopen(fd, "w", encoding="ascii") as handle:
-            handle.write(secrets.token_hex(_SALT_BYTES) + "\n")
-    try:
-        data, _ = read_bounded_file(path, what="traffic sample salt", limit=4096)
-        salt = bytes.fromhex(data.decode("ascii").strip())
-    except (OSError, UnicodeDecodeError, ValueError) as exc:
-        raise TrafficSampleError(
-            f"traffic sample salt {path} is unreadable or corrupt ({type(exc).__name__}); "
-            "delete it together with the sample file to start a new sample"
-        ) from None
-    if len(salt) != _SALT_BYTES:
-        raise TrafficSampleError(
-            f"traffic sample salt {path} holds {len(salt)} bytes, expected {_SALT_BYTES}"
-        )
-    return salt
-
-
-@contextlib.contextmanager
-def _exclusive_lock(path: Path) -> Iterator[None]:
-    """An exclusive advisory lock beside ``path``, so concurrent flushes merge, never race."""
-    try:
-        import fcntl
-    except ImportError:  # no advisory locks: one process per sample file
-        yield
-        return
-    lock_path = path.with_name(path.name + ".lock")
-    fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o600)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
-    finally:
-        fcntl.flock(fd, fcntl.LOCK_UN)
-        os.close(fd)
-
-
-def _read_records(path: Path, *, missing_ok: bool = True) -> list[dict[str, Any]]:
-    """The records of a sample file, each checked; a bad line is an error naming it."""
-    if not path.exists():
-        if missing_ok:
-            return []
-        raise TrafficSampleError(f"traffic sample {path} does not exist")
-    try:
-        data, _ = read_bounded_file(path, what="traffic sample", limit=MAX_SAMPLE_FILE_BYTES)
-        lines = data.decode("utf-8").splitlines()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise TrafficSampleError(f"cannot read traffic sample {path}: {exc}") from None
-    records = []
-    for number, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-            _check_record(record)
-        except (ValueError, TypeError) as exc:
-            raise TrafficSampleError(
-                f"traffic sample {path} line {number} is not a sample record ({exc})"
-            ) from None
-        records.append(record)
-    return records
-
-
-def _check_record(record: Any) -> None:
-    if not isinstance(record, dict):
-        raise TypeError("not a JSON object")
-    if not isinstance(record.get("text"), str) or not record["text"]:
-        raise ValueError("'text' must be a non-empty string")
-    account = record.get("account")
-    if account is not None and not isinstance(account, str):
-        raise ValueError("'account' must be a string")
-    priority = record.get("priority")
-    if isinstance(priority, bool) or not isinstance(priority, float | int):
-        raise ValueError("'priority' must be a number")
-    if not 0.0 <= priority < 1.0:
-        raise ValueError("'priority' must be in [0, 1)")
-    day = record.get("last_seen")
-    if isinstance(day, bool) or not isinstance(day, int):
-        raise ValueError("'last_seen' must be an integer day")

@@ -35,7 +35,7 @@ from .protocol import (
     encode_embeddings,
     parse_request,
 )
-from .traffic import sample_answered
+from .traffic import credential_account, sample_answered
 from .upstream import AsyncUpstream, UpstreamError
 
 if TYPE_CHECKING:
@@ -131,7 +131,8 @@ def create_app(
     from a key ring, and an unknown one gets a 401.
     ``traffic_sample`` (a :class:`~..core.traffic_sample.TrafficSample`)
     keeps a keyed sample of the texts answered, per tenant with ``tenants``,
-    for audits drawn from what a suspect sent (``espew key reaudit``).
+    otherwise per credential (a keyed hash of the client's API key), for
+    audits drawn from what a suspect sent (``espew key reaudit``).
 
     >>> app = create_app(minilm(), model_name="minilm")  # doctest: +SKIP
     """
@@ -331,6 +332,10 @@ class _EmbeddingService:
         if self.metrics is not None:
             self.metrics.observe(len(texts), n_marked, time.perf_counter() - started)
         if self.traffic_sample is not None:
+            if account is None:  # no key ring: the account the credential names
+                account = credential_account(
+                    self.traffic_sample, request.headers.get("authorization")
+                )
             await sample_answered(self.traffic_sample, texts, account, logger)
         return Response(body, media_type="application/json")
 

@@ -51,7 +51,7 @@ from .protocol import (
     parse_input,
     replace_embeddings,
 )
-from .traffic import sample_answered
+from .traffic import credential_account, sample_answered
 
 __all__ = ["ESpeWMiddleware"]
 
@@ -92,8 +92,10 @@ class ESpeWMiddleware:
     keeps a keyed sample of the texts answered, for audits drawn from what a
     suspect sent; ``traffic_account`` maps a request's ASGI scope to its
     account id (e.g. from your authentication), so that each account is
-    sampled apart. The sample is merged into its file when due and when the
-    app shuts down.
+    sampled apart. Without it the account is the request's credential (its
+    ``Authorization`` header, hashed under the sample's salt: one client's
+    traffic never pushes out another's). The sample is merged into its file
+    when due and when the app shuts down.
 
     >>> app = ESpeWMiddleware(app, key=WatermarkKey.load("provider.key"))  # doctest: +SKIP
     """
@@ -222,12 +224,19 @@ class ESpeWMiddleware:
             if self.metrics is not None:
                 self.metrics.observe(len(texts), n_marked, time.perf_counter() - started)
             if self.traffic_sample is not None:
-                account = (
-                    self._traffic_account(scope) if self._traffic_account is not None else None
-                )
-                await sample_answered(self.traffic_sample, texts, account, logger)
+                await sample_answered(self.traffic_sample, texts, self._account(scope), logger)
 
         await self.app(scope, recording_receive, holding_send)
+
+    def _account(self, scope: Scope) -> str | None:
+        """The sample account: ``traffic_account(scope)``, else the request's credential's."""
+        if self._traffic_account is not None:
+            return self._traffic_account(scope)
+        assert self.traffic_sample is not None
+        authorization = next(
+            (v for k, v in scope.get("headers", []) if k.lower() == b"authorization"), None
+        )
+        return credential_account(self.traffic_sample, authorization)
 
     def _flushing_on_shutdown(self, send: Send) -> Send:
         """``send`` for the lifespan scope, writing the traffic sample before shutdown ends."""
