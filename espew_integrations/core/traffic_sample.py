@@ -318,7 +318,7 @@ def merge_traffic_samples(
     Parts with different salts are refused: their priorities are unrelated, so
     no merge of them is anyone's sample.
     """
-    _check_caps(capacity, DEFAULT_SAMPLE_TEXT_BYTES, max_account_bytes, max_file_bytes)
+    _check_caps(capacity, None, max_account_bytes, max_file_bytes)
     parts = [Path(p) for p in paths]
     if not parts:
         raise TrafficSampleError("merge needs at least one traffic sample")
@@ -397,26 +397,28 @@ def _common_salt(parts: list[Path]) -> bytes:
 def _check_caps(
     capacity: object, max_text_bytes: object, max_account_bytes: object, max_file_bytes: object
 ) -> None:
+    """Each cap a positive integer, and they nest; ``max_text_bytes`` None: not checked."""
     for name, value in (
         ("capacity", capacity),
-        ("max_text_bytes", max_text_bytes),
+        ("max_text_bytes", 1 if max_text_bytes is None else max_text_bytes),
         ("max_account_bytes", max_account_bytes),
         ("max_file_bytes", max_file_bytes),
     ):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise TrafficSampleError(f"{name} must be a positive integer, got {value!r}")
-    assert isinstance(max_text_bytes, int) and isinstance(max_account_bytes, int)
-    assert isinstance(max_file_bytes, int)
-    if max_text_bytes > MAX_TEXT_BYTES_LIMIT:
-        raise TrafficSampleError(
-            f"max_text_bytes must be at most {MAX_TEXT_BYTES_LIMIT:,}, got {max_text_bytes:,}"
-        )
-    # An account must hold at least one text of the largest size, escaped as JSON.
-    if max_account_bytes < 8 * max_text_bytes:
-        raise TrafficSampleError(
-            f"max_account_bytes ({max_account_bytes:,}) must be at least 8 x max_text_bytes "
-            f"({8 * max_text_bytes:,}): room for a few texts of the largest size"
-        )
+    assert isinstance(max_account_bytes, int) and isinstance(max_file_bytes, int)
+    if isinstance(max_text_bytes, int):
+        if max_text_bytes > MAX_TEXT_BYTES_LIMIT:
+            raise TrafficSampleError(
+                f"max_text_bytes must be at most {MAX_TEXT_BYTES_LIMIT:,}, got {max_text_bytes:,}"
+            )
+        # An account must hold a few texts of the largest size, escaped as JSON.
+        if max_account_bytes < 8 * max_text_bytes:
+            raise TrafficSampleError(
+                f"max_account_bytes ({max_account_bytes:,}) must be at least 8 x "
+                f"max_text_bytes ({8 * max_text_bytes:,}): room for a few texts of the "
+                "largest size"
+            )
     if max_file_bytes < max_account_bytes:
         raise TrafficSampleError(
             f"max_file_bytes ({max_file_bytes:,}) must be at least max_account_bytes "
