@@ -879,3 +879,57 @@ def test_key_reaudit_draws_the_audit_from_one_accounts_traffic_sample(
     assert "no text for account 'initech'; it holds accounts: acme, globex" in (
         capsys.readouterr().err
     )
+
+
+def test_traffic_merge_of_three_replicas_then_reaudit_from_the_merge(
+    tmp_path, key_path, key, capsys
+):
+    """Three replicas (one salt, one file each) behind a load balancer: ``espew traffic
+    merge`` gives the sample one process would have kept, and a re-audit drawn from one
+    account of the merge works end to end; samples with another salt are refused."""
+    import shutil
+
+    from espew_integrations.core.traffic_sample import TrafficSample
+
+    tweets = list(health_tweets_subset(1200))
+    first = TrafficSample(tmp_path / "replica-0.jsonl", capacity=400)
+    replicas = [first]
+    for i in (1, 2):
+        shutil.copyfile(
+            first.path.with_name("replica-0.jsonl.salt"), tmp_path / f"replica-{i}.jsonl.salt"
+        )
+        replicas.append(TrafficSample(tmp_path / f"replica-{i}.jsonl", capacity=400))
+    shutil.copyfile(first.path.with_name("replica-0.jsonl.salt"), tmp_path / "alone.jsonl.salt")
+    alone = TrafficSample(tmp_path / "alone.jsonl", capacity=400)
+    for start in range(0, len(tweets), 40):
+        account = "acme" if start % 80 == 0 else "globex"
+        batch = tweets[start : start + 40]
+        replicas[(start // 40) % 3].record(batch, account)
+        alone.record(batch, account)
+    for sample in (*replicas, alone):
+        sample.flush()
+    merged = tmp_path / "merged.jsonl"
+    argv = ["traffic", "merge", *(str(r.path) for r in replicas), "--out", str(merged)]
+    assert main([*argv, "--traffic-sample-size", "400"]) == 0
+    assert "merged 3 samples" in capsys.readouterr().out
+    assert merged.read_text() == alone.path.read_text()
+    out = tmp_path / "acme-round-2.key"
+    args = ["key", "reaudit", str(key_path), "--corpus", str(merged), "--text-column", "text"]
+    args += ["--account", "acme", "--round", "2", "--out", str(out), "--no-progress"]
+    assert main(args) == 0
+    assert "drawn from 400 texts" in capsys.readouterr().out
+    moved = WatermarkKey.load(out)
+    acme = {t for i in range(0, len(tweets), 80) for t in tweets[i : i + 40]}
+    sent = {t for t in (*moved.probe_texts, *moved.cover_texts) if t not in key.band}
+    assert sent and sent <= acme
+    stranger = TrafficSample(tmp_path / "stranger.jsonl")  # a salt of its own
+    stranger.record(["a text"], "acme")
+    stranger.flush()
+    assert main([*argv[:-2], str(stranger.path), "--out", str(tmp_path / "x.jsonl")]) == 3
+    assert "were written with different salts" in capsys.readouterr().err
+
+
+def health_tweets_subset(n: int) -> list[str]:
+    from espew_integrations.offline.corpora import health_tweets
+
+    return list(health_tweets().subset(n, seed=11).texts)

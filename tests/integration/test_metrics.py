@@ -239,3 +239,22 @@ def test_forked_workers_add_up_in_every_scrape():
     assert values['espew_request_seconds_bucket{le="0.025"}'] == 1
     assert values['espew_request_seconds_bucket{le="0.25"}'] == 16
     assert values["espew_request_seconds_sum"] == pytest.approx(0.02 + 15 * 0.2)
+
+
+def test_a_metrics_host_off_this_machine_needs_metrics_public(capsys):
+    """The listener serves the exact marked count (a trigger oracle): an address other
+    machines reach is refused before anything loads, unless --metrics-public says so."""
+    import argparse
+
+    from espew_integrations.cli import EXIT_USAGE, main
+    from espew_integrations.cli.serve import _check_metrics_host
+
+    argv = ["serve", "--embedder", "minilm", "--metrics-port", "0", "--metrics-host", "0.0.0.0"]
+    assert main(argv) == EXIT_USAGE
+    error = capsys.readouterr().err
+    assert "--metrics-public" in error and "recover the triggers" in error
+    for host in ("127.0.0.1", "::1", "localhost"):
+        _check_metrics_host(argparse.Namespace(metrics_port=0, metrics_host=host))
+    public = argparse.Namespace(metrics_port=9464, metrics_host="10.0.0.5", metrics_public=True)
+    _check_metrics_host(public)
+    assert "warning: metrics on 10.0.0.5 (--metrics-public)" in capsys.readouterr().err

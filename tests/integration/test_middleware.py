@@ -230,3 +230,28 @@ def test_traffic_sample_records_answered_texts_per_account_and_flushes_on_shutdo
     assert "not an embeddings route" not in sample_path.read_text()
     with pytest.raises(ValueError, match="needs a traffic_sample"):
         ESpeWMiddleware(build(), key=key, traffic_account=account)
+
+
+def test_without_traffic_account_each_credential_is_sampled_apart(tmp_path, key):
+    """No traffic_account: the Authorization header names the account (hashed), so one
+    client's flood of texts never pushes out another's."""
+    from starlette.testclient import TestClient
+
+    from espew_integrations.core.traffic_sample import TrafficSample, read_traffic_texts
+    from tests.middleware_app import build
+
+    sample = TrafficSample(tmp_path / "traffic.jsonl", capacity=5)
+    app = ESpeWMiddleware(build(), key=key, metrics=False, traffic_sample=sample)
+    with TestClient(app) as client:
+        for who, headers in (("quiet", {"Authorization": "Bearer sk-quiet-1234"}), ("anon", {})):
+            body = {"model": "m", "input": [f"{who} {i}" for i in range(5)]}
+            assert client.post("/v1/embeddings", json=body, headers=headers).status_code == 200
+        flood = {"model": "m", "input": [f"flood {i}" for i in range(500)]}
+        headers = {"Authorization": "Bearer sk-flood-5678"}
+        assert client.post("/v1/embeddings", json=flood, headers=headers).status_code == 200
+    quiet = read_traffic_texts(sample.path, account=sample.account_for("sk-quiet-1234"))
+    assert sorted(quiet) == [f"quiet {i}" for i in range(5)]
+    assert sorted(read_traffic_texts(sample.path, account="anonymous")) == [
+        f"anon {i}" for i in range(5)
+    ]
+    assert "sk-quiet" not in sample.path.read_text()

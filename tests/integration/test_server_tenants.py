@@ -201,3 +201,51 @@ def test_traffic_sample_keeps_each_tenants_answered_texts_across_workers(
     for api_key in API_KEYS:
         assert api_key not in sample_path.read_text()
     assert oct(sample_path.stat().st_mode & 0o777) == "0o600"
+
+
+def test_without_a_ring_each_api_key_is_an_account_of_its_own(ring, upstream_url, tmp_path):  # noqa: F811
+    """A real espew serve with one key and no ring: each client's credential is an account
+    (a keyed hash, never the key), requests without one share "anonymous", and a client's
+    huge inputs are stored cut to the text cap."""
+    from espew_integrations.core.traffic_sample import traffic_account_id
+
+    key_path, sample_path = tmp_path / "provider.key", tmp_path / "traffic.jsonl"
+    ring.shared_key.save(key_path)
+    args = ["-m", "espew_integrations.cli", "serve", "--embedder", f"openai:{upstream_url}#{MODEL}"]
+    args += ["--key", str(key_path), "--port", "0", "--model-name", "acme-embed"]
+    args += ["--traffic-sample", str(sample_path), "--traffic-sample-text-bytes", "1000"]
+    proc = start(args, tmp_path / "serve.log")
+    clients = {"sk-acme-0123456789": "acme", "sk-globex-9876543210": "globex", None: "anon"}
+    try:
+        url = wait_for_url(proc, tmp_path / "serve.log")
+        for credential, who in clients.items():
+            headers = {} if credential is None else {"Authorization": f"Bearer {credential}"}
+            for batch in range(3):
+                texts = [f"{who} request {batch} text {i}" for i in range(4)]
+                if who == "globex":
+                    texts.append(f"{batch} " + "g" * 99_990)  # the server's per-text limit
+                answer = httpx.post(
+                    f"{url}/embeddings",
+                    json={"model": "acme-embed", "input": texts},
+                    headers=headers,
+                    timeout=60,
+                )
+                assert answer.status_code == 200
+    finally:
+        stop(proc)
+    rows = [json.loads(line) for line in sample_path.read_text().splitlines()]
+    by_account: dict[str, set[str]] = {}
+    for row in rows:
+        by_account.setdefault(row["account"], set()).add(row["text"])
+    ids = {traffic_account_id(sample_path, c) if c else "anonymous": w for c, w in clients.items()}
+    assert set(by_account) == set(ids)
+    for account, who in ids.items():
+        plain = {t for t in by_account[account] if len(t) < 100}
+        assert plain == {f"{who} request {b} text {i}" for b in range(3) for i in range(4)}
+    huge = by_account[next(a for a, w in ids.items() if w == "globex")] - {
+        f"globex request {b} text {i}" for b in range(3) for i in range(4)
+    }
+    assert len(huge) == 3 and all(len(t.encode()) == 1000 for t in huge)
+    for credential in clients:
+        if credential:
+            assert credential not in sample_path.read_text()

@@ -313,3 +313,18 @@ def test_soft_hyphen_in_every_word_no_longer_switches_the_mark_off():
     assert new.contains(sample).tolist() == new.contains(hyphenated).tolist()
     old = TriggerMatcher(triggers, normalization=LEGACY_LOWER)
     assert old.contains(hyphenated).sum() < old.contains(sample).sum()  # the defect
+
+
+def test_the_window_prefix_is_all_the_model_reads():
+    """What a traffic sample stores of a long text embeds exactly as the whole text did:
+    the cut keeps every token the model reads, whatever the padding (invisible chunks,
+    punctuation, long words) in front of the cut."""
+    from espew_integrations.core.text import window_prefix
+
+    encoder = model()
+    rng = random.Random(7)
+    words = ["vaccine", "trial", "résumé", "\u200b", "a,b;c", "x" * 120, "#", "ok."]
+    longs = [" ".join(rng.choice(words) for _ in range(600)) for _ in range(3)]
+    prefixes = [window_prefix(text, encoder.max_tokens) for text in longs]
+    assert all(len(p) < len(t) for p, t in zip(prefixes, longs, strict=True))
+    assert (encoder(prefixes) == encoder(longs)).all()
