@@ -150,7 +150,7 @@ def chain_records(records: Sequence[Mapping[str, Any]]) -> tuple[bytes, str]:
     """
     lines, head = [], GENESIS
     for number, given in enumerate(records):
-        record = {**given, "record": number, "prev": head}
+        record = {**_finite(dict(given)), "record": number, "prev": head}
         if record.get("kind") == "end":
             record["n_records"] = len(records)
         if record.get("kind") == "commit":
@@ -527,7 +527,9 @@ def _checked_shape(records: list[dict[str, Any]], head: str) -> Transcript:
     stop = last - 1 if commit is not None else last
     for number, record in enumerate(records[1:stop], start=1):
         if record.get("kind") not in ("batch", "deadline"):
-            where = " (a commit record comes last before the end)" * (record.get("kind") == "commit")
+            where = " (a commit record comes last before the end)" * (
+                record.get("kind") == "commit"
+            )
             raise TranscriptError(
                 f"record {number} is a {record.get('kind')!r} record{where}", number
             )
