@@ -159,7 +159,7 @@ def recording_options(args: argparse.Namespace) -> dict[str, Any]:
 def print_anchors(options: dict[str, Any]) -> None:
     """On stderr: the commitment fixed before the verdict, and what each anchor made of it."""
     recorder = options.get("transcript")
-    if recorder is None or not recorder.commitment:
+    if recorder is None or not recorder.anchored:
         return
     print(f"transcript committed before the verdict: {recorder.commitment}", file=sys.stderr)
     for name, anchor in recorder.anchored.items():
