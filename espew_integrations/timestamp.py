@@ -34,6 +34,7 @@ from __future__ import annotations
 import base64
 import datetime as _dt
 import os
+import re
 import secrets
 import shutil
 import subprocess
@@ -201,7 +202,12 @@ class TimestampAnchor:
         self.timeout = float(timeout)
 
     def __repr__(self) -> str:
-        return f"TimestampAnchor({self.url!r})"
+        return f"TimestampAnchor({self.shown_url!r})"
+
+    @property
+    def shown_url(self) -> str:
+        """The URL as recorded and shown: any user and password in it left out."""
+        return printable(re.sub(r"//[^/@\s]*@", "//", self.url), limit=300)
 
     def __call__(self, commitment: str) -> dict[str, Any]:
         digest = _digest_bytes(commitment)
@@ -216,16 +222,16 @@ class TimestampAnchor:
             with urllib.request.urlopen(request, timeout=self.timeout) as response:
                 reply = response.read(MAX_REPLY_BYTES + 1)
         except (urllib.error.URLError, OSError) as exc:
-            raise TimestampError(f"no timestamp from {self.url}: {printable(exc)}") from None
+            raise TimestampError(f"no timestamp from {self.shown_url}: {printable(exc)}") from None
         if len(reply) > MAX_REPLY_BYTES:
-            raise TimestampError(f"{self.url} answered more than {MAX_REPLY_BYTES:,} bytes")
+            raise TimestampError(f"{self.shown_url} answered more than {MAX_REPLY_BYTES:,} bytes")
         token = _token_of_reply(reply)
         said = parse_token(token)
         if said["digest"] != digest.hex() or said["nonce"] != nonce:
-            raise TimestampError(f"{self.url} answered a token over another digest or nonce")
+            raise TimestampError(f"{self.shown_url} answered a token over another digest or nonce")
         return {
             "kind": "rfc3161",
-            "url": printable(self.url, limit=300),
+            "url": self.shown_url,
             "token": base64.b64encode(token).decode("ascii"),
             "gen_time": said["gen_time"],
             "serial": said["serial"],

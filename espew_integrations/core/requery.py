@@ -201,7 +201,9 @@ def requery(
     recorded = recorded_answers(transcript)
     chosen = draw_requery(len(recorded.texts), size, seed)
     texts = [recorded.texts[i] for i in chosen]
-    found = dict(suspect=suspect_name or "the suspect", seed=seed, tolerance=tolerance)
+    found: dict[str, Any] = dict(
+        suspect=suspect_name or "the suspect", seed=seed, tolerance=tolerance
+    )
     if not texts:
         return Requery(**found, n_asked=0, n_answered=0, error="the transcript holds no answer")
     try:

@@ -390,7 +390,11 @@ class TranscriptRecorder:
 
     def _send_digest(self, text: str | None) -> dict[str, Any]:
         """The commitment sent to the suspect with one more request, as recorded."""
-        sent = {"header": TRANSCRIPT_DIGEST_HEADER, "digest": self.commitment, "sent": utc_now()}
+        sent: dict[str, Any] = {
+            "header": TRANSCRIPT_DIGEST_HEADER,
+            "digest": self.commitment,
+            "sent": utc_now(),
+        }
         sender = getattr(self._suspect, "send_transcript_digest", None)
         if not callable(sender) or not text:
             reason = "no text was asked" if callable(sender) else "the suspect is not an HTTP"

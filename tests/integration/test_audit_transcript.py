@@ -250,13 +250,13 @@ def test_with_a_timestamp_altering_any_record_fails_even_rechained(work, clean_u
         return copy
 
     n_batches = len(transcript.batches)
-    for position in (0, 1, n_batches // 2, n_batches):
+    for position in (0, n_batches // 2, n_batches):  # the header, a batch, the last batch
         copy = altered(position, f"stamped-altered-{position}")
         assert main([*check, str(copy)]) == 1
         out = capsys.readouterr().out
         assert "the timestamp is over another commitment than this transcript's" in out, position
-        assert main(["evidence", "check", "--key", key_path, str(copy)]) == 1  # without the CA
-        assert "records were altered after it was taken" in capsys.readouterr().out
+    assert main(["evidence", "check", "--key", key_path, str(copy)]) == 1  # without the CA too
+    assert "records were altered after it was taken" in capsys.readouterr().out
 
     stripped = work / "stamped-stripped"  # the anchor removed instead: required, so it fails
     shutil.copytree(genuine, stripped)
