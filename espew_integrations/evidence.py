@@ -27,7 +27,10 @@ side (their names start with ``PRIVATE-``):
   (``verify(..., transcript=DIR)``, ``espew verify --private-report-dir``): every
   text sent and every answer received, SHA-256 chained
   (:mod:`espew_integrations.core.transcript`); :func:`check_evidence` replays it
-  offline and re-derives the verdict (``espew evidence check``).
+  offline and re-derives the verdict (``espew evidence check``), re-asks the
+  suspect a keyed random subset of its texts (``requery=``), and verifies the
+  RFC 3161 timestamp taken over it before the verdict (``tsa_ca=``,
+  :mod:`espew_integrations.timestamp`).
 
 Both write through :class:`~espew_integrations.core.safe_dir.SafeDirectory`:
 existing files are never replaced unless ``force=True``, the directory must
@@ -52,7 +55,8 @@ from typing import Any
 import numpy as np
 
 from ._optional import require
-from .core.evidence_check import EvidenceCheck, check_evidence
+from .core.evidence_check import EvidenceCheck
+from .core.evidence_check import check_evidence as _check_transcript
 from .core.evidence_files import (
     EVIDENCE_FILES,
     PRIVATE_REPORT_KEYS,
@@ -64,11 +68,14 @@ from .core.evidence_files import (
     save_evidence,
 )
 from .core.report import VerificationReport
+from .core.requery import DEFAULT_REQUERY_SIZE, DEFAULT_REQUERY_TOLERANCE
 from .core.safe_dir import SafeDirectory
 from .core.transcript import TRANSCRIPT_FILE
 from .core.untrusted import printable
 
 __all__ = [
+    "DEFAULT_REQUERY_SIZE",
+    "DEFAULT_REQUERY_TOLERANCE",
     "EVIDENCE_FILES",
     "PRIVATE_FILES",
     "PRIVATE_REPORT_KEYS",
@@ -89,6 +96,61 @@ __all__ = [
 #: The private files: per-word detail that lets a suspect find the triggers.
 PRIVATE_FILES = {"scores": "PRIVATE-word-scores.json", "plot": "PRIVATE-scores.png"}
 _PRIVATE_MODE = 0o600
+
+
+def check_evidence(
+    private_dir: str | os.PathLike[str],
+    key: Any,
+    *,
+    public: str | os.PathLike[str] | None = None,
+    requery: Any = None,
+    requery_name: str = "",
+    requery_size: int | None = DEFAULT_REQUERY_SIZE,
+    requery_seed: int | None = None,
+    requery_tolerance: float = DEFAULT_REQUERY_TOLERANCE,
+    tsa_ca: str | os.PathLike[str] | None = None,
+    require_timestamp: bool = False,
+) -> EvidenceCheck:
+    """Check an audit's transcript, as an arbiter who distrusts the auditor would.
+
+    :func:`espew_integrations.core.evidence_check.check_evidence` (chain, digests,
+    key, replay), plus: with ``requery`` (any suspect ``verify`` takes: a callable,
+    an :class:`~espew_integrations.OpenAIEndpoint`, a LangChain or LlamaIndex
+    embedder...) ``requery_size`` recorded texts (every one for None), drawn from
+    ``requery_seed`` (fresh and reported when None), are asked again and must be
+    answered as recorded within ``requery_tolerance``; a timestamp in the commit
+    record is verified, its signature against ``tsa_ca`` (the TSA's CA certificate,
+    with the ``openssl`` command) when given. ``require_timestamp`` fails a
+    transcript without a verified timestamp. ``str(result)`` lists what was and
+    was not proved.
+
+    >>> check_evidence("private/", key, requery=OpenAIEndpoint(url, "m"),   # doctest: +SKIP
+    ...                tsa_ca="tsa-ca.pem").holds
+    True
+    """
+    from .suspects import as_suspect
+    from .timestamp import verify_timestamp
+
+    def timestamp_check(anchor: dict[str, Any], commitment: str) -> Any:
+        return verify_timestamp(anchor, commitment, tsa_ca)
+
+    asked = None if requery is None else as_suspect(requery)
+    if asked is not None and not requery_name:
+        from .core.transcript import describe_suspect
+
+        requery_name = describe_suspect(requery)
+    return _check_transcript(
+        private_dir,
+        key,
+        public=public,
+        requery_suspect=asked,
+        requery_name=requery_name,
+        requery_size=requery_size,
+        requery_seed=requery_seed,
+        requery_tolerance=requery_tolerance,
+        timestamp_check=timestamp_check,
+        require_timestamp=require_timestamp,
+    )
 
 
 def matplotlib_available() -> bool:

@@ -4,17 +4,31 @@ For the provider before a dispute, or for an arbiter handed the private director
 and the key: the transcript's chain must hold, its digest must be the one the
 reports carry, and replaying its answers through the audit's own pipeline must
 give the recorded verdict and p-value (:mod:`espew_integrations.core.evidence_check`).
-Exit code 0: the evidence holds; 1: it does not (the reason is printed: chain
-broken at a record, an answer changed, the p-value differs); 3: usage error
-(no transcript, unreadable key).
+An arbiter who distrusts the auditor adds ``--requery SUSPECT`` (the suspect is
+asked a keyed random subset of the recorded texts again, and must answer as
+recorded) and ``--tsa-ca CA.pem`` (the timestamp taken before the verdict must be
+over this transcript and signed by that TSA). The output ends with what was and
+was not proved. Exit code 0: the evidence holds; 1: it does not (the reason is
+printed: chain broken at a record, an answer changed, the p-value differs, the
+suspect answers otherwise, the timestamp is over another transcript); 3: usage
+error (no transcript, unreadable key).
 """
 
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 from typing import Any
 
-from .common import UsageError, add_audit_argument, load_key
+from .common import (
+    UsageError,
+    add_audit_argument,
+    add_endpoint_flags,
+    endpoint_options,
+    load_key,
+    positive_int,
+    suspect_spec,
+)
 
 __all__ = ["EXIT_EVIDENCE_FAILS", "register"]
 
@@ -27,9 +41,16 @@ example:
       --report-dir public/ --private-report-dir private/
   espew evidence check private/ --key provider.key --public public/
 
-  Exit code 0: the transcript is intact, is this key's audit, and replaying it gives
-  the recorded verdict and p-value; 1: it does not (the reason says where); 3: usage
-  error. A trace's transcript is checked with --ring instead of --key.
+  An arbiter who distrusts the auditor also re-asks the suspect and checks the
+  timestamp taken before the verdict (espew verify --timestamp-url):
+  espew evidence check private/ --key provider.key \
+      --requery openai:https://api.example.com/v1#their-model --requery-size 200 \
+      --tsa-ca tsa-ca.pem --require-timestamp
+
+  Exit code 0: the transcript is intact, is this key's audit, replaying it gives
+  the recorded verdict and p-value, and every check asked for agrees; 1: it does
+  not (the reason says where); 3: usage error. A trace's transcript is checked with
+  --ring instead of --key.
 """
 
 
@@ -60,25 +81,115 @@ def register(subparsers: Any) -> None:
         help="the public report (report.json, or the --report-dir holding it) handed to the "
         "other side: its transcript_digest must be this transcript's",
     )
-    check.set_defaults(func=run_check)
+    _add_arbiter_flags(check)
+    add_endpoint_flags(check, verify=True)
+    check.set_defaults(func=run_check, batch_size=64)
+
+
+def _requery_size(text: str) -> int | None:
+    return None if text.strip().lower() == "all" else positive_int(text)
+
+
+def _tolerance(text: str) -> float:
+    value = float(text)
+    if not 0.0 <= value < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a finite number >= 0, got {text}")
+    return value
+
+
+def _add_arbiter_flags(check: argparse.ArgumentParser) -> None:
+    """The checks that do not rest on the auditor: re-asking the suspect, the timestamp."""
+    from ..core.requery import DEFAULT_REQUERY_SIZE, DEFAULT_REQUERY_TOLERANCE
+
+    check.add_argument(
+        "--requery",
+        metavar="SUSPECT",
+        default=None,
+        help="ask this suspect (the forms --suspect takes: openai:URL#MODEL, a URL with "
+        "--model, module:attr, minilm) a random subset of the recorded texts again; its "
+        "answers must be the recorded ones",
+    )
+    check.add_argument(
+        "--model", default=None, metavar="NAME", help="the model, when --requery is a URL"
+    )
+    check.add_argument(
+        "--requery-size",
+        type=_requery_size,
+        default=DEFAULT_REQUERY_SIZE,
+        metavar="N",
+        help=f"texts re-asked (default {DEFAULT_REQUERY_SIZE}; 'all' for every recorded text)",
+    )
+    check.add_argument(
+        "--requery-seed",
+        type=int,
+        default=None,
+        metavar="SEED",
+        help="the arbiter's seed that draws which texts are re-asked (default: a fresh "
+        "random one, printed)",
+    )
+    check.add_argument(
+        "--requery-tolerance",
+        type=_tolerance,
+        default=DEFAULT_REQUERY_TOLERANCE,
+        metavar="REL",
+        help="largest ||answer - recorded|| / ||recorded|| that counts as the same answer "
+        f"(default {DEFAULT_REQUERY_TOLERANCE:g})",
+    )
+    check.add_argument(
+        "--tsa-ca",
+        metavar="CA.pem",
+        default=None,
+        help="the timestamp authority's CA certificate: the transcript's RFC 3161 timestamp "
+        "must be signed by a TSA it certifies (uses the openssl command)",
+    )
+    check.add_argument(
+        "--require-timestamp",
+        action="store_true",
+        help="fail unless the transcript holds a timestamp verified with --tsa-ca",
+    )
 
 
 def run_check(args: argparse.Namespace) -> int:
     """Check the transcript, print what was found; exit 0 if the evidence holds."""
-    from ..core.evidence_check import check_evidence
     from ..core.keyring import KeyRing
     from ..core.transcript import TRANSCRIPT_FILE
+    from ..evidence import check_evidence
 
     if args.ring:
         key = KeyRing.load(args.ring)
     else:  # the replay sends the key's audit again, so the audit file is read now
         key = load_key(args.key, audit=args.audit, need_audit=True)
-    try:
-        result = check_evidence(args.private_dir, key, public=args.public)
-    except FileNotFoundError:
+    transcript = Path(args.private_dir)
+    if not (transcript.is_file() or (transcript / TRANSCRIPT_FILE).is_file()):
         raise UsageError(
             f"no transcript in {args.private_dir} (the audit writes {TRANSCRIPT_FILE} into "
             "its --private-report-dir)"
-        ) from None
+        )
+    if args.tsa_ca and not Path(args.tsa_ca).is_file():
+        raise UsageError(f"--tsa-ca: no CA certificate at {args.tsa_ca}")
+    suspect, name = None, ""
+    if args.requery:
+        from ..models import resolve_embedder
+
+        spec = suspect_spec(argparse.Namespace(suspect=args.requery, model=args.model))
+        suspect, _ = resolve_embedder(spec, **endpoint_options(args))
+        name = spec
+    try:
+        result = check_evidence(
+            args.private_dir,
+            key,
+            public=args.public,
+            requery=suspect,
+            requery_name=name,
+            requery_size=args.requery_size,
+            requery_seed=args.requery_seed,
+            requery_tolerance=args.requery_tolerance,
+            tsa_ca=args.tsa_ca,
+            require_timestamp=args.require_timestamp,
+        )
+    finally:
+        close = getattr(suspect, "close", None)
+        if callable(close):
+            close()
     print(result)
     return 0 if result.holds else EXIT_EVIDENCE_FAILS

@@ -54,6 +54,7 @@ from .keygen import generate_from_corpus, key_options_from
 from .verify import (
     add_deadline_flag,
     add_private_dir_flags,
+    print_anchors,
     recording_options,
     refuse_old_transcript,
 )
@@ -252,9 +253,11 @@ def run_trace(args: argparse.Namespace) -> int:
     if args.private_report_dir:
         prepare_private_dir(args.private_report_dir, args.report_dir)
         refuse_old_transcript(args.private_report_dir, force=args.force)
+    recording = recording_options(args)
     report = audit_suspect(
-        args, trace, n_queries, ring, tenants, deadline=args.deadline, **recording_options(args)
+        args, trace, n_queries, ring, tenants, deadline=args.deadline, **recording
     )
+    print_anchors(recording)
     print(report.to_json() if args.json else report)
     if args.private_report_dir:
         _save_private_trace(report, args.private_report_dir, force=args.force)

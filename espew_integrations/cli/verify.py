@@ -109,20 +109,66 @@ def add_private_dir_flags(parser: argparse.ArgumentParser) -> None:
         help="a human name for the suspect (e.g. 'Acme Corp embeddings API'), shown beside "
         "the --suspect spec in the reports",
     )
+    parser.add_argument(
+        "--timestamp-url",
+        default=None,
+        metavar="URL",
+        help="an RFC 3161 timestamp authority: once every answer is in, and before the "
+        "verdict is computed, the transcript's commitment is timestamped there (needs "
+        "--private-report-dir; `espew evidence check --tsa-ca` verifies it)",
+    )
+    parser.add_argument(
+        "--send-digest",
+        action="store_true",
+        help="also send the commitment to an HTTP suspect, in the X-ESpeW-Transcript-Digest "
+        "header of one last request (the audit's last text again), so its own logs hold it",
+    )
 
 
 def recording_options(args: argparse.Namespace) -> dict[str, Any]:
     """The audit's naming and transcript options from the command line: the suspect as
-    given, its label, and a transcript in --private-report-dir when there is one."""
+    given, its label, and a transcript in --private-report-dir when there is one (with
+    its anchors: --timestamp-url, --send-digest)."""
     from ..core.transcript import TranscriptRecorder
 
     options: dict[str, Any] = {
         "suspect_name": suspect_spec(args),
         "suspect_label": args.suspect_label,
     }
+    anchored = args.timestamp_url or args.send_digest
+    if anchored and not args.private_report_dir:
+        raise UsageError(
+            "--timestamp-url and --send-digest anchor the audit's transcript: give "
+            "--private-report-dir DIR, where it is written"
+        )
     if args.private_report_dir:
-        options["transcript"] = TranscriptRecorder(args.private_report_dir, force=args.force)
+        anchors = []
+        if args.timestamp_url:
+            from ..timestamp import TimestampAnchor
+
+            try:
+                anchors.append(TimestampAnchor(args.timestamp_url))
+            except ValueError as exc:
+                raise UsageError(f"--timestamp-url: {exc}") from None
+        options["transcript"] = TranscriptRecorder(
+            args.private_report_dir, force=args.force, anchors=anchors, send_digest=args.send_digest
+        )
     return options
+
+
+def print_anchors(options: dict[str, Any]) -> None:
+    """On stderr: the commitment fixed before the verdict, and what each anchor made of it."""
+    recorder = options.get("transcript")
+    if recorder is None or not recorder.anchored:
+        return
+    print(f"transcript committed before the verdict: {recorder.commitment}", file=sys.stderr)
+    for name, anchor in recorder.anchored.items():
+        if "error" in anchor:
+            print(f"  {name}: FAILED: {anchor['error']}", file=sys.stderr)
+        elif name == "timestamp":
+            print(f"  timestamp: {anchor['gen_time']} by {anchor['url']}", file=sys.stderr)
+        else:
+            print(f"  sent to the suspect in the {anchor['header']} header", file=sys.stderr)
 
 
 def add_deadline_flag(parser: argparse.ArgumentParser) -> None:
@@ -178,6 +224,7 @@ def run(args: argparse.Namespace) -> int:
     n_queries = _check_before_querying(args, key)
     if args.target == "query":
         print("note: --target query sends the key's target text to the suspect", file=sys.stderr)
+    recording = recording_options(args)
     report = audit_suspect(
         args,
         verify,
@@ -185,8 +232,9 @@ def run(args: argparse.Namespace) -> int:
         key,
         target_mode=args.target,
         deadline=args.deadline,
-        **recording_options(args),
+        **recording,
     )
+    print_anchors(recording)
     _print_report(report, args)
     _write_evidence(report, args)
     return _EXIT_BY_STATUS.get(report.status, EXIT_INCONCLUSIVE)

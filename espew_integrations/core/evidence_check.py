@@ -17,6 +17,22 @@ trust the verdict they need three things, and this module checks each:
 
 The scoring is never re-implemented here: the replay runs the audit's own
 pipeline, so what is checked is what decided.
+
+Those three prove nothing to an arbiter who distrusts the auditor: the auditor
+wrote the transcript and can chain anything (``chain_records``). Two more checks
+do not rest on the auditor:
+
+4. **the answers are the suspect's** (``requery=SUSPECT``): a keyed random subset
+   of the recorded texts is asked again and must be answered as recorded
+   (:mod:`.requery`);
+5. **the records were fixed before the verdict, and when**: the commit record's
+   anchors, given the commitment before anything was scored. A timestamp's token
+   must be over this transcript's commitment (``timestamp_check`` verifies its
+   signature: :func:`espew_integrations.timestamp.verify_timestamp`); a digest
+   sent to the suspect must be the commitment (only the suspect's own logs can
+   show it arrived).
+
+:class:`EvidenceCheck` says plainly what was and was not proved.
 """
 
 from __future__ import annotations
@@ -25,7 +41,7 @@ import dataclasses
 import json
 import math
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +51,7 @@ from .audit import REPLAYED_SETTINGS, DeadlinePassed
 from .errors import SuspectError
 from .key import WatermarkKey
 from .keyring import KeyRing
+from .requery import DEFAULT_REQUERY_SIZE, DEFAULT_REQUERY_TOLERANCE, Requery, requery
 from .trace import trace
 from .transcript import (
     TRANSCRIPT_FILE,
@@ -46,7 +63,7 @@ from .transcript import (
 )
 from .verify import verify
 
-__all__ = ["P_VALUE_TOLERANCE", "EvidenceCheck", "check_evidence"]
+__all__ = ["P_VALUE_TOLERANCE", "EvidenceCheck", "Findings", "check_evidence"]
 
 #: Relative difference allowed between the recorded and the replayed p-value: the
 #: same pipeline on another machine may round a score in its last bit.
@@ -58,10 +75,34 @@ _PUBLIC_REPORTS = ("report.json",)
 
 
 @dataclasses.dataclass(frozen=True)
+class Findings:
+    """What one check established: lines ``proved``, lines ``not_proved``, and a
+    ``failure`` ('' if none) that makes the evidence not hold."""
+
+    proved: tuple[str, ...] = ()
+    not_proved: tuple[str, ...] = ()
+    failure: str = ""
+
+    def __add__(self, other: Findings) -> Findings:
+        return Findings(
+            self.proved + other.proved,
+            self.not_proved + other.not_proved,
+            self.failure or other.failure,
+        )
+
+
+#: Verifies a commit record's ``timestamp`` anchor against the commitment.
+TimestampCheck = Callable[[dict, str], Findings]
+
+
+@dataclasses.dataclass(frozen=True)
 class EvidenceCheck:
     """The outcome of :func:`check_evidence`: ``holds`` iff the transcript is intact,
-    is the given key's audit, and its replay gives the recorded verdict; ``reason``
-    says why not (or what was re-derived)."""
+    is the given key's audit, its replay gives the recorded verdict, and every
+    check asked for or anchor recorded agrees; ``reason`` says why not (or what was
+    re-derived). ``proved`` and ``not_proved`` say, line by line, what an arbiter
+    who distrusts the auditor may take from it; ``requery`` is what re-asking the
+    suspect found."""
 
     holds: bool
     reason: str
@@ -72,6 +113,9 @@ class EvidenceCheck:
     recorded_p_value: float = math.nan
     replayed_status: str = ""
     replayed_p_value: float = math.nan
+    proved: tuple[str, ...] = ()
+    not_proved: tuple[str, ...] = ()
+    requery: Requery | None = None
 
     def __bool__(self) -> bool:
         return self.holds
@@ -89,6 +133,10 @@ class EvidenceCheck:
             lines.append(
                 f"  replayed          : {self.replayed_status}, p = {self.replayed_p_value:.6g}"
             )
+        if self.proved:
+            lines += ["  proved:", *(f"    - {line}" for line in self.proved)]
+        if self.not_proved:
+            lines += ["  not proved:", *(f"    - {line}" for line in self.not_proved)]
         return "\n".join(lines)
 
 
@@ -141,6 +189,13 @@ def check_evidence(
     key: WatermarkKey | KeyRing,
     *,
     public: str | os.PathLike[str] | None = None,
+    requery_suspect: Callable[[list[str]], object] | None = None,
+    requery_name: str = "",
+    requery_size: int | None = DEFAULT_REQUERY_SIZE,
+    requery_seed: int | None = None,
+    requery_tolerance: float = DEFAULT_REQUERY_TOLERANCE,
+    timestamp_check: TimestampCheck | None = None,
+    require_timestamp: bool = False,
 ) -> EvidenceCheck:
     """Check an audit's transcript in ``private_dir`` against ``key`` (a ring for a trace).
 
@@ -148,6 +203,15 @@ def check_evidence(
     file), checks its chain, that its digest is the one the private report in the
     same directory and the ``public`` report (a file or directory, optional) carry,
     that it is ``key``'s audit, and replays it through the audit's own pipeline.
+
+    With ``requery_suspect`` (the suspect as a callable ``list[str] -> rows``,
+    named ``requery_name``), ``requery_size`` recorded texts (every one for None)
+    drawn from ``requery_seed`` (fresh when None) are asked again and must match
+    within ``requery_tolerance`` (:mod:`.requery`). The commit record's anchors
+    are checked when present: a timestamp's token must be over the commitment, and
+    ``timestamp_check`` verifies its signature (else it is reported unverified);
+    ``require_timestamp`` makes a transcript without a verified timestamp fail.
+
     Returns an :class:`EvidenceCheck`; raises only when nothing can be read
     (``OSError``, or ``ValueError`` for a file that is not a transcript at all).
 
@@ -169,7 +233,151 @@ def check_evidence(
     problem = replay.unused()
     if problem:
         return _fails(transcript, f"the answers are not the audit's: {problem}")
-    return _compared(transcript, *outcome)
+    result = _compared(transcript, *outcome)
+    if not result.holds:
+        return result
+    findings = Findings(
+        proved=(
+            f"chain intact: {transcript.n_records} records, digest {transcript.digest}"
+            + (" (the one the reports carry)" if public is not None else ""),
+            "the recorded verdict and p-value follow from the recorded answers (replayed)",
+        )
+    )
+    findings += _anchor_findings(transcript, timestamp_check, require_timestamp)
+    asked = None
+    if requery_suspect is not None:
+        asked = requery(
+            transcript,
+            requery_suspect,
+            size=requery_size,
+            seed=requery_seed,
+            tolerance=requery_tolerance,
+            batch_size=int((transcript.header.get("settings") or {}).get("batch_size") or 64),
+            suspect_name=requery_name,
+        )
+        findings += _requery_findings(transcript, asked)
+    else:
+        findings += Findings(
+            not_proved=(
+                "that the recorded answers are the suspect's: the suspect was not asked again "
+                "(--requery SUSPECT); whoever wrote the transcript could have written any "
+                "answers and chained them",
+            )
+        )
+    reason = findings.failure or result.reason
+    return dataclasses.replace(
+        result,
+        holds=not findings.failure,
+        reason=reason,
+        proved=findings.proved,
+        not_proved=findings.not_proved,
+        requery=asked,
+    )
+
+
+def _anchor_findings(
+    transcript: Transcript, timestamp_check: TimestampCheck | None, require_timestamp: bool
+) -> Findings:
+    """What the commit record and its anchors prove, or why they fail."""
+    commit = transcript.commit
+    if commit is None:
+        missing = Findings(
+            not_proved=(
+                "that the answers were fixed before the verdict: the transcript has no commit "
+                "record (written by an older version)",
+            )
+        )
+        return missing + _required(require_timestamp, "it has no commit record")
+    anchors = commit.get("anchors") or {}
+    found = Findings(
+        proved=(
+            f"the commitment {transcript.commitment} over every text and answer is recorded "
+            "before the verdict (by the auditor's own code: an anchor below proves it to others)",
+        )
+    )
+    stamp = anchors.get("timestamp")
+    if not isinstance(stamp, dict):
+        found += Findings(
+            not_proved=(
+                "when the records existed: no timestamp (espew verify --timestamp-url URL); "
+                "records could have been rewritten and the chain rebuilt at any time",
+            )
+        )
+        found += _required(require_timestamp, "no timestamp was taken")
+    elif "error" in stamp:
+        found += Findings(
+            not_proved=(f"when the records existed: the timestamp failed: {stamp['error']}",)
+        )
+        found += _required(require_timestamp, "its timestamp failed")
+    elif timestamp_check is None:
+        found += Findings(
+            not_proved=(
+                "when the records existed: a timestamp is recorded but was not verified "
+                "(espew_integrations.evidence.check_evidence or espew evidence check do)",
+            )
+        )
+        found += _required(require_timestamp, "its timestamp was not verified")
+    else:
+        checked = timestamp_check(stamp, transcript.commitment)
+        found += checked
+        if not checked.proved and not checked.failure:
+            found += _required(require_timestamp, "its timestamp's signature was not checked")
+    return found + _suspect_anchor(transcript, anchors.get("suspect"))
+
+
+def _required(require_timestamp: bool, why: str) -> Findings:
+    if not require_timestamp:
+        return Findings()
+    return Findings(failure=f"a verified timestamp is required, and {why}")
+
+
+def _suspect_anchor(transcript: Transcript, sent: object) -> Findings:
+    """What the digest sent to the suspect proves (only the suspect's logs can confirm it)."""
+    if not isinstance(sent, dict):
+        return Findings(
+            not_proved=(
+                "that the suspect was told the commitment: it was not sent (--send-digest)",
+            )
+        )
+    if sent.get("digest") != transcript.commitment:
+        return Findings(
+            failure=f"the digest recorded as sent to the suspect ({sent.get('digest')!r}) is not "
+            "this transcript's commitment: records were edited after it was sent"
+        )
+    if "error" in sent:
+        return Findings(
+            not_proved=(
+                f"that the suspect was told the commitment: sending failed: {sent['error']}",
+            )
+        )
+    return Findings(
+        not_proved=(
+            f"that the suspect received the commitment: the transcript says it was sent in "
+            f"the {sent.get('header')} header at {sent.get('sent')}; only the suspect's own "
+            "logs can confirm it",
+        )
+    )
+
+
+def _requery_findings(transcript: Transcript, asked: Requery) -> Findings:
+    """What re-asking the suspect proves, or why the evidence fails."""
+    if asked.matched:
+        return Findings(
+            proved=(
+                f"answers re-asked and matched: {asked.describe()}",
+                f"a forgery of 10% of the answers would have escaped this with probability "
+                f"{asked.escape_chance(0.1):.2g}, of 1% with {asked.escape_chance(0.01):.2g}",
+            )
+        )
+    if asked.mismatched:
+        return Findings(
+            failure=f"the recorded answers are not the suspect's: {asked.describe()} (forged, "
+            "or the suspect's model changed since the audit)"
+        )
+    return Findings(
+        failure=f"the suspect could not be asked again: {asked.describe()}",
+        not_proved=("that the recorded answers are the suspect's",),
+    )
 
 
 def _fails(transcript: Transcript, reason: str) -> EvidenceCheck:

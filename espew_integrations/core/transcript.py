@@ -13,14 +13,19 @@ timestamps, the package version, the key's commitment, the audit round and the
 level.
 
 Each record is one line of canonical JSON and carries the SHA-256 of the line
-before it (``prev``); the first is a header, the last an ``end`` record with
+before it (``prev``); the first is a header, then the batches, then a
+``commit`` record, written once every answer is in and *before* the verdict is
+computed: it names the chain's head at that point (the *commitment*) and what
+the anchors outside the auditor's control were told of it (an RFC 3161
+timestamp, the digest sent to the suspect). The last is an ``end`` record with
 the recorded verdict. Removing, reordering or editing any record breaks the
 chain at the record after it; the hash of the end record, the *chain head*, is
 the transcript's digest, which the public report carries
 (``transcript_digest``). A re-chained forgery has another head, so it no
-longer matches what was published. The header holds a random nonce, so the
-digest hides the transcript: the suspect, who knows its own answers, cannot
-test guesses about the exact p-value against it.
+longer matches what was published, nor the commitment an anchor holds. The
+header holds a random nonce, so the digest hides the transcript: the suspect,
+who knows its own answers, cannot test guesses about the exact p-value against
+it.
 
 :func:`read_transcript` checks the chain and gives the records back;
 :mod:`.evidence_check` replays them through :func:`.verify.verify` itself.
@@ -40,7 +45,7 @@ import secrets
 import threading
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -48,11 +53,14 @@ from .safe_dir import SafeDirectory
 from .untrusted import printable
 
 __all__ = [
+    "TRANSCRIPT_DIGEST_HEADER",
     "TRANSCRIPT_FILE",
     "TRANSCRIPT_FORMAT",
+    "Anchor",
     "Transcript",
     "TranscriptError",
     "TranscriptRecorder",
+    "chain_records",
     "decode_answer",
     "describe_suspect",
     "encode_answer",
@@ -73,6 +81,21 @@ _PRIVATE_MODE = 0o600
 #: Response headers never recorded: they may carry a credential of the auditor's.
 _SKIPPED_HEADERS = ("cookie", "auth", "token", "key", "secret", "session")
 _MAX_HEADERS = 40
+#: The HTTP header that carries the commitment to the suspect (``send_digest=True``).
+TRANSCRIPT_DIGEST_HEADER = "X-ESpeW-Transcript-Digest"
+
+
+class Anchor(Protocol):
+    """Something outside the auditor's control that is told the commitment before the
+    verdict is computed (an RFC 3161 timestamp authority, :mod:`espew_integrations.timestamp`).
+
+    ``anchor(commitment)`` returns what the commit record keeps of it (JSON-able);
+    ``name`` is its key there. A failure is raised and recorded as an error: the
+    audit goes on, the evidence check says the anchor is missing."""
+
+    name: str
+
+    def __call__(self, commitment: str) -> dict[str, Any]: ...
 
 
 class TranscriptError(ValueError):
@@ -112,6 +135,30 @@ def _line(record: Mapping[str, Any]) -> bytes:
 
 def _digest(line: bytes) -> str:
     return hashlib.sha256(line).hexdigest()
+
+
+def chain_records(records: Sequence[Mapping[str, Any]]) -> tuple[bytes, str]:
+    """``records`` chained as a transcript file: ``(file bytes, "sha256:<head>")``.
+
+    Each record is numbered, given the hash of the line before it (``prev``), a
+    ``commit`` record that hash as its commitment, and an ``end`` record the count
+    of records. Public on purpose: anyone can
+    compute a SHA-256 chain, so a chain its author computed alone proves nothing
+    to whoever distrusts its author. What does is an anchor the author does not
+    control (the commit record's timestamp, the digest the suspect received) and
+    re-asking the suspect (:mod:`.requery`).
+    """
+    lines, head = [], GENESIS
+    for number, given in enumerate(records):
+        record = {**_finite(dict(given)), "record": number, "prev": head}
+        if record.get("kind") == "end":
+            record["n_records"] = len(records)
+        if record.get("kind") == "commit":
+            record["commitment"] = f"sha256:{head}"
+        line = _line(record)
+        lines.append(line + b"\n")
+        head = _digest(line)
+    return b"".join(lines), f"sha256:{head}"
 
 
 def _finite(value: Any) -> Any:
@@ -214,22 +261,44 @@ class TranscriptRecorder:
     :func:`~.verify.verify` and :func:`~.trace.trace` drive it: :meth:`expect`
     with what the audit is (before anything is asked; an existing transcript is
     refused unless ``force``), :meth:`begin` once the order of the texts is
-    drawn, :meth:`batch` after each batch and :meth:`finish` with the verdict,
+    drawn, :meth:`batch` after each batch, :meth:`commit` once every answer is in
+    and *before* the verdict is computed, and :meth:`finish` with the verdict,
     which writes the file at once (a reader never sees half a transcript) and
     returns its digest. Pass the directory as ``verify(..., transcript=DIR)``,
     or a recorder made with ``force=True`` to replace an earlier transcript.
+
+    The commit record fixes the chain's head over every text and answer (the
+    *commitment*) before anything is scored. ``anchors`` hand it to parties the
+    auditor does not control (an RFC 3161 timestamp authority:
+    :class:`espew_integrations.timestamp.TimestampAnchor`); with ``send_digest``
+    an HTTP suspect receives it too, in the :data:`TRANSCRIPT_DIGEST_HEADER` of
+    one last request that asks the audit's last text again.
     """
 
-    def __init__(self, directory: str | os.PathLike[str], *, force: bool = False):
+    def __init__(
+        self,
+        directory: str | os.PathLike[str],
+        *,
+        force: bool = False,
+        anchors: Sequence[Anchor] = (),
+        send_digest: bool = False,
+    ):
         self.directory = Path(directory)
         self.force = force
+        self.anchors = tuple(anchors)
+        self.send_digest = send_digest
         self.digest = ""
+        #: ``"sha256:<head>"`` of the chain once every answer is in, before the verdict.
+        self.commitment = ""
+        #: What the commit record holds of each anchor (and of the digest sent).
+        self.anchored: dict[str, dict[str, Any]] = {}
         self._lines: list[bytes] = []
         self._head = GENESIS
         self._header: dict[str, Any] = {}
         self._responses: list[dict[str, Any]] = []
         self._lock = threading.Lock()
         self._observed: Any = None
+        self._suspect: Any = None
         self._closed = False
 
     @property
@@ -258,6 +327,7 @@ class TranscriptRecorder:
             **_finite(dict(fields)),
         }
         inner = _unwrapped(suspect)
+        self._suspect = inner
         if hasattr(inner, "response_observer"):  # an HTTP client: record what each answer says
             self._observed = inner
             inner.response_observer = self._observe
@@ -296,6 +366,48 @@ class TranscriptRecorder:
             record["responses"], self._responses = self._responses, []
         self._append(record)
 
+    def commit(self, last_text: str | None = None) -> str:
+        """The commit record: the chain's head over every answer, fixed before the verdict.
+
+        Each anchor is told the commitment and the commit record keeps what it
+        returned (or its error: the audit goes on without it). With
+        ``send_digest`` an HTTP suspect receives it in the
+        :data:`TRANSCRIPT_DIGEST_HEADER` of a request that asks ``last_text``
+        (the audit's last text) again. Returns ``"sha256:<head>"``.
+        """
+        if self._closed or not self._lines or self.commitment:
+            raise RuntimeError("commit() comes once, after the batches and before finish()")
+        self.commitment = f"sha256:{self._head}"
+        for anchor in self.anchors:
+            try:
+                self.anchored[anchor.name] = _finite(dict(anchor(self.commitment)))
+            except Exception as exc:  # an anchor that failed is missing, never fatal
+                self.anchored[anchor.name] = {"error": printable(f"{type(exc).__name__}: {exc}")}
+        if self.send_digest:
+            self.anchored["suspect"] = self._send_digest(last_text)
+        self._append({"kind": "commit", "commitment": self.commitment, "anchors": self.anchored})
+        return self.commitment
+
+    def _send_digest(self, text: str | None) -> dict[str, Any]:
+        """The commitment sent to the suspect with one more request, as recorded."""
+        sent: dict[str, Any] = {
+            "header": TRANSCRIPT_DIGEST_HEADER,
+            "digest": self.commitment,
+            "sent": utc_now(),
+        }
+        sender = getattr(self._suspect, "send_transcript_digest", None)
+        if not callable(sender) or not text:
+            reason = "no text was asked" if callable(sender) else "the suspect is not an HTTP"
+            return {**sent, "error": f"{reason} endpoint: the digest could not be sent"}
+        sent["text"] = text
+        try:
+            sent["answer"] = encode_answer(sender(self.commitment, text))
+        except Exception as exc:  # the suspect's fault: recorded, never fatal
+            sent["error"] = printable(f"{type(exc).__name__}: {exc}")
+        with self._lock:
+            sent["responses"], self._responses = self._responses, []
+        return {**sent, "received": utc_now()}
+
     def finish(self, outcome: Mapping[str, Any]) -> str:
         """Write the end record (``outcome``: the verdict as recorded) and the file;
         returns the digest, ``"sha256:<chain head>"``, which the public report carries."""
@@ -333,17 +445,25 @@ class TranscriptRecorder:
 @dataclasses.dataclass(frozen=True)
 class Transcript:
     """An intact transcript: its header, its batch records in order, its end record
-    and its digest (``"sha256:<chain head>"``)."""
+    and its digest (``"sha256:<chain head>"``); ``commit`` is the commit record
+    written before the verdict (None in a transcript from before it existed)."""
 
     header: dict[str, Any]
     batches: tuple[dict[str, Any], ...]
     end: dict[str, Any]
     digest: str
+    commit: dict[str, Any] | None = None
 
     @property
     def n_records(self) -> int:
-        """Records in the chain, header and end included."""
-        return len(self.batches) + 2
+        """Records in the chain, header, commit and end included."""
+        return len(self.batches) + 2 + (self.commit is not None)
+
+    @property
+    def commitment(self) -> str:
+        """``"sha256:<head>"`` of the chain over the header and every batch, the head the
+        commit record follows (what its anchors were given); '' without a commit record."""
+        return "" if self.commit is None else f"sha256:{self.commit['prev']}"
 
 
 def read_transcript(path: str | os.PathLike[str]) -> Transcript:
@@ -407,7 +527,21 @@ def _checked_shape(records: list[dict[str, Any]], head: str) -> Transcript:
             f"records, the transcript holds {len(records)}",
             last,
         )
-    for number, record in enumerate(records[1:last], start=1):
+    commit = records[last - 1] if records[last - 1].get("kind") == "commit" else None
+    stop = last - 1 if commit is not None else last
+    for number, record in enumerate(records[1:stop], start=1):
         if record.get("kind") not in ("batch", "deadline"):
-            raise TranscriptError(f"record {number} is a {record.get('kind')!r} record", number)
-    return Transcript(records[0], tuple(records[1:last]), records[last], f"sha256:{head}")
+            where = " (a commit record comes last before the end)" * (
+                record.get("kind") == "commit"
+            )
+            raise TranscriptError(
+                f"record {number} is a {record.get('kind')!r} record{where}", number
+            )
+    if commit is not None and commit.get("commitment") != f"sha256:{commit['prev']}":
+        raise TranscriptError(
+            f"the commit record (record {stop}) names {commit.get('commitment')!r}, not the "
+            "chain's head before it: records before it were edited and the chain rebuilt",
+            stop,
+        )
+    batches = tuple(records[1:stop])
+    return Transcript(records[0], batches, records[last], f"sha256:{head}", commit)

@@ -32,6 +32,7 @@ import email.utils
 import json
 import logging
 import random
+import re
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -60,6 +61,7 @@ _RETRY_STATUSES = frozenset({408, 409, 425, 429})
 # Custom headers whose values are credentials (Azure's api-key, X-API-Key, cookies...).
 _CREDENTIAL_HEADER_PARTS = ("auth", "key", "token", "secret", "cookie", "session", "password")
 _DEFAULT_MAX_RESPONSE_BYTES = 256 * 2**20
+_DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
 
 
 class EndpointError(SuspectError):
@@ -233,6 +235,24 @@ class OpenAIEndpoint:
 
     embed = __call__
 
+    def send_transcript_digest(self, digest: str, text: str) -> np.ndarray:
+        """Ask ``text`` again with ``digest`` in the ``X-ESpeW-Transcript-Digest`` header.
+
+        How an audit's transcript tells the suspect its commitment before the
+        verdict is computed (``espew verify --send-digest``): the suspect's logs
+        then hold what the auditor committed to, out of the auditor's reach. One
+        text, counted against the budget and retried like any batch; returns its
+        row. The digest must be ``sha256:`` and 64 hex digits (nothing else is
+        ever put in a header).
+        """
+        from ..core.transcript import TRANSCRIPT_DIGEST_HEADER
+
+        if not _DIGEST.fullmatch(digest):
+            raise ValueError(f"a transcript digest is 'sha256:<64 hex digits>', got {digest!r}")
+        if not isinstance(text, str) or not text:
+            raise ValueError("the digest goes with one non-empty text")
+        return self._embed_batch([text], headers={TRANSCRIPT_DIGEST_HEADER: digest})
+
     def close(self) -> None:
         """Close the underlying HTTP connection pool."""
         if self._client is not None:
@@ -288,7 +308,9 @@ class OpenAIEndpoint:
         base = min(self.backoff * (2**attempt), self.max_backoff)
         return base * (0.5 + 0.5 * self._rng.random())
 
-    def _embed_batch(self, batch: list[str]) -> np.ndarray:
+    def _embed_batch(
+        self, batch: list[str], headers: Mapping[str, str] | None = None
+    ) -> np.ndarray:
         """The rows for one batch, retried with backoff while the failure may pass."""
         if self._unreachable is not None:
             # Never reached it at all: fail fast instead of backing off per batch.
@@ -302,7 +324,7 @@ class OpenAIEndpoint:
             payload["dimensions"] = self.dimensions
         for attempt in range(self.max_retries + 1):
             self._reserve(len(batch))
-            outcome = self._attempt(payload, len(batch))
+            outcome = self._attempt(payload, len(batch), headers)
             if not isinstance(outcome, _Failure):
                 return outcome
             if attempt == self.max_retries:
@@ -319,7 +341,9 @@ class OpenAIEndpoint:
             time.sleep(delay)
         raise self._gave_up(outcome)
 
-    def _attempt(self, payload: dict[str, Any], n_expected: int) -> np.ndarray | _Failure:
+    def _attempt(
+        self, payload: dict[str, Any], n_expected: int, headers: Mapping[str, str] | None = None
+    ) -> np.ndarray | _Failure:
         """One request: its rows, or a failure worth retrying.
 
         Why apart from the retry loop: this is where an answer is sorted into
@@ -334,7 +358,7 @@ class OpenAIEndpoint:
         problem = ""
         too_large = False
         try:
-            answer = self._post(payload)
+            answer = self._post(payload, headers)
         except httpx.TimeoutException:
             problem = f"timed out after {self.timeout:g} s"
         except _TooSlow:
@@ -382,11 +406,14 @@ class OpenAIEndpoint:
             f"{self.url} kept failing after {attempts} attempt(s): {failure.problem}"
         )
 
-    def _post(self, payload: dict[str, Any]) -> tuple[int, bytes, str, str | None, dict[str, str]]:
-        """Send one request; ``(status, body, reason, Retry-After, headers)``, the body
-        within limits."""
+    def _post(
+        self, payload: dict[str, Any], headers: Mapping[str, str] | None = None
+    ) -> tuple[int, bytes, str, str | None, dict[str, str]]:
+        """Send one request (with ``headers`` beside the client's own); ``(status, body,
+        reason, Retry-After, headers)``, the body within limits."""
         deadline = time.monotonic() + self.total_timeout
-        with self._http().stream("POST", self.url, json=payload) as response:
+        extra = dict(headers) if headers else None
+        with self._http().stream("POST", self.url, json=payload, headers=extra) as response:
             declared = response.headers.get("content-length")
             if declared and declared.isdigit() and int(declared) > self.max_response_bytes:
                 raise _TooLarge

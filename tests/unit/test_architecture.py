@@ -40,6 +40,7 @@ LAYERS: dict[str, int] = {
     PACKAGE: 1,  # the package root re-exports the public API
     f"{PACKAGE}.suspects": 1,
     f"{PACKAGE}.evidence": 1,
+    f"{PACKAGE}.timestamp": 1,
     f"{PACKAGE}._wrapper_common": 1,
     f"{PACKAGE}.langchain": 1,
     f"{PACKAGE}.llama_index": 1,

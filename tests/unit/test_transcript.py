@@ -17,6 +17,7 @@ from espew_integrations.core.transcript import (
     TRANSCRIPT_FILE,
     TranscriptError,
     TranscriptRecorder,
+    chain_records,
     decode_answer,
     encode_answer,
     read_transcript,
@@ -37,19 +38,10 @@ def write_lines(directory, lines: list[bytes]) -> None:
 
 
 def rechained(lines: list[bytes]) -> list[bytes]:
-    """The forger's move: every record renumbered and its ``prev`` recomputed after an edit."""
-    import hashlib
-
-    out, head = [], "0" * 64
-    for number, line in enumerate(lines):
-        record = json.loads(line)
-        record.update(prev=head, record=number)
-        if record["kind"] == "end":
-            record["n_records"] = len(lines)
-        line = json.dumps(record, sort_keys=True, separators=(",", ":")).encode()
-        head = hashlib.sha256(line).hexdigest()
-        out.append(line)
-    return out
+    """The forger's move: every record renumbered and its ``prev`` recomputed after an edit
+    (and the commit record's commitment with it), with the transcript module's own chaining."""
+    chained, _ = chain_records([json.loads(line) for line in lines])
+    return chained.splitlines()
 
 
 def edited_answer(line: bytes, row: int = 0, column: int = 0) -> bytes:
@@ -184,10 +176,11 @@ def test_a_rechained_transcript_with_other_answers_or_texts_does_not_replay(audi
     write_lines(private, rechained([lines[0], swapped, *lines[2:]]))
     check = check_evidence(private, KEY)
     assert not check.holds and "record 1: its texts are not the ones" in check.reason
-    write_lines(private, rechained([*lines[:-2], lines[-1]]))  # the last batch dropped
+    assert json.loads(lines[-2])["kind"] == "commit"  # the batches end before it
+    write_lines(private, rechained([*lines[:-3], *lines[-2:]]))  # the last batch dropped
     check = check_evidence(private, KEY)
     assert not check.holds and "answers were removed" in check.reason
-    write_lines(private, rechained([*lines[:-1], lines[1], lines[-1]]))  # a batch added
+    write_lines(private, rechained([*lines[:-2], lines[1], *lines[-2:]]))  # a batch added
     check = check_evidence(private, KEY)
     assert not check.holds and "(records added)" in check.reason
 

@@ -129,7 +129,9 @@ def ask_shuffled(
     """The texts' order (triggers, others and cover mixed) and the suspect's replies.
 
     Without a ``seed`` one is drawn here (as ``default_rng(None)`` would draw it), so
-    that a transcript can keep it and its replay send the texts in the same order."""
+    that a transcript can keep it and its replay send the texts in the same order.
+    A transcript is committed here, once the asking is over and before any answer
+    is scored (:meth:`..transcript.TranscriptRecorder.commit`)."""
     shuffle = seed if seed is not None else int(cast(int, np.random.SeedSequence().entropy))
     order = np.random.default_rng(shuffle).permutation(len(texts))
     if recorder is not None:
@@ -138,6 +140,8 @@ def ask_shuffled(
     replies = query_suspect(
         suspect_fn, asked, batch_size, progress, expected_dim, deadline, recorder
     )
+    if recorder is not None:  # every answer fixed and anchored before any is scored
+        recorder.commit(asked[len(replies.answers) - 1] if len(replies.answers) else None)
     return order, replies
 
 
