@@ -70,10 +70,11 @@ def __getattr__(name: str) -> Any:
 class ESpeWEmbeddingFunction(WatermarkingWrapper, EmbeddingFunction[Documents]):
     """A Chroma embedding function returning ``watermark(texts, inner(texts), key, view=view)``.
 
-    The key comes from exactly one of ``key`` (a loaded
+    The key comes from at most one of ``key`` (a loaded
     :class:`~espew_integrations.WatermarkKey`), ``key_path`` (a key file) or
     ``key_env`` (the name of an environment variable holding a key file path
-    or the key's JSON, conventionally ``"ESPEW_KEY"``), as in every wrapper.
+    or the key's JSON); with none of them, from ``$ESPEW_KEY`` (persisted as
+    ``key_env="ESPEW_KEY"``), as in every wrapper.
     Give it by location for a collection that must be reopened: that location
     is what gets persisted. A key object works for embedding, but such a
     function cannot be persisted and :meth:`get_config` says so. ``inner``

@@ -68,11 +68,11 @@ class ESpeWEmbedding(WatermarkingWrapper, BaseEmbedding):
     texts go to the inner model as LlamaIndex would send them (its contract
     allows them) and come back unmarked.
 
-    The key comes from exactly one of ``key`` (a loaded
+    The key comes from at most one of ``key`` (a loaded
     :class:`~espew_integrations.WatermarkKey`), ``key_path`` (a key file) or
     ``key_env`` (the name of an environment variable holding a key file path
-    or the key's JSON, conventionally ``"ESPEW_KEY"``). Nothing is read from
-    the environment unless it is named.
+    or the key's JSON); with none of them, from ``$ESPEW_KEY``, as every
+    ``espew`` command reads it.
 
     ``view`` decides which text the triggers are matched on. By default it is
     the inner model's own ``.view`` (the offline

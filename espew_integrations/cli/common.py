@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
-import os
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -59,9 +58,10 @@ class Parser(argparse.ArgumentParser):
 def load_key(source: str | None, *, audit: str | None = None, need_audit: bool = False) -> Any:
     """A key from a file path, or from an environment variable with ``env:VAR``.
 
-    ``source`` is ``None`` when ``--key`` was not given: then ``$ESPEW_KEY`` is
-    read, and if it is unset the error names ``--key`` first, since a newcomer
-    who forgot the flag has never heard of the variable.
+    The rule of :mod:`~espew_integrations.core.key_source`, shared with ``espew
+    serve`` and the wrappers: ``source`` is ``None`` when ``--key`` was not given,
+    and then ``$ESPEW_KEY`` is read; if it is unset the error names ``--key``
+    first, since a newcomer who forgot the flag has never heard of the variable.
     ``audit`` names the key's audit file (``--audit``; by default the file
     beside the key). With ``need_audit`` (verify) the audit is read at once, so
     a missing or mismatched audit is one clear error before any query is sent.
@@ -69,19 +69,15 @@ def load_key(source: str | None, *, audit: str | None = None, need_audit: bool =
     >>> load_key("provider.key")       # doctest: +SKIP
     >>> load_key("env:ESPEW_KEY", audit="provider.key.audit", need_audit=True)  # doctest: +SKIP
     """
-    from ..core.key import WatermarkKey
+    from ..core.key_source import resolve_key_source
 
-    if source is None:
-        if not os.environ.get(DEFAULT_KEY_VARIABLE, "").strip():
-            raise UsageError(
-                f"no key given: pass --key PATH (or --key env:VAR), or set {DEFAULT_KEY_VARIABLE} "
-                "to a key file path"
-            )
-        source = f"env:{DEFAULT_KEY_VARIABLE}"
-    if source.startswith("env:"):
-        key = WatermarkKey.from_env(source[4:] or DEFAULT_KEY_VARIABLE, audit_path=audit)
-    else:
-        key = WatermarkKey.load(source, audit_path=audit)
+    resolved = resolve_key_source(source, audit_path=audit)
+    if resolved is None:
+        raise UsageError(
+            f"no key given: pass --key PATH (or --key env:VAR), or set {DEFAULT_KEY_VARIABLE} "
+            "to a key file path or the key's JSON"
+        )
+    key = resolved[0]
     if need_audit:
         key.audit  # noqa: B018 - reads and checks the audit file now
     return key

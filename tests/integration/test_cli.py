@@ -537,7 +537,7 @@ def no_listening(monkeypatch) -> list[dict]:
 )
 def test_serve_refuses_bad_settings_before_listening(no_listening, capsys, extra, message):
     """Before: port 70000 was a traceback; log level 'foo' crashed after 'listening'."""
-    assert main(["serve", "--embedder", "minilm", *extra]) == EXIT_USAGE
+    assert main(["serve", "--embedder", "minilm", "--no-watermark", *extra]) == EXIT_USAGE
     captured = capsys.readouterr()
     assert message in captured.err and "Traceback" not in captured.err
     assert no_listening == [] and "espew serve:" not in captured.out
