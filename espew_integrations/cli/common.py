@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import sys
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -159,17 +160,52 @@ def counting(embed: Callable[[list[str]], Any], bar: Any) -> Callable[[list[str]
     return wrapped
 
 
-def announcing_last(bar: Any, step: str) -> Callable[[int], None]:
-    """``bar.update`` that names ``step`` on the bar once its total is reached.
+def announcing_last(bar: Any, step: str) -> Callable[[int, int], None]:
+    """A ``progress(done, total)`` that moves ``bar`` and names ``step`` once done.
 
     The audit scores the answers after its last query; without this the bar
     sits silent at 100% while the rank test runs.
     """
 
-    def update(n: int) -> None:
-        bar.update(n)
-        if bar.total is not None and bar.n >= bar.total:
+    def update(done: int, total: int) -> None:
+        if bar.total != total:
+            bar.total = total
+        bar.update(done - bar.n)
+        if done >= total:
             bar.set_description_str(step)
+
+    return update
+
+
+def warning_past_deadline(
+    progress: Callable[[int, int], None], deadline: float | None, *, clock: Callable[[], float]
+) -> Callable[[int, int], None]:
+    """``progress`` that warns once, after the first answers, when the audit will not
+    fit in ``deadline`` at the pace they came: it would end inconclusive.
+
+    The estimate is the elapsed time scaled to the whole audit; it is printed on
+    stderr, with what to do (raise or drop ``--deadline``), not acted on.
+    """
+    if deadline is None:
+        return progress
+    start = clock()
+    warned = False
+
+    def update(done: int, total: int) -> None:
+        nonlocal warned
+        progress(done, total)
+        if warned or done <= 0 or done >= total:
+            return
+        warned = True
+        estimate = (clock() - start) * total / done
+        if estimate > deadline:
+            print(
+                f"warning: at this pace the audit needs about {estimate:,.0f} s, past its "
+                f"--deadline of {deadline:g} s, so it will end inconclusive; raise --deadline "
+                "or drop it (the stall guard alone stops a suspect that stops answering)",
+                file=sys.stderr,
+                flush=True,
+            )
 
     return update
 
@@ -324,12 +360,16 @@ def audit_suspect(
     """Resolve ``--suspect``, run ``audit(suspect, *audit_args, ...)`` with a bar, then close it.
 
     The one query step of ``espew verify`` and ``espew trace``: both pass the
-    same audit flags (level, batch size, seed, coverage), and an HTTP suspect's
-    connections are closed whatever the audit raised.
+    same audit flags (level, batch size, seed, coverage, stall guard, deadline),
+    and an HTTP suspect's connections are closed whatever the audit raised. The
+    bar names the deadline when one is set and warns when the audit will not fit.
     """
     suspect, name = resolve_embedder(suspect_spec(args), **endpoint_options(args))
+    deadline = getattr(args, "deadline", None)
+    shown = f"querying {name}" + ("" if deadline is None else f" (deadline {deadline:g} s)")
     try:
-        with progress(n_queries, f"querying {name}", "query", not args.no_progress) as bar:
+        with progress(n_queries, shown, "query", not args.no_progress) as bar:
+            advance = announcing_last(bar, f"scoring {name}'s answers: running the rank test")
             return audit(
                 suspect,
                 *audit_args,
@@ -337,7 +377,9 @@ def audit_suspect(
                 batch_size=args.batch_size,
                 seed=args.seed,
                 min_coverage=args.min_coverage,
-                progress=announcing_last(bar, f"scoring {name}'s answers: running the rank test"),
+                progress=warning_past_deadline(advance, deadline, clock=time.monotonic),
+                deadline=deadline,
+                stall_timeout=args.stall_timeout,
                 **options,
             )
     finally:

@@ -252,9 +252,7 @@ def run_trace(args: argparse.Namespace) -> int:
     if args.private_report_dir:
         prepare_private_dir(args.private_report_dir, args.report_dir)
         refuse_old_transcript(args.private_report_dir, force=args.force)
-    report = audit_suspect(
-        args, trace, n_queries, ring, tenants, deadline=args.deadline, **recording_options(args)
-    )
+    report = audit_suspect(args, trace, n_queries, ring, tenants, **recording_options(args))
     print(report.to_json() if args.json else report)
     if args.private_report_dir:
         _save_private_trace(report, args.private_report_dir, force=args.force)
