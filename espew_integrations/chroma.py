@@ -31,11 +31,18 @@ import warnings
 from typing import Any
 
 import numpy as np
-from chromadb.api.types import Documents, EmbeddingFunction, Embeddings, Space
-from chromadb.utils.embedding_functions import (
-    known_embedding_functions,
-    register_embedding_function,
-)
+
+from ._optional import raise_missing_extra
+
+try:
+    from chromadb.api.types import Documents, EmbeddingFunction, Embeddings, Space
+    from chromadb.utils.embedding_functions import (
+        known_embedding_functions,
+        register_embedding_function,
+    )
+except ImportError as _error:
+    raise_missing_extra(_error, "chroma", "espew_integrations.chroma", "chromadb")
+    raise
 
 from ._wrapper_common import (
     DISCOVER,

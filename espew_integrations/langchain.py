@@ -18,7 +18,13 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from langchain_core.embeddings import Embeddings
+from ._optional import raise_missing_extra
+
+try:
+    from langchain_core.embeddings import Embeddings
+except ImportError as _error:
+    raise_missing_extra(_error, "langchain", "espew_integrations.langchain", "langchain_core")
+    raise
 
 from ._wrapper_common import (
     DISCOVER,

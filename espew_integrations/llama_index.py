@@ -28,8 +28,14 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from llama_index.core.base.embeddings.base import BaseEmbedding, Embedding
-from llama_index.core.bridge.pydantic import PrivateAttr
+from ._optional import raise_missing_extra
+
+try:
+    from llama_index.core.base.embeddings.base import BaseEmbedding, Embedding
+    from llama_index.core.bridge.pydantic import PrivateAttr
+except ImportError as _error:
+    raise_missing_extra(_error, "llama-index", "espew_integrations.llama_index", "llama_index")
+    raise
 
 from ._wrapper_common import (
     DISCOVER,

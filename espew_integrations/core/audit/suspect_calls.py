@@ -178,6 +178,10 @@ def _ask_batch(
         if recorder is not None:
             recorder.batch(batch, sent, expired=True)
         return None, passed.kind
+    except ImportError:
+        # A package missing here (httpx for an endpoint, a model's own) is the auditor's
+        # to install, not the suspect's fault: it ends the audit with its own message.
+        raise
     except Exception as exc:  # a fault is missing data, never evidence
         errors.append(printable(f"{type(exc).__name__}: {exc}"))
         if recorder is not None:
