@@ -24,6 +24,7 @@ __all__ = [
     "add_audit_argument",
     "add_endpoint_flags",
     "add_suspect_arguments",
+    "advancing",
     "announcing_last",
     "counting",
     "endpoint_options",
@@ -160,17 +161,27 @@ def counting(embed: Callable[[list[str]], Any], bar: Any) -> Callable[[list[str]
     return wrapped
 
 
+def advancing(bar: Any) -> Callable[[int, int], None]:
+    """The library's ``progress(done, total)`` callback, shown on ``bar`` (total and all)."""
+
+    def update(done: int, total: int) -> None:
+        if bar.total != total:
+            bar.total = total
+        bar.update(done - bar.n)
+
+    return update
+
+
 def announcing_last(bar: Any, step: str) -> Callable[[int, int], None]:
     """A ``progress(done, total)`` that moves ``bar`` and names ``step`` once done.
 
     The audit scores the answers after its last query; without this the bar
     sits silent at 100% while the rank test runs.
     """
+    advance = advancing(bar)
 
     def update(done: int, total: int) -> None:
-        if bar.total != total:
-            bar.total = total
-        bar.update(done - bar.n)
+        advance(done, total)
         if done >= total:
             bar.set_description_str(step)
 

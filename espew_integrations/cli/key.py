@@ -13,7 +13,14 @@ from pathlib import Path
 from typing import Any
 
 from ..arguments import add_embedder_argument
-from .common import UsageError, counting, endpoint_options, load_key, positive_int, progress
+from .common import (
+    UsageError,
+    advancing,
+    endpoint_options,
+    load_key,
+    positive_int,
+    progress,
+)
 
 __all__ = [
     "add_audit_source_arguments",
@@ -168,7 +175,8 @@ def reaudited(holder: Any, args: argparse.Namespace) -> Any:
     corpus = audit_corpus(args)
     embed, name = resolve_embedder(args.embedder, **endpoint_options(args))
     with progress(None, f"embedding with {name}", "text", not args.no_progress) as bar:
-        return holder.with_audit(corpus, counting(embed, bar), **audit_options(args))
+        # with_audit reports (done, total): the bar gets its total (and so an ETA)
+        return holder.with_audit(corpus, embed, progress=advancing(bar), **audit_options(args))
 
 
 def run_reaudit(args: argparse.Namespace) -> int:
