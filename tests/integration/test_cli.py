@@ -633,6 +633,25 @@ def test_key_check_prints_the_commitment_of_a_verifiable_key(key_path, key, caps
     assert key.target_text not in out and not any(f" {w} " in out for w in key.triggers)
 
 
+def test_key_check_checks_a_serving_key_without_its_audit(tmp_path, key_path, key, capsys):
+    """Issue 48: a serving key (no audit file beside it) failed on the missing audit; it is
+    a complete serving key, and key check says what it checked and what is absent."""
+    import shutil
+
+    serving = tmp_path / "serving.key"
+    shutil.copy(key_path, serving)
+    serving.chmod(0o600)
+    assert main(["key", "check", str(serving)]) == 0
+    captured = capsys.readouterr()
+    assert f"key {key.key_id}: OK" in captured.out and "a serving key" in captured.out
+    assert key.commitment() in captured.out
+    assert "audit file" in captured.err and "is missing" in captured.err
+    audit = key_path.with_name(key_path.name + ".audit")
+    assert main(["key", "check", str(serving), "--audit", str(audit)]) == 0
+    out = capsys.readouterr().out
+    assert "stored probes" in out and "a serving key" not in out
+
+
 def test_key_check_flags_an_unverifiable_version_1_key(tmp_path, key, capsys):
     import hashlib
     import json
