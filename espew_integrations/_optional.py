@@ -23,10 +23,23 @@ from types import ModuleType
 
 from .core.errors import ESpeWError
 
-__all__ = ["MissingExtraError", "install_line", "missing", "require"]
+__all__ = [
+    "MissingExtraError",
+    "ensure",
+    "install_line",
+    "missing",
+    "raise_missing_extra",
+    "require",
+]
 
 #: The distribution name of an import name, where the two differ (what pip is told).
-_DISTRIBUTIONS = {"sklearn": "scikit-learn", "yaml": "pyyaml"}
+_DISTRIBUTIONS = {
+    "sklearn": "scikit-learn",
+    "yaml": "pyyaml",
+    "langchain_core": "langchain-core",
+    "llama_index": "llama-index-core",
+    "prometheus_client": "prometheus-client",
+}
 
 
 class MissingExtraError(ESpeWError, ModuleNotFoundError):
@@ -48,16 +61,45 @@ def missing(module: str) -> bool:
     return importlib.util.find_spec(top) is None
 
 
+def _error(top: str, extra: str, purpose: str) -> MissingExtraError:
+    package = _DISTRIBUTIONS.get(top, top)
+    return MissingExtraError(f"{package} is needed for {purpose}: {install_line(extra)}", name=top)
+
+
+def ensure(module: str, extra: str, purpose: str) -> None:
+    """A :class:`MissingExtraError` naming ``purpose`` and ``extra`` when ``module`` is
+    absent; nothing is imported (a constructor checks its extra before any work)."""
+    top = module.partition(".")[0]
+    if missing(top):
+        raise _error(top, extra, purpose)
+
+
+def raise_missing_extra(error: ImportError, extra: str, purpose: str, *modules: str) -> None:
+    """Raise a :class:`MissingExtraError` from ``error`` when it says one of ``modules``
+    (top-level import names) is absent; return otherwise, for the caller to re-raise.
+
+    For a module whose framework import sits at its top::
+
+        try:
+            from langchain_core.embeddings import Embeddings
+        except ImportError as exc:
+            raise_missing_extra(exc, "langchain", "the LangChain wrapper", "langchain_core")
+            raise
+
+    An installed framework that fails while importing (its own dependency broken)
+    keeps its own error, which is the real problem to fix.
+    """
+    name = getattr(error, "name", None) or ""
+    top = name.partition(".")[0]
+    if isinstance(error, ModuleNotFoundError) and top in modules:
+        raise _error(top, extra, purpose) from error
+
+
 def require(module: str, extra: str, purpose: str) -> ModuleType:
     """``module`` imported, or a :class:`MissingExtraError` naming ``purpose`` and ``extra``.
 
     Only a module that is absent becomes this error; one that is installed but fails
     while importing raises its own error, which is the real problem to fix.
     """
-    top = module.partition(".")[0]
-    if missing(top):
-        package = _DISTRIBUTIONS.get(top, top)
-        raise MissingExtraError(
-            f"{package} is needed for {purpose}: {install_line(extra)}", name=top
-        )
+    ensure(module, extra, purpose)
     return importlib.import_module(module)

@@ -3,9 +3,10 @@
 The three wrappers differ only in their framework's method names. Everything
 else lives here once, so they cannot drift apart:
 
-- **finding the key** (:func:`resolve_key`): exactly one of ``key``,
-  ``key_path`` or ``key_env``, and a clear error naming the three when none
-  is given. Nothing is read from the environment unless asked by name;
+- **finding the key** (:func:`resolve_key`): at most one of ``key``,
+  ``key_path`` or ``key_env``; with none, ``$ESPEW_KEY`` as every ``espew``
+  command reads it (:mod:`.core.key_source`), and a clear error naming the
+  three when that is unset too;
 - **checking texts** (:func:`checked_texts`, :func:`checked_text`) at the
   wrapper boundary, before the (possibly paid) inner model sees them, with one
   error type, :class:`~espew_integrations.core.errors.EmbeddingInputError`;
@@ -35,9 +36,11 @@ from typing import Any, Final, Literal, TypeAlias
 
 import numpy as np
 
+from .core.defaults import DEFAULT_KEY_VARIABLE
 from .core.errors import EmbeddingInputError
 from .core.inject import check_texts, watermark
 from .core.key import WatermarkKey
+from .core.key_source import find_key_source
 from .core.model_check import ModelGuard
 from .core.text import TextView, discover_view
 from .core.traffic_sample import TrafficSample
@@ -83,12 +86,13 @@ def resolve_key(
     key_env: str | None = None,
     wrapper: str = "the wrapper",
 ) -> KeySource:
-    """The key from exactly one of a key object, a key file or an environment variable.
+    """The key from at most one of a key object, a key file or an environment variable.
 
     One documented way for every wrapper: ``key=WatermarkKey.load(path)`` (in
     memory), ``key_path="provider.key"`` (the file is loaded and checked now)
-    or ``key_env="ESPEW_KEY"`` (the variable holds a key file path or the key's
-    JSON). Nothing is read from the environment unless its name is given, and
+    or ``key_env="VAR"`` (the variable holds a key file path or the key's
+    JSON). With none of them, ``$ESPEW_KEY`` is read when it is set, as every
+    ``espew`` command reads it (:mod:`.core.key_source`: one rule for the key);
     two sources are refused rather than reconciled.
 
     >>> resolve_key(None, key_env="ESPEW_KEY")  # doctest: +SKIP
@@ -96,12 +100,6 @@ def resolve_key(
     """
     sources = {"key": key, "key_path": key_path, "key_env": key_env}
     given = [name for name, value in sources.items() if value is not None]
-    if not given:
-        raise TypeError(
-            f"{wrapper} needs a watermark key: pass exactly one of key=WatermarkKey.load(path), "
-            "key_path='provider.key' or key_env='ESPEW_KEY' (a variable holding a key file "
-            "path or the key's JSON)"
-        )
     if len(given) > 1:
         raise TypeError(f"{wrapper} takes exactly one of key, key_path or key_env; got {given}")
     if key is not None:
@@ -111,12 +109,19 @@ def resolve_key(
                 "key_path=, for an environment variable key_env="
             )
         return KeySource(key, {})
-    if key_path is not None:
-        path = Path(key_path)
-        return KeySource(WatermarkKey.load(path), {"key_path": str(path.resolve())})
-    if not isinstance(key_env, str) or not key_env:
+    if key_env is not None and (not isinstance(key_env, str) or not key_env):
         raise TypeError(f"key_env must be the name of an environment variable, got {key_env!r}")
-    return KeySource(WatermarkKey.from_env(key_env), {"key_env": key_env})
+    if key_path is not None:
+        source = find_key_source(Path(key_path))
+    else:
+        source = find_key_source(None if key_env is None else f"env:{key_env}")
+    if source is None:
+        raise TypeError(
+            f"{wrapper} needs a watermark key: pass one of key=WatermarkKey.load(path), "
+            "key_path='provider.key' or key_env='VAR' (a variable holding a key file path or "
+            f"the key's JSON), or set {DEFAULT_KEY_VARIABLE}"
+        )
+    return KeySource(source.load(), source.location)
 
 
 # ---------------------------------------------------------------------- texts

@@ -31,11 +31,18 @@ import warnings
 from typing import Any
 
 import numpy as np
-from chromadb.api.types import Documents, EmbeddingFunction, Embeddings, Space
-from chromadb.utils.embedding_functions import (
-    known_embedding_functions,
-    register_embedding_function,
-)
+
+from ._optional import raise_missing_extra
+
+try:
+    from chromadb.api.types import Documents, EmbeddingFunction, Embeddings, Space
+    from chromadb.utils.embedding_functions import (
+        known_embedding_functions,
+        register_embedding_function,
+    )
+except ImportError as _error:
+    raise_missing_extra(_error, "chroma", "espew_integrations.chroma", "chromadb")
+    raise
 
 from ._wrapper_common import (
     DISCOVER,
@@ -70,10 +77,11 @@ def __getattr__(name: str) -> Any:
 class ESpeWEmbeddingFunction(WatermarkingWrapper, EmbeddingFunction[Documents]):
     """A Chroma embedding function returning ``watermark(texts, inner(texts), key, view=view)``.
 
-    The key comes from exactly one of ``key`` (a loaded
+    The key comes from at most one of ``key`` (a loaded
     :class:`~espew_integrations.WatermarkKey`), ``key_path`` (a key file) or
     ``key_env`` (the name of an environment variable holding a key file path
-    or the key's JSON, conventionally ``"ESPEW_KEY"``), as in every wrapper.
+    or the key's JSON); with none of them, from ``$ESPEW_KEY`` (persisted as
+    ``key_env="ESPEW_KEY"``), as in every wrapper.
     Give it by location for a collection that must be reopened: that location
     is what gets persisted. A key object works for embedding, but such a
     function cannot be persisted and :meth:`get_config` says so. ``inner``

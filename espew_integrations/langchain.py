@@ -18,7 +18,13 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from langchain_core.embeddings import Embeddings
+from ._optional import raise_missing_extra
+
+try:
+    from langchain_core.embeddings import Embeddings
+except ImportError as _error:
+    raise_missing_extra(_error, "langchain", "espew_integrations.langchain", "langchain_core")
+    raise
 
 from ._wrapper_common import (
     DISCOVER,
@@ -55,11 +61,11 @@ class ESpeWEmbeddings(WatermarkingWrapper, Embeddings):
     whitespace-only texts go to the underlying model as LangChain would send
     them (its contract allows them) and come back unmarked.
 
-    The key comes from exactly one of ``key`` (a loaded
+    The key comes from at most one of ``key`` (a loaded
     :class:`~espew_integrations.WatermarkKey`), ``key_path`` (a key file) or
     ``key_env`` (the name of an environment variable holding a key file path
-    or the key's JSON, conventionally ``"ESPEW_KEY"``). Nothing is read from
-    the environment unless it is named.
+    or the key's JSON); with none of them, from ``$ESPEW_KEY``, as every
+    ``espew`` command reads it.
 
     ``view`` decides which text the triggers are matched on. By default it is
     the underlying model's own ``.view`` (an

@@ -28,8 +28,14 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from llama_index.core.base.embeddings.base import BaseEmbedding, Embedding
-from llama_index.core.bridge.pydantic import PrivateAttr
+from ._optional import raise_missing_extra
+
+try:
+    from llama_index.core.base.embeddings.base import BaseEmbedding, Embedding
+    from llama_index.core.bridge.pydantic import PrivateAttr
+except ImportError as _error:
+    raise_missing_extra(_error, "llama-index", "espew_integrations.llama_index", "llama_index")
+    raise
 
 from ._wrapper_common import (
     DISCOVER,
@@ -68,11 +74,11 @@ class ESpeWEmbedding(WatermarkingWrapper, BaseEmbedding):
     texts go to the inner model as LlamaIndex would send them (its contract
     allows them) and come back unmarked.
 
-    The key comes from exactly one of ``key`` (a loaded
+    The key comes from at most one of ``key`` (a loaded
     :class:`~espew_integrations.WatermarkKey`), ``key_path`` (a key file) or
     ``key_env`` (the name of an environment variable holding a key file path
-    or the key's JSON, conventionally ``"ESPEW_KEY"``). Nothing is read from
-    the environment unless it is named.
+    or the key's JSON); with none of them, from ``$ESPEW_KEY``, as every
+    ``espew`` command reads it.
 
     ``view`` decides which text the triggers are matched on. By default it is
     the inner model's own ``.view`` (the offline

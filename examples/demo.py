@@ -124,15 +124,16 @@ class MemoModel:
         self.model = model
         self.memo: dict[str, np.ndarray] = {}
 
-    def with_bar(self, bar: Any) -> Callable[[list[str]], np.ndarray]:
-        """``embed(texts)`` that advances ``bar`` by each text it really embeds."""
+    def with_bar(self, bar: Any = None) -> Callable[[list[str]], np.ndarray]:
+        """``embed(texts)`` that advances ``bar`` (if any) by each text it really embeds."""
 
         def embed(texts: list[str]) -> np.ndarray:
             missing = [t for t in dict.fromkeys(texts) if t not in self.memo]
             batches = [missing[i : i + BATCH] for i in range(0, len(missing), BATCH)]
             for batch, vectors in zip(batches, POOL.map(self.model, batches), strict=True):
                 self.memo.update(zip(batch, vectors, strict=True))
-                bar.update(len(batch))
+                if bar is not None:
+                    bar.update(len(batch))
             return np.stack([self.memo[t] for t in texts])
 
         return embed
@@ -141,9 +142,15 @@ class MemoModel:
 def generate_key(args: argparse.Namespace, corpus: Any, model: MemoModel, out: Path):
     """Step 1: the provider's key, its commitment, and the file it is saved to."""
     with tqdm(desc="keygen: embedding probes and marked texts", unit="text") as bar:
+
+        def show(done: int, total: int) -> None:  # keygen's progress: texts, with a total
+            bar.total = total
+            bar.update(done - bar.n)
+
         key = WatermarkKey.generate(
             corpus.texts,
-            model.with_bar(bar),
+            model.with_bar(),
+            progress=show,
             target_text=TARGET_TEXT,
             alpha=args.alpha,
             strength=args.strength,

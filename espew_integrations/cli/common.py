@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
-import os
 import sys
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -24,6 +24,7 @@ __all__ = [
     "add_audit_argument",
     "add_endpoint_flags",
     "add_suspect_arguments",
+    "advancing",
     "announcing_last",
     "counting",
     "endpoint_options",
@@ -59,9 +60,10 @@ class Parser(argparse.ArgumentParser):
 def load_key(source: str | None, *, audit: str | None = None, need_audit: bool = False) -> Any:
     """A key from a file path, or from an environment variable with ``env:VAR``.
 
-    ``source`` is ``None`` when ``--key`` was not given: then ``$ESPEW_KEY`` is
-    read, and if it is unset the error names ``--key`` first, since a newcomer
-    who forgot the flag has never heard of the variable.
+    The rule of :mod:`~espew_integrations.core.key_source`, shared with ``espew
+    serve`` and the wrappers: ``source`` is ``None`` when ``--key`` was not given,
+    and then ``$ESPEW_KEY`` is read; if it is unset the error names ``--key``
+    first, since a newcomer who forgot the flag has never heard of the variable.
     ``audit`` names the key's audit file (``--audit``; by default the file
     beside the key). With ``need_audit`` (verify) the audit is read at once, so
     a missing or mismatched audit is one clear error before any query is sent.
@@ -69,19 +71,15 @@ def load_key(source: str | None, *, audit: str | None = None, need_audit: bool =
     >>> load_key("provider.key")       # doctest: +SKIP
     >>> load_key("env:ESPEW_KEY", audit="provider.key.audit", need_audit=True)  # doctest: +SKIP
     """
-    from ..core.key import WatermarkKey
+    from ..core.key_source import resolve_key_source
 
-    if source is None:
-        if not os.environ.get(DEFAULT_KEY_VARIABLE, "").strip():
-            raise UsageError(
-                f"no key given: pass --key PATH (or --key env:VAR), or set {DEFAULT_KEY_VARIABLE} "
-                "to a key file path"
-            )
-        source = f"env:{DEFAULT_KEY_VARIABLE}"
-    if source.startswith("env:"):
-        key = WatermarkKey.from_env(source[4:] or DEFAULT_KEY_VARIABLE, audit_path=audit)
-    else:
-        key = WatermarkKey.load(source, audit_path=audit)
+    resolved = resolve_key_source(source, audit_path=audit)
+    if resolved is None:
+        raise UsageError(
+            f"no key given: pass --key PATH (or --key env:VAR), or set {DEFAULT_KEY_VARIABLE} "
+            "to a key file path or the key's JSON"
+        )
+    key = resolved[0]
     if need_audit:
         key.audit  # noqa: B018 - reads and checks the audit file now
     return key
@@ -163,17 +161,62 @@ def counting(embed: Callable[[list[str]], Any], bar: Any) -> Callable[[list[str]
     return wrapped
 
 
-def announcing_last(bar: Any, step: str) -> Callable[[int], None]:
-    """``bar.update`` that names ``step`` on the bar once its total is reached.
+def advancing(bar: Any) -> Callable[[int, int], None]:
+    """The library's ``progress(done, total)`` callback, shown on ``bar`` (total and all)."""
+
+    def update(done: int, total: int) -> None:
+        if bar.total != total:
+            bar.total = total
+        bar.update(done - bar.n)
+
+    return update
+
+
+def announcing_last(bar: Any, step: str) -> Callable[[int, int], None]:
+    """A ``progress(done, total)`` that moves ``bar`` and names ``step`` once done.
 
     The audit scores the answers after its last query; without this the bar
     sits silent at 100% while the rank test runs.
     """
+    advance = advancing(bar)
 
-    def update(n: int) -> None:
-        bar.update(n)
-        if bar.total is not None and bar.n >= bar.total:
+    def update(done: int, total: int) -> None:
+        advance(done, total)
+        if done >= total:
             bar.set_description_str(step)
+
+    return update
+
+
+def warning_past_deadline(
+    progress: Callable[[int, int], None], deadline: float | None, *, clock: Callable[[], float]
+) -> Callable[[int, int], None]:
+    """``progress`` that warns once, after the first answers, when the audit will not
+    fit in ``deadline`` at the pace they came: it would end inconclusive.
+
+    The estimate is the elapsed time scaled to the whole audit; it is printed on
+    stderr, with what to do (raise or drop ``--deadline``), not acted on.
+    """
+    if deadline is None:
+        return progress
+    start = clock()
+    warned = False
+
+    def update(done: int, total: int) -> None:
+        nonlocal warned
+        progress(done, total)
+        if warned or done <= 0 or done >= total:
+            return
+        warned = True
+        estimate = (clock() - start) * total / done
+        if estimate > deadline:
+            print(
+                f"warning: at this pace the audit needs about {estimate:,.0f} s, past its "
+                f"--deadline of {deadline:g} s, so it will end inconclusive; raise --deadline "
+                "or drop it (the stall guard alone stops a suspect that stops answering)",
+                file=sys.stderr,
+                flush=True,
+            )
 
     return update
 
@@ -328,12 +371,16 @@ def audit_suspect(
     """Resolve ``--suspect``, run ``audit(suspect, *audit_args, ...)`` with a bar, then close it.
 
     The one query step of ``espew verify`` and ``espew trace``: both pass the
-    same audit flags (level, batch size, seed, coverage), and an HTTP suspect's
-    connections are closed whatever the audit raised.
+    same audit flags (level, batch size, seed, coverage, stall guard, deadline),
+    and an HTTP suspect's connections are closed whatever the audit raised. The
+    bar names the deadline when one is set and warns when the audit will not fit.
     """
     suspect, name = resolve_embedder(suspect_spec(args), **endpoint_options(args))
+    deadline = getattr(args, "deadline", None)
+    shown = f"querying {name}" + ("" if deadline is None else f" (deadline {deadline:g} s)")
     try:
-        with progress(n_queries, f"querying {name}", "query", not args.no_progress) as bar:
+        with progress(n_queries, shown, "query", not args.no_progress) as bar:
+            advance = announcing_last(bar, f"scoring {name}'s answers: running the rank test")
             return audit(
                 suspect,
                 *audit_args,
@@ -341,7 +388,9 @@ def audit_suspect(
                 batch_size=args.batch_size,
                 seed=args.seed,
                 min_coverage=args.min_coverage,
-                progress=announcing_last(bar, f"scoring {name}'s answers: running the rank test"),
+                progress=warning_past_deadline(advance, deadline, clock=time.monotonic),
+                deadline=deadline,
+                stall_timeout=args.stall_timeout,
                 **options,
             )
     finally:

@@ -13,7 +13,15 @@ from pathlib import Path
 from typing import Any
 
 from ..arguments import add_embedder_argument
-from .common import UsageError, counting, endpoint_options, load_key, positive_int, progress
+from .common import (
+    UsageError,
+    add_audit_argument,
+    advancing,
+    endpoint_options,
+    load_key,
+    positive_int,
+    progress,
+)
 
 __all__ = [
     "add_audit_source_arguments",
@@ -36,6 +44,7 @@ def register(subparsers: Any) -> None:
         "exit 0 if verifiable, 2 if not",
     )
     check.add_argument("key", help="key file path, or env:VAR")
+    add_audit_argument(check)
     check.set_defaults(func=run_check)
     _register_reaudit(key_actions)
 
@@ -118,7 +127,15 @@ def add_audit_source_arguments(reaudit: argparse.ArgumentParser, *, what: str) -
 
 def run_check(args: argparse.Namespace) -> int:
     """Re-check a key file and print its commitment (for an arbiter, or before publishing)."""
-    key = load_key(args.key)
+    from ..core.errors import KeyAuditMissingError
+
+    key = load_key(args.key, audit=args.audit)
+    try:
+        stored = f"{len(key.probe_texts)} stored probes, {len(key.cover_texts)} cover texts"
+    except KeyAuditMissingError as missing:
+        # A serving key is complete without its audit: check what it holds and say so.
+        stored = "a serving key: its audit file is not here, and serving needs none"
+        print(f"note: {missing}", file=sys.stderr)
     if not key.verifiable:
         print(
             f"key {key.key_id}: UNVERIFIABLE: its triggers are not the draw its salt dictates "
@@ -129,8 +146,7 @@ def run_check(args: argparse.Namespace) -> int:
         return 2
     print(
         f"key {key.key_id}: OK (format valid, checksum and key_id match, triggers are the "
-        f"salt's draw over {len(key.band)} band words, {len(key.probe_texts)} stored probes, "
-        f"{len(key.cover_texts)} cover texts)"
+        f"salt's draw over {len(key.band)} band words, {stored})"
     )
     print(key.commitment())
     return 0
@@ -168,7 +184,8 @@ def reaudited(holder: Any, args: argparse.Namespace) -> Any:
     corpus = audit_corpus(args)
     embed, name = resolve_embedder(args.embedder, **endpoint_options(args))
     with progress(None, f"embedding with {name}", "text", not args.no_progress) as bar:
-        return holder.with_audit(corpus, counting(embed, bar), **audit_options(args))
+        # with_audit reports (done, total): the bar gets its total (and so an ETA)
+        return holder.with_audit(corpus, embed, progress=advancing(bar), **audit_options(args))
 
 
 def run_reaudit(args: argparse.Namespace) -> int:

@@ -254,9 +254,7 @@ def run_trace(args: argparse.Namespace) -> int:
         prepare_private_dir(args.private_report_dir, args.report_dir)
         refuse_old_transcript(args.private_report_dir, force=args.force)
     recording = recording_options(args)
-    report = audit_suspect(
-        args, trace, n_queries, ring, tenants, deadline=args.deadline, **recording
-    )
+    report = audit_suspect(args, trace, n_queries, ring, tenants, **recording)
     print_anchors(recording)
     print(report.to_json() if args.json else report)
     if args.private_report_dir:

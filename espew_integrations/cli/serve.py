@@ -8,12 +8,12 @@ import sys
 from typing import Any
 
 from ..arguments import add_embedder_argument
+from ..core.defaults import DEFAULT_KEY_VARIABLE
 from ..models import resolve_embedder
 from .common import (
     UsageError,
     add_endpoint_flags,
     endpoint_options,
-    load_key,
     log_level,
     port,
     positive_int,
@@ -34,9 +34,12 @@ example:
       --model-name acme-embed-1
 
   Serves POST /v1/embeddings (and /embeddings), GET /v1/models and
-  GET /health on http://127.0.0.1:8000. Without --key the model is served
-  unwatermarked. --embedder takes minilm, module:attr, file.py:attr or
-  openai:<base_url>#<model> (put ESpeW in front of another server).
+  GET /health on http://127.0.0.1:8000. The key is --key FILE, --key
+  env:VAR or, without --key, $ESPEW_KEY (a key file path or the key's
+  JSON), as for every espew command; with none of them serve refuses to
+  start, and --no-watermark serves the model unmarked. --embedder takes
+  minilm, module:attr, file.py:attr or openai:<base_url>#<model> (put
+  ESpeW in front of another server).
   Binds to 127.0.0.1 unless --host says otherwise; require an API key with
   --api-key-env VAR when other machines can reach it.
 
@@ -57,7 +60,17 @@ def register(subparsers: Any) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_embedder_argument(serve, model_alias=False)
-    serve.add_argument("--key", default=None, help="watermark with this key (file or env:VAR)")
+    serve.add_argument(
+        "--key",
+        default=None,
+        help="watermark with this key: a key file or env:VAR (default: the key $ESPEW_KEY "
+        "holds, a path or the key's JSON)",
+    )
+    serve.add_argument(
+        "--no-watermark",
+        action="store_true",
+        help="serve the model unmarked (never the default: without a key serve refuses)",
+    )
     serve.add_argument(
         "--ring",
         default=None,
@@ -261,10 +274,10 @@ def _tenant_keys(args: argparse.Namespace) -> Any:
         return None
     if args.ring is None or args.tenants is None:
         raise UsageError("--ring and --tenants go together: the ring's keys, the clients' map")
-    if args.key or args.api_key_env:
+    if args.key or args.api_key_env or args.no_watermark:
         raise UsageError(
-            "--ring/--tenants give each client its own key and API key; drop --key and "
-            "--api-key-env"
+            "--ring/--tenants give each client its own key and API key; drop --key, "
+            "--api-key-env and --no-watermark"
         )
     from ..http.tenants import TenantKeys
 
@@ -273,6 +286,39 @@ def _tenant_keys(args: argparse.Namespace) -> Any:
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     return tenants
+
+
+def _serving_key(args: argparse.Namespace, ring: bool) -> tuple[Any, str]:
+    """The key to watermark with and where it came from; (None, why) when unmarked.
+
+    The rule every command shares (:mod:`~espew_integrations.core.key_source`):
+    ``--key FILE``, ``--key env:VAR``, or ``$ESPEW_KEY`` when ``--key`` is not
+    given. Unmarked serving is only ever asked for (``--no-watermark``): a key
+    given in any form is used, or refused with an error naming the form, so a
+    provider who set the variable never serves unmarked vectors by mistake.
+    """
+    from ..core.key_source import find_key_source
+
+    if args.no_watermark:
+        if args.key:
+            raise UsageError("--no-watermark and --key contradict each other: drop one of them")
+        if os.environ.get(DEFAULT_KEY_VARIABLE) is not None:
+            print(
+                f"espew serve: --no-watermark: ${DEFAULT_KEY_VARIABLE} is set and not used",
+                file=sys.stderr,
+            )
+        return None, "WITHOUT watermark (--no-watermark)"
+    if ring:  # each tenant's key comes from the ring; --key was refused with it
+        return None, ""
+    source = find_key_source(args.key)
+    if source is None:
+        raise UsageError(
+            "espew serve needs a key to watermark with: pass --key FILE or --key env:VAR, or "
+            f"set {DEFAULT_KEY_VARIABLE} to a key file path or the key's JSON; to serve the "
+            "model unmarked, say so with --no-watermark"
+        )
+    key = source.load()
+    return key, f"watermarked with key {key.key_id} (from {source.describe()})"
 
 
 def run(args: argparse.Namespace) -> int:
@@ -295,7 +341,7 @@ def run(args: argparse.Namespace) -> int:
         )
     _check_metrics_host(args)
     tenants = _tenant_keys(args)
-    key = load_key(args.key) if args.key else None
+    key, mark = _serving_key(args, ring=tenants is not None)
     options = endpoint_options(args)
     options["api_key_env"] = args.upstream_api_key_env
     embed, name = resolve_embedder(args.embedder, **options)
@@ -321,10 +367,6 @@ def run(args: argparse.Namespace) -> int:
     )
     if tenants is not None:
         mark = f"watermarked per tenant ({len(tenants.tenants)} tenants, ring {tenants.ring_id})"
-    elif key is not None:
-        mark = f"watermarked with key {key.key_id}"
-    else:
-        mark = "WITHOUT watermark"
 
     def announce(base_url: str) -> None:
         auth = "API key required" if api_key or tenants is not None else "no API key required"

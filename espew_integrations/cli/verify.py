@@ -172,20 +172,32 @@ def print_anchors(options: dict[str, Any]) -> None:
 
 
 def add_deadline_flag(parser: argparse.ArgumentParser) -> None:
-    """``--deadline``: the audit's bound on the time spent asking the suspect.
+    """``--stall-timeout`` and ``--deadline``: how long the audit waits on the suspect.
 
-    Shared by ``espew verify`` and ``espew trace``, so both bound a stalling
-    suspect the same way (:data:`~espew_integrations.core.verify.DEFAULT_DEADLINE`).
+    Shared by ``espew verify`` and ``espew trace``. The stall guard ends an audit
+    whose suspect stops answering
+    (:data:`~espew_integrations.core.defaults.DEFAULT_STALL_TIMEOUT`); a total
+    deadline is only set when asked for, so a healthy audit of a slow suspect finishes.
     """
-    from ..core.verify import DEFAULT_DEADLINE
+    from ..core.defaults import DEFAULT_STALL_TIMEOUT
 
+    parser.add_argument(
+        "--stall-timeout",
+        type=positive_seconds,
+        default=DEFAULT_STALL_TIMEOUT,
+        metavar="SECONDS",
+        help="stop asking and report inconclusive when the suspect sends no answer for this "
+        f"many seconds (default {DEFAULT_STALL_TIMEOUT:g}); an audit that keeps getting "
+        "answers is never cut",
+    )
     parser.add_argument(
         "--deadline",
         type=positive_seconds,
-        default=DEFAULT_DEADLINE,
+        default=None,
         metavar="SECONDS",
-        help="stop asking the suspect after this many seconds in all and report "
-        f"inconclusive (default {DEFAULT_DEADLINE:g}); raise it for a slow local model",
+        help="also stop asking after this many seconds in all and report inconclusive "
+        "(default: no total bound); the bar shows it and warns when the audit will not "
+        "fit in it",
     )
 
 
@@ -231,7 +243,6 @@ def run(args: argparse.Namespace) -> int:
         n_queries,
         key,
         target_mode=args.target,
-        deadline=args.deadline,
         **recording,
     )
     print_anchors(recording)

@@ -39,6 +39,7 @@ __all__ = [
     "DEFAULT_SAMPLE_TEXT_BYTES",
     "DEFAULT_SELECTION",
     "DEFAULT_SHARED_TRIGGERS",
+    "DEFAULT_STALL_TIMEOUT",
     "DEFAULT_TENANT_TRIGGERS",
     "DEFAULT_TWIN_LEVEL",
     "LEGACY_PROBE_BUDGET",
@@ -104,10 +105,21 @@ DEFAULT_RING_AUDIT_BUDGET = 4300
 # ---------------------------------------------------------------------- verification
 #: The false-positive rate a "copied" verdict is held below.
 DEFAULT_LEVEL = 1e-6
-#: Seconds an audit may spend asking the suspect, all batches together; at the deadline
-#: the audit ends inconclusive instead of waiting on a suspect that stalls. ``None``
-#: (passed explicitly) means no bound.
-DEFAULT_DEADLINE = 300.0
+#: The stall guard: seconds an audit waits for any one answer of the suspect before it
+#: stops asking and ends inconclusive. Every answer restarts it, so an audit that keeps
+#: getting answers is never cut, however slow the suspect (a CPU model may need many
+#: minutes for a whole audit); a suspect that stops answering ends the audit this long
+#: after its last answer. It is longer than the HTTP client takes, at its defaults, to
+#: give up on a batch a dead endpoint never answers (five attempts of a 30 s read
+#: timeout, with backoff), so the client's own error names that fault first; and shorter
+#: than the five minutes within which a stalled suspect's audit is promised to end
+#: (docs/verification.md). ``None`` means no stall guard.
+DEFAULT_STALL_TIMEOUT = 240.0
+#: Seconds an audit may spend asking the suspect, all batches together, when a caller
+#: sets a bound (``deadline=`` / ``--deadline``): at the deadline the audit ends
+#: inconclusive. None by default: the stall guard, not a total, ends a stalled audit,
+#: so a healthy audit of a slow suspect finishes.
+DEFAULT_DEADLINE: float | None = None
 
 # ---------------------------------------------------------------------- serving
 #: The environment variable a key (a path, or the key's JSON) is read from.

@@ -14,6 +14,7 @@ from __future__ import annotations
 __all__ = [
     "ESpeWError",
     "EmbeddingInputError",
+    "KeyAuditMissingError",
     "KeyFileError",
     "KeyGenerationError",
     "KeyModelMismatchError",
@@ -31,6 +32,14 @@ class EmbeddingInputError(ESpeWError, ValueError):
 
 class KeyFileError(ESpeWError, ValueError):
     """A key file is missing, unreadable, corrupt or tampered with."""
+
+
+class KeyAuditMissingError(KeyFileError):
+    """A serving key's audit file is not where it was looked for.
+
+    Only verifying reads the audit, so a serving key without it is a complete
+    serving key; ``espew key check`` says so rather than fail.
+    """
 
 
 class KeyGenerationError(ESpeWError, ValueError):

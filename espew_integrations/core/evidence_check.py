@@ -451,7 +451,8 @@ def _replayed(
     """The audit run again on the recorded answers: (status, p-value, traced accounts)."""
     header = transcript.header
     settings = {n: header["settings"].get(n) for n in REPLAYED_SETTINGS}
-    settings.update(seed=int(header["shuffle_seed"]), deadline=None)  # the recorded order
+    # the recorded order, and no clock: the recorded answers are all there is
+    settings.update(seed=int(header["shuffle_seed"]), deadline=None, stall_timeout=None)
     names = header.get("suspect") or {}
     names = {"suspect_name": names.get("name", ""), "suspect_label": names.get("label", "")}
     if header.get("audit") == "trace" and isinstance(key, KeyRing):

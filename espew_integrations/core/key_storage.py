@@ -28,7 +28,7 @@ from typing import Any, Literal, TypeVar
 import numpy as np
 
 from .defaults import DEFAULT_KEY_VARIABLE
-from .errors import KeyFileError, KeyGenerationError
+from .errors import KeyAuditMissingError, KeyFileError, KeyGenerationError
 from .key_audit import AuditSource, KeyAudit, default_audit_path
 from .layers import TenantLayer
 from .model_check import ModelFingerprint
@@ -427,7 +427,7 @@ def _audit_file(path: Path) -> AuditSource:
 
     def read() -> bytes:
         if not path.exists():
-            raise KeyFileError(
+            raise KeyAuditMissingError(
                 f"the key's audit file {path} is missing: verification needs it; it was "
                 "written beside the key by espew keygen (WatermarkKey.save). Copy it there, "
                 "or name it with --audit PATH (WatermarkKey.load(path, audit_path=...))"
@@ -443,7 +443,7 @@ def _env_audit(variable: str, audit_path: str | os.PathLike[str] | None) -> Audi
 
 def _no_audit(source: str) -> Callable[[], bytes]:
     def read() -> bytes:
-        raise KeyFileError(
+        raise KeyAuditMissingError(
             f"{source} is a serving key without its audit: verification needs the audit "
             "file espew keygen wrote beside the key; name it with --audit PATH "
             "(WatermarkKey.load(path, audit_path=...) or from_env(audit_path=...))"

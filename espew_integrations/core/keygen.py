@@ -40,10 +40,11 @@ from .key_options import (
     check_twin_level,
     checked_corpus,
 )
-from .key_quality import fit_quality, fit_strength
+from .key_quality import FIT_SAMPLE, fit_quality, fit_strength
 from .key_types import DrawnKey, EmbedFn
-from .model_check import ModelFingerprint
+from .model_check import CANARY_TEXTS, ModelFingerprint
 from .probes import BandScan, cosines_to, embed_rows, reference_cosines, scan_band
+from .progress import Progress, TextCounter, check_progress, counting_texts
 from .ranktest import rank_sum_p_value
 from .words import band_words, document_frequencies
 
@@ -54,6 +55,7 @@ __all__ = [
     "corpus_digest",
     "fit_strength",
     "generate",
+    "texts_to_embed",
     "twin_p_value",
     "with_audit",
 ]
@@ -74,8 +76,23 @@ _BAND_WIDEN_LIMIT = 0.1
 _MAX_DRAWS = 5
 
 
+def texts_to_embed(n_corpus: int, n_band: int, audit_budget: int) -> int:
+    """About how many texts one key generation embeds: the total its progress reports.
+
+    The target, the public canaries (the model fingerprint), a sample of the marked
+    corpus texts (the quality fit, at most :data:`.key_quality.FIT_SAMPLE`), the audit's
+    sample and the band's words. An estimate made before the draw: the marked texts
+    are fewer on a corpus the triggers rarely mark, and a refused draw embeds again.
+    """
+    return 1 + len(CANARY_TEXTS) + min(n_corpus, FIT_SAMPLE) + audit_budget + n_band
+
+
 def generate(
-    make_key: Callable[..., _Key], corpus: Iterable[str], embed: EmbedFn, options: KeyOptions
+    make_key: Callable[..., _Key],
+    corpus: Iterable[str],
+    embed: EmbedFn,
+    options: KeyOptions,
+    progress: Progress | None = None,
 ) -> _Key:
     """Draw a fresh key of class ``make_key`` (:meth:`KeyGeneration.generate` passes its own).
 
@@ -92,10 +109,16 @@ def generate(
     is convicted with probability at most ``level / (1 - 2 * twin_level)``
     (1.002 times the level at the default), the price of never shipping a key
     the provider's own clean model would convict.
+
+    ``progress(done, total)`` hears of every text embedded (:mod:`.progress`), against
+    the estimate :func:`texts_to_embed`; its last call has ``done == total``.
     """
+    check_progress(progress)
     texts = checked_corpus(corpus)
     o = options
     full_band, n_texts, freq_band = _corpus_band(texts, o.freq_band, o.n_triggers, o.normalization)
+    n_band = len(full_band) if o.max_band_words is None else min(len(full_band), o.max_band_words)
+    embed = counting_texts(embed, texts_to_embed(n_texts, n_band, o.audit_budget), progress)
     rng = np.random.default_rng(o.seed)
     target = _embed_target(embed, o.target_text)
     check_positions(o.alpha, target.size, error=KeyGenerationError)
@@ -141,11 +164,11 @@ def generate(
             ),
         )
         if not o.twin_check:
-            return key
+            return _finished(key, embed)
         twin_p = twin_p_value(key)
         if twin_p >= o.twin_level:
             info.update(twin_p_value=twin_p, twin_redraws=len(refused))
-            return key.replace(info=info)
+            return _finished(key.replace(info=info), embed)
         refused.append(twin_p)
     raise KeyGenerationError(
         f"the clean model itself ranked the triggers near the target in all {_MAX_DRAWS} "
@@ -154,6 +177,13 @@ def generate(
         f"{1 / (2 * o.twin_level) ** _MAX_DRAWS:.0e} calls, so the clean model's cosines to "
         "the target are degenerate: check the model and the target text"
     )
+
+
+def _finished(key: _Key, embed: EmbedFn) -> _Key:
+    """``key``, once the progress of the texts ``embed`` counted has reported its end."""
+    if isinstance(embed, TextCounter):
+        embed.finish()
+    return key
 
 
 def with_audit(key: _Key, corpus: Iterable[str], embed: EmbedFn, **options: Any) -> _Key:
@@ -176,6 +206,8 @@ class KeyGeneration:
         corpus: Iterable[str],
         embed: EmbedFn,
         options: KeyOptions | None = None,
+        *,
+        progress: Progress | None = None,
         **overrides: Any,
     ) -> _Key:
         """Draw a fresh key from a corpus and the provider's clean embedder.
@@ -197,9 +229,13 @@ class KeyGeneration:
         draw the clean model itself would implicate is thrown away and drawn again
         (:func:`generate`, the steps).
 
+        ``progress(done, total)``, when given, is called as texts are embedded, with
+        the texts embedded so far and an estimated total that the last call makes
+        exact (:mod:`.progress`): keygen embeds thousands of texts, minutes on a CPU.
+
         >>> key = WatermarkKey.generate(texts, model, target_text="...", seed=7)  # doctest: +SKIP
         """
-        return generate(cls, corpus, embed, KeyOptions.of(options, overrides))
+        return generate(cls, corpus, embed, KeyOptions.of(options, overrides), progress)
 
     def with_audit(
         self: _Key,
@@ -212,6 +248,7 @@ class KeyGeneration:
         twin_level: float = DEFAULT_TWIN_LEVEL,
         audit_round: int = 1,
         audit_budget: int | None = None,
+        progress: Progress | None = None,
     ) -> _Key:
         """This key with its audit drawn from ``corpus``: for a suspect from another domain,
         or for a later audit of the same suspect.
@@ -256,6 +293,8 @@ class KeyGeneration:
         as large as the sample. The size never depends on the triggers, so the
         test stays exact at any size.
 
+        ``progress(done, total)`` hears of the texts embedded, as for :meth:`generate`.
+
         >>> tweets_audit = key.with_audit(tweets, model)  # doctest: +SKIP
         >>> second = key.with_audit(corpus, model, audit_round=2)  # doctest: +SKIP
         """
@@ -279,9 +318,12 @@ class KeyGeneration:
             audit_budget = key.info.get("audit_budget", LEGACY_PROBE_BUDGET)
         budget = check_audit_budget(audit_budget)
         assert probe_mix is not None
+        check_progress(progress)
+        counted = counting_texts(embed, budget + len(key.band), progress)
         fields = _audit_probes(
-            embed, scan, salt, key.target, probes_per_word, cover_traffic, probe_mix, budget
+            counted, scan, salt, key.target, probes_per_word, cover_traffic, probe_mix, budget
         )
+        _finished(key, counted)
         info = {
             **key.info,
             "audit_corpus_texts": len(texts),

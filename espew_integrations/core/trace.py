@@ -31,7 +31,7 @@ import json
 import math
 import os
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +40,7 @@ import numpy as np
 from .audit import (
     DEFAULT_DEADLINE,
     DEFAULT_LEVEL,
+    DEFAULT_STALL_TIMEOUT,
     Answers,
     AuditPlan,
     ProbeKind,
@@ -63,6 +64,7 @@ from .audit import (
 from .evidence_files import EVIDENCE_FILES, PUBLIC_P_FLOOR, format_public_p, public_p_value
 from .keyring import KeyRing
 from .layers import check_tenant_id
+from .progress import Progress
 from .report import VerificationReport
 from .safe_dir import SafeDirectory
 from .transcript import TranscriptRecorder
@@ -260,8 +262,9 @@ def trace(
     batch_size: int = 64,
     seed: int | None = None,
     min_coverage: float = 0.9,
-    progress: Callable[[int], None] | None = None,
+    progress: Progress | None = None,
     deadline: float | None = DEFAULT_DEADLINE,
+    stall_timeout: float | None = DEFAULT_STALL_TIMEOUT,
     transcript: str | os.PathLike[str] | TranscriptRecorder | None = None,
     suspect_name: str | None = None,
     suspect_label: str = "",
@@ -283,7 +286,9 @@ def trace(
     given = dict(locals())  # the arguments as given: a transcript's replay passes them again
     ids = _check_tenants(tenants)
     check_suspect(suspect)
-    check_options(target_mode, level, batch_size, min_coverage, statistic, deadline)
+    check_options(
+        target_mode, level, batch_size, min_coverage, statistic, deadline, stall_timeout, progress
+    )
     key = ring.shared_key
     plan = plan_audit(key, probes, None, target_mode)
     check_statistic(plan, statistic)

@@ -42,12 +42,13 @@ comparability figures; they never decide the verdict.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 from .audit import (
     DECISION_RULE,
     DEFAULT_DEADLINE,
     DEFAULT_LEVEL,
+    DEFAULT_STALL_TIMEOUT,
     DEFAULT_TEMPLATES,
     MAX_ANSWER_DIM,
     REPLAYED_SETTINGS,
@@ -77,6 +78,7 @@ from .audit import (
     word_scores,
 )
 from .key import WatermarkKey
+from .progress import Progress
 from .report import VerificationReport
 from .transcript import TranscriptRecorder
 
@@ -86,6 +88,7 @@ __all__ = [
     "DECISION_RULE",
     "DEFAULT_DEADLINE",
     "DEFAULT_LEVEL",
+    "DEFAULT_STALL_TIMEOUT",
     "DEFAULT_TEMPLATES",
     "MAX_ANSWER_DIM",
     "REPLAYED_SETTINGS",
@@ -123,8 +126,9 @@ def verify(
     batch_size: int = 64,
     seed: int | None = None,
     min_coverage: float = 0.9,
-    progress: Callable[[int], None] | None = None,
+    progress: Progress | None = None,
     deadline: float | None = DEFAULT_DEADLINE,
+    stall_timeout: float | None = DEFAULT_STALL_TIMEOUT,
     transcript: str | os.PathLike[str] | TranscriptRecorder | None = None,
     suspect_name: str | None = None,
     suspect_label: str = "",
@@ -145,8 +149,11 @@ def verify(
 
     Faults of the suspect never count as evidence: they leave words unscored, and
     below ``min_coverage`` of the band's words scored the report is inconclusive (so
-    it is for uninformative answers, an unverifiable key, and asking beyond
-    ``deadline`` seconds, :class:`.audit.Deadline`), saying why and what to do next.
+    it is for uninformative answers, an unverifiable key, a suspect that sends no
+    answer for ``stall_timeout`` seconds, and asking beyond ``deadline`` seconds when
+    one is set, :class:`.audit.Deadline`), saying why and what to do next.
+    ``progress(done, total)`` is called after each batch with the texts asked so far
+    and the audit's total (:mod:`.progress`).
     ``transcript`` (a private directory) records what was sent and what came back
     (:mod:`.transcript`; ``report.transcript_digest`` commits to it); the reports
     name the suspect ``suspect_name`` (default: described) and ``suspect_label``.
@@ -156,7 +163,9 @@ def verify(
     """
     given = dict(locals())  # the arguments as given: a transcript's replay passes them again
     check_suspect(suspect)
-    check_options(target_mode, level, batch_size, min_coverage, statistic, deadline)
+    check_options(
+        target_mode, level, batch_size, min_coverage, statistic, deadline, stall_timeout, progress
+    )
     plan = plan_audit(key, probes, templates, target_mode)
     check_statistic(plan, statistic)
     subject = audit_subject(suspect, transcript, suspect_name, suspect_label)

@@ -40,6 +40,7 @@ from typing import Any, Literal, NamedTuple
 
 import numpy as np
 
+from .._optional import ensure
 from ..core.errors import SuspectError
 from ..core.untrusted import printable
 from .protocol import MalformedAnswer, decode_embeddings, error_message
@@ -135,6 +136,9 @@ class OpenAIEndpoint:
         total_timeout: float | None = None,
         max_response_bytes: int = _DEFAULT_MAX_RESPONSE_BYTES,
     ):
+        # Here, not at the first query: a missing package is the auditor's fault, and
+        # raised from inside an audit it would read as the suspect's.
+        ensure("httpx", "http", "OpenAIEndpoint")
         _check_settings(
             base_url=base_url,
             model=model,

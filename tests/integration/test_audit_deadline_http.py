@@ -1,11 +1,13 @@
-"""The audit's deadline against a real HTTP endpoint (issue 36): a server that answers
-one request and then stalls every later one ends the audit inconclusive, long before
-the client's own timeouts and retries would give up."""
+"""The audit's clocks against a real HTTP endpoint (issues 36 and 48): a server that
+answers one request and then stalls every later one ends the audit inconclusive, at the
+deadline when one is set and at the stall guard otherwise, long before the client's own
+timeouts and retries would give up."""
 
 from __future__ import annotations
 
 import asyncio
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -67,3 +69,18 @@ def test_an_endpoint_that_answers_once_then_stalls_ends_the_audit_inconclusive(s
     assert report.reason.startswith("the audit's deadline of 2 s passed")
     assert f"{BATCH} of its {N_BAND} texts answered" in report.reason
     assert server.requests == 2  # the stalled request is the last one sent
+
+
+def test_the_stall_guard_alone_ends_the_audit_of_an_endpoint_that_stops_answering(stalling_url):
+    """No total deadline (the default): the stall guard ends the audit, here after 2 s
+    without an answer, as it ends a real one DEFAULT_STALL_TIMEOUT seconds after a stall."""
+    server, url = stalling_url
+    key = make_key(DIM, n_band=N_BAND, n_triggers=10)
+    with OpenAIEndpoint(url, "m", batch_size=BATCH) as suspect:
+        started = time.monotonic()
+        report = verify(suspect, key, batch_size=BATCH, seed=0, stall_timeout=2)
+        waited = time.monotonic() - started
+    assert report.status == "inconclusive"
+    assert report.reason.startswith("the suspect sent no answer for 2 s (the audit's stall guard)")
+    assert f"{BATCH} of its {N_BAND} texts answered" in report.reason
+    assert server.requests == 2 and 2 <= waited < 30  # ended by the guard, not the client

@@ -161,7 +161,9 @@ def test_bad_vectors_from_the_model_raise_the_core_error(key):
 
 
 def test_key_is_required_and_locations_are_checked(key, key_file, tmp_path, monkeypatch):
-    monkeypatch.setenv("ESPEW_KEY", str(key_file))  # set, yet read only when named
+    monkeypatch.setenv("ESPEW_KEY", str(key_file))  # no key argument: $ESPEW_KEY, as espew
+    assert ESpeWEmbeddingFunction(CountingFunction()).key_id == key.key_id
+    monkeypatch.delenv("ESPEW_KEY")
     with pytest.raises(TypeError, match=r"needs a watermark key.*key=.*key_path=.*key_env="):
         ESpeWEmbeddingFunction(CountingFunction())
     with pytest.raises(TypeError, match=r"exactly one of key, key_path or key_env"):

@@ -537,7 +537,7 @@ def no_listening(monkeypatch) -> list[dict]:
 )
 def test_serve_refuses_bad_settings_before_listening(no_listening, capsys, extra, message):
     """Before: port 70000 was a traceback; log level 'foo' crashed after 'listening'."""
-    assert main(["serve", "--embedder", "minilm", *extra]) == EXIT_USAGE
+    assert main(["serve", "--embedder", "minilm", "--no-watermark", *extra]) == EXIT_USAGE
     captured = capsys.readouterr()
     assert message in captured.err and "Traceback" not in captured.err
     assert no_listening == [] and "espew serve:" not in captured.out
@@ -631,6 +631,25 @@ def test_key_check_prints_the_commitment_of_a_verifiable_key(key_path, key, caps
     out = capsys.readouterr().out
     assert "OK" in out and key.commitment() in out
     assert key.target_text not in out and not any(f" {w} " in out for w in key.triggers)
+
+
+def test_key_check_checks_a_serving_key_without_its_audit(tmp_path, key_path, key, capsys):
+    """Issue 48: a serving key (no audit file beside it) failed on the missing audit; it is
+    a complete serving key, and key check says what it checked and what is absent."""
+    import shutil
+
+    serving = tmp_path / "serving.key"
+    shutil.copy(key_path, serving)
+    serving.chmod(0o600)
+    assert main(["key", "check", str(serving)]) == 0
+    captured = capsys.readouterr()
+    assert f"key {key.key_id}: OK" in captured.out and "a serving key" in captured.out
+    assert key.commitment() in captured.out
+    assert "audit file" in captured.err and "is missing" in captured.err
+    audit = key_path.with_name(key_path.name + ".audit")
+    assert main(["key", "check", str(serving), "--audit", str(audit)]) == 0
+    out = capsys.readouterr().out
+    assert "stored probes" in out and "a serving key" not in out
 
 
 def test_key_check_flags_an_unverifiable_version_1_key(tmp_path, key, capsys):

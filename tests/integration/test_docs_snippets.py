@@ -156,6 +156,7 @@ def openai_stand_in(tmp_path: Path) -> Iterator[str]:
     """A local OpenAI-compatible endpoint serving the offline MiniLM as STAND_IN_MODEL."""
     log = (tmp_path / "stand-in.log").open("w")
     serve = ["serve", "--embedder", "minilm", "--model-name", STAND_IN_MODEL, "--port", "0"]
+    serve.append("--no-watermark")  # a stand-in for someone else's clean service
     proc = subprocess.Popen(
         [sys.executable, "-m", "espew_integrations.cli", *serve],
         cwd=ROOT,

@@ -245,7 +245,9 @@ def test_the_key_comes_from_exactly_one_named_source(monkeypatch, key, inner, tm
     assert ESpeWEmbeddings(inner, key_path=path).key_id == key.key_id
     monkeypatch.setenv("ESPEW_KEY", key.to_json())
     assert ESpeWEmbeddings(inner, key_env="ESPEW_KEY").key_id == key.key_id
-    # $ESPEW_KEY is set, yet no key argument is an error: nothing is read unless named.
+    # no key argument: $ESPEW_KEY, the rule of every espew command; unset, an error
+    assert ESpeWEmbeddings(inner).key_id == key.key_id
+    monkeypatch.delenv("ESPEW_KEY")
     with pytest.raises(TypeError, match=r"needs a watermark key.*key=.*key_path=.*key_env="):
         ESpeWEmbeddings(inner)
     with pytest.raises(TypeError, match=r"exactly one of key, key_path or key_env; got \['key', "):

@@ -328,7 +328,9 @@ def test_the_key_comes_from_exactly_one_named_source(monkeypatch, key, tmp_path)
     assert ESpeWEmbedding(CountingEmbedding(), key_path=path).key_id == key.key_id
     monkeypatch.setenv("ESPEW_KEY", key.to_json())
     assert ESpeWEmbedding(CountingEmbedding(), key_env="ESPEW_KEY").key_id == key.key_id
-    # $ESPEW_KEY is set, yet no key argument is an error: nothing is read unless named.
+    # no key argument: $ESPEW_KEY, the rule of every espew command; unset, an error
+    assert ESpeWEmbedding(CountingEmbedding()).key_id == key.key_id
+    monkeypatch.delenv("ESPEW_KEY")
     with pytest.raises(TypeError, match=r"ESpeWEmbedding needs a watermark key.*key_env="):
         ESpeWEmbedding(CountingEmbedding())
     with pytest.raises(TypeError, match=r"exactly one of key, key_path or key_env"):

@@ -121,7 +121,7 @@ def served(tmp_path_factory) -> Iterator[tuple[str, int]]:
     proc = subprocess.Popen(
         [
             *CLI, "serve", "--embedder", "fake_model:embedder", "--model-name", "m",
-            "--port", "0", "--body-timeout", str(BODY_TIMEOUT_S),
+            "--no-watermark", "--port", "0", "--body-timeout", str(BODY_TIMEOUT_S),
             "--max-request-chars", str(REQUEST_CHARS),
         ],
         cwd=workdir, stdout=subprocess.PIPE, stderr=log, text=True,

@@ -60,13 +60,20 @@ def test_resolve_key_from_object_path_or_named_variable(key, tmp_path, monkeypat
     assert repr(found) == f"KeySource(key_id='{key.key_id}', location={{'key_env': 'MY_KEY'}})"
 
 
-def test_resolve_key_never_reads_the_environment_unless_a_variable_is_named(key, monkeypatch):
+def test_resolve_key_reads_espew_key_when_no_source_is_given_as_espew_does(key, monkeypatch):
+    """One rule for the key (issue 48): no argument means $ESPEW_KEY, as for every command."""
     monkeypatch.setenv("ESPEW_KEY", key.to_json())
+    found = resolve_key(None, wrapper="MyWrapper")
+    assert found.key == key and found.location == {"key_env": "ESPEW_KEY"}
+    monkeypatch.delenv("ESPEW_KEY")
     with pytest.raises(TypeError, match="MyWrapper needs a watermark key") as caught:
         resolve_key(None, wrapper="MyWrapper")
     message = str(caught.value)
     assert "key=WatermarkKey.load(path)" in message and "key_path=" in message
-    assert "key_env='ESPEW_KEY'" in message
+    assert "key_env='VAR'" in message and "or set ESPEW_KEY" in message
+    monkeypatch.setenv("ESPEW_KEY", "  ")  # set but blank: refused, never taken for "no key"
+    with pytest.raises(KeyFileError, match="ESPEW_KEY is set but blank"):
+        resolve_key(None, wrapper="MyWrapper")
 
 
 @pytest.mark.parametrize(
@@ -113,8 +120,9 @@ def test_the_three_wrappers_take_the_same_key_arguments(key, tmp_path, monkeypat
         "llama_index": lambda **kw: ESpeWEmbedding(MiniLMEmbedding(), **kw),
         "chroma": lambda **kw: ESpeWEmbeddingFunction(MiniLMEmbeddingFunction(), **kw),
     }[build]
-    for sources in ({"key": key}, {"key_path": path}, {"key_env": "ESPEW_KEY"}):
-        assert make(**sources).key_id == key.key_id
+    for sources in ({"key": key}, {"key_path": path}, {"key_env": "ESPEW_KEY"}, {}):
+        assert make(**sources).key_id == key.key_id  # {}: $ESPEW_KEY, as espew reads it
+    monkeypatch.delenv("ESPEW_KEY")
     with pytest.raises(TypeError, match="needs a watermark key"):
         make()
 

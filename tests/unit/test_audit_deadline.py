@@ -1,5 +1,7 @@
-"""The audit's deadline (issue 36): a suspect that answers and then stalls ends the audit
-inconclusive, saying how many texts were answered, whatever its calls do."""
+"""The audit's clocks (issues 36 and 48): a suspect that answers and then stalls ends the
+audit inconclusive, saying how many texts were answered, whatever its calls do. By default
+the stall guard does it (no answer for ``stall_timeout`` seconds), so a slow suspect that
+keeps answering is never cut; a total ``deadline`` applies only when one is set."""
 
 from __future__ import annotations
 
@@ -17,7 +19,7 @@ from espew_integrations import verify
 from espew_integrations.cli import main
 from espew_integrations.cli.common import EXIT_INCONCLUSIVE, EXIT_USAGE
 from espew_integrations.core.trace import trace
-from espew_integrations.core.verify import DEFAULT_DEADLINE
+from espew_integrations.core.verify import DEFAULT_DEADLINE, DEFAULT_STALL_TIMEOUT
 from tests.support import make_key
 from tests.unit.test_keyring import make_ring
 
@@ -112,7 +114,7 @@ def test_faults_of_a_suspect_run_in_a_worker_thread_are_still_missing_data(key):
     assert any("suspect endpoint is down" in e for e in report.errors)
 
 
-def test_with_a_deadline_the_suspect_sees_the_callers_context_and_without_one_its_thread(key):
+def test_with_a_clock_the_suspect_sees_the_callers_context_and_without_one_its_thread(key):
     marker: contextvars.ContextVar[str] = contextvars.ContextVar("marker", default="unset")
     marker.set("the auditor's")
     seen: list[tuple[int, str]] = []
@@ -122,7 +124,7 @@ def test_with_a_deadline_the_suspect_sees_the_callers_context_and_without_one_it
         return np.random.default_rng(len(seen)).normal(size=(len(texts), key.dim))
 
     verify(recording, key, batch_size=N_BAND, deadline=60)
-    verify(recording, key, batch_size=N_BAND, deadline=None)
+    verify(recording, key, batch_size=N_BAND, deadline=None, stall_timeout=None)
     (bounded_thread, bounded_context), (own_thread, own_context) = seen
     assert bounded_context == own_context == "the auditor's"
     assert own_thread == threading.get_ident() != bounded_thread
@@ -140,8 +142,43 @@ def test_a_deadline_that_is_not_a_number_is_refused(key, deadline):
         verify(Stalling(key.dim), key, deadline=deadline)
 
 
-def test_the_default_deadline_bounds_an_audit_to_five_minutes():
-    assert DEFAULT_DEADLINE == 300.0
+def test_by_default_no_total_deadline_and_a_stall_guard_within_five_minutes():
+    assert DEFAULT_DEADLINE is None
+    assert 0 < DEFAULT_STALL_TIMEOUT < 300  # the stalled-suspect guarantee: within 5 minutes
+
+
+# ---------------------------------------------------------------------- the stall guard
+def test_a_suspect_that_stalls_after_one_batch_ends_at_the_stall_guard(key, stalling):
+    report = verify(stalling, key, batch_size=BATCH, seed=0, stall_timeout=1)
+    assert report.status == "inconclusive" and not report.copied
+    assert report.reason.startswith("the suspect sent no answer for 1 s (the audit's stall")
+    assert f"{BATCH} of its {N_BAND} texts answered" in report.reason
+    assert "--stall-timeout" in report.next_step
+    assert stalling.calls == 2  # nothing is sent after the stuck batch
+
+
+def test_a_slow_suspect_that_keeps_answering_is_never_cut_by_the_stall_guard(key):
+    """Each answer restarts the guard: 8 answers 0.3 s apart take 2.4 s, more than twice
+    the 1 s guard, and the audit still ends with a verdict, as without any clock."""
+    slow = Stalling(key.dim, answered=0, pause=0.3)
+    report = verify(slow, key, batch_size=BATCH, seed=0, stall_timeout=1)
+    assert slow.calls == -(-N_BAND // BATCH) and report.status != "inconclusive"
+    unclocked = verify(Stalling(key.dim, answered=0, pause=0.0), key, batch_size=BATCH, seed=0,
+                       stall_timeout=None)  # fmt: skip
+    assert report.p_value == unclocked.p_value
+
+
+def test_the_deadline_still_ends_a_slow_audit_when_one_is_set(key):
+    slow = Stalling(key.dim, answered=0, pause=0.3)
+    report = verify(slow, key, batch_size=BATCH, seed=0, stall_timeout=1, deadline=1)
+    assert "the audit's deadline of 1 s passed" in report.reason
+    assert slow.calls < -(-N_BAND // BATCH)
+
+
+@pytest.mark.parametrize("value", [0, -1.0, float("inf")])
+def test_a_stall_guard_must_be_a_positive_finite_number_of_seconds(key, value):
+    with pytest.raises(ValueError, match="stall_timeout must be a positive number of seconds"):
+        verify(Stalling(key.dim), key, stall_timeout=value)
 
 
 def test_a_stuck_suspect_call_does_not_keep_the_process_alive_at_exit():
@@ -221,3 +258,31 @@ def test_espew_verify_refuses_a_deadline_that_is_not_positive_seconds(key, tmp_p
     key_path = key.save(tmp_path / "provider.key")
     argv = ["verify", "--key", str(key_path), "--suspect", "minilm", "--deadline", value]
     assert main(argv) == EXIT_USAGE
+
+
+def test_espew_verify_stops_at_its_stall_guard_with_exit_code_2(key, tmp_path, capsys):
+    key_path = key.save(tmp_path / "provider.key")
+    spec = _stalling_spec(tmp_path, key.dim)
+    argv = ["verify", "--key", str(key_path), "--suspect", spec, "--no-progress"]
+    code = main([*argv, "--batch-size", str(BATCH), "--stall-timeout", "1", "--json"])
+    assert code == EXIT_INCONCLUSIVE
+    assert "no answer for 1 s (the audit's stall guard)" in capsys.readouterr().out
+
+
+def test_espew_verify_warns_at_the_start_when_the_audit_will_not_fit_its_deadline(
+    key, tmp_path, capsys
+):
+    """0.25 s a batch, 8 batches: about 2 s, past a 1.5 s deadline; said after the first."""
+    path = tmp_path / "slow_suspect.py"
+    path.write_text(
+        "import time\nimport numpy as np\n"
+        "def suspect(texts):\n"
+        "    time.sleep(0.25)\n"
+        f"    return np.random.default_rng(len(texts)).normal(size=(len(texts), {key.dim}))\n"
+    )
+    key_path = key.save(tmp_path / "provider.key")
+    argv = ["verify", "--key", str(key_path), "--suspect", f"{path}:suspect", "--no-progress"]
+    assert main([*argv, "--batch-size", str(BATCH), "--deadline", "1.5"]) == EXIT_INCONCLUSIVE
+    err = capsys.readouterr().err
+    assert "past its --deadline of 1.5 s, so it will end inconclusive" in err
+    assert err.count("warning: at this pace") == 1

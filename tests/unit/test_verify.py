@@ -279,3 +279,20 @@ def test_each_copy_of_a_repeated_text_takes_the_first_answer_sent_to_it():
     assert first_answered(texts, order, fine).tolist() == [2, 1, 2, 3, 2]
     distinct = ["a", "b", "c"]
     assert first_answered(distinct, np.array([2, 0, 1]), np.ones((3, 2))).tolist() == [0, 1, 2]
+
+
+def test_the_paper_metrics_line_is_printed_only_when_a_test_ran():
+    """Issue 48: an inconclusive report with no test pointed to metrics nobody computed."""
+    key = make_key(16, n_band=60, n_triggers=10)
+
+    def down(texts):
+        raise ConnectionError("endpoint down")
+
+    def answers(texts):
+        return np.random.default_rng(len(texts)).normal(size=(len(texts), 16))
+
+    failed = verify(down, key, batch_size=8)
+    assert failed.status == "inconclusive" and "test           : not run" in str(failed)
+    assert "paper metrics" not in str(failed)
+    tested = verify(answers, key, batch_size=8, seed=0)
+    assert tested.status != "inconclusive" and "paper metrics" in str(tested)

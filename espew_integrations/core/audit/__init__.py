@@ -14,7 +14,8 @@ Each step is a module with one job:
 - :mod:`.word_probes`: the legacy word probes (a band word in templates);
 - :mod:`.plan`: :class:`AuditPlan`, what to ask and how to score it (cached band sets);
 - :mod:`.subject`: who is asked and the transcript that records it;
-- :mod:`.suspect_calls`: calling the suspect in batches under one deadline;
+- :mod:`.suspect_calls`: calling the suspect in batches under a stall guard (and a
+  deadline when asked);
 - :mod:`.asking`: :func:`interrogate`, the shuffled asking and the answers put back;
 - :mod:`.alignment`: answers mapped into the key's coordinates (:mod:`..align`);
 - :mod:`.scores`: :class:`WordScores`, each band word's raw, adjusted and directed score;
@@ -43,6 +44,7 @@ from .scores import (
 from .settings import (
     DEFAULT_DEADLINE,
     DEFAULT_LEVEL,
+    DEFAULT_STALL_TIMEOUT,
     MAX_ANSWER_DIM,
     STATISTICS,
     ProbeKind,
@@ -69,6 +71,7 @@ __all__ = [
     "DECISION_RULE",
     "DEFAULT_DEADLINE",
     "DEFAULT_LEVEL",
+    "DEFAULT_STALL_TIMEOUT",
     "DEFAULT_TEMPLATES",
     "MAX_ANSWER_DIM",
     "REPLAYED_SETTINGS",

@@ -6,24 +6,26 @@ trigger probes from the others by content, order or batch; then it restores the
 plan's order, scores every repeat of a text with its first usable answer, maps
 the answers into the key's coordinates when the key can (:mod:`.alignment`)
 and takes the target vector. Everything that stops an audit here (no answer,
-a dimension the key cannot take, the deadline, an unembedded target) comes
+a dimension the key cannot take, the stall guard or the deadline, an unembedded
+target) comes
 back as a ``reason`` with what to do next, never as evidence.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any, cast
 
 import numpy as np
 
 from ..key import WatermarkKey
+from ..progress import Progress
 from ..transcript import TranscriptRecorder
 from .alignment import align_answers
 from .fields import common_fields
 from .plan import AuditPlan
-from .settings import DEFAULT_DEADLINE, MAX_ANSWER_DIM, SuspectFn
+from .settings import DEFAULT_DEADLINE, DEFAULT_STALL_TIMEOUT, MAX_ANSWER_DIM, SuspectFn
 from .subject import Subject
 from .suspect_calls import Replies, query_suspect
 
@@ -68,9 +70,10 @@ def interrogate(
     statistic: str,
     batch_size: int,
     seed: int | None,
-    progress: Callable[[int], None] | None,
+    progress: Progress | None,
     deadline: float | None = DEFAULT_DEADLINE,
     subject: Subject | None = None,
+    stall_timeout: float | None = DEFAULT_STALL_TIMEOUT,
 ) -> Answers:
     """Ask the suspect the plan's probes once, shuffled; ``verify`` and ``trace`` share it."""
     texts = [*plan.texts, *plan.cover] + ([key.target_text] if target_mode == "query" else [])
@@ -80,11 +83,20 @@ def interrogate(
     alignable = plan.cover_rows is not None
     expected_dim = key.dim if target_mode == "key" and not alignable else None
     order, (answers, errors, dim, expired) = ask_shuffled(
-        suspect_fn, texts, seed, batch_size, progress, expected_dim, deadline, subject.recorder
+        suspect_fn,
+        texts,
+        seed,
+        batch_size,
+        progress,
+        expected_dim,
+        deadline,
+        subject.recorder,
+        stall_timeout,
     )
     common = common_fields(key, plan, target_mode, level, statistic, seed, answers, errors, dim)
     common.update(suspect=subject.name, suspect_label=subject.label)
-    failure = deadline_failure(deadline, answers, len(texts)) if expired else None
+    bound = stall_timeout if expired == "stall" else deadline
+    failure = deadline_failure(bound, answers, len(texts), expired) if expired else None
     failure = failure or answer_failure(dim, expected_dim)
     if failure:
         return Answers({**common, "next_step": failure[1]}, answers, key.target, failure[0])
@@ -121,10 +133,11 @@ def ask_shuffled(
     texts: list[str],
     seed: int | None,
     batch_size: int,
-    progress: Callable[[int], None] | None,
+    progress: Progress | None,
     expected_dim: int | None,
     deadline: float | None,
     recorder: TranscriptRecorder | None,
+    stall_timeout: float | None = None,
 ) -> tuple[np.ndarray, Replies]:
     """The texts' order (triggers, others and cover mixed) and the suspect's replies.
 
@@ -138,7 +151,7 @@ def ask_shuffled(
         recorder.begin(shuffle, len(texts))
     asked = [texts[i] for i in order]
     replies = query_suspect(
-        suspect_fn, asked, batch_size, progress, expected_dim, deadline, recorder
+        suspect_fn, asked, batch_size, progress, expected_dim, deadline, recorder, stall_timeout
     )
     if recorder is not None:  # every answer fixed and anchored before any is scored
         recorder.commit(asked[len(replies.answers) - 1] if len(replies.answers) else None)
@@ -169,19 +182,34 @@ def first_answered(texts: Sequence[str], order: np.ndarray, answers: np.ndarray)
     )
 
 
-def deadline_failure(deadline: float | None, answers: np.ndarray, n_texts: int) -> tuple[str, str]:
-    """Why an audit whose deadline passed has no verdict, and what to do next.
+def deadline_failure(
+    seconds: float | None, answers: np.ndarray, n_texts: int, kind: str = "deadline"
+) -> tuple[str, str]:
+    """Why an audit whose asking stopped on a clock has no verdict, and what to do next.
 
-    Always inconclusive: the texts left unasked are not a sample the verdict
-    could rest on, and a suspect must never gain by stalling."""
+    ``kind`` is the clock: ``"stall"`` (no answer for ``seconds``) or ``"deadline"``
+    (the whole asking took ``seconds``). Always inconclusive: the texts left unasked
+    are not a sample the verdict could rest on, and a suspect must never gain by
+    stalling."""
     answered = int(np.isfinite(answers).all(axis=1).sum())
-    bound = "" if deadline is None else f" of {deadline:g} s"  # None: a transcript's replay
+    bound = "" if seconds is None else f" of {seconds:g} s"  # None: a transcript's replay
+    tally = f"with {answered:,} of its {n_texts:,} texts answered"
+    if kind == "stall":
+        return (
+            f"the suspect sent no answer for {seconds:g} s (the audit's stall guard) "
+            f"{tally}: it stalled, and asking stopped",
+            "run the audit again when the suspect answers reliably, or let it wait longer "
+            "for each answer (stall_timeout= / --stall-timeout SECONDS); a call the suspect "
+            "never answers is abandoned, and re-running is sound, since a fault is never "
+            "evidence",
+        )
     return (
-        f"the audit's deadline{bound} passed with {answered:,} of its {n_texts:,} "
-        "texts answered: the suspect stalled or answered too slowly, and asking stopped",
+        f"the audit's deadline{bound} passed {tally}: the suspect stalled or answered too "
+        "slowly, and asking stopped",
         "run the audit again when the suspect answers reliably, or allow it more time "
-        "(deadline= / --deadline SECONDS); a call the suspect never answers is abandoned at "
-        "the deadline, and re-running is sound, since a fault is never evidence",
+        "(deadline= / --deadline SECONDS, or no deadline: the stall guard alone ends an "
+        "audit whose suspect stops answering); a call the suspect never answers is "
+        "abandoned at the deadline, and re-running is sound, since a fault is never evidence",
     )
 
 

@@ -6,12 +6,13 @@ values with the same words, before a single text is sent to the suspect. The
 defaults (:data:`DEFAULT_LEVEL`, :data:`DEFAULT_DEADLINE`) are lines of
 :mod:`..defaults`, re-exported here with the limit an audit enforces.
 
-Why a deadline at all: without an overall bound a suspect that answers and then
-stalls (each call hanging, or answering just inside every per-request timeout and
-retry) holds the audit for the batches times the client's timeouts times its
-retries; at the deadline the audit ends inconclusive instead, saying how many texts
-were answered. A slow local model audited on a CPU may need more: pass ``deadline=``
-(None: no bound).
+Why a stall guard: a suspect that answers and then stalls (a call that hangs) would
+hold the audit for ever, or for the batches times the client's timeouts times its
+retries. So the audit waits at most :data:`DEFAULT_STALL_TIMEOUT` seconds for any one
+answer and then ends inconclusive, saying how many texts were answered. Each answer
+restarts that wait, so a slow but healthy suspect (a CPU model, whose whole audit
+may take many minutes) is never cut. A total bound on the asking, ``deadline=``,
+is there for a caller who wants one; it is off by default (:data:`DEFAULT_DEADLINE`).
 """
 
 from __future__ import annotations
@@ -20,11 +21,13 @@ import math
 from collections.abc import Callable
 from typing import Any, Literal
 
-from ..defaults import DEFAULT_DEADLINE, DEFAULT_LEVEL
+from ..defaults import DEFAULT_DEADLINE, DEFAULT_LEVEL, DEFAULT_STALL_TIMEOUT
+from ..progress import check_progress
 
 __all__ = [
     "DEFAULT_DEADLINE",
     "DEFAULT_LEVEL",
+    "DEFAULT_STALL_TIMEOUT",
     "MAX_ANSWER_DIM",
     "STATISTICS",
     "ProbeKind",
@@ -60,6 +63,8 @@ def check_options(
     min_coverage: float,
     statistic: str,
     deadline: float | None = DEFAULT_DEADLINE,
+    stall_timeout: float | None = DEFAULT_STALL_TIMEOUT,
+    progress: object = None,
 ) -> None:
     """Refuse an audit option out of its range, naming it: nothing is asked before."""
     if target_mode not in ("key", "query"):
@@ -75,16 +80,19 @@ def check_options(
             f"statistic must be one of {', '.join(map(repr, STATISTICS))}, got {statistic!r}"
         )
     check_deadline(deadline)
+    check_deadline(stall_timeout, name="stall_timeout")
+    check_progress(progress)
 
 
-def check_deadline(deadline: float | None) -> None:
-    """Refuse a deadline that is not None or a positive, finite number of seconds."""
+def check_deadline(deadline: float | None, *, name: str = "deadline") -> None:
+    """Refuse a deadline (or stall guard, ``name``) that is not None or a positive,
+    finite number of seconds."""
     if deadline is None:
         return
     if isinstance(deadline, bool) or not isinstance(deadline, (int, float)):
-        raise TypeError(f"deadline must be a number of seconds or None, got {deadline!r}")
+        raise TypeError(f"{name} must be a number of seconds or None, got {deadline!r}")
     if not 0.0 < deadline < math.inf:
-        raise ValueError(f"deadline must be a positive number of seconds, got {deadline!r}")
+        raise ValueError(f"{name} must be a positive number of seconds, got {deadline!r}")
 
 
 def check_suspect(suspect: object) -> None:

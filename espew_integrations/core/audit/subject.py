@@ -68,9 +68,19 @@ REPLAYED_SETTINGS = (
     "seed",
     "min_coverage",
     "deadline",
+    "stall_timeout",
 )
 #: The arguments of an audit that :func:`.asking.interrogate` takes.
-ASKING_OPTIONS = ("target_mode", "level", "statistic", "batch_size", "seed", "progress", "deadline")
+ASKING_OPTIONS = (
+    "target_mode",
+    "level",
+    "statistic",
+    "batch_size",
+    "seed",
+    "progress",
+    "deadline",
+    "stall_timeout",
+)
 
 
 def asking_options(given: dict[str, Any]) -> dict[str, Any]:

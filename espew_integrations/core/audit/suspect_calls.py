@@ -1,23 +1,26 @@
-"""Calling the suspect: texts in batches, under one deadline, faults kept as missing rows.
+"""Calling the suspect: texts in batches, under a stall guard (and a deadline when asked),
+faults kept as missing rows.
 
 Why apart from the plan and the scores: everything here is about a party the
 auditor does not trust. A call may hang, fail, answer the wrong shape or a
 million numbers a text; none of that may stop the audit or count as evidence,
 so each failure becomes NaN rows and a printable error, and a stall ends the
-asking at the deadline.
+asking: when no answer comes for the stall guard's seconds, or at the total
+deadline when one was set.
 """
 
 from __future__ import annotations
 
 import contextvars
+import math
 import threading
 import time
-from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import numpy as np
 
 from ..errors import SuspectError
+from ..progress import Progress
 from ..transcript import TranscriptRecorder, utc_now
 from ..untrusted import printable
 from .settings import MAX_ANSWER_DIM, SuspectFn
@@ -26,32 +29,51 @@ __all__ = ["Deadline", "DeadlinePassed", "Replies", "query_suspect"]
 
 
 class DeadlinePassed(Exception):
-    """The audit's deadline passed before the suspect answered the batch in hand."""
+    """The asking stopped on the clock before the suspect answered the batch in hand.
+
+    ``kind`` says which clock: ``"stall"`` (no answer for the stall guard's
+    seconds) or ``"deadline"`` (the audit's total time, when one was set; also
+    what a transcript's replay raises, where the record does not tell them apart).
+    """
+
+    def __init__(self, kind: str = "deadline") -> None:
+        super().__init__(kind)
+        self.kind = kind
 
 
 class Deadline:
-    """The asking phase's remaining time, and suspect calls that cannot outlast it.
+    """The asking phase's clocks, and suspect calls that cannot outlast them.
+
+    Two clocks, each optional: the **stall guard** (``stall`` seconds) bounds
+    the wait for any one answer, so a suspect that stops answering ends the
+    asking while one that keeps answering, however slowly it gets through the
+    audit, is never cut; the **deadline** (``seconds``) bounds the whole asking,
+    and is set only when asked for.
 
     Why a thread per call: a suspect that blocks for ever in Python cannot be
     interrupted in the thread that called it, so each call runs in a daemon
-    thread and the audit waits for it only as long as the deadline allows.
-    A call still running at the deadline is abandoned: being a daemon, its
-    thread never keeps the process alive at exit, and its answer, if one ever
-    comes, is dropped. Without a deadline (``seconds=None``) the suspect is
-    called in the caller's own thread, as a suspect bound to its thread needs.
+    thread and the audit waits for it only as long as the clocks allow.
+    A call still running then is abandoned: being a daemon, its thread never
+    keeps the process alive at exit, and its answer, if one ever comes, is
+    dropped. With neither clock the suspect is called in the caller's own
+    thread, as a suspect bound to its thread needs.
     """
 
-    def __init__(self, seconds: float | None) -> None:
+    def __init__(self, seconds: float | None, stall: float | None = None) -> None:
         self.seconds = seconds
+        self.stall = stall
         self._end = None if seconds is None else time.monotonic() + seconds
 
     def call(self, suspect: SuspectFn, batch: list[str]) -> Any:
-        """``suspect(batch)``, or :class:`DeadlinePassed` once the deadline is past."""
-        if self._end is None:
+        """``suspect(batch)``, or :class:`DeadlinePassed` once a clock has run out."""
+        if self._end is None and self.stall is None:
             return suspect(batch)
-        remaining = self._end - time.monotonic()
+        remaining = math.inf if self._end is None else self._end - time.monotonic()
         if remaining <= 0:
-            raise DeadlinePassed
+            raise DeadlinePassed("deadline")
+        kind = "deadline"
+        if self.stall is not None and self.stall < remaining:
+            remaining, kind = self.stall, "stall"
         done = threading.Event()
         outcome: list[tuple[bool, Any]] = []
 
@@ -69,7 +91,7 @@ class Deadline:
         )
         worker.start()
         if not done.wait(remaining):
-            raise DeadlinePassed
+            raise DeadlinePassed(kind)
         answered, value = outcome[0]
         if answered:
             return value
@@ -79,39 +101,45 @@ class Deadline:
 class Replies(NamedTuple):
     """What :func:`query_suspect` got: the answer rows in the order sent (NaN rows where
     a batch failed), the faults it recorded, the answers' dimension (None if no batch
-    succeeded) and whether the deadline ended the asking early."""
+    succeeded) and which clock ended the asking early (``"stall"``, ``"deadline"``, or
+    ``""`` when none did)."""
 
     answers: np.ndarray
     errors: list[str]
     dim: int | None
-    expired: bool = False
+    expired: str = ""
 
 
 def query_suspect(
     suspect: SuspectFn,
     texts: list[str],
     batch_size: int,
-    progress: Callable[[int], None] | None,
+    progress: Progress | None,
     expected_dim: int | None = None,
     deadline: float | None = None,
     recorder: TranscriptRecorder | None = None,
+    stall_timeout: float | None = None,
 ) -> Replies:
     """Embed ``texts`` in batches; failed or malformed batches become NaN rows.
 
     If the first answer's dimension differs from ``expected_dim``, or exceeds
     :data:`.settings.MAX_ANSWER_DIM`, it stops there: no verdict is possible, so
     the rest of the query budget (and the auditor's memory) is spared. It also
-    stops when ``deadline`` seconds have passed since the first batch was sent
-    (the batch in hand is abandoned, see :class:`Deadline`); the texts not sent
-    are not among the rows. Every recorded error passes through
+    stops when one call goes ``stall_timeout`` seconds unanswered, or when
+    ``deadline`` seconds have passed since the first batch was sent (the batch in
+    hand is abandoned, see :class:`Deadline`); the texts not sent are not among
+    the rows. Every recorded error passes through
     :func:`..untrusted.printable`: it may quote the suspect's own text. A
     ``recorder`` gets each batch as it was asked and answered (:mod:`..transcript`).
+    ``progress(done, total)`` is called after each batch with the texts asked so
+    far and the texts to ask (:mod:`..progress`).
     """
     errors: list[str] = []
     batches: list[tuple[int, np.ndarray | None]] = []
     dim: int | None = None
-    clock = Deadline(deadline)
-    expired = False
+    clock = Deadline(deadline, stall_timeout)
+    expired = ""
+    done = 0
     for start in range(0, len(texts), batch_size):
         batch = texts[start : start + batch_size]
         out, expired = _ask_batch(clock, suspect, batch, dim, errors, recorder)
@@ -122,8 +150,9 @@ def query_suspect(
             dim = out.shape[1]
             if dim > MAX_ANSWER_DIM or (expected_dim is not None and dim != expected_dim):
                 break
+        done += len(batch)
         if progress is not None:
-            progress(len(batch))
+            progress(done, len(texts))
     width = dim or 1
     parts = [out if out is not None else np.full((n, width), np.nan) for n, out in batches]
     matrix = np.concatenate(parts) if parts else np.zeros((0, width))
@@ -137,30 +166,34 @@ def _ask_batch(
     dim: int | None,
     errors: list[str],
     recorder: TranscriptRecorder | None,
-) -> tuple[np.ndarray | None, bool]:
-    """One batch's rows (None if it failed) and whether the deadline passed first.
+) -> tuple[np.ndarray | None, str]:
+    """One batch's rows (None if it failed) and which clock ran out first ("" if none).
 
     The answer is recorded as it came, before it is checked, so a replay of the
     transcript meets the same checks (:mod:`..evidence_check`)."""
     sent = utc_now()
     try:
         answer = clock.call(suspect, batch)
-    except DeadlinePassed:
+    except DeadlinePassed as passed:
         if recorder is not None:
             recorder.batch(batch, sent, expired=True)
-        return None, True
+        return None, passed.kind
+    except ImportError:
+        # A package missing here (httpx for an endpoint, a model's own) is the auditor's
+        # to install, not the suspect's fault: it ends the audit with its own message.
+        raise
     except Exception as exc:  # a fault is missing data, never evidence
         errors.append(printable(f"{type(exc).__name__}: {exc}"))
         if recorder is not None:
             recorder.batch(batch, sent, error=errors[-1])
-        return None, False
+        return None, ""
     if recorder is not None:
         recorder.batch(batch, sent, answer=answer)
     try:
-        return _batch_rows(answer, len(batch), dim, errors), False
+        return _batch_rows(answer, len(batch), dim, errors), ""
     except Exception as exc:
         errors.append(printable(f"{type(exc).__name__}: {exc}"))
-        return None, False
+        return None, ""
 
 
 def _batch_rows(answer: Any, n_texts: int, dim: int | None, errors: list[str]) -> np.ndarray:
