@@ -32,6 +32,7 @@ from .defaults import (
 )
 from .draw import audit_salt, draw_band, draw_triggers
 from .errors import KeyGenerationError
+from .field_keygen import generate_field, reaudit_field
 from .key_checks import SALT_BYTES, check_positions, min_band_size
 from .key_options import (
     KeyOptions,
@@ -95,6 +96,12 @@ def generate(
     """
     texts = checked_corpus(corpus)
     o = options
+    if o.marking == "field":  # no band: its own audit, field and twin check (.field_keygen)
+        rng = np.random.default_rng(o.seed)
+        target = _embed_target(embed, o.target_text)
+        check_positions(o.alpha, target.size, error=KeyGenerationError)
+        corpus = {"corpus_texts": len(texts), "corpus_sha256": corpus_digest(texts)}
+        return generate_field(make_key, texts, embed, o, target, rng, corpus, _MAX_DRAWS)
     full_band, n_texts, freq_band = _corpus_band(texts, o.freq_band, o.n_triggers, o.normalization)
     rng = np.random.default_rng(o.seed)
     target = _embed_target(embed, o.target_text)
@@ -260,6 +267,17 @@ class KeyGeneration:
         >>> second = key.with_audit(corpus, model, audit_round=2)  # doctest: +SKIP
         """
         key = self
+        if getattr(key, "field", None) is not None:  # every sampled text is a probe
+            texts = checked_corpus(corpus)
+            return reaudit_field(  # type: ignore[no-any-return]
+                key,
+                texts,
+                embed,
+                twin_level=twin_level,
+                audit_round=audit_round,
+                audit_budget=audit_budget,
+                corpus_sha256=corpus_digest(texts),
+            )
         try:
             salt = audit_salt(key.salt, audit_round)
         except ValueError as exc:
