@@ -66,6 +66,7 @@ from .audit import (
     check_statistic,
     check_suspect,
     decide,
+    decide_field,
     inconclusive,
     interrogate,
     maps_answers,
@@ -165,4 +166,5 @@ def verify(
     if asked.reason:
         return recorded(subject, inconclusive(asked.common, asked.reason))
     scores = word_scores(plan, asked.embeddings, asked.target_vector, len(key.band), asked.cover)
-    return recorded(subject, decide(key, scores, min_coverage, asked.common))
+    verdict = decide_field if key.field is not None else decide
+    return recorded(subject, verdict(key, scores, min_coverage, asked.common))
