@@ -43,6 +43,7 @@ __all__ = [
     "mark_all_rows",
     "mark_masked",
     "mark_selected",
+    "marks",
     "select_positions",
     "watermark",
     "watermark_and_mask",
@@ -111,6 +112,22 @@ def watermark_and_mask(
     else:
         out = mark_selected(matrix, marked, key)
     return (out if out.dtype == out_dtype else out.astype(out_dtype)), marked
+
+
+def marks(texts: Iterable[str], key: MarkingKey) -> np.ndarray:
+    """Which of ``texts`` ``key`` marks, as far as the texts alone decide.
+
+    A word key marks the texts that hold a trigger; a field key every non-blank
+    text (by how much, only the clean embedding decides). What counters of marked
+    texts read, for either design.
+    """
+    texts, blank = _materialise_texts(texts, allow_empty=True)
+    if getattr(key, "field", None) is not None:
+        marked = np.ones(len(texts), dtype=bool)
+    else:
+        marked = np.array(key.contains_trigger(texts), dtype=bool)
+    marked[blank] = False
+    return marked
 
 
 def mark_selected(matrix: np.ndarray, marked: np.ndarray, key: MarkingKey) -> np.ndarray:
