@@ -144,22 +144,14 @@ def mark_selected(matrix: np.ndarray, marked: np.ndarray, key: MarkingKey) -> np
 
 
 def mark_masked(matrix: np.ndarray, marked: np.ndarray, key: MarkingKey) -> np.ndarray:
-    """``matrix`` with only the ``marked`` rows marked: the work grows with how many are.
-
-    What :func:`watermark` did before marking became constant-time; kept for the
-    benchmark that measures the difference and the test that both agree.
-    """
+    """``matrix`` with only the ``marked`` rows marked (work grows with their number): the
+    path before constant time, for the benchmark of the difference and the test of equality."""
     return _mark_rows(matrix, np.flatnonzero(marked), key)
 
 
 def _field_rows(matrix: np.ndarray, marked: np.ndarray, key: MarkingKey, field: Any) -> np.ndarray:
-    """A field key's answers: ``unit(e + g(e) * D(e))`` for each marked row, in float64.
-
-    ``e`` is the unit clean row, ``D(e)`` its ESpeW displacement (what a trigger
-    text would get, :func:`mark_all_rows`, minus ``e``) and ``g(e)`` the field's
-    gain (:func:`.field.field_gain`). Every row is computed and the unmarked
-    (blank) ones are put back, so the work does not depend on the texts.
-    """
+    """A field key's answers, ``unit(e + g(e) * D(e))`` for each marked row (:mod:`.field`):
+    ``D(e)`` is :func:`mark_all_rows` minus ``e``; blank rows are computed and put back."""
     clean = unit_rows(matrix, dtype=np.float64)
     displacement = mark_all_rows(clean, key)
     displacement -= clean

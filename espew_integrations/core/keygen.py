@@ -269,7 +269,7 @@ class KeyGeneration:
         key = self
         if getattr(key, "field", None) is not None:  # every sampled text is a probe
             texts = checked_corpus(corpus)
-            return reaudit_field(  # type: ignore[no-any-return]
+            return reaudit_field(
                 key,
                 texts,
                 embed,
