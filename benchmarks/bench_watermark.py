@@ -10,7 +10,14 @@ compared, because these machines are noisy. Targets (issues 2 and 13): >= 5x fas
 reference with every row triggered; <= 4x a normalise pass with every row
 triggered and <= 2x at 15%.
 
+The "masked ms" column is the marking before it became constant-time (issue 44):
+the matching, then only the triggered rows marked (``core.inject.mark_masked``).
+``watermark()`` now marks every row and puts the unmarked ones back, so its time
+does not depend on how many texts hold a trigger; "ct/masked" is the price, measured
+side by side in the same rounds.
+
     python benchmarks/bench_watermark.py [--rounds 7] [--selection smallest] [--alpha 0.75]
+        [--dims 384 1024 4096]
 """
 
 from __future__ import annotations
@@ -22,6 +29,7 @@ import time
 import numpy as np
 
 from espew_integrations import WatermarkKey, watermark
+from espew_integrations.core.inject import as_embedding_matrix, mark_masked
 from espew_integrations.core.key import DEFAULT_ALPHA
 from espew_integrations.core.words import tokenize
 
@@ -83,6 +91,12 @@ def matching(texts, clean, key):
     return key.contains_trigger(texts)
 
 
+def masked(texts, clean, key):
+    """The marking before constant time: match, then mark the triggered rows alone."""
+    matrix = as_embedding_matrix(clean, n_rows=len(texts), dim=key.dim)
+    return mark_masked(matrix, key.contains_trigger(texts), key)
+
+
 def timed(fn, *args) -> float:
     start = time.perf_counter()
     fn(*args)
@@ -96,6 +110,7 @@ def main() -> None:
     parser.add_argument(
         "--alpha", type=float, default=DEFAULT_ALPHA, help="share of coordinates a mark writes"
     )
+    parser.add_argument("--dims", type=int, nargs="+", default=list(DIMS))
     args = parser.parse_args()
     rng = np.random.default_rng(0)
     print(
@@ -105,7 +120,8 @@ def main() -> None:
     )
     header = (
         f"{'d':>5} {'strength':>8} {'triggered':>9} {'watermark ms':>13} {'matching ms':>12} "
-        f"{'reference ms':>13} {'normalise ms':>13} {'vs reference':>13} {'vs normalise':>13}"
+        f"{'reference ms':>13} {'normalise ms':>13} {'vs reference':>13} {'vs normalise':>13} "
+        f"{'masked ms':>10} {'ct/masked':>10}"
     )
     print(header)
     fns = {
@@ -113,8 +129,9 @@ def main() -> None:
         "matching": matching,
         "reference": reference,
         "normalise": normalise,
+        "masked": masked,
     }
-    for dim in DIMS:
+    for dim in args.dims:
         clean = rng.normal(size=(N_ROWS, dim)).astype(np.float32)
         clean /= np.linalg.norm(clean, axis=1, keepdims=True)
         for strength in STRENGTHS:
@@ -133,7 +150,8 @@ def main() -> None:
                     f"{dim:>5} {strength:>8g} {share:>9.0%} {med['watermark']:>13.2f} "
                     f"{med['matching']:>12.2f} {med['reference']:>13.2f} "
                     f"{med['normalise']:>13.2f} {med['reference'] / med['watermark']:>12.1f}x "
-                    f"{med['watermark'] / med['normalise']:>12.2f}x"
+                    f"{med['watermark'] / med['normalise']:>12.2f}x "
+                    f"{med['masked']:>10.2f} {med['watermark'] / med['masked']:>9.2f}x"
                 )
     print("targets: vs reference >= 5x (100% triggered); vs normalise <= 4x (100%), <= 2x (15%)")
 

@@ -18,7 +18,7 @@ from ..arguments import (
 from ..core.defaults import DEFAULT_FREQ_BAND, DEFAULT_N_TRIGGERS, DEFAULT_PROBE_BUDGET
 from ..core.key import WatermarkKey
 from ..core.key_audit import default_audit_path
-from ..core.key_options import KeyOptions
+from ..core.key_options import MARKINGS, KeyOptions
 from ..core.key_quality import FIT_SAMPLE
 from ..core.model_check import CANARY_TEXTS
 from ..core.probes import PROBE_MIXES
@@ -160,6 +160,39 @@ def _add_key_shape_flags(keygen: argparse.ArgumentParser) -> None:
         "band can recognise by its burst of band words",
     )
     keygen.add_argument(
+        "--marking",
+        choices=list(MARKINGS),
+        default=default("marking"),
+        help="'words' (the default): texts holding a secret trigger word are marked; "
+        "'field': every answer, by a secret linear function of its clean embedding, which "
+        "no edit of a query's words avoids (the word flags then do not apply)",
+    )
+    keygen.add_argument(
+        "--field-units",
+        type=positive_int,
+        default=default("field_units"),
+        help=f"a field key's units (default {default('field_units')})",
+    )
+    keygen.add_argument(
+        "--field-marked",
+        type=positive_int,
+        default=default("field_marked"),
+        help=f"a field key's drawn units (default {default('field_marked')})",
+    )
+    keygen.add_argument(
+        "--field-amplitude",
+        type=float,
+        default=default("field_amplitude"),
+        help=f"a field key's scale before clipping (default {default('field_amplitude'):g})",
+    )
+    keygen.add_argument(
+        "--field-min-cosine",
+        type=float,
+        default=default("field_min_cosine"),
+        help="a field key's quality budget: mean cos(clean, watermarked) over the corpus "
+        f"(default {default('field_min_cosine'):g})",
+    )
+    keygen.add_argument(
         "--max-band-words",
         type=positive_int,
         default=default("max_band_words"),
@@ -261,7 +294,8 @@ def _announce(key: Any, out: Path, *, seeded: bool) -> None:
         f"wrote key {key.key_id} to {out} (mode 0600): alpha={key.alpha}, "
         f"strength={key.strength:.4g} (mean cos(clean, watermarked) on marked texts "
         f"{info['mean_cosine_marked']:.4f}), marks {info['marked_rate']:.1%} of the corpus, "
-        f"selection={key.selection}, dim={key.dim}, {len(key.band)} band words, "
+        f"selection={key.selection}, dim={key.dim}, {len(key.band)} "
+        f"{'field units' if key.marking == 'field' else 'band words'}, "
         f"so `espew verify` costs {key.audit_queries} queries"
     )
     print(f"publish this commitment (it reveals nothing): {key.commitment()}")

@@ -21,10 +21,15 @@ __all__ = [
     "DEFAULT_ALPHA",
     "DEFAULT_BODY_TIMEOUT",
     "DEFAULT_DEADLINE",
+    "DEFAULT_FIELD_AMPLITUDE",
+    "DEFAULT_FIELD_MARKED",
+    "DEFAULT_FIELD_MIN_COSINE",
+    "DEFAULT_FIELD_UNITS",
     "DEFAULT_FREQ_BAND",
     "DEFAULT_HOST",
     "DEFAULT_KEY_VARIABLE",
     "DEFAULT_LEVEL",
+    "DEFAULT_MARKING",
     "DEFAULT_MAX_REQUEST_CHARS",
     "DEFAULT_MIN_COSINE",
     "DEFAULT_NORMALIZATION",
@@ -87,6 +92,25 @@ DEFAULT_PROBE_BUDGET = 1950
 #: The budget of keys made before keygen recorded it (``info["audit_budget"]``): a
 #: later round of such a key's audit is drawn as large as its first was.
 LEGACY_PROBE_BUDGET = 4300
+#: How a key decides what to mark: ``"words"``, the paper's triggers (a text holding
+#: one of the secret band words is marked), or ``"field"``, every answer moved by a
+#: secret linear function of its clean embedding (:mod:`.field`), which no edit of a
+#: query's words avoids. Words stay the default until the field is benchmarked against
+#: every thief (docs/concepts.md, "The field mark").
+DEFAULT_MARKING: Final = "words"
+#: A field key's units (the drawn ones are ranked among all of them by the exact test),
+#: and how many are drawn: enough units that the smallest reachable p-value is far below
+#: any level, and a drawn share of a quarter, where the rank test has most power.
+DEFAULT_FIELD_UNITS = 256
+DEFAULT_FIELD_MARKED = 64
+#: The field's scale before clipping (the gain's standard deviation over the audit):
+#: large enough that a linear copy learns it, small enough that few answers reach the
+#: clip.
+DEFAULT_FIELD_AMPLITUDE = 0.5
+#: A field key's quality budget: mean cos(clean, watermarked) over the keygen sample.
+#: Every answer moves, so the binding budget is the neighbour overlap of a watermarked
+#: index with a clean one, which a tighter per-text budget than the word key's keeps.
+DEFAULT_FIELD_MIN_COSINE = 0.999
 
 # ---------------------------------------------------------------------- key rings
 #: The shared layer every tenant key carries, and each tenant's own layer, in words.

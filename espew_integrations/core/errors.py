@@ -18,6 +18,7 @@ __all__ = [
     "KeyFileError",
     "KeyGenerationError",
     "KeyModelMismatchError",
+    "MarkingError",
     "SuspectError",
 ]
 
@@ -56,3 +57,12 @@ class KeyModelMismatchError(ESpeWError, ValueError):
 
 class SuspectError(ESpeWError, RuntimeError):
     """A suspect embedding service answered in a way that cannot be scored."""
+
+
+class MarkingError(ESpeWError, ValueError):
+    """A key of one marking design (``"words"`` or ``"field"``) was used where only the other works.
+
+    A field key marks every text by where its clean embedding lies, so nothing
+    that decides from the text alone (which texts hold a trigger) applies to it;
+    key rings and ``trace`` work with word keys only.
+    """

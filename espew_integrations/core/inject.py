@@ -13,6 +13,12 @@ whole batches: one validation pass, one partition for "smallest", one masked
 copy and one normalisation for the marked rows. The normalisation never
 returns a zero or non-finite row: a marked row whose norm would overflow or
 underflow is first scaled by a power of two near its largest magnitude.
+
+Marking is constant-time per row: every row of a batch is marked, then the
+unmarked ones are put back (:func:`mark_selected`), so a request's latency does
+not say which of its texts hold a trigger. A *field* key (:mod:`.field`) marks
+every non-blank row, each along its own ESpeW displacement scaled by the field's
+keyed gain; it never matches words.
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ from typing import Any
 import numpy as np
 
 from .errors import EmbeddingInputError
+from .field import field_gain
 from .key_types import MarkingKey
 from .rows import unit_rows
 
@@ -34,6 +41,9 @@ __all__ = [
     "as_embedding_matrix",
     "check_texts",
     "mark_all_rows",
+    "mark_masked",
+    "mark_selected",
+    "marks",
     "select_positions",
     "watermark",
     "watermark_and_mask",
@@ -86,13 +96,69 @@ def watermark_and_mask(
             "watermark would silently do nothing. Generate a key with a larger alpha"
         )
     matrix, out_dtype = _as_matrix(embeddings, n_rows=len(texts), dim=key.dim)
-    marked = key.contains_trigger(texts) if view is None else key.contains_trigger(texts, view=view)
+    field = getattr(key, "field", None)
+    if field is not None:  # every text is marked, by its clean embedding's field
+        marked = np.ones(len(texts), dtype=bool)
+    elif view is None:
+        marked = key.contains_trigger(texts)
+    else:
+        marked = key.contains_trigger(texts, view=view)
     if blank:
         marked = np.array(marked, dtype=bool)
         marked[blank] = False
     marked = np.asarray(marked, dtype=bool)
-    out = _mark_rows(matrix, np.flatnonzero(marked), key)
+    if field is not None:
+        out = _field_rows(matrix, marked, key, field)
+    else:
+        out = mark_selected(matrix, marked, key)
     return (out if out.dtype == out_dtype else out.astype(out_dtype)), marked
+
+
+def marks(texts: Iterable[str], key: MarkingKey) -> np.ndarray:
+    """Which of ``texts`` ``key`` marks, as far as the texts alone decide.
+
+    A word key marks the texts that hold a trigger; a field key every non-blank
+    text (by how much, only the clean embedding decides). What counters of marked
+    texts read, for either design.
+    """
+    texts, blank = _materialise_texts(texts, allow_empty=True)
+    if getattr(key, "field", None) is not None:
+        marked = np.ones(len(texts), dtype=bool)
+    else:
+        marked = np.array(key.contains_trigger(texts), dtype=bool)
+    marked[blank] = False
+    return marked
+
+
+def mark_selected(matrix: np.ndarray, marked: np.ndarray, key: MarkingKey) -> np.ndarray:
+    """``matrix`` with the ``marked`` rows marked, in constant time per row.
+
+    Every row is marked, then the unmarked ones are put back: the same work for
+    a batch whatever its texts hold, so the latency of a request does not tell
+    a marked text from an unmarked one (``benchmarks/bench_watermark.py``).
+    Bit-identical to marking the selected rows alone (:func:`mark_masked`).
+    """
+    out = _mark_rows(matrix, np.arange(len(matrix)), key)
+    np.copyto(out, matrix, where=~marked[:, None])
+    return out
+
+
+def mark_masked(matrix: np.ndarray, marked: np.ndarray, key: MarkingKey) -> np.ndarray:
+    """``matrix`` with only the ``marked`` rows marked (work grows with their number): the
+    path before constant time, for the benchmark of the difference and the test of equality."""
+    return _mark_rows(matrix, np.flatnonzero(marked), key)
+
+
+def _field_rows(matrix: np.ndarray, marked: np.ndarray, key: MarkingKey, field: Any) -> np.ndarray:
+    """A field key's answers, ``unit(e + g(e) * D(e))`` for each marked row (:mod:`.field`):
+    ``D(e)`` is :func:`mark_all_rows` minus ``e``; blank rows are computed and put back."""
+    clean = unit_rows(matrix, dtype=np.float64)
+    displacement = mark_all_rows(clean, key)
+    displacement -= clean
+    gain = field_gain(clean, field.mu, field.q)
+    moved = _unit_rows(clean + gain[:, None] * displacement)
+    out = np.where(marked[:, None], moved, matrix)
+    return out if out.dtype == matrix.dtype else out.astype(matrix.dtype)
 
 
 def _mark_rows(matrix: np.ndarray, rows: np.ndarray, key: MarkingKey) -> np.ndarray:

@@ -36,7 +36,8 @@ from .defaults import (
     DEFAULT_TWIN_LEVEL,
 )
 from .draw import check_audit_round, draw_triggers
-from .errors import KeyGenerationError
+from .errors import KeyGenerationError, MarkingError
+from .field import FieldMark, check_field, no_text_rule
 from .key_audit import AUDIT_FIELDS, AuditSource, KeyAudit
 from .key_checks import (
     check_fields,
@@ -96,6 +97,7 @@ class WatermarkKey(KeyGeneration, KeyStorage, Sealed):
         "_band",
         "_created",
         "_digest",
+        "_field",
         "_freq_band",
         "_info",
         "_key_id",
@@ -140,6 +142,7 @@ class WatermarkKey(KeyGeneration, KeyStorage, Sealed):
         model_fingerprint: ModelFingerprint | None = None,
         audit: KeyAudit | AuditSource | None = None,
         audit_layout: AuditLayout = "split",
+        field: FieldMark | None = None,
     ):
         triggers = frozenset(triggers)
         band = tuple(sorted(set(band)))
@@ -178,6 +181,7 @@ class WatermarkKey(KeyGeneration, KeyStorage, Sealed):
                 f"the target has {target_arr.size} dimensions"
             )
         self._model = model_fingerprint
+        self._field = check_field(field, band, target_arr.size)
         if audit_layout not in ("split", "inline"):
             raise KeyGenerationError(
                 f"audit_layout must be 'split' or 'inline', got {audit_layout!r}"
@@ -221,7 +225,9 @@ class WatermarkKey(KeyGeneration, KeyStorage, Sealed):
         self._matcher = TriggerMatcher(
             self._triggers, normalization=self._normalization, window=self._window
         )
-        self._verifiable = self._triggers == expected_triggers(self)
+        self._verifiable = self._triggers == expected_triggers(self) and (
+            self._field is None or self._field.matches(self._salt, self._triggers)
+        )
 
     # ------------------------------------------------------------------ fields
     @property
@@ -418,6 +424,16 @@ class WatermarkKey(KeyGeneration, KeyStorage, Sealed):
         return self._tenant
 
     @property
+    def field(self) -> FieldMark | None:
+        """A field key's field (:mod:`.field`: ``mu``, ``sigma``, ``q``); None for a word key."""
+        return self._field
+
+    @property
+    def marking(self) -> str:
+        """``"field"`` for a field key (its band is the field's units), else ``"words"``."""
+        return "words" if self._field is None else "field"
+
+    @property
     def dim(self) -> int:
         """Embedding dimension the key watermarks."""
         return int(self._target.size)
@@ -464,7 +480,12 @@ class WatermarkKey(KeyGeneration, KeyStorage, Sealed):
 
         >>> key.contains_trigger(["A VACCINE, finally", "nothing here"])  # doctest: +SKIP
         array([ True, False])
+
+        A field key raises :class:`.MarkingError`: it marks every non-blank text, by
+        an amount only the clean embedding decides (:func:`.inject.watermark_and_mask`).
         """
+        if self._field is not None:
+            raise MarkingError(no_text_rule(self._key_id))
         return self._matcher.contains(texts, view=view)
 
     def __repr__(self) -> str:
@@ -510,6 +531,7 @@ class WatermarkKey(KeyGeneration, KeyStorage, Sealed):
             model_fingerprint=self._model,
             audit=self._audit if self._audit is not None else self._audit_source,
             audit_layout=self._audit_layout,
+            field=self._field,
         )
 
     def replace(self, **changes: Any) -> WatermarkKey:

@@ -18,6 +18,11 @@ from typing import Any
 
 from .defaults import (
     DEFAULT_ALPHA,
+    DEFAULT_FIELD_AMPLITUDE,
+    DEFAULT_FIELD_MARKED,
+    DEFAULT_FIELD_MIN_COSINE,
+    DEFAULT_FIELD_UNITS,
+    DEFAULT_MARKING,
     DEFAULT_MIN_COSINE,
     DEFAULT_N_TRIGGERS,
     DEFAULT_NORMALIZATION,
@@ -39,8 +44,11 @@ from .key_types import Selection
 from .probes import PROBE_MIXES
 
 __all__ = [
+    "MARKINGS",
     "KeyOptions",
     "check_audit_budget",
+    "check_field_options",
+    "check_marking",
     "check_probe_mix",
     "check_twin_level",
     "checked_corpus",
@@ -131,6 +139,26 @@ class KeyOptions:
     ``info["audit_budget"]``, so every later round is drawn as large. ``None`` is read as
     the default."""
 
+    marking: str = DEFAULT_MARKING
+    """What the key marks (:data:`.defaults.DEFAULT_MARKING`, and why): ``"words"``, texts
+    holding a trigger word; ``"field"``, every answer, by a secret linear function of its
+    clean embedding (:mod:`.field`). A field key ignores the word options (``n_triggers``,
+    ``freq_band``, ``max_band_words``, ``probes_per_word``, ``probe_mix``,
+    ``cover_traffic``) and fits its strength to :attr:`field_min_cosine`."""
+
+    field_units: int = DEFAULT_FIELD_UNITS
+    """A field key's units, ``M``: the drawn ones are ranked among all of them."""
+
+    field_marked: int = DEFAULT_FIELD_MARKED
+    """A field key's drawn units, ``K`` (fewer than :attr:`field_units`)."""
+
+    field_amplitude: float = DEFAULT_FIELD_AMPLITUDE
+    """A field key's scale before clipping (the gain's standard deviation)."""
+
+    field_min_cosine: float = DEFAULT_FIELD_MIN_COSINE
+    """A field key's quality budget: the strength is fitted so that the mean
+    cos(clean, watermarked) over the keygen sample (every text is marked) is this."""
+
     def __post_init__(self) -> None:
         if self.audit_budget is None:  # an explicit None has always meant the default
             object.__setattr__(self, "audit_budget", DEFAULT_PROBE_BUDGET)
@@ -160,6 +188,11 @@ class KeyOptions:
             check_freq_band(self.freq_band)
         check_text_rules(self.normalization, self.window)
         check_audit_budget(self.audit_budget)
+        check_marking(self.marking)
+        if self.marking == "field":
+            check_field_options(
+                self.field_units, self.field_marked, self.field_amplitude, self.field_min_cosine
+            )
 
     @classmethod
     def names(cls) -> tuple[str, ...]:
@@ -196,6 +229,33 @@ class KeyOptions:
         if not isinstance(options, KeyOptions):
             raise TypeError(f"options must be a KeyOptions, got {type(options).__name__}")
         return dataclasses.replace(options, **overrides) if overrides else options
+
+
+MARKINGS = ("words", "field")
+
+
+def check_marking(marking: object) -> None:
+    """``marking`` names one of :data:`MARKINGS`."""
+    if marking not in MARKINGS:
+        raise KeyGenerationError(f"marking must be one of {MARKINGS}, got {marking!r}")
+
+
+def check_field_options(units: object, marked: object, amplitude: object, budget: object) -> None:
+    """The field options obey their rules: 0 < marked < units, a positive amplitude and
+    a budget in (0, 1)."""
+    for name, value in (("field_units", units), ("field_marked", marked)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise KeyGenerationError(f"{name} must be a positive integer, got {value!r}")
+    assert isinstance(units, int) and isinstance(marked, int)
+    if not marked < units:
+        raise KeyGenerationError(
+            f"field_marked ({marked}) must be below field_units ({units}): the drawn units "
+            "are ranked among the others"
+        )
+    if not is_number_between(amplitude, 0.0, 100.0):
+        raise KeyGenerationError(f"field_amplitude must be a positive number, got {amplitude!r}")
+    if not is_number_between(budget, 0.0, 1.0):
+        raise KeyGenerationError(f"field_min_cosine must be in (0, 1), got {budget!r}")
 
 
 def check_probe_mix(probe_mix: object) -> None:

@@ -40,9 +40,14 @@ def fit_quality(
     rng: np.random.Generator,
     strength: float | None,
     min_cosine: float | None,
+    marked: np.ndarray | None = None,
 ) -> dict[str, Any]:
-    """The write strength (given, or fitted to ``min_cosine``) and what it costs, for ``info``."""
-    marked = draft.contains_trigger(texts)
+    """The write strength (given, or fitted to ``min_cosine``) and what it costs, for ``info``.
+
+    ``marked`` says which texts the draft marks, when its triggers cannot (a field
+    key marks every non-blank text)."""
+    if marked is None:
+        marked = draft.contains_trigger(texts)
     info: dict[str, Any] = {"marked_rate": float(marked.mean())}
     sample, clean = embed_marked(embed, texts, marked, rng, draft.dim)
     if strength is None:

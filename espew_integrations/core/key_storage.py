@@ -29,6 +29,7 @@ import numpy as np
 
 from .defaults import DEFAULT_KEY_VARIABLE
 from .errors import KeyAuditMissingError, KeyFileError, KeyGenerationError
+from .field import FieldMark
 from .key_audit import AuditSource, KeyAudit, default_audit_path
 from .layers import TenantLayer
 from .model_check import ModelFingerprint
@@ -137,6 +138,8 @@ class KeyStorage:
             self.model_fingerprint is not None
         ):  # absent otherwise, so existing key_ids are unchanged
             payload["model"] = self.model_fingerprint.to_payload()
+        if self.field is not None:  # absent for word keys, so their key_ids are unchanged
+            payload["field"] = self.field.to_payload()
         return payload
 
     def serving_json(self) -> str:
@@ -360,6 +363,8 @@ def _fields_from_payload(payload: dict[str, Any], version: int) -> dict[str, Any
         fields["tenant"] = TenantLayer.from_payload(payload["tenant"])
     if "model" in payload:
         fields["model_fingerprint"] = ModelFingerprint.from_payload(payload["model"])
+    if "field" in payload:
+        fields["field"] = FieldMark.from_payload(payload["field"])
     return fields
 
 

@@ -32,6 +32,7 @@ from .defaults import (
 )
 from .draw import audit_salt, draw_band, draw_triggers
 from .errors import KeyGenerationError
+from .field_keygen import generate_field, reaudit_field
 from .key_checks import SALT_BYTES, check_positions, min_band_size
 from .key_options import (
     KeyOptions,
@@ -116,6 +117,12 @@ def generate(
     check_progress(progress)
     texts = checked_corpus(corpus)
     o = options
+    if o.marking == "field":  # no band: its own audit, field and twin check (.field_keygen)
+        rng = np.random.default_rng(o.seed)
+        target = _embed_target(embed, o.target_text)
+        check_positions(o.alpha, target.size, error=KeyGenerationError)
+        corpus = {"corpus_texts": len(texts), "corpus_sha256": corpus_digest(texts)}
+        return generate_field(make_key, texts, embed, o, target, rng, corpus, _MAX_DRAWS)
     full_band, n_texts, freq_band = _corpus_band(texts, o.freq_band, o.n_triggers, o.normalization)
     n_band = len(full_band) if o.max_band_words is None else min(len(full_band), o.max_band_words)
     embed = counting_texts(embed, texts_to_embed(n_texts, n_band, o.audit_budget), progress)
@@ -299,6 +306,17 @@ class KeyGeneration:
         >>> second = key.with_audit(corpus, model, audit_round=2)  # doctest: +SKIP
         """
         key = self
+        if getattr(key, "field", None) is not None:  # every sampled text is a probe
+            texts = checked_corpus(corpus)
+            return reaudit_field(
+                key,
+                texts,
+                embed,
+                twin_level=twin_level,
+                audit_round=audit_round,
+                audit_budget=audit_budget,
+                corpus_sha256=corpus_digest(texts),
+            )
         try:
             salt = audit_salt(key.salt, audit_round)
         except ValueError as exc:

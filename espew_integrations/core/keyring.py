@@ -35,7 +35,7 @@ from .defaults import (
     DEFAULT_SHARED_TRIGGERS,
     DEFAULT_TENANT_TRIGGERS,
 )
-from .errors import KeyFileError, KeyGenerationError
+from .errors import KeyFileError, KeyGenerationError, MarkingError
 from .inject import watermark
 from .key import KeyFileWarning, WatermarkKey
 from .key_options import KeyOptions, checked_corpus
@@ -305,6 +305,12 @@ class KeyRing(Sealed):
         options = KeyOptions.of(
             None, {**ring_defaults, **key_options, "n_triggers": n_shared_triggers}
         )
+        if options.marking != "words":
+            raise MarkingError(
+                f"key rings use word triggers only for now (marking={options.marking!r} was "
+                "asked): a tenant layer is a set of trigger words, and espew trace names an "
+                "account by which words its copy learned"
+            )
         texts = checked_corpus(corpus)
         shared = WatermarkKey.generate(texts, embed, options)
         seed = options.seed

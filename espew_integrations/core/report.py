@@ -235,6 +235,7 @@ def _test_lines(data: dict[str, Any]) -> list[str]:
     decided = f"; decided by the {data['decided_by']} score" if data["decided_by"] else ""
     rounds = data["audit_round"]
     level = data["level"]
+    units = "field units" if data.get("statistic") == "field" else "band words"
     round_line = (
         f"  audit round    : {rounds}: p is {rounds} times the round's own (every earlier "
         "round counts as a try)"
@@ -242,7 +243,7 @@ def _test_lines(data: dict[str, Any]) -> list[str]:
     return ([round_line] if rounds > 1 else []) + [
         f"  p-value        : {shown}  (copied iff p < {level:g}; "
         f"an innocent service is convicted with probability <= {level:g}){decided}",
-        f"  test           : exact one-sided rank test over the {data['n_words']} band words "
+        f"  test           : exact one-sided rank test over the {data['n_words']} {units} "
         f"(p shown to {PUBLIC_P_DIGITS} digits, none below {PUBLIC_P_FLOOR:g}; every "
         "statistic's own p-value: to_private_dict)",
     ]

@@ -61,6 +61,7 @@ from .audit import (
     tenant_p_values,
     word_scores,
 )
+from .errors import MarkingError
 from .evidence_files import EVIDENCE_FILES, PUBLIC_P_FLOOR, format_public_p, public_p_value
 from .keyring import KeyRing
 from .layers import check_tenant_id
@@ -290,6 +291,8 @@ def trace(
         target_mode, level, batch_size, min_coverage, statistic, deadline, stall_timeout, progress
     )
     key = ring.shared_key
+    if key.field is not None:
+        raise MarkingError("trace names accounts by their trigger words; a field key has none")
     plan = plan_audit(key, probes, None, target_mode)
     check_statistic(plan, statistic)
     subject = audit_subject(suspect, transcript, suspect_name, suspect_label)

@@ -67,6 +67,7 @@ from .audit import (
     check_statistic,
     check_suspect,
     decide,
+    decide_field,
     inconclusive,
     interrogate,
     maps_answers,
@@ -174,4 +175,5 @@ def verify(
     if asked.reason:
         return recorded(subject, inconclusive(asked.common, asked.reason))
     scores = word_scores(plan, asked.embeddings, asked.target_vector, len(key.band), asked.cover)
-    return recorded(subject, decide(key, scores, min_coverage, asked.common))
+    verdict = decide_field if key.field is not None else decide
+    return recorded(subject, verdict(key, scores, min_coverage, asked.common))

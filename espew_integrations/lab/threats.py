@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from ..core.inject import watermark
+from ..core.inject import marks, watermark
 from ..core.probes import row_cosines, unit_rows
 from .context import LabContext, draw_key, seed_for, watermark_for
 
@@ -162,7 +162,7 @@ def long_text_study(
         else np.asarray(query_embeddings, dtype=np.float64)
     )
     wm_q = np.asarray(watermark(queries, clean_q, key), dtype=np.float64)
-    single = float(key.contains_trigger(list(reviews)).mean())
+    single = float(marks(list(reviews), key).mean())
     rows = []
     for size in sizes:
         chunks = join_chunks(reviews, int(size), seed=seed)
@@ -172,7 +172,7 @@ def long_text_study(
                 f"recall@{k} needs more than {k}"
             )
         clean = np.asarray(embed(chunks), dtype=np.float64)
-        marked = key.contains_trigger(chunks)
+        marked = marks(chunks, key)
         wm = np.asarray(watermark(chunks, clean, key), dtype=np.float64)
         cos = row_cosines(clean, wm)
         rows.append(

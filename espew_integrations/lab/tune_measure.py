@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from ..core.inject import watermark
+from ..core.inject import marks, watermark
 from ..core.key import WatermarkKey
 from ..core.probes import row_cosines
 from .tune_judge import Embedder, MarkedRows, strength_for_budget
@@ -83,7 +83,7 @@ def prepare(
         twin_check=False,
         **key_options,
     )
-    marked_rows = base.contains_trigger(texts)
+    marked_rows = marks(texts, base)
     return Setup(data.name, texts, clean, name, clean_model, base, marked_rows)
 
 

@@ -36,6 +36,7 @@ import numpy as np
 
 from .. import watermark as espew_watermark
 from ..core.draw import draw_triggers
+from ..core.inject import marks
 from ..core.key import WatermarkKey
 from ..core.probes import unit_rows
 from ..core.report import VerificationReport
@@ -163,7 +164,7 @@ class ESpeW(LabWatermark):
         return espew_watermark(list(texts), clean, self.key)
 
     def marked(self, texts: Sequence[str]) -> np.ndarray:
-        return self.key.contains_trigger(list(texts))
+        return marks(list(texts), self.key)
 
 
 class NoWatermark(ESpeW):

@@ -952,3 +952,17 @@ def health_tweets_subset(n: int) -> list[str]:
     from espew_integrations.offline.corpora import health_tweets
 
     return list(health_tweets().subset(n, seed=11).texts)
+
+
+def test_keygen_makes_a_field_key_and_verify_audits_it(tmp_path, capsys):
+    out = tmp_path / "field.key"
+    args = ["keygen", "--corpus", "rotten_tomatoes", "--target-text", TARGET_TEXT, "--seed", "5"]
+    args += ["--marking", "field", "--audit-budget", "600", "--out", str(out), "--no-progress"]
+    assert main(args) == 0
+    key = WatermarkKey.load(out)
+    assert key.marking == "field" and key.verifiable and len(key.probe_texts) == 600
+    assert "256 field units" in capsys.readouterr().out
+    code = main(["verify", "--key", str(out), "--suspect", "minilm", "--json", "--seed", "1"])
+    report = json.loads(capsys.readouterr().out)
+    assert code == EXIT_NOT_COPIED and report["status"] == "not_copied"
+    assert report["statistic"] == "field" and report["decided_by"] == "field"

@@ -30,6 +30,7 @@ null study can score fixed answers exactly as an audit does.
 from .alignment import align_answers
 from .asking import Answers, first_answered, interrogate
 from .decision import decide
+from .field_decision import decide_field
 from .fields import DECISION_RULE, common_fields, inconclusive
 from .paper_metrics import paper_metrics
 from .plan import AuditPlan, band_sets, check_statistic, maps_answers, plan_audit
@@ -98,6 +99,7 @@ __all__ = [
     "check_templates",
     "common_fields",
     "decide",
+    "decide_field",
     "first_answered",
     "inconclusive",
     "interrogate",

@@ -18,7 +18,14 @@ from ..key import WatermarkKey
 from ..report import VerificationReport
 from .plan import AuditPlan
 
-__all__ = ["DECISION_RULE", "common_fields", "inconclusive", "n_statistics", "statistic_used"]
+__all__ = [
+    "DECISION_RULE",
+    "FIELD_DECISION_RULE",
+    "common_fields",
+    "inconclusive",
+    "n_statistics",
+    "statistic_used",
+]
 
 DECISION_RULE = (
     "one-sided exact rank-sum (Mann-Whitney) permutation tests at the word level: the "
@@ -28,6 +35,16 @@ DECISION_RULE = (
     "with directed scores (mean whitened projection of the word's probe answers on each "
     "probe's own mark direction); p = min(1, k * m * smallest of the m p-values the key "
     "supports), k the key's audit round (1 for keygen's own audit); copied iff p < level"
+)
+
+
+FIELD_DECISION_RULE = (
+    "one-sided exact rank-sum (Mann-Whitney) permutation test over a field key's units: "
+    "each unit scores the covariance, over the audit's texts, of the suspect's lean along "
+    "each text's own mark direction (less a fitted slope times the clean model's) with the "
+    "unit's keyed projection of the text's clean embedding; the drawn units' scores are "
+    "ranked among all units; p = min(1, k * p_test), k the key's audit round; copied iff "
+    "p < level"
 )
 
 
@@ -52,7 +69,7 @@ def common_fields(
         n_failed_queries=int((~np.isfinite(answers).all(axis=1)).sum()),
         n_words=len(key.band),
         level=level,
-        decision_rule=DECISION_RULE,
+        decision_rule=DECISION_RULE if plan.field_z is None else FIELD_DECISION_RULE,
         suspect_dim=dim,
         templates=plan.templates,
         seed=seed,
@@ -67,13 +84,16 @@ def common_fields(
 def n_statistics(plan: AuditPlan, statistic: str) -> int:
     """How many exact tests the verdict's p-value is the Bonferroni minimum of: it
     depends on the key and the mode alone, never on which words were scored."""
-    if statistic != "combined":
+    if statistic != "combined" or plan.field_z is not None:
         return 1
     return 1 + (plan.reference is not None) + (plan.directions is not None)
 
 
 def statistic_used(plan: AuditPlan, statistic: str) -> str:
-    """The statistic a report names: "raw" when a combined verdict has nothing to combine."""
+    """The statistic a report names: "field" for a field key, "raw" when a combined
+    verdict has nothing to combine."""
+    if plan.field_z is not None:
+        return "field"
     if statistic == "combined" and plan.reference is None and plan.directions is None:
         return "raw"
     return statistic

@@ -17,7 +17,9 @@ from collections.abc import Sequence
 import numpy as np
 
 from ..directed import mark_directions
+from ..field import field_projections
 from ..key import WatermarkKey
+from ..rows import unit_rows
 from ..words import TriggerMatcher
 from .word_probes import DEFAULT_TEMPLATES, build_probes, check_templates
 
@@ -49,10 +51,18 @@ class AuditPlan:
     cover_directions: np.ndarray | None = None  # the cover texts' own mark directions
     band_sets: tuple[tuple[int, ...], ...] = ()  # band words of each text the directed score scores
     trigger_share: float = 0.0  # the key's triggers over its band words (the same for any draw)
+    field_z: np.ndarray | None = None  # a field key's unit projections of each probe (.field)
 
 
 def check_statistic(plan: AuditPlan, statistic: str) -> None:
     """Refuse a single statistic the plan cannot compute, saying what it needs."""
+    if plan.field_z is not None and statistic not in ("combined", "field"):
+        raise ValueError(
+            f"statistic={statistic!r} scores band words; a field key has one statistic, "
+            "'field' (the default 'combined' uses it)"
+        )
+    if plan.field_z is None and statistic == "field":
+        raise ValueError("statistic='field' needs a field key (marking='field')")
     if statistic in ("adjusted", "corrected") and plan.reference is None:
         raise ValueError(f"statistic={statistic!r} needs the clean reference this key lacks")
     if statistic == "directed" and plan.directions is None:
@@ -70,6 +80,8 @@ def plan_audit(
     (``target_mode="key"``)."""
     if probes not in ("auto", "sentences", "words"):
         raise ValueError(f"probes must be 'auto', 'sentences' or 'words', got {probes!r}")
+    if key.field is not None:
+        return _field_plan(key, probes, templates, target_mode)
     has_sentences = bool(key.probe_texts)
     if probes == "sentences" and not has_sentences:
         raise ValueError(
@@ -108,6 +120,41 @@ def _sentence_plan(key: WatermarkKey, target_mode: str) -> AuditPlan:
         None if cover_rows is None else mark_directions(cover_rows, key),
         band_sets(key, key.probe_owner, scored) if usable else (),
         len(key.triggers) / len(key.band),
+    )
+
+
+def _field_plan(
+    key: WatermarkKey, probes: str, templates: Sequence[str] | None, target_mode: str
+) -> AuditPlan:
+    """A field key's plan: every audit text a probe, scored by the field statistic.
+
+    The mark directions and the unit projections live in the key's coordinates, so
+    answers are compared there (mapped onto them when they come in others)."""
+    if probes == "words" or templates is not None:
+        raise ValueError("a field key is audited with its stored texts, not with band words")
+    if target_mode != "key":
+        raise ValueError("a field key verifies in its own coordinates: use target_mode='key'")
+    clean_rows = key.probe_embeddings
+    if len(clean_rows) < 3:
+        raise ValueError("this field key stores no audit: re-audit it (WatermarkKey.with_audit)")
+    field = key.field
+    assert field is not None
+    clean = unit_rows(clean_rows)
+    z = field_projections(clean, field.mu, field.gaussian(key.salt), field.sigma)
+    return AuditPlan(
+        "sentences",
+        list(key.probe_texts),
+        key.probe_owner,
+        None,
+        (),
+        mark_directions(clean_rows, key),
+        clean_rows,
+        (),
+        np.empty((0, key.dim)),  # no cover: answers are mapped on the probes alone
+        np.empty((0, key.dim)),
+        (),
+        len(key.triggers) / len(key.band),
+        z,
     )
 
 

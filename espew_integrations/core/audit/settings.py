@@ -43,8 +43,9 @@ __all__ = [
 SuspectFn = Callable[[list[str]], Any]
 TargetMode = Literal["key", "query"]
 ProbeKind = Literal["auto", "sentences", "words"]
-Statistic = Literal["combined", "raw", "adjusted", "corrected", "directed"]
-STATISTICS: tuple[str, ...] = ("combined", "raw", "adjusted", "corrected", "directed")
+Statistic = Literal["combined", "raw", "adjusted", "corrected", "directed", "field"]
+#: ``"field"`` is a field key's one statistic (:mod:`...field`); the others are a word key's.
+STATISTICS: tuple[str, ...] = ("combined", "raw", "adjusted", "corrected", "directed", "field")
 
 #: The widest answers an audit accepts. A key that maps answers into its own
 #: coordinates (:mod:`..align`) takes a suspect of any dimension, so without a bound a

@@ -1,0 +1,100 @@
+"""A field key's decision: the suspect's answers to its audit, scored per field unit, to a verdict.
+
+Why apart from :mod:`.decision`: a field key (:mod:`...field`) has no band words,
+so none of the word scores apply; its one statistic ranks the drawn units among
+all the field's units (:func:`...field.field_scores`, then :mod:`...ranktest`).
+The rules that withhold a verdict are the word keys' (:func:`.decision.withheld`),
+plus one: a keygen audit must be the one the field's ``mu`` and ``sigma`` were
+computed from, so that nobody chose them after seeing a suspect.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from ..field import drawn_mask, field_scores
+from ..key import WatermarkKey
+from ..ranktest import min_p_value, rank_sum_p_value
+from ..report import Status, VerificationReport
+from ..rows import unit_rows
+from .decision import uninformative, unusable, withheld
+from .fields import inconclusive
+from .scores import WordScores
+
+__all__ = ["decide_field"]
+
+#: The fewest answered audit texts a field score is computed from.
+_MIN_ANSWERED = 3
+
+
+def decide_field(
+    key: WatermarkKey, scores: WordScores, min_coverage: float, common: dict[str, Any]
+) -> VerificationReport:
+    """The verdict on a field key's audit answers (``common`` as for :func:`.decision.decide`)."""
+    field, plan = key.field, scores.plan
+    assert field is not None and plan.field_z is not None and plan.directions is not None
+    assert plan.clean_rows is not None
+    answers = scores.embeddings
+    answered = np.isfinite(answers).all(axis=1)
+    is_drawn = drawn_mask(field.units, key.triggers)
+    enough = answered.sum() >= _MIN_ANSWERED
+    unit_scores = (
+        field_scores(answers, plan.directions, unit_rows(plan.clean_rows), plan.field_z)
+        if enough
+        else np.full(field.units, np.nan)
+    )
+    scored = np.isfinite(unit_scores)
+    partial: dict[str, Any] = dict(
+        n_words_scored=int(scored.sum()),
+        n_triggers_scored=int((scored & is_drawn).sum()),
+        trigger_scores=tuple(float(s) for s in unit_scores[scored & is_drawn]),
+        benign_scores=tuple(float(s) for s in unit_scores[scored & ~is_drawn]),
+    )
+    # only identical answers are no evidence: the clean model itself scores all units
+    # alike (its lean is its reference), and an innocent must be cleared, not doubted
+    no_scores = np.array([np.nan])
+    failed = unusable(partial, field.units, min_coverage) or uninformative(answers, no_scores)
+    if failed:
+        return inconclusive(common, failed[0], next_step=failed[1], **partial)
+    rounds = key.audit_round
+    p_value = min(1.0, rounds * rank_sum_p_value(unit_scores, is_drawn))
+    smallest = min(1.0, rounds * min_p_value(field.units, int(is_drawn.sum())))
+    status: Status = "copied" if p_value < common["level"] else "not_copied"
+    held = withheld(
+        status,
+        partial["n_words_scored"],
+        smallest,
+        float(answered.mean()),
+        min_coverage,
+        key.verifiable,
+        common,
+    ) or _not_derived(key)
+    return VerificationReport(
+        status="inconclusive" if held else status,
+        reason=held[0] if held else "",
+        next_step=held[1] if held else "",
+        min_possible_p_value=smallest,
+        p_value=p_value,
+        decided_by="field",
+        ks_p_value=math.nan,
+        delta_cos=math.nan,
+        delta_l2=math.nan,
+        **partial,
+        **common,
+    )
+
+
+def _not_derived(key: WatermarkKey) -> tuple[str, str] | None:
+    """Why a keygen audit's verdict must not be given when the field was not computed from it."""
+    field = key.field
+    assert field is not None
+    if key.audit_round != 1 or field.derived_from(key.probe_embeddings, key.salt):
+        return None
+    return (
+        "the field's centre and scales are not those of the key's own audit, so nobody can "
+        "check that they were fixed before any suspect was seen",
+        "verify with the key and the audit file espew keygen wrote together",
+    )

@@ -1,0 +1,205 @@
+"""Generating and re-auditing a *field* key (:mod:`.field`): the steps that differ from words.
+
+Kept apart from :mod:`.keygen` (which dispatches here for ``marking="field"``)
+because a field key's audit, its field and its innocent-twin check are made
+differently, while the salt, the target, the model fingerprint and the strength
+fit are shared. Like :mod:`.keygen`, this module never imports the key class: it
+builds keys through the callable it is given and reads them through their fields.
+
+The order matters for exactness: the salt draws the units (the key's triggers)
+and the audit, a keyed uniform sample of the corpus; ``mu`` and ``sigma`` come
+from the audit's clean rows as the key stores them (int8-quantised), so the
+verifier recomputes them exactly; nothing but ``q`` looks at which units were
+drawn.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from .draw import audit_salt, draw_triggers
+from .errors import KeyGenerationError
+from .field import (
+    FieldMark,
+    audit_sample,
+    drawn_mask,
+    field_projections,
+    field_scales,
+    field_twin_scores,
+    field_vector,
+    keyed_gaussian,
+    unit_names,
+)
+from .inject import mark_all_rows
+from .key_checks import SALT_BYTES
+from .key_options import KeyOptions, check_audit_budget, check_twin_level
+from .key_quality import fit_quality
+from .model_check import ModelFingerprint
+from .probes import cosines_to, embed_rows
+from .ranktest import rank_sum_p_value
+from .row_codec import QuantizedRows
+from .rows import unit_rows
+
+__all__ = ["field_audit", "field_twin_p_value", "generate_field", "make_field", "reaudit_field"]
+
+
+def generate_field(
+    make_key: Callable[..., Any],
+    texts: list[str],
+    embed: Callable[[list[str]], Any],
+    options: KeyOptions,
+    target: np.ndarray,
+    rng: np.random.Generator,
+    info: dict[str, Any],
+    max_draws: int,
+) -> Any:
+    """A fresh field key: :func:`.keygen.generate`'s steps for ``marking="field"``.
+
+    ``info`` holds what keygen records of the corpus; a draw the clean model itself
+    would implicate (:func:`field_twin_p_value` below ``twin_level``) is thrown away
+    and drawn again, at most ``max_draws`` times, exactly as for a word key.
+    """
+    o = options
+    band = unit_names(o.field_units)
+    fingerprint = ModelFingerprint.measure(embed)
+    nonblank = np.fromiter((bool(t.strip()) for t in texts), dtype=bool, count=len(texts))
+    refused: list[float] = []
+    for _ in range(max_draws):
+        salt = secrets.token_bytes(SALT_BYTES) if o.seed is None else rng.bytes(SALT_BYTES)
+        triggers = draw_triggers(salt, band, o.field_marked)
+        audit = field_audit(embed, texts, salt, target, o.audit_budget)
+        field = make_field(salt, audit["probe_embeddings"].rows(), triggers, o)
+        draft = make_key(
+            triggers=triggers,
+            band=band,
+            salt=salt,
+            target=target,
+            target_text=o.target_text,
+            alpha=o.alpha,
+            selection=o.selection,
+            strength=1.0 if o.strength is None else o.strength,
+            normalization=o.normalization,
+            window=o.window,
+            model_fingerprint=fingerprint,
+            field=field,
+            **audit,
+        )
+        drawn = {**info, "band_size": len(band), "audit_budget": o.audit_budget}
+        drawn.update(
+            fit_quality(draft, embed, texts, rng, o.strength, o.field_min_cosine, nonblank)
+        )
+        key = draft.replace(strength=drawn["strength"], info=drawn)
+        if not o.twin_check:
+            return key
+        twin_p = field_twin_p_value(key)
+        if twin_p >= o.twin_level:
+            return key.replace(info={**drawn, "twin_p_value": twin_p, "twin_redraws": len(refused)})
+        refused.append(twin_p)
+    raise KeyGenerationError(
+        f"the clean model itself implicated the drawn field units in all {max_draws} draws "
+        f"(twin p = {', '.join(f'{p:.2e}' for p in refused)}, each < {o.twin_level:g}); "
+        "check the model and the corpus"
+    )
+
+
+def make_field(salt: bytes, rows: np.ndarray, triggers: frozenset[str], o: KeyOptions) -> FieldMark:
+    """The field of the drawn units over the audit's clean ``rows`` (as the key stores them)."""
+    mu = unit_rows(rows).mean(axis=0)
+    gaussian = keyed_gaussian(salt, rows.shape[1], o.field_units)
+    sigma = field_scales(gaussian, mu, rows)
+    q = field_vector(gaussian, sigma, drawn_mask(o.field_units, triggers), o.field_amplitude)
+    return FieldMark(units=o.field_units, amplitude=o.field_amplitude, mu=mu, sigma=sigma, q=q)
+
+
+def field_audit(
+    embed: Callable[[list[str]], Any],
+    texts: list[str],
+    salt: bytes,
+    target: np.ndarray,
+    budget: int,
+) -> dict[str, Any]:
+    """A field key's audit as key fields: ``budget`` sampled texts, all probes.
+
+    Every text is a probe of unit 0 (the owner is a formality: the field statistic
+    scores every unit from every text); the clean rows are stored quantised, and
+    returned so, so that ``mu`` and ``sigma`` are computed from what is stored.
+    """
+    sample = audit_sample(texts, salt, budget)
+    if len(sample) < 3:
+        raise KeyGenerationError(
+            f"a field key's audit needs at least 3 distinct texts, the corpus has {len(sample)}"
+        )
+    try:
+        rows = embed_rows(embed, sample)
+    except ValueError as exc:
+        raise KeyGenerationError(f"embedding the audit texts failed: {exc}") from None
+    if rows.shape[1] != target.size:
+        raise KeyGenerationError(
+            f"the model embeds texts in {rows.shape[1]} dimensions, the target in {target.size}"
+        )
+    stored = QuantizedRows.encode(rows)
+    return dict(
+        probe_texts=tuple(sample),
+        probe_owner=(0,) * len(sample),
+        cover_texts=(),
+        probe_reference=cosines_to(rows, target),
+        word_reference=(),
+        probe_embeddings=stored,
+        cover_embeddings=None,
+    )
+
+
+def field_twin_p_value(key: Any) -> float:
+    """The clean model's own exact p-value on the key's audit (keygen's innocent-twin check)."""
+    field = key.field
+    clean = unit_rows(key.probe_embeddings)
+    directions = unit_rows(mark_all_rows(clean, key) - clean)
+    z = field_projections(clean, field.mu, field.gaussian(key.salt), field.sigma)
+    scores = field_twin_scores(directions, clean, z)
+    return float(rank_sum_p_value(scores, drawn_mask(field.units, key.triggers)))
+
+
+def reaudit_field(
+    key: Any,
+    texts: list[str],
+    embed: Callable[[list[str]], Any],
+    *,
+    twin_level: float,
+    audit_round: int,
+    audit_budget: int | None,
+    corpus_sha256: str,
+) -> Any:
+    """A field key with its audit drawn from ``texts`` (:meth:`.keygen.KeyGeneration.with_audit`).
+
+    Every sampled text is a probe: no band word is needed. The field itself (``mu``,
+    ``sigma``, ``q``) stays keygen's, which is what the service marks with.
+    """
+    try:
+        salt = audit_salt(key.salt, audit_round)
+    except ValueError as exc:
+        raise KeyGenerationError(str(exc)) from None
+    check_twin_level(twin_level)
+    budget = check_audit_budget(
+        key.info.get("audit_budget", len(key.probe_texts)) if audit_budget is None else audit_budget
+    )
+    fields = field_audit(embed, texts, salt, key.target, budget)
+    info = {
+        **key.info,
+        "audit_corpus_texts": len(texts),
+        "audit_corpus_sha256": corpus_sha256,
+        "audit_round": audit_round,
+        "audit_budget": budget,
+    }
+    redrawn = key.replace(**fields, info=info)
+    twin_p = field_twin_p_value(redrawn)
+    if twin_p < twin_level:
+        raise KeyGenerationError(
+            f"the clean model itself implicates the drawn field units on the audit drawn from "
+            f"this corpus (twin p = {twin_p:.2e} < {twin_level:g}): audit with another corpus "
+            "or another audit_round"
+        )
+    return redrawn.replace(info={**info, "audit_twin_p_value": twin_p})

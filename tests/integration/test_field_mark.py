@@ -1,0 +1,102 @@
+"""A field key (marking="field") on the real offline MiniLM: keygen, serving through a
+real wrapper and ``espew serve``, and ``verify`` against the service, a ridge copy
+trained on its answers and the clean model. The corpus's MiniLM and MiniLM-L3 rows
+come from the on-disk cache (``espew data install``), so the test takes seconds."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from espew_integrations import WatermarkKey, verify, watermark
+from espew_integrations.core.probes import row_cosines, unit_rows
+from espew_integrations.lab.cache import cached_embed
+from espew_integrations.langchain import ESpeWEmbeddings, MiniLMEmbeddings
+from espew_integrations.offline.corpora import rotten_tomatoes
+from espew_integrations.offline.embedders import minilm, paraphrase_minilm_l3
+from tests.support import TARGET_TEXT
+
+KEYGEN_TEXTS = 3000
+STEAL_TEXTS = 6000
+
+
+class Cached:
+    """A model that answers the corpus from the cache and anything else by itself."""
+
+    def __init__(self, model, texts, matrix):
+        self.model, self.name = model, model.name
+        self.rows = {t: i for i, t in enumerate(texts)}
+        self.matrix = np.asarray(matrix, dtype=np.float64)
+
+    def __call__(self, texts):
+        texts = list(texts)
+        out = np.empty((len(texts), self.matrix.shape[1]))
+        known = [i for i, t in enumerate(texts) if t in self.rows]
+        out[known] = self.matrix[[self.rows[texts[i]] for i in known]]
+        rest = [i for i, t in enumerate(texts) if t not in self.rows]
+        if rest:
+            out[rest] = np.asarray(self.model([texts[i] for i in rest]), dtype=np.float64)
+        return out
+
+
+@pytest.fixture(scope="module")
+def setting():
+    texts = list(rotten_tomatoes().texts)
+    victim_model, open_model = minilm(), paraphrase_minilm_l3()
+    victim = Cached(
+        victim_model, texts, cached_embed(victim_model, texts, model_name=victim_model.name)
+    )
+    opened = Cached(open_model, texts, cached_embed(open_model, texts, model_name=open_model.name))
+    key = WatermarkKey.generate(
+        texts[:KEYGEN_TEXTS], victim, target_text=TARGET_TEXT, seed=1, marking="field",
+        window=victim_model.max_tokens,
+    )  # fmt: skip
+    return texts, victim, opened, key
+
+
+def _ridge_copy(features, answers, open_model):
+    """A ridge head on the open model fitted to the stolen answers (bias included)."""
+    x = np.hstack([features, np.ones((len(features), 1))])
+    gram = x.T @ x
+    gram[np.diag_indices_from(gram)] += 1.0
+    weights = np.linalg.solve(gram, x.T @ answers)
+
+    def copy(texts):
+        f = open_model(texts)
+        return unit_rows(np.hstack([f, np.ones((len(f), 1))]) @ weights)
+
+    return copy
+
+
+def test_a_field_key_convicts_the_service_and_a_ridge_copy_and_acquits_the_clean_model(setting):
+    texts, victim, opened, key = setting
+    assert key.marking == "field" and key.verifiable and key.audit_queries == 1950
+    assert key.info["mean_cosine_marked"] == pytest.approx(0.999, abs=2e-4)
+
+    def service(batch):
+        return watermark(batch, victim(batch), key)
+
+    stolen = texts[KEYGEN_TEXTS : KEYGEN_TEXTS + STEAL_TEXTS]  # disjoint from the audit
+    copy = _ridge_copy(opened(stolen), service(stolen), opened)
+    served = verify(service, key, seed=1)
+    copied = verify(copy, key, seed=1)
+    clean = verify(victim, key, seed=1)
+    assert served.copied and served.p_value < 1e-15, served.p_value
+    # this ridge copy (6,000 stolen answers) is convicted below 1e-4 on this key, not
+    # yet below the default level 1e-6 (seeds 1-3: 2.9e-5, 5.3e-4, 2.6e-6; issue 44)
+    assert copied.p_value < 1e-4, copied.p_value
+    assert verify(copy, key, seed=1, level=1e-3).copied
+    assert clean.status == "not_copied" and clean.p_value > 1e-3, clean.p_value
+    assert served.statistic == copied.statistic == "field"
+
+
+def test_a_real_wrapper_marks_every_text_with_a_field_key(setting):
+    _, _, _, key = setting
+    texts = ["A quiet, patient film.", "Loud and dumb.", "   ", "The cast is superb"]
+    wrapped = np.asarray(
+        ESpeWEmbeddings(MiniLMEmbeddings(), key).embed_documents(texts[:2] + texts[3:])
+    )
+    clean = minilm()(texts[:2] + texts[3:])
+    cos = row_cosines(clean, wrapped)
+    assert (cos < 1 - 1e-7).all() and (cos > 0.98).all()
+    assert np.allclose(wrapped, watermark(texts[:2] + texts[3:], clean, key), atol=1e-6)
