@@ -11,8 +11,11 @@ the extra.
 >>> try:
 ...     require("no_such_module_xyz", "lab", "the ridge thief")
 ... except MissingExtraError as exc:
-...     print(exc)
-no_such_module_xyz is needed for the ridge thief: pip install 'espew-integrations[lab]'
+...     print(exc)  # doctest: +NORMALIZE_WHITESPACE
+no_such_module_xyz is needed for the ridge thief: pip install '.[lab]' in a checkout,
+or pip install 'espew-integrations[lab] @
+git+https://github.com/espew-integrations/espew-integrations';
+once published, pip install 'espew-integrations[lab]'
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from types import ModuleType
 from .core.errors import ESpeWError
 
 __all__ = [
+    "REPOSITORY",
     "MissingExtraError",
     "ensure",
     "install_line",
@@ -31,6 +35,9 @@ __all__ = [
     "raise_missing_extra",
     "require",
 ]
+
+#: Where the source lives: pip installs from it until the package is on a package index.
+REPOSITORY = "https://github.com/espew-integrations/espew-integrations"
 
 #: The distribution name of an import name, where the two differ (what pip is told).
 _DISTRIBUTIONS = {
@@ -51,8 +58,20 @@ class MissingExtraError(ESpeWError, ModuleNotFoundError):
 
 
 def install_line(extra: str) -> str:
-    """The one spelling of "install this extra", for every missing-extra message."""
-    return f"pip install 'espew-integrations[{extra}]'"
+    """The one spelling of "install this extra", for every missing-extra message.
+
+    The package is not on a package index yet, so the line a user can run today
+    comes first (from a checkout, or from the repository), and the published
+    form ends the line, ready for the day it is.
+
+    >>> install_line("http").endswith("once published, pip install 'espew-integrations[http]'")
+    True
+    """
+    return (
+        f"pip install '.[{extra}]' in a checkout, or pip install "
+        f"'espew-integrations[{extra}] @ git+{REPOSITORY}'; "
+        f"once published, pip install 'espew-integrations[{extra}]'"
+    )
 
 
 def missing(module: str) -> bool:

@@ -67,9 +67,12 @@ ViewArgument: TypeAlias = TextView | Literal[_Discover.DISCOVER] | None
 class KeySource:
     """The key a wrapper uses and, when it was given by location, that location.
 
-    ``location`` is what a wrapper may persist instead of the key:
-    ``{"key_path": <absolute path>}``, ``{"key_env": <variable name>}``, or ``{}``
-    for a key object given in memory. ``repr`` names the key_id only.
+    ``location`` is what a wrapper may persist or pickle instead of the key:
+    ``{"key_path": <the path as given>}``, ``{"key_env": <variable name>}``, or
+    ``{}`` for a key object given in memory (which is never persisted). A relative
+    path stays relative, so a collection or a saved pipeline that moves with its key
+    file still finds it; it is resolved against the working directory of the
+    process that loads it. ``repr`` names the key_id only.
     """
 
     key: WatermarkKey

@@ -7,7 +7,7 @@
 
 A Chroma collection persists its embedding function's ``name()`` and
 ``get_config()`` so that any later client can rebuild it. For this wrapper
-the persisted config holds *where* the key lives (an absolute key-file path or
+the persisted config holds *where* the key lives (the key-file path as given, or
 the name of an environment variable), the key's public ``key_id`` (so a
 swapped key file is refused instead of silently watermarking with another
 key) and the inner function's own ``name`` and ``config``. It never holds
@@ -83,8 +83,13 @@ class ESpeWEmbeddingFunction(WatermarkingWrapper, EmbeddingFunction[Documents]):
     or the key's JSON); with none of them, from ``$ESPEW_KEY`` (persisted as
     ``key_env="ESPEW_KEY"``), as in every wrapper.
     Give it by location for a collection that must be reopened: that location
-    is what gets persisted. A key object works for embedding, but such a
-    function cannot be persisted and :meth:`get_config` says so. ``inner``
+    is what gets persisted, never resolved to this machine's absolute path. A
+    relative ``key_path`` stays relative, resolved against the working directory
+    of the process that reopens the collection, so a project directory holding
+    the collection and its key moves as one; ``key_env`` moves anywhere the
+    variable is set. A key object works for embedding, but such a function cannot
+    be persisted: :meth:`is_legacy` answers True, so Chroma stores the collection
+    without it, and :meth:`get_config` says why. ``inner``
     must itself be a registered (non-legacy) Chroma embedding function for the
     collection to reopen.
 
@@ -167,26 +172,45 @@ class ESpeWEmbeddingFunction(WatermarkingWrapper, EmbeddingFunction[Documents]):
     def name() -> str:
         return "espew"
 
-    def get_config(self) -> dict[str, Any]:
-        """Where the key lives, its public key_id, and the inner function's name and config."""
+    def _not_persistable(self) -> str | None:
+        """Why a collection could not persist this function, or None when it can."""
         if not self._key_location:
-            raise ESpeWError(
+            return (
                 "this ESpeWEmbeddingFunction holds an in-memory key, which a collection "
                 "cannot persist; build it with key_path= or key_env= instead"
             )
-        inner_name = _inner_attr(self._inner, "name")
-        inner_config = _inner_attr(self._inner, "get_config")
-        if inner_name is NotImplemented or inner_config is NotImplemented:
-            raise ESpeWError(
+        if _inner_attr(self._inner, "name") is NotImplemented or (
+            _inner_attr(self._inner, "get_config") is NotImplemented
+        ):
+            return (
                 f"the inner function {type(self._inner).__name__} is a legacy Chroma embedding "
                 "function (no name()/get_config()); a collection could not rebuild it"
             )
         if self._view_mode == "custom" and not self._view_is_inner():
-            raise ESpeWError(
+            return (
                 "this ESpeWEmbeddingFunction matches triggers with a custom view, which a "
                 "collection cannot persist; expose it as the inner function's .view, or build "
                 "with the default view (the inner function's) or view=None"
             )
+        return None
+
+    def is_legacy(self) -> bool:
+        """True when a collection cannot persist this function (Chroma then calls it legacy).
+
+        A bool for every key form: an in-memory key, a legacy inner function or a
+        custom view answer True (the collection is stored without its function, and
+        a reopening client must pass it again); a key given by location answers
+        False. Unlike Chroma's default, this never reloads the key to find out.
+        """
+        return self._not_persistable() is not None
+
+    def get_config(self) -> dict[str, Any]:
+        """Where the key lives, its public key_id, and the inner function's name and config."""
+        reason = self._not_persistable()
+        if reason is not None:
+            raise ESpeWError(reason)
+        inner_name = _inner_attr(self._inner, "name")
+        inner_config = _inner_attr(self._inner, "get_config")
         config: dict[str, Any] = {"key_id": self._key.key_id, **self._key_location}
         if self._view_mode == "off":
             config["view"] = "off"
@@ -208,12 +232,22 @@ class ESpeWEmbeddingFunction(WatermarkingWrapper, EmbeddingFunction[Documents]):
                 "import the module that defines it before opening the collection"
             ) from None
         inner = inner_class.build_from_config(config["inner"]["config"])
-        ef = ESpeWEmbeddingFunction(
-            inner,
-            key_path=config.get("key_path"),
-            key_env=config.get("key_env"),
-            view=None if config.get("view") == "off" else DISCOVER,
-        )
+        try:
+            ef = ESpeWEmbeddingFunction(
+                inner,
+                key_path=config.get("key_path"),
+                key_env=config.get("key_env"),
+                view=None if config.get("view") == "off" else DISCOVER,
+            )
+        except KeyFileError as error:
+            path = config.get("key_path")
+            if path is None or os.path.isabs(path):
+                raise
+            raise KeyFileError(
+                f"{error} (this collection names its key by the relative path {path!r}, "
+                f"resolved against the working directory {os.getcwd()}: run from the directory "
+                "it is relative to, or rebuild the function with key_env=)"
+            ) from error
         if ef.key_id != config["key_id"]:
             raise KeyFileError(
                 f"the key found at {config.get('key_path') or '$' + str(config.get('key_env'))} "

@@ -14,9 +14,13 @@ one event per call. Its ``embeddings_cache`` is its own (it stores watermarked
 vectors), never the inner model's (which would hold clean ones).
 
 The key is a pydantic ``PrivateAttr``: it never appears in ``model_dump()``,
-``to_json()``, ``repr()`` or instrumentation payloads, and the wrapper refuses
-to be pickled rather than drop or leak it. Auditing a LlamaIndex suspect
-needs nothing from this module (:mod:`espew_integrations.suspects`).
+``to_json()``, ``repr()`` or instrumentation payloads. The wrapper pickles, and
+round-trips through ``to_dict``/``from_dict``, by the key's *location* (the key
+file path or the environment variable name it was given), never its content:
+each process that unpickles it (``IngestionPipeline(num_workers=2)``'s workers)
+loads the key from there. A wrapper given a key object in memory refuses to be
+pickled rather than drop or leak it. Auditing a LlamaIndex suspect needs nothing
+from this module (:mod:`espew_integrations.suspects`).
 
 ``MiniLMEmbedding``, the clean offline model of the examples, lives with the
 bundled models (:mod:`espew_integrations.offline.frameworks.llama_index`); it is
@@ -25,6 +29,7 @@ re-exported here on first use, so importing this module imports no model.
 
 from __future__ import annotations
 
+import importlib
 import os
 from typing import Any
 
@@ -46,11 +51,16 @@ from ._wrapper_common import (
     resolve_key,
     resolve_view,
 )
+from .core.errors import ESpeWError, KeyFileError
 from .core.key import WatermarkKey
 from .core.text import TextView
 from .core.traffic_sample import TrafficSample
 
 __all__ = ["ESpeWEmbedding"]
+
+#: The library's own inner models: class_name() -> the module that defines it, imported
+#: when a saved dict names one, so ``from_dict`` needs no import of it first.
+_LIBRARY_MODELS = {"ESpeWMiniLMEmbedding": "espew_integrations.offline.frameworks.llama_index"}
 
 
 def __getattr__(name: str) -> Any:
@@ -78,7 +88,9 @@ class ESpeWEmbedding(WatermarkingWrapper, BaseEmbedding):
     :class:`~espew_integrations.WatermarkKey`), ``key_path`` (a key file) or
     ``key_env`` (the name of an environment variable holding a key file path
     or the key's JSON); with none of them, from ``$ESPEW_KEY``, as every
-    ``espew`` command reads it.
+    ``espew`` command reads it. Give it by location for a wrapper that crosses
+    processes: pickling and ``to_dict`` carry that location (and the public
+    key_id, checked when it is loaded again), never the key.
 
     ``view`` decides which text the triggers are matched on. By default it is
     the inner model's own ``.view`` (the offline
@@ -98,6 +110,8 @@ class ESpeWEmbedding(WatermarkingWrapper, BaseEmbedding):
     _view: TextView | None = PrivateAttr(default=None)
     _guard: Any = PrivateAttr(default=None)
     _traffic_sample: Any = PrivateAttr(default=None)
+    _key_location: dict[str, str] = PrivateAttr(default_factory=dict)
+    _view_mode: str = PrivateAttr(default="inner")
 
     def __init__(
         self,
@@ -121,7 +135,9 @@ class ESpeWEmbedding(WatermarkingWrapper, BaseEmbedding):
         super().__init__(**kwargs)
         self._inner = embed_model
         self._key = found.key
+        self._key_location = found.location
         self._view = resolved_view
+        self._view_mode = "inner" if view is DISCOVER else "off" if view is None else "custom"
         self._guard = self._model_guard()
         self._traffic_sample = traffic_sample
 
@@ -144,13 +160,98 @@ class ESpeWEmbedding(WatermarkingWrapper, BaseEmbedding):
         payload["watermark_key_id"] = self._key.key_id
         return payload
 
+    # ------------------------------------------------------------------ crossing processes
+    def _settings(self) -> dict[str, Any]:
+        """The public fields a rebuilt wrapper is given again (the inner model's by default)."""
+        return {name: getattr(self, name) for name in _CARRIED_SETTINGS}
+
     def __getstate__(self) -> dict[str, Any]:
-        # LlamaIndex's BaseComponent silently drops unpicklable attributes; for
-        # this wrapper that would be the key, leaving an object that fails later.
-        raise TypeError(
-            "ESpeWEmbedding holds a secret WatermarkKey and refuses to be pickled; "
-            "build it in each process with key_path= or key_env="
+        # Never LlamaIndex's BaseComponent default, which silently drops what does not
+        # pickle: for this wrapper that would be the key, leaving an object that fails
+        # later. The key travels as its location and is loaded again on the other side.
+        if not self._key_location:
+            raise ESpeWError(
+                "this ESpeWEmbedding holds an in-memory WatermarkKey, which is never pickled; "
+                "build it with key_path='provider.key' (a key file) or key_env='ESPEW_KEY' (an "
+                "environment variable) so that each process loads the key from there"
+            )
+        if self._traffic_sample is not None:
+            raise ESpeWError(
+                "this ESpeWEmbedding records a traffic sample, which belongs to one process and "
+                "is not pickled; give each process its own wrapper and sample"
+            )
+        return {
+            "embed_model": self._inner,
+            "location": dict(self._key_location),
+            "key_id": self._key.key_id,
+            "view": self._view if self._view_mode == "custom" else self._view_mode,
+            "settings": self._settings(),
+        }
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        view = state["view"]
+        self.__init__(  # type: ignore[misc]
+            state["embed_model"],
+            **state["location"],
+            view=DISCOVER if view == "inner" else None if view == "off" else view,
+            **state["settings"],
         )
+        _check_key_id(self, state["key_id"], state["location"])
+
+    def to_dict(self, **kwargs: Any) -> dict[str, Any]:
+        """The wrapper as a dict: its settings, the inner model's dict, the key's location.
+
+        The key is named by where it lives (``key_path`` or ``key_env``) and by its
+        public ``key_id``, never by its content. A wrapper built with a key object
+        names no location: :meth:`from_dict` then needs ``key=``, ``key_path=`` or
+        ``key_env=``. LlamaIndex's ingestion cache hashes this dict, so two keys
+        never share cached vectors.
+        """
+        data = super().to_dict(**kwargs)
+        data["embed_model"] = self._inner.to_dict()
+        data["key_id"] = self._key.key_id
+        data.update(self._key_location)
+        if self._view_mode != "inner":
+            data["view"] = self._view_mode
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], **kwargs: Any) -> ESpeWEmbedding:  # type: ignore[override]
+        """Rebuild from :meth:`to_dict`; ``kwargs`` replace its entries (``key_path=``...).
+
+        The inner model is rebuilt by its LlamaIndex ``class_name`` from the classes
+        imported in this process (or passed as ``embed_model=``); the key is loaded
+        from its location and must have the saved ``key_id``.
+        """
+        data = {**data, **kwargs}
+        data.pop("class_name", None)
+        key_id = data.pop("key_id", None)
+        inner = data.pop("embed_model", None)
+        if isinstance(inner, dict):
+            inner = _inner_from_dict(inner)
+        if inner is None:
+            raise ESpeWError("an ESpeWEmbedding dict must hold its embed_model")
+        view_mode = data.pop("view", "inner")
+        if "view" in kwargs:
+            view = kwargs["view"]
+        elif view_mode in ("inner", "off"):
+            view = DISCOVER if view_mode == "inner" else None
+        else:
+            raise ESpeWError(
+                "this ESpeWEmbedding matched triggers with a custom view, which a dict cannot "
+                "hold; pass it again as from_dict(data, view=...)"
+            )
+        location = {name: data.pop(name) for name in ("key", "key_path", "key_env") if name in data}
+        if not location:
+            raise ESpeWError(
+                "this dict names no key location (the wrapper held an in-memory key); pass "
+                "key_path='provider.key' or key_env='ESPEW_KEY' to from_dict"
+            )
+        data.pop("embeddings_cache", None)  # its own cache: a rebuilt wrapper starts empty
+        rebuilt = cls(inner, **location, view=view, **data)
+        if key_id is not None:
+            _check_key_id(rebuilt, key_id, location)
+        return rebuilt
 
     # ------------------------------------------------------------------ sync paths
     def _get_query_embedding(self, query: str) -> Embedding:
@@ -191,6 +292,54 @@ class ESpeWEmbedding(WatermarkingWrapper, BaseEmbedding):
     def _rows(self, texts: list[str], clean: Any) -> list[Embedding]:
         return self._mark(texts, clean).tolist()
 
+
+def _check_key_id(wrapper: ESpeWEmbedding, key_id: str, location: dict[str, Any]) -> None:
+    """Refuse a key other than the one saved: a swapped key file would mark with another key."""
+    if wrapper.key_id != key_id:
+        where = location.get("key_path") or f"${location.get('key_env')}"
+        raise KeyFileError(
+            f"the key found at {where} has key_id {wrapper.key_id}, but this ESpeWEmbedding "
+            f"was saved with key_id {key_id}; restore the original key"
+        )
+
+
+def _inner_from_dict(data: dict[str, Any]) -> BaseEmbedding:
+    """A LlamaIndex embedding model rebuilt from its ``to_dict``, found by its class_name.
+
+    Only classes already imported in this process (and the library's own, imported
+    here) are candidates: a dict never names a module to import.
+    """
+    name = data.get("class_name")
+    if name in _LIBRARY_MODELS:
+        importlib.import_module(_LIBRARY_MODELS[name])
+    found = [cls for cls in _subclasses(BaseEmbedding) if _class_name(cls) == name]
+    if not found:
+        raise ESpeWError(
+            f"no imported LlamaIndex embedding class is named {name!r}: import the module "
+            "that defines it first, or pass the model as from_dict(data, embed_model=...)"
+        )
+    return found[0].from_dict(data)  # type: ignore[no-any-return]
+
+
+def _subclasses(cls: type) -> list[type]:
+    out, todo = [], [cls]
+    while todo:
+        for sub in todo.pop().__subclasses__():
+            if sub not in out:
+                out.append(sub)
+                todo.append(sub)
+    return out
+
+
+def _class_name(cls: type) -> str | None:
+    try:
+        return cls.class_name()  # type: ignore[attr-defined, no-any-return]
+    except Exception:  # an abstract or broken class names nothing
+        return None
+
+
+#: The public fields pickling carries (the rest are the inner model's or rebuilt).
+_CARRIED_SETTINGS = ("model_name", "embed_batch_size", "num_workers")
 
 #: Settings the wrapper takes over from the inner model, so batching, handlers
 #: and throttling behave as before.

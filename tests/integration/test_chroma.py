@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import re
+import shutil
 import sqlite3
+import subprocess
+import sys
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -31,6 +35,7 @@ from espew_integrations.chroma import ESpeWEmbeddingFunction, MiniLMEmbeddingFun
 from espew_integrations.core.draw import draw_triggers
 from espew_integrations.offline.embedders import minilm
 from tests.support import (
+    REPO,
     HashEncoder,
     cached_corpus,
     chroma_server,
@@ -206,7 +211,7 @@ def test_registered_and_config_names_only_where_the_key_lives(ef, key, key_file)
     config = ef.get_config()
     assert config == {
         "key_id": key.key_id,
-        "key_path": str(key_file.resolve()),
+        "key_path": key_file.as_posix(),
         "inner": {"name": "espew_minilm", "config": {"model": "minilm"}},
     }
     _assert_no_secret(json.dumps(config), key)
@@ -264,6 +269,29 @@ def test_in_memory_key_or_legacy_inner_cannot_be_persisted(key, key_file):
         ESpeWEmbeddingFunction(CountingFunction(), key).get_config()
     with pytest.raises(ESpeWError, match="legacy"):
         ESpeWEmbeddingFunction(LegacyFunction(), key_path=key_file).get_config()
+
+
+def test_is_legacy_is_a_bool_for_every_key_form(key, key_file, monkeypatch):
+    monkeypatch.setenv("ESPEW_TEST_KEY", str(key_file))
+    inner = MiniLMEmbeddingFunction()
+    assert ESpeWEmbeddingFunction(inner, key_path=key_file).is_legacy() is False
+    assert ESpeWEmbeddingFunction(inner, key_env="ESPEW_TEST_KEY").is_legacy() is False
+    assert ESpeWEmbeddingFunction(inner, key).is_legacy() is True
+    assert ESpeWEmbeddingFunction(LegacyFunction(), key_path=key_file).is_legacy() is True
+    blind = ESpeWEmbeddingFunction(inner, key_path=key_file, view=lambda t: ["" for _ in t])
+    assert blind.is_legacy() is True
+
+
+def test_an_in_memory_key_embeds_in_a_collection_stored_without_its_function(
+    key, texts, expected, tmp_path
+):
+    client = chromadb.PersistentClient(str(tmp_path / "db"), settings=no_telemetry())
+    ef = ESpeWEmbeddingFunction(MiniLMEmbeddingFunction(), key)
+    collection = client.create_collection("reviews", embedding_function=ef)
+    assert collection.configuration_json["embedding_function"] == {"type": "legacy"}
+    _fill(collection, texts)
+    stored = collection.get(ids=["doc-0", "doc-1"], include=["embeddings"])["embeddings"]
+    assert np.allclose(stored, expected[:2], atol=1e-6)
 
 
 def test_the_view_is_discovered_and_view_none_is_persisted(ef, key, key_file, texts):
@@ -383,6 +411,54 @@ def test_persistent_client_reopened_in_a_new_process(ef, key, texts, tmp_path):
     answer = _reopen_in_new_process(str(tmp_path / "db"), texts[4], texts[-1] + " Seen again")
     _check_reopened(answer, key, texts, query_index=4)
     _assert_store_holds_no_secret(tmp_path / "db", key)
+
+
+@pytest.mark.parametrize("given", ["key_path", "key_env"])
+def test_a_persisted_collection_moved_to_another_directory_reopens(
+    key, texts, tmp_path, monkeypatch, given
+):
+    """The config names the key relatively (or by variable): the project moves as one."""
+    here = tmp_path / "here"
+    here.mkdir()
+    key.save(here / "provider.key")
+    monkeypatch.chdir(here)
+    monkeypatch.setenv("ESPEW_MOVED_KEY", "provider.key")  # the variable holds a path
+    location = (
+        {"key_path": "provider.key"} if given == "key_path" else {"key_env": "ESPEW_MOVED_KEY"}
+    )
+    ef = ESpeWEmbeddingFunction(MiniLMEmbeddingFunction(), **location)
+    client = chromadb.PersistentClient(str(here / "db"), settings=no_telemetry())
+    collection = client.create_collection(
+        "reviews", embedding_function=ef, configuration={"hnsw": {"space": "cosine"}}
+    )
+    _fill(collection, texts)
+    del collection, client
+    with sqlite3.connect(here / "db" / "chroma.sqlite3") as db:
+        rows = db.execute("SELECT config_json_str, schema_str FROM collections").fetchall()
+    persisted = json.dumps(rows)
+    assert str(tmp_path) not in persisted  # no path of this machine
+    assert ("provider.key" in persisted) == (given == "key_path")
+
+    there = tmp_path / "elsewhere" / "there"
+    there.parent.mkdir()
+    shutil.move(here, there)
+    monkeypatch.chdir(there)
+    code = REOPEN.replace("ARGUMENTS", repr(("db", texts[4], texts[-1] + " Seen again")))
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=there,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        env={**os.environ, "PYTHONPATH": str(REPO), "ANONYMIZED_TELEMETRY": "False"},
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    _check_reopened(json.loads(done.stdout.strip().splitlines()[-1]), key, texts, query_index=4)
+    if given == "key_path":  # from elsewhere, the relative path names no file: a clear error
+        monkeypatch.chdir(tmp_path)
+        config = ef.get_config()
+        with pytest.raises(KeyFileError, match=r"relative path 'provider.key'.*key_env="):
+            ESpeWEmbeddingFunction.build_from_config(config)
 
 
 def test_chroma_server_started_by_the_test(ef, key, texts, tmp_path):

@@ -837,7 +837,8 @@ def test_serve_without_the_http_extra_names_the_pip_line_before_loading_a_model(
     monkeypatch.setattr(serve, "resolve_embedder", lambda *a, **k: pytest.fail("model loaded"))
     assert main(["serve", "--port", "0"]) == EXIT_USAGE
     err = capsys.readouterr().err
-    assert "espew serve needs starlette: pip install 'espew-integrations[http]'" in err
+    assert "espew serve needs starlette: pip install '.[http]' in a checkout" in err
+    assert err.rstrip().endswith("once published, pip install 'espew-integrations[http]'")
 
 
 def test_key_reaudit_draws_the_audit_from_another_corpus(tmp_path, key_path, key, capsys):

@@ -163,7 +163,10 @@ def test_a_missing_optional_module_names_its_purpose_and_extra(monkeypatch):
     error = caught.value
     assert isinstance(error, ESpeWError) and isinstance(error, ImportError)
     assert str(error) == (
-        "scikit-learn is needed for the demo's thief: pip install 'espew-integrations[lab]'"
+        "scikit-learn is needed for the demo's thief: pip install '.[lab]' in a checkout, or "
+        "pip install 'espew-integrations[lab] @ "
+        "git+https://github.com/espew-integrations/espew-integrations'; "
+        "once published, pip install 'espew-integrations[lab]'"
     )
 
 

@@ -24,7 +24,14 @@ from llama_index.core.instrumentation.events.embedding import (
 from llama_index.core.schema import TextNode
 from llama_index.vector_stores.chroma import ChromaVectorStore
 
-from espew_integrations import EmbeddingInputError, SuspectError, as_suspect, verify, watermark
+from espew_integrations import (
+    EmbeddingInputError,
+    ESpeWError,
+    SuspectError,
+    as_suspect,
+    verify,
+    watermark,
+)
 from espew_integrations.llama_index import ESpeWEmbedding, MiniLMEmbedding
 from espew_integrations.offline.embedders import minilm
 from tests.support import HashEncoder, mixed_texts, real_key, secret_strings, unchecked
@@ -318,8 +325,10 @@ def test_key_is_a_private_attribute_never_serialised(wrapped, key):
     assert not any(secret in payload for secret in secret_strings(key))
 
 
-def test_pickling_is_refused_instead_of_dropping_the_key(key):
-    with pytest.raises(TypeError, match="refuses to be pickled"):
+def test_pickling_an_in_memory_key_is_refused_instead_of_dropping_the_key(key):
+    # Pickling by location: tests/integration/test_llama_index_pipeline.py.
+    refused = r"in-memory WatermarkKey, which is never pickled.*key_path="
+    with pytest.raises(ESpeWError, match=refused):
         pickle.dumps(ESpeWEmbedding(CountingEmbedding(), key))
 
 

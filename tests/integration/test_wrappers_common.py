@@ -51,9 +51,10 @@ def test_resolve_key_from_object_path_or_named_variable(key, tmp_path, monkeypat
     found = resolve_key(key)
     assert found.key is key and found.location == {}
     found = resolve_key(None, key_path=path)
-    assert found.key == key and found.location == {"key_path": str(path.resolve())}
+    assert found.key == key and found.location == {"key_path": path.as_posix()}
+    # A relative path stays relative: it moves with the files it is relative to.
     monkeypatch.chdir(tmp_path)
-    assert resolve_key(None, key_path="k.key").location == {"key_path": str(path.resolve())}
+    assert resolve_key(None, key_path="k.key").location == {"key_path": "k.key"}
     monkeypatch.setenv("MY_KEY", str(path))
     found = resolve_key(None, key_env="MY_KEY")
     assert found.key == key and found.location == {"key_env": "MY_KEY"}

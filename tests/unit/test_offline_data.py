@@ -74,10 +74,37 @@ def no_data_packages(monkeypatch):
 
 def test_the_data_directory_is_the_env_var_else_the_user_cache(monkeypatch, tmp_path):
     monkeypatch.setenv(DATA_DIR_ENV, str(tmp_path / "x"))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))  # the variable still wins
     assert data.data_dir() == tmp_path / "x"
     monkeypatch.delenv(DATA_DIR_ENV)
+    monkeypatch.delenv("XDG_CACHE_HOME")
     monkeypatch.setenv("HOME", str(tmp_path))
-    assert data.data_dir() == tmp_path / ".cache" / "espew-integrations" / "data"
+    if sys.platform.startswith("linux"):  # macOS and Windows have caches of their own
+        assert data.data_dir() == tmp_path / ".cache" / "espew-integrations" / "data"
+
+
+@pytest.mark.parametrize("with_platformdirs", [True, False])
+def test_the_caches_follow_xdg_cache_home(monkeypatch, tmp_path, with_platformdirs):
+    from espew_integrations.lab.cache import cache_dir
+    from espew_integrations.offline.user_cache import user_cache_dir
+
+    if not with_platformdirs:  # the bare core: the XDG rule by hand
+        monkeypatch.setitem(sys.modules, "platformdirs", None)
+    elif not sys.platform.startswith("linux"):
+        pytest.skip("platformdirs follows XDG_CACHE_HOME on Linux only")
+    monkeypatch.delenv(DATA_DIR_ENV, raising=False)
+    monkeypatch.delenv("ESPEW_CACHE_DIR", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert user_cache_dir() == tmp_path / "xdg" / "espew-integrations"
+    assert data.data_dir() == tmp_path / "xdg" / "espew-integrations" / "data"
+    assert cache_dir() == tmp_path / "xdg" / "espew-integrations"
+    monkeypatch.setenv("ESPEW_CACHE_DIR", str(tmp_path / "mine"))
+    assert cache_dir() == tmp_path / "mine"
+    # A relative XDG_CACHE_HOME is invalid by the specification: the default is used.
+    monkeypatch.setenv("XDG_CACHE_HOME", "relative/cache")
+    monkeypatch.setenv("HOME", str(tmp_path))
+    if not with_platformdirs or sys.platform.startswith("linux"):
+        assert user_cache_dir() == tmp_path / ".cache" / "espew-integrations"
 
 
 def test_a_corpus_is_read_straight_from_its_wheel_without_the_package(data_home, no_data_packages):

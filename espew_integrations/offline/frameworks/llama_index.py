@@ -19,12 +19,18 @@ from ...core.text import TextView, discover_view
 
 __all__ = ["MiniLMEmbedding"]
 
+#: The bundled encoders' names (the ``model_name`` they give) -> their registry names, so
+#: a model rebuilt from its ``model_name`` (unpickled, ``from_dict``) is the same model.
+_BUNDLED = {"all-MiniLM-L6-v2-int8": "minilm", "paraphrase-MiniLM-L3-v2": "paraphrase-minilm-l3"}
+
 
 class MiniLMEmbedding(BaseEmbedding):
     """A clean LlamaIndex ``BaseEmbedding`` around an offline encoder (default: MiniLM).
 
     ``encoder`` is any callable ``list[str] -> array (n, d)``; by default the
-    library's offline all-MiniLM-L6-v2, so indexes build without a network.
+    library's offline all-MiniLM-L6-v2, so indexes build without a network (or the
+    bundled model that ``model_name`` names). With a bundled encoder it pickles and
+    round-trips through ``to_dict`` by that name, loading the model again.
     Async calls run the encoder in a worker thread, keeping the event loop free.
     :attr:`view` passes on the encoder's view, so
     :class:`~espew_integrations.llama_index.ESpeWEmbedding` matches triggers on what the
@@ -38,9 +44,9 @@ class MiniLMEmbedding(BaseEmbedding):
 
     def __init__(self, encoder: Callable[[list[str]], Any] | None = None, **kwargs: Any) -> None:
         if encoder is None:
-            from ..embedders import minilm
+            from ...models import load_model
 
-            encoder = minilm()
+            encoder = load_model(_BUNDLED.get(kwargs.get("model_name", ""), "minilm"))
         kwargs.setdefault("model_name", getattr(encoder, "name", type(encoder).__name__))
         super().__init__(**kwargs)
         self._encoder = encoder
@@ -49,6 +55,15 @@ class MiniLMEmbedding(BaseEmbedding):
     @classmethod
     def class_name(cls) -> str:
         return "ESpeWMiniLMEmbedding"
+
+    def __getstate__(self) -> dict[str, Any]:
+        # A bundled encoder (an onnxruntime session) is loaded again from model_name by
+        # BaseComponent.__setstate__, which calls __init__ with the fields; any other
+        # encoder goes through LlamaIndex's default, which pickles what it can.
+        name = getattr(self._encoder, "name", None)
+        if name in _BUNDLED and name == self.model_name:
+            return {"__dict__": dict(self.__dict__)}
+        return super().__getstate__()
 
     @property
     def view(self) -> TextView | None:

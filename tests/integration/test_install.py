@@ -1,0 +1,127 @@
+"""A fresh virtual environment follows the README's install lines and ends with `espew` (issue 48).
+
+The README's lines run exactly as written, in a copy of this checkout (what its
+``git clone ... && cd`` line gives a user), in a new venv that holds nothing of this
+project. Two things differ from a user's machine, both so that the test needs no
+network and no minutes of downloads:
+
+- the new venv sees the running environment's packages (a ``.pth`` line naming its
+  site-packages), so pip finds every dependency already satisfied instead of
+  downloading it. pip still resolves the project's requirements and extras against
+  them, and fails if one is missing, since the package index is switched off;
+- pip builds the project with the setuptools found there (no build isolation,
+  which would download the build backend).
+
+What is proved: the checkout builds and installs from the README's lines into an
+environment of its own (metadata, the ``espew`` entry point, package data), and the
+installed copy, not the checkout, answers ``espew --version`` and imports the
+wrappers. A full install is the same lines without these two settings: a network,
+and minutes of downloads, too slow for the suite.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import sysconfig
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+REPOSITORY = "https://github.com/espew-integrations/espew-integrations"
+# What a clone does not hold: build outputs, caches, the developer's own venv and git.
+NOT_CLONED = shutil.ignore_patterns(
+    ".git",
+    ".venv",
+    "build",
+    "dist",
+    "site",
+    "*.egg-info",
+    "__pycache__",
+    ".pytest_cache",
+    ".ruff_cache",
+    ".hypothesis",
+    ".benchmarks",
+    "demo-output",
+)
+
+
+def readme_install_lines() -> list[str]:
+    """The commands of the README's install block (after ``## Install``), comments removed."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = readme[readme.index("\n## Install\n") :]
+    block = re.search(r"```sh\n(.*?)```", section, flags=re.DOTALL)
+    assert block, "the README's install section has a sh block"
+    lines = [line.split("  #")[0].strip() for line in block.group(1).splitlines()]
+    return [line for line in lines if line]
+
+
+def test_the_readme_installs_from_a_checkout_and_names_the_published_form():
+    lines = readme_install_lines()
+    assert lines[0] == f"git clone {REPOSITORY} && cd espew-integrations"
+    assert [line.split()[0] for line in lines[1:]] == ["pip", "espew", "pip"]
+    assert all(line.startswith("pip install '.[") for line in lines if line.startswith("pip"))
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert f"pip install 'espew-integrations[cli] @ git+{REPOSITORY}'" in readme
+    assert "once published: `pip install 'espew-integrations[cli]'`" in readme
+
+
+def test_a_fresh_venv_following_the_readme_runs_espew_and_imports_the_wrappers(tmp_path):
+    checkout = tmp_path / "espew-integrations"
+    shutil.copytree(ROOT, checkout, ignore=NOT_CLONED)
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    python = venv / "bin" / "python"
+    purelib = subprocess.run(
+        [python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    here = {sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]}
+    (Path(purelib) / "zz-present-packages.pth").write_text("\n".join(sorted(here)) + "\n")
+
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH" and not k.startswith("PIP_")}
+    env |= {
+        "PATH": f"{venv / 'bin'}{os.pathsep}{env.get('PATH', '')}",
+        "VIRTUAL_ENV": str(venv),
+        "PIP_CONFIG_FILE": os.devnull,  # not this machine's pip settings
+        "PIP_NO_INDEX": "1",  # never download: a missing dependency fails the test
+        "PIP_NO_BUILD_ISOLATION": "0",  # pip's spelling of --no-build-isolation
+        "PIP_DISABLE_PIP_VERSION_CHECK": "1",
+    }
+
+    def run(command: list[str], cwd: Path) -> str:
+        done = subprocess.run(
+            command, cwd=cwd, env=env, capture_output=True, text=True, timeout=300
+        )
+        assert done.returncode == 0, f"{command}:\n{done.stdout[-2000:]}\n{done.stderr[-3000:]}"
+        return done.stdout
+
+    for line in readme_install_lines()[1:]:  # the first is the clone: `checkout` is its copy
+        program, *arguments = shlex.split(line)
+        # The venv has no pip of its own: `pip` is the present one, run by the venv's python.
+        command = [python, "-m", "pip", *arguments] if program == "pip" else [program, *arguments]
+        run(command, checkout)
+
+    elsewhere = tmp_path / "elsewhere"  # not the checkout, so it is not on sys.path
+    elsewhere.mkdir()
+    version = re.search(r'^version = "(.+)"$', (ROOT / "pyproject.toml").read_text(), re.M)[1]
+    assert run(["espew", "--version"], elsewhere).strip() == f"espew {version}"
+    assert shutil.which("espew", path=env["PATH"]) == str(venv / "bin" / "espew")
+    imported = run(
+        [
+            python,
+            "-c",
+            "import espew_integrations\n"
+            "from espew_integrations.langchain import ESpeWEmbeddings\n"
+            "from espew_integrations.llama_index import ESpeWEmbedding\n"
+            "from espew_integrations.chroma import ESpeWEmbeddingFunction\n"
+            "print(espew_integrations.__file__)",
+        ],
+        elsewhere,
+    )
+    assert Path(imported.strip()).is_relative_to(Path(purelib)), imported
