@@ -51,6 +51,7 @@ from .rows import unit_rows
 
 __all__ = [
     "FIELD_CLIP",
+    "SCORE_WHITENING",
     "FieldMark",
     "audit_sample",
     "check_field",
@@ -63,6 +64,7 @@ __all__ = [
     "field_vector",
     "keyed_gaussian",
     "no_text_rule",
+    "scoring_projections",
     "unit_names",
 ]
 
@@ -137,6 +139,37 @@ def field_projections(
 ) -> np.ndarray:
     """``z_ij = (e_i - mu) . G[:, j] / sigma_j``: every text's standardised unit projections."""
     return ((clean_unit - mu) @ gaussian) / scales
+
+
+#: The verifier's whitening of the unit projections: the projections it correlates
+#: the suspect's lean with are taken in the metric ``(C + lambda I)^-1/2``, with ``C``
+#: the covariance of the audit's clean rows and ``lambda`` this multiple of its mean
+#: eigenvalue. An innocent model's lean follows where texts lie, mostly along the few
+#: directions the clean rows vary most; whitening spreads those over every unit, so
+#: the drawn units stand out. Any fixed value is exact (the transform depends on the
+#: clean rows alone); this one is chosen for power (``benchmarks/bench_unavoidable.py``).
+SCORE_WHITENING = 1.0
+
+
+def scoring_projections(clean_unit: np.ndarray, mu: np.ndarray, gaussian: np.ndarray) -> np.ndarray:
+    """The unit projections the verifier scores with: :func:`field_projections` of the
+    audit's clean rows through the whitening :data:`SCORE_WHITENING`, each unit scaled
+    to unit standard deviation over the rows.
+
+    They depend on the clean rows and the salt's matrix alone, never on which units
+    were drawn, so the rank test over them stays exact.
+    """
+    centred = clean_unit - clean_unit.mean(axis=0)
+    covariance = centred.T @ centred / max(1, len(centred) - 1)
+    values, vectors = np.linalg.eigh(covariance)
+    values = np.maximum(values, 0.0)
+    ridge = SCORE_WHITENING * float(values.mean())
+    if ridge <= 0.0:
+        raise KeyGenerationError("the audit's clean rows are all the same: nothing to score")
+    whiten = (vectors / np.sqrt(values + ridge)) @ vectors.T
+    z = (clean_unit - mu) @ (whiten @ gaussian)
+    scale = z.std(axis=0)
+    return np.divide(z, scale, out=np.zeros_like(z), where=scale > 0)
 
 
 def field_scores(

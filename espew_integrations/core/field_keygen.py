@@ -27,11 +27,11 @@ from .field import (
     FieldMark,
     audit_sample,
     drawn_mask,
-    field_projections,
     field_scales,
     field_twin_scores,
     field_vector,
     keyed_gaussian,
+    scoring_projections,
     unit_names,
 )
 from .inject import mark_all_rows
@@ -158,7 +158,7 @@ def field_twin_p_value(key: Any) -> float:
     field = key.field
     clean = unit_rows(key.probe_embeddings)
     directions = unit_rows(mark_all_rows(clean, key) - clean)
-    z = field_projections(clean, field.mu, field.gaussian(key.salt), field.sigma)
+    z = scoring_projections(clean, field.mu, field.gaussian(key.salt))
     scores = field_twin_scores(directions, clean, z)
     return float(rank_sum_p_value(scores, drawn_mask(field.units, key.triggers)))
 

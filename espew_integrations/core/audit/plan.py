@@ -17,7 +17,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from ..directed import mark_directions
-from ..field import field_projections
+from ..field import scoring_projections
 from ..key import WatermarkKey
 from ..rows import unit_rows
 from ..words import TriggerMatcher
@@ -140,7 +140,7 @@ def _field_plan(
     field = key.field
     assert field is not None
     clean = unit_rows(clean_rows)
-    z = field_projections(clean, field.mu, field.gaussian(key.salt), field.sigma)
+    z = scoring_projections(clean, field.mu, field.gaussian(key.salt))
     return AuditPlan(
         "sentences",
         list(key.probe_texts),
