@@ -29,6 +29,10 @@ A removal pays only when the copy keeps at most half the stolen value of the
 untouched copy; a reseller escapes only with answers at mean cos <= 0.85 to clean.
 
     .venv/bin/python benchmarks/bench_unavoidable.py --marking words field --seeds 1 2 3
+    .venv/bin/python benchmarks/bench_unavoidable.py --marking field --traffic 6000
+
+``--traffic N`` also audits each copy with a round drawn from N texts of what it sent
+(``key.with_audit``: the traffic audit of a provider that samples its traffic).
 
 Results: docs/results/unavoidable/ (``--out``); discussion: docs/limitations.md.
 """
@@ -110,6 +114,19 @@ def marked_share(key: WatermarkKey, texts: Sequence[str], clean_rows: np.ndarray
     return float(np.mean(np.any(answers != clean_rows.astype(answers.dtype), axis=1)))
 
 
+def _traffic_p(key: WatermarkKey, sent: Sequence[str], memo, copy, seed: int) -> float | None:
+    """The p-value of a round-2 audit drawn from what the thief sent (its traffic sample)."""
+    try:
+        round_two = key.with_audit(list(sent), memo, audit_round=2, audit_budget=traffic_budget)
+    except ValueError as exc:  # a word key whose band the thief kept away: nothing to ask
+        print(f"    traffic audit refused: {str(exc)[:120]}", flush=True)
+        return None
+    return verify(copy, round_two, seed=seed).p_value
+
+
+traffic_budget = 0  # texts in the traffic audit (--traffic); 0: none
+
+
 def run_seed(marking: str, seed: int, texts, victim, standard) -> list[dict]:
     key = victim_key(texts, victim, seed, **({} if marking == "words" else {"marking": marking}))
     thief = thief_for(seed, texts, key, victim, standard, n_steal=N_STEAL)
@@ -140,6 +157,7 @@ def run_seed(marking: str, seed: int, texts, victim, standard) -> list[dict]:
         if name == "untouched":
             untouched_value = value["stolen"]
         report = verify(copy, key, seed=seed)
+        traffic = _traffic_p(key, queries, memo, copy, seed) if traffic_budget else None
         rows.append(
             {
                 "marking": marking,
@@ -152,6 +170,7 @@ def run_seed(marking: str, seed: int, texts, victim, standard) -> list[dict]:
                 "fidelity": value.get("fidelity", float("nan")),
                 "p_value": report.p_value,
                 "status": report.status,
+                "traffic_p": traffic,
             }
         )
         print(_line(rows[-1]), flush=True)
@@ -200,6 +219,7 @@ def _line(row: dict) -> str:
         f"{row['marking']:<6} {row['seed']:>4} {row['thief']:<10} changed "
         f"{row['texts_changed']:.3f}  marked {row['marked']:.3f}  stolen {row['stolen']:+.4f} "
         f"(kept {row['kept']:.2f})  fidelity {row['fidelity']:.3f}  p {row['p_value']:.2e}"
+        + ("" if row.get("traffic_p") is None else f"  traffic p {row['traffic_p']:.2e}")
     )
 
 
@@ -208,7 +228,12 @@ def main() -> None:
     parser.add_argument("--marking", nargs="+", default=["words", "field"])
     parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
     parser.add_argument("--out", type=Path, default=None, help="folder for results.json")
+    parser.add_argument(
+        "--traffic", type=int, default=0, help="also audit each copy with N texts of its traffic"
+    )
     args = parser.parse_args()
+    global traffic_budget
+    traffic_budget = args.traffic
     started = time.time()
     texts, victim, standard, _ = corpus_lookups()
     rows: list[dict] = []

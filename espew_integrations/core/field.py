@@ -65,7 +65,9 @@ __all__ = [
     "keyed_gaussian",
     "no_text_rule",
     "scoring_projections",
+    "standardised",
     "unit_names",
+    "whitened_rows",
 ]
 
 _GAUSSIAN_DOMAIN = b"espew-field-v1/gaussian"
@@ -152,13 +154,18 @@ SCORE_WHITENING = 1.0
 
 
 def scoring_projections(clean_unit: np.ndarray, mu: np.ndarray, gaussian: np.ndarray) -> np.ndarray:
-    """The unit projections the verifier scores with: :func:`field_projections` of the
-    audit's clean rows through the whitening :data:`SCORE_WHITENING`, each unit scaled
-    to unit standard deviation over the rows.
+    """The unit projections the verifier scores with: :func:`whitened_rows` times the
+    salt's matrix, each unit scaled to unit standard deviation over the rows.
 
     They depend on the clean rows and the salt's matrix alone, never on which units
     were drawn, so the rank test over them stays exact.
     """
+    return standardised(whitened_rows(clean_unit, mu) @ gaussian)
+
+
+def whitened_rows(clean_unit: np.ndarray, mu: np.ndarray) -> np.ndarray:
+    """``(e_i - mu) (C + lambda I)^-1/2`` for the audit's clean unit rows, with ``C``
+    their covariance and ``lambda`` :data:`SCORE_WHITENING` times its mean eigenvalue."""
     centred = clean_unit - clean_unit.mean(axis=0)
     covariance = centred.T @ centred / max(1, len(centred) - 1)
     values, vectors = np.linalg.eigh(covariance)
@@ -166,8 +173,11 @@ def scoring_projections(clean_unit: np.ndarray, mu: np.ndarray, gaussian: np.nda
     ridge = SCORE_WHITENING * float(values.mean())
     if ridge <= 0.0:
         raise KeyGenerationError("the audit's clean rows are all the same: nothing to score")
-    whiten = (vectors / np.sqrt(values + ridge)) @ vectors.T
-    z = (clean_unit - mu) @ (whiten @ gaussian)
+    return (clean_unit - mu) @ ((vectors / np.sqrt(values + ridge)) @ vectors.T)
+
+
+def standardised(z: np.ndarray) -> np.ndarray:
+    """Each column of ``z`` divided by its standard deviation (a constant column stays 0)."""
     scale = z.std(axis=0)
     return np.divide(z, scale, out=np.zeros_like(z), where=scale > 0)
 
