@@ -58,9 +58,9 @@ from thieves import N_STEAL, disjoint_rows
 
 from espew_integrations import WatermarkKey, verify, watermark
 from espew_integrations.core.inject import watermark_and_mask
+from espew_integrations.lab.metrics import labelled_retrieval
 from espew_integrations.lab.stealers import RidgeStealer
 
-K = 10
 STORE = Path.home() / ".cache" / "espew-integrations" / "embed-store"
 SUSPECTS = ("service", "ridge copy", "clean ridge copy (innocent)", "clean model (innocent)")
 
@@ -84,24 +84,6 @@ def load_model(name: str):
     from espew_integrations.offline import embedders
 
     return embedders.minilm() if name == "minilm" else embedders.all_mpnet_base_v2()
-
-
-def retrieval(queries: np.ndarray, passages: np.ndarray, labels: np.ndarray) -> dict:
-    """Mean nDCG@10 and recall@10 of cosine search; query ``j``'s relevant passages are
-    those with ``labels == j`` (binary relevance)."""
-    q = queries / np.linalg.norm(queries, axis=1, keepdims=True)
-    p = passages / np.linalg.norm(passages, axis=1, keepdims=True)
-    sims = q @ p.T
-    top = np.argpartition(-sims, K - 1, axis=1)[:, :K]
-    top = np.take_along_axis(top, np.argsort(-np.take_along_axis(sims, top, 1), axis=1), 1)
-    relevant = labels[top] == np.arange(len(q))[:, None]
-    gains = 1.0 / np.log2(np.arange(2, K + 2))
-    n_relevant = np.bincount(labels, minlength=len(q))
-    ideal = np.cumsum(gains)[np.minimum(n_relevant, K) - 1]
-    return {
-        "ndcg@10": float(((relevant * gains).sum(1) / ideal).mean()),
-        "recall@10": float((relevant.sum(1) / n_relevant).mean()),
-    }
 
 
 def marked_cosine(clean: np.ndarray, marked: np.ndarray, mask: np.ndarray) -> float:
@@ -196,8 +178,8 @@ def measure(name: str, setup: Setup, args: argparse.Namespace) -> dict:
     }
     if "queries" in data:
         wm_q, q_mask = watermark_and_mask(data["queries"], data["queries_clean"], key, view=view)
-        clean_r = retrieval(data["queries_clean"], data["provider_clean"], data["labels"])
-        wm_r = retrieval(wm_q, marked, data["labels"])
+        clean_r = labelled_retrieval(data["queries_clean"], data["provider_clean"], data["labels"])
+        wm_r = labelled_retrieval(wm_q, marked, data["labels"])
         row["queries"] = len(data["queries"])
         row["queries_marked_share"] = float(q_mask.mean())
         row["retrieval"] = {"clean": clean_r, "watermarked": wm_r}
