@@ -21,7 +21,9 @@ the mean cos(clean, watermarked) over the marked ones, nDCG@10 and recall@10 of 
 watermarked index searched with watermarked queries (passages and queries both through
 the service) against the clean index with clean queries, and the p-value of
 ``verify(suspect, key)`` for: the service; a bag-of-words ridge copy trained on the
-service's answers to the thief's passages; the same copy trained on the clean model's
+service's answers to the thief's passages; that copy behind a router that answers every
+one-word text with the clean model (on passages the audit's probes are mostly band words
+sent alone, being at most 600 characters); the same copy trained on the clean model's
 answers (innocent); the clean model itself (innocent). ``--null DRAWS`` adds a null
 study: each innocent answers the key's audit once and DRAWS fresh trigger draws are
 scored as verify scores them (``bench_frontier_null.innocent_study``).
@@ -62,7 +64,14 @@ from espew_integrations.lab.metrics import labelled_retrieval
 from espew_integrations.lab.stealers import RidgeStealer
 
 STORE = Path.home() / ".cache" / "espew-integrations" / "embed-store"
-SUSPECTS = ("service", "ridge copy", "clean ridge copy (innocent)", "clean model (innocent)")
+SUSPECTS = (
+    "service",
+    "ridge copy",
+    "ridge copy, one-word texts to the clean model",
+    "clean ridge copy (innocent)",
+    "clean model (innocent)",
+)
+GUILTY = SUSPECTS[:3]
 
 
 @dataclass(frozen=True)
@@ -75,7 +84,7 @@ class Setup:
 
 SETUPS = {
     "minilm-snippets": Setup("minilm", "snippets", 0, N_STEAL),
-    "minilm-news": Setup("minilm", "news", 3000, 6000),
+    "minilm-news": Setup("minilm", "news", 3000, 2000),
     "mpnet-news": Setup("mpnet", "news", 1000, 1000),
 }
 
@@ -189,9 +198,22 @@ def measure(name: str, setup: Setup, args: argparse.Namespace) -> dict:
         return watermark(batch, clean(batch), key, view=view)
 
     answers = watermark(data["thief"], data["thief_clean"], key, view=view)
+    copy = RidgeStealer(seed=args.seed).fit(data["thief"], answers)
+
+    def one_word_router(batch):
+        """The copy, but a text of one word is answered by the clean model: on passages
+        the audit's probes are mostly band words sent alone (``row["audit"]``)."""
+        batch = list(batch)
+        out = np.asarray(copy(batch), dtype=np.float64)
+        alone = [i for i, text in enumerate(batch) if len(text.split()) == 1]
+        if alone:
+            out[alone] = clean([batch[i] for i in alone])
+        return out
+
     suspects: dict[str, Callable] = {
         "service": service,
-        "ridge copy": RidgeStealer(seed=args.seed).fit(data["thief"], answers),
+        "ridge copy": copy,
+        "ridge copy, one-word texts to the clean model": one_word_router,
         "clean ridge copy (innocent)": RidgeStealer(seed=args.seed).fit(
             data["thief"], np.asarray(data["thief_clean"], dtype=np.float64)
         ),
@@ -204,7 +226,7 @@ def measure(name: str, setup: Setup, args: argparse.Namespace) -> dict:
     if args.null:
         from bench_frontier_null import innocent_study
 
-        innocents = {s: suspects[s] for s in SUSPECTS[2:]}
+        innocents = {s: suspects[s] for s in SUSPECTS if s not in GUILTY}
         row["null"] = innocent_study(
             key, innocents, args.null, args.verify_draws, draw_seed=20261201
         )
@@ -239,9 +261,9 @@ def table(rows: list[dict]) -> str:
     """One line per setup; a guilty suspect at p >= 1e-10 or an innocent at p < 1e-6 in bold."""
     lines = [
         "| setup | marked (passages / queries) | mean cos, marked | nDCG@10 clean -> marked "
-        "| recall@10 clean -> marked | service p | ridge copy p | clean ridge copy p (innocent) "
-        "| clean model p (innocent) |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| recall@10 clean -> marked | service p | ridge copy p | ridge copy, one-word texts to "
+        "the clean model p | clean ridge copy p (innocent) | clean model p (innocent) |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for row in rows:
         r = row.get("retrieval")
@@ -259,7 +281,7 @@ def table(rows: list[dict]) -> str:
         if "queries_marked_share" in row:
             share += f" / {row['queries_marked_share']:.1%}"
         p = row["p_values"]
-        cells = [_p(p[s], s in SUSPECTS[:2]) for s in SUSPECTS]
+        cells = [_p(p[s], s in GUILTY) for s in SUSPECTS]
         lines.append(
             f"| {row['setup']} | {share} | {row['mean_cos_marked']:.4f} | {ndcg} | {recall} | "
             + " | ".join(cells)

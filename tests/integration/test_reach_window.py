@@ -1,7 +1,7 @@
 """Words past the model's window on real passages longer than it (issue 47).
 
 News passages of 256 words run past all-MiniLM-L6-v2's 256-token window: the model
-reads roughly their first 190 words. A trigger the model never reads must not mark a
+reads roughly their first 200 words. A trigger the model never reads must not mark a
 passage (the mark would cost quality for nothing the copy could learn), and one it reads
 must; the service's exact view (``model.view``, what ``espew serve`` and the wrappers
 use) decides, and the key's own window (a whitespace bound, used without a view) never
