@@ -47,8 +47,8 @@ $(VENV)/.installed-dev: pyproject.toml | $(BIN)/python
 	$(PIP) --progress-bar on $(TORCH)
 	$(PIP) --progress-bar on -e '.[dev]'
 	$(COMPILE)
-	@echo "==> downloading the offline corpora and second model (espew data install)"
-	$(BIN)/espew data install --quiet
+	@echo "==> downloading the offline corpora, second model and all-mpnet-base-v2 (espew data install --mpnet)"
+	$(BIN)/espew data install --quiet --mpnet
 	touch $@ $(VENV)/.installed-all
 
 demo: $(VENV)/.installed-all

