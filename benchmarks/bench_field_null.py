@@ -95,7 +95,7 @@ def table(results: dict[str, dict[str, np.ndarray]], n_keys: int) -> list[str]:
     head = "audit    innocent                    " + "  ".join(f"<={a:g}" for a in LEVELS)
     lines = [
         head,
-        "         (allowed at most)           " + "  ".join(f"{a * n_keys:>6.2f}" for a in LEVELS),
+        "         (expected)                  " + "  ".join(f"{a * n_keys:>6.2f}" for a in LEVELS),
     ]
     for audit, per in results.items():
         for name, p in per.items():
