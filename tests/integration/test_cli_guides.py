@@ -138,10 +138,10 @@ class _Bar:
 def test_the_bar_names_the_scoring_step_once_every_query_is_in():
     bar = _Bar(total=10)
     update = announcing_last(bar, "scoring: running the rank test")
-    update(6)
-    assert bar.desc == "querying"
-    update(4)
-    assert bar.desc == "scoring: running the rank test"
+    update(6, 10)  # progress(done, total), as the library calls it
+    assert (bar.n, bar.desc) == (6, "querying")
+    update(10, 10)
+    assert (bar.n, bar.desc) == (10, "scoring: running the rank test")
 
 
 def test_an_estimated_total_grows_instead_of_overflowing():
