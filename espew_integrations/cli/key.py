@@ -202,11 +202,16 @@ def run_reaudit(args: argparse.Namespace) -> int:
         if moved.audit_round > 1
         else ""
     )
+    held = (  # a field key asks any text: there is no band word to hold
+        ""
+        if "audit_band_rate" not in info
+        else f" ({info['audit_band_rate']:.1%} hold a band word)"
+    )
     print(
         f"key {moved.key_id}: the audit{round_note} of key {key.key_id} drawn from "
-        f"{info['audit_corpus_texts']:,} texts ({info['audit_band_rate']:.1%} hold a band "
-        f"word): {len(moved.probe_texts):,} probes and {len(moved.cover_texts):,} cover "
-        f"texts, {moved.audit_queries:,} queries; innocent-twin p = "
+        f"{info['audit_corpus_texts']:,} texts{held}: {len(moved.probe_texts):,} probes and "
+        f"{len(moved.cover_texts):,} cover texts, {moved.audit_queries:,} queries; "
+        f"innocent-twin p = "
         f"{info['audit_twin_p_value']:.2g}. Written to {out}: same triggers, same marks; "
         "audit with it, keep serving with the original."
     )

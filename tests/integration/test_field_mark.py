@@ -5,6 +5,8 @@ come from the on-disk cache (``espew data install``), so the test takes seconds.
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 
@@ -100,3 +102,42 @@ def test_a_real_wrapper_marks_every_text_with_a_field_key(setting):
     cos = row_cosines(clean, wrapped)
     assert (cos < 1 - 1e-7).all() and (cos > 0.98).all()
     assert np.allclose(wrapped, watermark(texts[:2] + texts[3:], clean, key), atol=1e-6)
+
+
+def test_espew_serve_with_a_field_key_marks_every_answer_over_real_http(setting, tmp_path):
+    """A real ``espew serve`` process with a field key: every answer over HTTP is the
+    library's watermark of the clean row (nothing is left unmarked), and a reaudit of the
+    key from other texts (``espew key reaudit``) still convicts the server."""
+    from espew_integrations import OpenAIEndpoint
+    from espew_integrations.cli import main
+    from tests.integration.test_serve_key_rule import _start
+    from tests.support import stop
+
+    texts, victim, _, key = setting
+    key_path = key.save(tmp_path / "field.key")
+    env = {k: v for k, v in os.environ.items() if k != "ESPEW_KEY"}
+    proc, line = _start(["--key", str(key_path)], env, tmp_path / "serve.log")
+    asked = texts[KEYGEN_TEXTS : KEYGEN_TEXTS + 40]
+    try:
+        url = line.split(" on ", 1)[1].split()[0]
+        with OpenAIEndpoint(url, "m") as endpoint:
+            served = np.asarray(endpoint(asked), dtype=np.float64)
+    finally:
+        stop(proc)
+    assert f"watermarked with key {key.key_id}" in line
+    clean = minilm()(asked)
+    assert (row_cosines(clean, served) < 1 - 1e-7).all()  # every answer moved
+    assert np.allclose(served, watermark(asked, clean, key), atol=1e-6)
+    corpus = tmp_path / "other.txt"
+    corpus.write_text("\n".join(texts[KEYGEN_TEXTS + 40 : KEYGEN_TEXTS + 640]) + "\n")
+    reaudited = tmp_path / "round2.key"
+    code = main(
+        ["key", "reaudit", str(key_path), "--corpus", str(corpus), "--embedder",
+         "minilm", "--out", str(reaudited), "--no-progress"]
+    )  # fmt: skip
+    assert code == 0
+    round_two = WatermarkKey.load(reaudited)
+    assert round_two.field is not None and len(round_two.probe_texts) == 600
+    assert set(round_two.probe_texts) <= set(texts[KEYGEN_TEXTS + 40 : KEYGEN_TEXTS + 640])
+    report = verify(lambda b: watermark(b, victim(b), key), round_two, seed=1)
+    assert report.copied and report.p_value < 1e-6

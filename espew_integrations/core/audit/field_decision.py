@@ -88,10 +88,16 @@ def decide_field(
 
 
 def _not_derived(key: WatermarkKey) -> tuple[str, str] | None:
-    """Why a keygen audit's verdict must not be given when the field was not computed from it."""
+    """Why a keygen audit's verdict must not be given when the field was not computed from it.
+
+    Only the keygen audit is checked: an audit drawn later (``with_audit``, which
+    records ``audit_corpus_sha256``, for a later round or another domain) cannot have
+    produced the field's centre and scales, which the serving key fixed before it.
+    """
     field = key.field
     assert field is not None
-    if key.audit_round != 1 or field.derived_from(key.probe_embeddings, key.salt):
+    redrawn = "audit_corpus_sha256" in key.info
+    if key.audit_round != 1 or redrawn or field.derived_from(key.probe_embeddings, key.salt):
         return None
     return (
         "the field's centre and scales are not those of the key's own audit, so nobody can "
