@@ -16,6 +16,7 @@ Rotten Tomatoes corpus embedded by the offline MiniLM:
 - how often the top-1 neighbour is the same.
 
     python benchmarks/bench_key_quality.py [--seeds 1 2 3] [--queries 2000] [--only default]
+    python benchmarks/bench_key_quality.py --only default field     # words against the field mark
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_faithful_copy import TARGET_TEXT, corpus_lookups
 
 from espew_integrations import WatermarkKey, watermark
+from espew_integrations.core.inject import marks
 from espew_integrations.core.probes import row_cosines
 from espew_integrations.lab.metrics import retrieval_overlap
 
@@ -64,6 +66,8 @@ CONFIGS = {
         "probe_mix": "single",
     },
     "default (n=50, range 0.3-5%, alpha 0.75)": {},
+    # every text marked; its own quality budget (field_min_cosine) replaces --min-cosine
+    "field (marking='field', 256 units, 64 drawn)": {"marking": "field"},
 }
 
 
@@ -101,10 +105,14 @@ def main() -> None:
                 target_text=TARGET_TEXT,
                 seed=seed,
                 window=model.max_tokens,
-                min_cosine=args.min_cosine,
+                **({} if options.get("marking") == "field" else {"min_cosine": args.min_cosine}),
                 **options,
             )
-            marked_rows = key.contains_trigger(texts, view=model.view)
+            marked_rows = (
+                marks(texts, key)
+                if key.field is not None
+                else key.contains_trigger(texts, view=model.view)
+            )
             served = watermark(texts, clean, key, view=model.view)
             cos = row_cosines(clean, served)
             overlap = retrieval_overlap(clean, served, n_queries=args.queries, seed=seed)
