@@ -68,6 +68,9 @@ CONFIGS = {
     "default (n=50, range 0.3-5%, alpha 0.75)": {},
     # every text marked; its own quality budget (field_min_cosine) replaces --min-cosine
     "field (marking='field', 256 units, 64 drawn)": {"marking": "field"},
+    "field, field_min_cosine 0.9985": {"marking": "field", "field_min_cosine": 0.9985},
+    "field, field_min_cosine 0.998": {"marking": "field", "field_min_cosine": 0.998},
+    "field, field_min_cosine 0.9987": {"marking": "field", "field_min_cosine": 0.9987},
 }
 
 

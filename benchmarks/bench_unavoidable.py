@@ -125,10 +125,14 @@ def _traffic_p(key: WatermarkKey, sent: Sequence[str], memo, copy, seed: int) ->
 
 
 traffic_budget = 0  # texts in the traffic audit (--traffic); 0: none
+field_options: dict = {}  # a field key's options over the defaults (--field-min-cosine)
+THIEVES = ("untouched", "delete", "replace", "drop30", "reseller")
+thieves = THIEVES  # the ones run (--thieves)
 
 
 def run_seed(marking: str, seed: int, texts, victim, standard) -> list[dict]:
-    key = victim_key(texts, victim, seed, **({} if marking == "words" else {"marking": marking}))
+    options = {} if marking == "words" else {"marking": marking, **field_options}
+    key = victim_key(texts, victim, seed, **options)
     thief = thief_for(seed, texts, key, victim, standard, n_steal=N_STEAL)
     memo = Memo(victim.model)
     memo.answers.update(zip(thief.steal, thief.clean_steal.astype(np.float32), strict=True))
@@ -141,7 +145,7 @@ def run_seed(marking: str, seed: int, texts, victim, standard) -> list[dict]:
     }
     rows = []
     untouched_value = None
-    for name in ("untouched", "delete", "replace", "drop30"):
+    for name in [t for t in ("untouched", "delete", "replace", "drop30") if t in thieves]:
         queries = sent.get(name, sent["untouched"])
         clean_rows = cached_embed(memo, queries, model_name=victim.model.name).astype(np.float64)
         answers = watermark(queries, clean_rows, key)
@@ -174,8 +178,9 @@ def run_seed(marking: str, seed: int, texts, victim, standard) -> list[dict]:
             }
         )
         print(_line(rows[-1]), flush=True)
-    rows.append(_reseller(marking, seed, key, table, victim, memo))
-    print(_line(rows[-1]), flush=True)
+    if "reseller" in thieves:
+        rows.append(_reseller(marking, seed, key, table, victim, memo))
+        print(_line(rows[-1]), flush=True)
     return rows
 
 
@@ -231,9 +236,14 @@ def main() -> None:
     parser.add_argument(
         "--traffic", type=int, default=0, help="also audit each copy with N texts of its traffic"
     )
+    parser.add_argument("--field-min-cosine", type=float, default=None)
+    parser.add_argument("--thieves", nargs="+", default=list(THIEVES), choices=THIEVES)
     args = parser.parse_args()
-    global traffic_budget
+    global traffic_budget, field_options, thieves
     traffic_budget = args.traffic
+    if args.field_min_cosine is not None:
+        field_options = {"field_min_cosine": args.field_min_cosine}
+    thieves = tuple(args.thieves)
     started = time.time()
     texts, victim, standard, _ = corpus_lookups()
     rows: list[dict] = []

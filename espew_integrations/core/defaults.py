@@ -109,8 +109,10 @@ DEFAULT_FIELD_MARKED = 64
 DEFAULT_FIELD_AMPLITUDE = 0.5
 #: A field key's quality budget: mean cos(clean, watermarked) over the keygen sample.
 #: Every answer moves, so the binding budget is the neighbour overlap of a watermarked
-#: index with a clean one, which a tighter per-text budget than the word key's keeps.
-DEFAULT_FIELD_MIN_COSINE = 0.999
+#: index with a clean one: this value keeps it where the default word key keeps it, and
+#: above the 0.95 budget on every key measured, with the most power that allows
+#: (``benchmarks/bench_key_quality.py --only default field``).
+DEFAULT_FIELD_MIN_COSINE = 0.9987
 
 # ---------------------------------------------------------------------- key rings
 #: The shared layer every tenant key carries, and each tenant's own layer, in words.

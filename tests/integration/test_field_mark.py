@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from espew_integrations import WatermarkKey, verify, watermark
+from espew_integrations.core.defaults import DEFAULT_FIELD_MIN_COSINE
 from espew_integrations.core.probes import row_cosines, unit_rows
 from espew_integrations.lab.cache import cached_embed
 from espew_integrations.langchain import ESpeWEmbeddings, MiniLMEmbeddings
@@ -73,7 +74,7 @@ def _ridge_copy(features, answers, open_model):
 def test_a_field_key_convicts_the_service_and_a_ridge_copy_and_acquits_the_clean_model(setting):
     texts, victim, opened, key = setting
     assert key.marking == "field" and key.verifiable and key.audit_queries == 1950
-    assert key.info["mean_cosine_marked"] == pytest.approx(0.999, abs=2e-4)
+    assert key.info["mean_cosine_marked"] == pytest.approx(DEFAULT_FIELD_MIN_COSINE, abs=2e-4)
 
     def service(batch):
         return watermark(batch, victim(batch), key)

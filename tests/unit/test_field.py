@@ -9,6 +9,7 @@ import zlib
 import numpy as np
 import pytest
 
+from espew_integrations.core.defaults import DEFAULT_FIELD_MIN_COSINE
 from espew_integrations.core.draw import draw_triggers
 from espew_integrations.core.errors import KeyFileError, MarkingError
 from espew_integrations.core.field import (
@@ -130,8 +131,11 @@ def test_gain_is_linear_in_the_clean_row_and_clipped(field_key):
 
 def test_every_row_is_moved_at_the_quality_budget(field_key):
     info = field_key.info
-    assert info["marked_rate"] == 1.0 and info["strength_fitted_to_min_cosine"] == 0.999
-    assert info["mean_cosine_marked"] == pytest.approx(0.999, abs=2e-4)
+    assert (
+        info["marked_rate"] == 1.0
+        and info["strength_fitted_to_min_cosine"] == DEFAULT_FIELD_MIN_COSINE
+    )
+    assert info["mean_cosine_marked"] == pytest.approx(DEFAULT_FIELD_MIN_COSINE, abs=2e-4)
     texts = [*CORPUS[1000:1400], "   "]
     clean = embed(texts)
     out, marked = watermark_and_mask(texts, clean, field_key)
@@ -139,7 +143,7 @@ def test_every_row_is_moved_at_the_quality_budget(field_key):
     assert (out[-1] == clean[-1]).all()  # a blank text is never marked
     cos = row_cosines(clean[:-1], out[:-1])
     assert (cos < 1 - 1e-9).mean() > 0.99  # every answer moves
-    assert cos.mean() == pytest.approx(0.999, abs=5e-4)
+    assert cos.mean() == pytest.approx(DEFAULT_FIELD_MIN_COSINE, abs=5e-4)
     assert marks(texts, field_key).tolist() == marked.tolist()
     float32 = watermark(texts, clean.astype(np.float32), field_key)
     assert float32.dtype == np.float32
