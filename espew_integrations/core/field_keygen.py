@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from .draw import audit_salt, draw_triggers
+from .draw import draw_triggers
 from .errors import KeyGenerationError
 from .field import (
     FieldMark,
@@ -36,7 +36,7 @@ from .field import (
 )
 from .inject import mark_all_rows
 from .key_checks import SALT_BYTES
-from .key_options import KeyOptions, check_audit_budget, check_twin_level
+from .key_options import KeyOptions
 from .key_quality import fit_quality
 from .model_check import ModelFingerprint
 from .probes import cosines_to, embed_rows
@@ -167,33 +167,18 @@ def reaudit_field(
     key: Any,
     texts: list[str],
     embed: Callable[[list[str]], Any],
-    *,
+    salt: bytes,
+    info: dict[str, Any],
     twin_level: float,
-    audit_round: int,
-    audit_budget: int | None,
-    corpus_sha256: str,
 ) -> Any:
-    """A field key with its audit drawn from ``texts`` (:meth:`.keygen.KeyGeneration.with_audit`).
+    """A field key with its audit drawn from ``texts`` (:meth:`.keygen.KeyGeneration.with_audit`,
+    which derives the round's ``salt`` and what ``info`` records of it).
 
     Every sampled text is a probe: no band word is needed. The field itself (``mu``,
     ``sigma``, ``q``) stays keygen's, which is what the service marks with.
     """
-    try:
-        salt = audit_salt(key.salt, audit_round)
-    except ValueError as exc:
-        raise KeyGenerationError(str(exc)) from None
-    check_twin_level(twin_level)
-    budget = check_audit_budget(
-        key.info.get("audit_budget", len(key.probe_texts)) if audit_budget is None else audit_budget
-    )
+    budget = int(info["audit_budget"])
     fields = field_audit(embed, texts, salt, key.target, budget)
-    info = {
-        **key.info,
-        "audit_corpus_texts": len(texts),
-        "audit_corpus_sha256": corpus_sha256,
-        "audit_round": audit_round,
-        "audit_budget": budget,
-    }
     redrawn = key.replace(**fields, info=info)
     twin_p = field_twin_p_value(redrawn)
     if twin_p < twin_level:

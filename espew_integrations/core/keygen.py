@@ -119,10 +119,12 @@ def generate(
     o = options
     if o.marking == "field":  # no band: its own audit, field and twin check (.field_keygen)
         rng = np.random.default_rng(o.seed)
-        target = _embed_target(embed, o.target_text)
+        counted = counting_texts(embed, 1 + o.audit_budget, progress)
+        target = _embed_target(counted, o.target_text)
         check_positions(o.alpha, target.size, error=KeyGenerationError)
         corpus = {"corpus_texts": len(texts), "corpus_sha256": corpus_digest(texts)}
-        return generate_field(make_key, texts, embed, o, target, rng, corpus, _MAX_DRAWS)
+        key = generate_field(make_key, texts, counted, o, target, rng, corpus, _MAX_DRAWS)
+        return _finished(key, counted)
     full_band, n_texts, freq_band = _corpus_band(texts, o.freq_band, o.n_triggers, o.normalization)
     n_band = len(full_band) if o.max_band_words is None else min(len(full_band), o.max_band_words)
     embed = counting_texts(embed, texts_to_embed(n_texts, n_band, o.audit_budget), progress)
@@ -306,26 +308,26 @@ class KeyGeneration:
         >>> second = key.with_audit(corpus, model, audit_round=2)  # doctest: +SKIP
         """
         key = self
-        if getattr(key, "field", None) is not None:  # every sampled text is a probe
-            texts = checked_corpus(corpus)
-            return reaudit_field(
-                key,
-                texts,
-                embed,
-                twin_level=twin_level,
-                audit_round=audit_round,
-                audit_budget=audit_budget,
-                corpus_sha256=corpus_digest(texts),
-            )
         try:
             salt = audit_salt(key.salt, audit_round)
         except ValueError as exc:
             raise KeyGenerationError(str(exc)) from None
         texts = checked_corpus(corpus)
+        check_twin_level(twin_level)
+        check_progress(progress)
+        if getattr(key, "field", None) is not None:  # every sampled text is a probe
+            stored: Any = key  # a WatermarkKey: its stored audit sizes a round by default
+            if audit_budget is None:
+                audit_budget = key.info.get("audit_budget", len(stored.probe_texts))
+            budget = check_audit_budget(audit_budget)
+            counted = counting_texts(embed, budget, progress)
+            redrawn = reaudit_field(
+                key, texts, counted, salt, _round_info(key, texts, audit_round, budget), twin_level
+            )
+            return _finished(redrawn, counted)
         if probe_mix is None:  # the key's own mix; keys that predate the record used "single"
             probe_mix = key.info.get("probe_mix", "single")
         check_probe_mix(probe_mix)
-        check_twin_level(twin_level)
         scan = scan_band(texts, key.band, normalization=key.normalization)
         if not scan.rate:
             raise KeyGenerationError(
@@ -336,19 +338,14 @@ class KeyGeneration:
             audit_budget = key.info.get("audit_budget", LEGACY_PROBE_BUDGET)
         budget = check_audit_budget(audit_budget)
         assert probe_mix is not None
-        check_progress(progress)
         counted = counting_texts(embed, budget + len(key.band), progress)
         fields = _audit_probes(
             counted, scan, salt, key.target, probes_per_word, cover_traffic, probe_mix, budget
         )
         _finished(key, counted)
         info = {
-            **key.info,
-            "audit_corpus_texts": len(texts),
-            "audit_corpus_sha256": corpus_digest(texts),
+            **_round_info(key, texts, audit_round, budget),
             "audit_band_rate": round(scan.rate, 4),
-            "audit_round": audit_round,
-            "audit_budget": budget,
         }
         redrawn = key.replace(**fields, info=info)
         twin_p = twin_p_value(redrawn)
@@ -359,6 +356,17 @@ class KeyGeneration:
                 "another corpus, another audit_round, or the key's own audit"
             )
         return redrawn.replace(info={**info, "audit_twin_p_value": twin_p})
+
+
+def _round_info(key: Any, texts: list[str], audit_round: int, budget: int) -> dict[str, Any]:
+    """``key.info`` with what a re-drawn audit records of itself, for either marking."""
+    return {
+        **key.info,
+        "audit_corpus_texts": len(texts),
+        "audit_corpus_sha256": corpus_digest(texts),
+        "audit_round": audit_round,
+        "audit_budget": budget,
+    }
 
 
 def corpus_digest(texts: Iterable[str]) -> str:

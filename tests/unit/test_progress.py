@@ -102,3 +102,25 @@ def test_a_progress_that_is_not_callable_is_refused_before_any_work(call):
         else:
             verify(embed, make_key(32), progress="bar")
     assert seen[0] == 0
+
+
+def test_a_field_key_reports_its_keygen_and_its_new_audit():
+    from tests.unit.test_field import CORPUS
+    from tests.unit.test_field import embed as field_embed
+
+    progress = Recorder()
+    embed, seen = counted(field_embed)
+    options = dict(target_text="acme licensed vectors", seed=3, marking="field", audit_budget=800)
+    key = WatermarkKey.generate(CORPUS, embed, progress=progress, **options)
+    assert progress.assert_well_formed() == (seen[0], seen[0])
+    again = WatermarkKey.generate(CORPUS, field_embed, **options)  # progress changes nothing
+    assert (again.triggers, again.salt, again.probe_texts) == (
+        key.triggers,
+        key.salt,
+        key.probe_texts,
+    )
+    assert np.array_equal(again.field.q, key.field.q)
+    progress, (embed, seen) = Recorder(), counted(field_embed)
+    round_two = key.with_audit(CORPUS[:1200], embed, audit_round=2, progress=progress)
+    assert progress.assert_well_formed() == (seen[0], seen[0])
+    assert len(round_two.probe_texts) == 800
