@@ -17,7 +17,7 @@ import os
 import secrets
 import stat
 import warnings
-from collections.abc import Collection
+from collections.abc import Collection, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +51,7 @@ __all__ = [
     "parse_sealed_document",
     "read_bounded_file",
     "read_secret_file",
+    "replace_atomically",
     "seal_document",
     "write_secret_file",
 ]
@@ -69,11 +70,26 @@ def write_secret_file(
         raise FileExistsError(
             f"{what} {path} already exists; pass overwrite=True to replace it ({keep_hint})"
         )
+    replace_atomically(path, (data,))
+    return path
+
+
+def replace_atomically(path: Path, chunks: Iterable[bytes]) -> int:
+    """Write ``chunks`` to ``path`` with mode 0600, atomically; returns the bytes written.
+
+    Streamed to a temporary file beside it (created exclusively, never readable by
+    others), fsynced, then renamed over ``path``: a reader sees the old file or the
+    new one, never a part. The one write of every secret file and of the traffic
+    sample.
+    """
     tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    written = 0
     try:
         with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
+            for chunk in chunks:
+                handle.write(chunk)
+                written += len(chunk)
             handle.flush()
             os.fsync(handle.fileno())
         os.chmod(tmp, 0o600)
@@ -81,7 +97,7 @@ def write_secret_file(
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
-    return path
+    return written
 
 
 def read_secret_file(

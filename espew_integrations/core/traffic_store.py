@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import ESpeWError
+from .secret_files import replace_atomically
 
 __all__ = [
     "ACCOUNT_OVERHEAD_BYTES",
@@ -246,23 +247,8 @@ def write_records(path: Path, records: Iterable[dict[str, Any]]) -> int:
     Streamed to a temporary file (never the whole sample in one buffer), fsynced,
     then renamed over ``path``, so a reader sees the old file or the new one.
     """
-    tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    written = 0
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            for record in records:
-                line = (json.dumps(record, ensure_ascii=False) + "\n").encode("utf-8")
-                handle.write(line)
-                written += len(line)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.chmod(tmp, 0o600)
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    return written
+    lines = ((json.dumps(r, ensure_ascii=False) + "\n").encode("utf-8") for r in records)
+    return replace_atomically(path, lines)
 
 
 def iter_records(path: Path, *, missing_ok: bool = True) -> Iterator[dict[str, Any]]:
