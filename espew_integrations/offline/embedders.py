@@ -22,6 +22,7 @@ so the trigger matcher can decide on exactly what reaches the network.
 
 from __future__ import annotations
 
+import abc
 import contextlib
 import os
 import threading
@@ -55,7 +56,7 @@ UNKNOWN_WORD = "\ufffd"
 character, so no trigger can match through a word the model could not read."""
 
 
-class SentenceEncoder:
+class SentenceEncoder(abc.ABC):
     """A sentence-transformers encoder: WordPiece tokens, a network, mean pooling, L2.
 
     Callable as ``encoder(texts) -> np.ndarray (n, dim) float32``. Subclasses run
@@ -93,9 +94,9 @@ class SentenceEncoder:
             fingerprint = file_fingerprint(*model_files, tokenizer_path, revision=revision)
             self._store = EmbeddingStore(store_dir, fingerprint=fingerprint, dim=self.dim)
 
+    @abc.abstractmethod
     def _hidden(self, ids: np.ndarray, mask: np.ndarray) -> np.ndarray:
         """The network's last hidden states, ``(tokens, dim)``, for one text's ids."""
-        raise NotImplementedError
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(name={self.name!r}, dim={self.dim})"
