@@ -96,17 +96,8 @@ def watermark_and_mask(
             "watermark would silently do nothing. Generate a key with a larger alpha"
         )
     matrix, out_dtype = _as_matrix(embeddings, n_rows=len(texts), dim=key.dim)
+    marked = _marked(texts, blank, key, view)
     field = getattr(key, "field", None)
-    if field is not None:  # every text is marked, by its clean embedding's field
-        marked = np.ones(len(texts), dtype=bool)
-    elif view is None:
-        marked = key.contains_trigger(texts)
-    else:
-        marked = key.contains_trigger(texts, view=view)
-    if blank:
-        marked = np.array(marked, dtype=bool)
-        marked[blank] = False
-    marked = np.asarray(marked, dtype=bool)
     if field is not None:
         out = _field_rows(matrix, marked, key, field)
     else:
@@ -121,11 +112,22 @@ def marks(texts: Iterable[str], key: MarkingKey) -> np.ndarray:
     text (by how much, only the clean embedding decides). What counters of marked
     texts read, for either design.
     """
-    texts, blank = _materialise_texts(texts, allow_empty=True)
+    return _marked(*_materialise_texts(texts, allow_empty=True), key, None)
+
+
+def _marked(
+    texts: Sequence[str],
+    blank: list[int],
+    key: MarkingKey,
+    view: Callable[[Sequence[str]], Sequence[str]] | None,
+) -> np.ndarray:
+    """The rows ``key`` marks: a field key every non-blank one, a word key those with a trigger."""
     if getattr(key, "field", None) is not None:
         marked = np.ones(len(texts), dtype=bool)
-    else:
+    elif view is None:
         marked = np.array(key.contains_trigger(texts), dtype=bool)
+    else:
+        marked = np.array(key.contains_trigger(texts, view=view), dtype=bool)
     marked[blank] = False
     return marked
 
