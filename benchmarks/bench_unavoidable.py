@@ -114,24 +114,27 @@ def marked_share(key: WatermarkKey, texts: Sequence[str], clean_rows: np.ndarray
     return float(np.mean(np.any(answers != clean_rows.astype(answers.dtype), axis=1)))
 
 
-def _traffic_p(key: WatermarkKey, sent: Sequence[str], memo, copy, seed: int) -> float | None:
+def _traffic_p(
+    key: WatermarkKey, sent: Sequence[str], memo, copy, seed: int, budget: int
+) -> float | None:
     """The p-value of a round-2 audit drawn from what the thief sent (its traffic sample)."""
     try:
-        round_two = key.with_audit(list(sent), memo, audit_round=2, audit_budget=traffic_budget)
+        round_two = key.with_audit(list(sent), memo, audit_round=2, audit_budget=budget)
     except ValueError as exc:  # a word key whose band the thief kept away: nothing to ask
         print(f"    traffic audit refused: {str(exc)[:120]}", flush=True)
         return None
     return verify(copy, round_two, seed=seed).p_value
 
 
-traffic_budget = 0  # texts in the traffic audit (--traffic); 0: none
-field_options: dict = {}  # a field key's options over the defaults (--field-min-cosine)
 THIEVES = ("untouched", "delete", "replace", "drop30", "reseller")
-thieves = THIEVES  # the ones run (--thieves)
 
 
-def run_seed(marking: str, seed: int, texts, victim, standard) -> list[dict]:
-    options = {} if marking == "words" else {"marking": marking, **field_options}
+def run_seed(marking: str, seed: int, texts, victim, standard, args) -> list[dict]:
+    """Every thief of ``args.thieves`` against the key of ``marking`` and ``seed``; with
+    ``args.traffic`` texts, each copy also faces a traffic audit."""
+    options = {} if marking == "words" else {"marking": marking}
+    if marking == "field" and args.field_min_cosine is not None:
+        options["field_min_cosine"] = args.field_min_cosine
     key = victim_key(texts, victim, seed, **options)
     thief = thief_for(seed, texts, key, victim, standard, n_steal=N_STEAL)
     memo = Memo(victim.model)
@@ -145,7 +148,7 @@ def run_seed(marking: str, seed: int, texts, victim, standard) -> list[dict]:
     }
     rows = []
     untouched_value = None
-    for name in [t for t in ("untouched", "delete", "replace", "drop30") if t in thieves]:
+    for name in [t for t in ("untouched", "delete", "replace", "drop30") if t in args.thieves]:
         queries = sent.get(name, sent["untouched"])
         clean_rows = cached_embed(memo, queries, model_name=victim.model.name).astype(np.float64)
         answers = watermark(queries, clean_rows, key)
@@ -161,7 +164,7 @@ def run_seed(marking: str, seed: int, texts, victim, standard) -> list[dict]:
         if name == "untouched":
             untouched_value = value["stolen"]
         report = verify(copy, key, seed=seed)
-        traffic = _traffic_p(key, queries, memo, copy, seed) if traffic_budget else None
+        traffic = _traffic_p(key, queries, memo, copy, seed, args.traffic) if args.traffic else None
         rows.append(
             {
                 "marking": marking,
@@ -178,7 +181,7 @@ def run_seed(marking: str, seed: int, texts, victim, standard) -> list[dict]:
             }
         )
         print(_line(rows[-1]), flush=True)
-    if "reseller" in thieves:
+    if "reseller" in args.thieves:
         rows.append(_reseller(marking, seed, key, table, victim, memo))
         print(_line(rows[-1]), flush=True)
     return rows
@@ -239,17 +242,12 @@ def main() -> None:
     parser.add_argument("--field-min-cosine", type=float, default=None)
     parser.add_argument("--thieves", nargs="+", default=list(THIEVES), choices=THIEVES)
     args = parser.parse_args()
-    global traffic_budget, field_options, thieves
-    traffic_budget = args.traffic
-    if args.field_min_cosine is not None:
-        field_options = {"field_min_cosine": args.field_min_cosine}
-    thieves = tuple(args.thieves)
     started = time.time()
     texts, victim, standard, _ = corpus_lookups()
     rows: list[dict] = []
     for marking in args.marking:
         for seed in args.seeds:
-            rows.extend(run_seed(marking, seed, texts, victim, standard))
+            rows.extend(run_seed(marking, seed, texts, victim, standard, args))
     print(f"done in {time.time() - started:.0f} s")
     if args.out:
         args.out.mkdir(parents=True, exist_ok=True)
