@@ -5,8 +5,10 @@ marking="field")`` at its defaults: 32 shared + 32 tenant units of 256, the fiel
 quality budget) drawn from the first --keygen texts serves --accounts accounts. For
 each of 3 accounts, a thief sends --steal texts disjoint from the keygen corpus
 through that account, fits a ridge head on paraphrase-MiniLM-L3 to the answers, and
-``trace(copy, ring, accounts)`` audits the copy once. The clean model (the innocent
-twin) and a ridge head fitted to the clean service's answers are traced too.
+``trace(copy, ring, accounts)`` audits the copy once, with the keygen audit and with a
+round-2 audit of --traffic-audit texts drawn from what the accounts sent
+(``ring.with_audit``). The clean model (the innocent twin), a ridge head fitted to the
+clean service's answers and the first account's own service are traced too.
 
 Prints one line per suspect: the verdict's p-value, the shared layer's, the guilty
 account's adjusted p-value, the smallest p-value of any other account, and whom trace
@@ -72,6 +74,9 @@ def main() -> None:
     parser.add_argument("--steal", type=int, default=6000, help="texts each thief sends")
     parser.add_argument("--accounts", type=int, default=20, help="accounts traced")
     parser.add_argument("--seed", type=int, default=1, help="the ring's seed")
+    parser.add_argument(
+        "--traffic-audit", type=int, default=6000, help="texts of the round-2 traffic audit"
+    )
     args = parser.parse_args()
     texts = list(rotten_tomatoes().texts)
     keygen, stolen = texts[: args.keygen], texts[args.keygen : args.keygen + args.steal]
@@ -116,15 +121,23 @@ def main() -> None:
         )
     suspects.append(("ridge on L3, clean answers", ridge_copy(opened, stolen, clean_stolen), None))
     suspects.append(("clean model (innocent twin)", victim, None))
-    for name, suspect, guilty in suspects:
-        report = trace(suspect, ring, accounts, seed=0)
-        p = report.tenant_p_values
-        others = min(v for t, v in p.items() if t != guilty)
-        guilty_p = f"{p[guilty]:10.2e}" if guilty else f"{'-':>10}"
-        print(
-            f"{name:<34} {report.p_value:11.2e} {report.shared_p_value:10.2e} {guilty_p} "
-            f"{others:11.2e}  {', '.join(report.traced) or 'nobody'}"
-        )
+    key = ring.key_for(accounts[0])
+    faithful = lambda batch: watermark(batch, victim(batch), key)  # noqa: E731
+    suspects.append((f"{accounts[0]}'s own service", faithful, accounts[0]))
+    # round 2: the audit drawn from the texts the accounts sent (the traffic sample)
+    traffic = ring.with_audit(stolen, victim, audit_round=2, audit_budget=args.traffic_audit)
+    for audit, audited in (("keygen audit", ring), ("traffic audit (round 2)", traffic)):
+        print(f"-- {audit}: {audited.shared_key.audit_queries} queries")
+        for name, suspect, guilty in suspects:
+            report = trace(suspect, audited, accounts, seed=0)
+            p = report.tenant_p_values
+            others = min(v for t, v in p.items() if t != guilty)
+            guilty_p = f"{p[guilty]:10.2e}" if guilty else f"{'-':>10}"
+            print(
+                f"{name:<34} {report.p_value:11.2e} {report.shared_p_value:10.2e} {guilty_p} "
+                f"{others:11.2e}  {', '.join(report.traced) or 'nobody'}",
+                flush=True,
+            )
 
 
 if __name__ == "__main__":
