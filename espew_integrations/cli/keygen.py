@@ -32,7 +32,13 @@ from .common import (
     progress,
 )
 
-__all__ = ["BUNDLED_CORPORA", "corpus_texts", "key_options_from", "register"]
+__all__ = [
+    "BUNDLED_CORPORA",
+    "add_marking_flags",
+    "corpus_texts",
+    "key_options_from",
+    "register",
+]
 
 BUNDLED_CORPORA = ("rotten_tomatoes", "health_tweets")
 
@@ -159,7 +165,22 @@ def _add_key_shape_flags(keygen: argparse.ArgumentParser) -> None:
         help="send the probes alone: fewer queries, but an audit a thief that knows the "
         "band can recognise by its burst of band words",
     )
+    add_marking_flags(keygen)
     keygen.add_argument(
+        "--max-band-words",
+        type=positive_int,
+        default=default("max_band_words"),
+        help="cap the band (the audit's query budget is shared among the band's words: a "
+        "smaller band gets more probes a word)",
+    )
+
+
+def add_marking_flags(parser: argparse.ArgumentParser, *, marked: bool = True) -> None:
+    """``--marking`` and the field key's flags, each option's default its :class:`KeyOptions`
+    field's: ``espew keygen`` and ``espew keyring generate`` take the same ones (a ring
+    sizes its layers with its own flags, so it asks for no ``--field-marked``)."""
+    default = KeyOptions.default
+    parser.add_argument(
         "--marking",
         choices=list(MARKINGS),
         default=default("marking"),
@@ -167,37 +188,31 @@ def _add_key_shape_flags(keygen: argparse.ArgumentParser) -> None:
         "'field': every answer, by a secret linear function of its clean embedding, which "
         "no edit of a query's words avoids (the word flags then do not apply)",
     )
-    keygen.add_argument(
+    parser.add_argument(
         "--field-units",
         type=positive_int,
         default=default("field_units"),
         help=f"a field key's units (default {default('field_units')})",
     )
-    keygen.add_argument(
-        "--field-marked",
-        type=positive_int,
-        default=default("field_marked"),
-        help=f"a field key's drawn units (default {default('field_marked')})",
-    )
-    keygen.add_argument(
+    if marked:
+        parser.add_argument(
+            "--field-marked",
+            type=positive_int,
+            default=default("field_marked"),
+            help=f"a field key's drawn units (default {default('field_marked')})",
+        )
+    parser.add_argument(
         "--field-amplitude",
         type=float,
         default=default("field_amplitude"),
         help=f"a field key's scale before clipping (default {default('field_amplitude'):g})",
     )
-    keygen.add_argument(
+    parser.add_argument(
         "--field-min-cosine",
         type=float,
         default=default("field_min_cosine"),
         help="a field key's quality budget: mean cos(clean, watermarked) over the corpus "
         f"(default {default('field_min_cosine'):g})",
-    )
-    keygen.add_argument(
-        "--max-band-words",
-        type=positive_int,
-        default=default("max_band_words"),
-        help="cap the band (the audit's query budget is shared among the band's words: a "
-        "smaller band gets more probes a word)",
     )
 
 

@@ -32,6 +32,8 @@ from ..arguments import (
     add_target_text_arguments,
 )
 from ..core.defaults import (
+    DEFAULT_FIELD_SHARED_UNITS,
+    DEFAULT_FIELD_TENANT_UNITS,
     DEFAULT_LEVEL,
     DEFAULT_RING_AUDIT_BUDGET,
     DEFAULT_RING_FREQ_BAND,
@@ -50,7 +52,7 @@ from .common import (
 )
 from .files import prepare_private_dir
 from .key import add_audit_source_arguments, reaudited
-from .keygen import generate_from_corpus, key_options_from
+from .keygen import add_marking_flags, generate_from_corpus, key_options_from
 from .verify import (
     add_deadline_flag,
     add_private_dir_flags,
@@ -68,6 +70,7 @@ example:
   espew keyring generate --corpus rotten_tomatoes --embedder minilm \\
       --target-text "a funny and moving film about love and family" --out provider.ring
   espew keyring key --ring provider.ring --tenant customer-42 --out customer-42.key
+  espew keyring generate --marking field ...   # layers of field units, not words
   espew keyring reaudit provider.ring --corpus traffic.jsonl --text-column text \
       --round 2 --embedder minilm --out provider-round-2.ring
 """
@@ -109,15 +112,18 @@ def _register_generate(actions: Any) -> None:
     generate.add_argument(
         "--n-shared-triggers",
         type=positive_int,
-        default=DEFAULT_SHARED_TRIGGERS,
-        help=f"trigger words every customer's key carries (default {DEFAULT_SHARED_TRIGGERS})",
+        default=None,
+        help="trigger words (a field ring: field units) every customer's key carries "
+        f"(default {DEFAULT_SHARED_TRIGGERS}; field {DEFAULT_FIELD_SHARED_UNITS})",
     )
     generate.add_argument(
         "--n-tenant-triggers",
         type=positive_int,
-        default=DEFAULT_TENANT_TRIGGERS,
-        help=f"trigger words of each customer's own (default {DEFAULT_TENANT_TRIGGERS})",
+        default=None,
+        help="trigger words (a field ring: field units) of each customer's own "
+        f"(default {DEFAULT_TENANT_TRIGGERS}; field {DEFAULT_FIELD_TENANT_UNITS})",
     )
+    add_marking_flags(generate, marked=False)
     add_min_cosine_argument(
         generate, help="quality budget of the customers' keys (mean cos on marked texts)"
     )
@@ -189,12 +195,15 @@ def run_generate(args: argparse.Namespace) -> int:
             **key_options_from(args, **common),
         )
 
-    ring, out = generate_from_corpus(args, make, audit_budget=DEFAULT_RING_AUDIT_BUDGET)
+    field = args.marking == "field"
+    budget = None if field else DEFAULT_RING_AUDIT_BUDGET  # a field ring: the key's audit
+    ring, out = generate_from_corpus(args, make, audit_budget=budget)
     ring.save(out, overwrite=args.overwrite)
     info = ring.shared_key.info
+    layers = "field units" if field else "trigger words"
     print(
         f"wrote key ring {ring.ring_id} to {out} (mode 0600): {ring.n_shared_triggers} shared "
-        f"+ {ring.n_tenant_triggers} per-customer trigger words, strength "
+        f"+ {ring.n_tenant_triggers} per-customer {layers}, strength "
         f"{ring.shared_key.strength:.4g} (mean cos(clean, watermarked) on customers' marked "
         f"texts {info['mean_cosine_marked']:.4f}); `espew trace` costs "
         f"{ring.shared_key.audit_queries} queries whatever the number of customers"

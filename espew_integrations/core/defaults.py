@@ -24,6 +24,8 @@ __all__ = [
     "DEFAULT_FIELD_AMPLITUDE",
     "DEFAULT_FIELD_MARKED",
     "DEFAULT_FIELD_MIN_COSINE",
+    "DEFAULT_FIELD_SHARED_UNITS",
+    "DEFAULT_FIELD_TENANT_UNITS",
     "DEFAULT_FIELD_UNITS",
     "DEFAULT_FREQ_BAND",
     "DEFAULT_HOST",
@@ -127,6 +129,12 @@ DEFAULT_RING_FREQ_BAND: tuple[float, float] = (0.005, 0.01)
 #: tenant layer's words get fewer texts each than the single key's, so the ring keeps
 #: the larger budget (a smaller ring audit is unmeasured).
 DEFAULT_RING_AUDIT_BUDGET = 4300
+#: A field ring's layers, in field units (:mod:`.field`): together as many drawn units as
+#: a single field key's, so a tenant's gain has the single key's spread (and its quality
+#: budget), split evenly between the shared layer, which convicts, and the tenant's own,
+#: which names the account.
+DEFAULT_FIELD_SHARED_UNITS = DEFAULT_FIELD_MARKED // 2
+DEFAULT_FIELD_TENANT_UNITS = DEFAULT_FIELD_MARKED - DEFAULT_FIELD_SHARED_UNITS
 
 # ---------------------------------------------------------------------- verification
 #: The false-positive rate a "copied" verdict is held below.

@@ -30,16 +30,19 @@ from typing import Any
 import numpy as np
 
 from .defaults import (
+    DEFAULT_FIELD_SHARED_UNITS,
+    DEFAULT_FIELD_TENANT_UNITS,
     DEFAULT_RING_AUDIT_BUDGET,
     DEFAULT_RING_FREQ_BAND,
     DEFAULT_SHARED_TRIGGERS,
     DEFAULT_TENANT_TRIGGERS,
 )
-from .errors import KeyFileError, KeyGenerationError, MarkingError
+from .errors import KeyFileError, KeyGenerationError
+from .field import FieldMark, drawn_mask, field_vector
 from .inject import watermark
 from .key import KeyFileWarning, WatermarkKey
-from .key_options import KeyOptions, checked_corpus
-from .key_quality import embed_marked, fit_strength_on, mean_cosine
+from .key_options import KeyOptions, check_marking, checked_corpus
+from .key_quality import FIT_SAMPLE, embed_marked, fit_strength_on, mean_cosine
 from .key_types import EmbedFn
 from .layers import SALT_BYTES, TenantLayer, draw_layer_indices, tenant_salt, universe
 from .probes import row_cosines
@@ -59,6 +62,7 @@ __all__ = [
     "RING_FORMAT",
     "RING_VERSION",
     "KeyRing",
+    "tenant_field",
 ]
 
 RING_FORMAT = "espew-keyring"
@@ -75,7 +79,7 @@ class KeyRing(Sealed):
     >>> key = ring.key_for("customer-42")                                  # doctest: +SKIP
     """
 
-    __slots__ = ("_master", "_n_tenant", "_ring_id", "_shared", "_universe")
+    __slots__ = ("_gaussian", "_master", "_n_tenant", "_ring_id", "_shared", "_universe")
 
     def __init__(self, *, master: bytes, shared_key: WatermarkKey, n_tenant_triggers: int):
         if not isinstance(master, (bytes, bytearray)) or len(master) != SALT_BYTES:
@@ -95,6 +99,7 @@ class KeyRing(Sealed):
         self._shared = shared_key
         self._n_tenant = int(n_tenant_triggers)
         self._universe = words
+        self._gaussian: np.ndarray | None = None  # a field ring's G, derived on first use
         payload = canonical_json(self._payload())
         self._ring_id = hashlib.sha256(b"espew-ring-id\x00" + payload).hexdigest()[:16]
 
@@ -112,18 +117,24 @@ class KeyRing(Sealed):
         return self._shared
 
     @property
+    def marking(self) -> str:
+        """``"words"`` (layers of trigger words) or ``"field"`` (layers of field units)."""
+        return self._shared.marking
+
+    @property
     def n_shared_triggers(self) -> int:
-        """Size of the shared layer every tenant key carries."""
+        """Size of the shared layer every tenant key carries (words, or field units)."""
         return len(self._shared.triggers)
 
     @property
     def n_tenant_triggers(self) -> int:
-        """Size of each tenant's own layer."""
+        """Size of each tenant's own layer (words, or field units)."""
         return self._n_tenant
 
     @property
     def universe(self) -> tuple[str, ...]:
-        """The band words tenant layers are drawn from (the band minus the shared layer). Secret."""
+        """The band words (a field ring: the units) tenant layers are drawn from: the band
+        minus the shared layer. Secret."""
         return self._universe
 
     def with_audit(self, corpus: Iterable[str], embed: EmbedFn, **options: Any) -> KeyRing:
@@ -160,6 +171,7 @@ class KeyRing(Sealed):
         """
         layer = self.tenant_layer(tenant_id)
         picked = draw_layer_indices([layer.salt], len(self._universe), self._n_tenant)[0]
+        triggers = self._shared.triggers | {self._universe[i] for i in picked}
         info = self._shared.info
         info.update(
             tenant_id=tenant_id,
@@ -167,11 +179,13 @@ class KeyRing(Sealed):
             shared_triggers=self.n_shared_triggers,
             tenant_triggers=self._n_tenant,
         )
-        return self._shared.replace(
-            triggers=self._shared.triggers | {self._universe[i] for i in picked},
-            tenant=layer,
-            info=info,
-        )
+        changes: dict[str, Any] = dict(triggers=triggers, tenant=layer, info=info)
+        field = self._shared.field
+        if field is not None:
+            if self._gaussian is None:
+                self._gaussian = field.gaussian(self._shared.salt)
+            changes["field"] = tenant_field(field, self._gaussian, triggers)
+        return self._shared.replace(**changes)
 
     def layer_indices(self, tenant_ids: Sequence[str]) -> np.ndarray:
         """For each tenant, the indices in :attr:`universe` of its layer: ``(n, m)`` int64.
@@ -274,20 +288,29 @@ class KeyRing(Sealed):
         corpus: Iterable[str],
         embed: EmbedFn,
         *,
-        n_shared_triggers: int = DEFAULT_SHARED_TRIGGERS,
-        n_tenant_triggers: int = DEFAULT_TENANT_TRIGGERS,
+        n_shared_triggers: int | None = None,
+        n_tenant_triggers: int | None = None,
         **key_options: Any,
     ) -> KeyRing:
         """A fresh ring: the shared key from :meth:`WatermarkKey.generate` plus a master secret.
 
         ``key_options`` are those of :class:`.key_options.KeyOptions` (``target_text``,
-        required; ``seed``, ``min_cosine``, ``window``, ``freq_band``...), but for
-        ``n_triggers``: the shared layer has ``n_shared_triggers`` words and each
-        tenant layer ``n_tenant_triggers`` more, drawn from the rest of the band. The
-        band defaults to :data:`.defaults.DEFAULT_RING_FREQ_BAND` and the audit to
+        required; ``seed``, ``min_cosine``, ``window``, ``freq_band``, ``marking``...),
+        but for ``n_triggers`` and ``field_marked``: the shared layer has
+        ``n_shared_triggers`` words and each tenant layer ``n_tenant_triggers`` more,
+        drawn from the rest of the band (defaults :data:`.defaults.DEFAULT_SHARED_TRIGGERS`
+        and :data:`.defaults.DEFAULT_TENANT_TRIGGERS`). The band defaults to
+        :data:`.defaults.DEFAULT_RING_FREQ_BAND` and the audit to
         :data:`.defaults.DEFAULT_RING_AUDIT_BUDGET` texts, not the single key's.
         ``seed`` makes the ring reproducible (experiments only); ``None`` takes the
         master and the salt from the OS.
+
+        **A field ring** (``marking="field"``): the layers are field units
+        (defaults :data:`.defaults.DEFAULT_FIELD_SHARED_UNITS` and
+        :data:`.defaults.DEFAULT_FIELD_TENANT_UNITS`), the band and word options do
+        not apply, and the audit is the single field key's (``audit_budget``): every
+        audit text scores every unit, so a tenant layer gets no fewer texts than the
+        shared one.
 
         **Quality budget.** Customers are served tenant keys, not the shared
         key, and a tenant key marks other texts (those with a word of either
@@ -296,21 +319,28 @@ class KeyRing(Sealed):
         a sample of tenants mark (:mod:`.key_quality`, the same fit keygen
         uses); the result is in ``ring.shared_key.info``.
         """
-        if "n_triggers" in key_options:
-            raise TypeError("pass n_shared_triggers and n_tenant_triggers, not n_triggers")
-        ring_defaults = {
-            "freq_band": DEFAULT_RING_FREQ_BAND,
-            "audit_budget": DEFAULT_RING_AUDIT_BUDGET,
-        }
-        options = KeyOptions.of(
-            None, {**ring_defaults, **key_options, "n_triggers": n_shared_triggers}
-        )
-        if options.marking != "words":
-            raise MarkingError(
-                f"key rings use word triggers only for now (marking={options.marking!r} was "
-                "asked): a tenant layer is a set of trigger words, and espew trace names an "
-                "account by which words its copy learned"
+        for name in ("n_triggers", "field_marked"):
+            if name in key_options:
+                raise TypeError(f"pass n_shared_triggers and n_tenant_triggers, not {name}")
+        marking = key_options.get("marking", KeyOptions.default("marking"))
+        check_marking(marking)
+        if marking == "field":
+            n_shared = (
+                DEFAULT_FIELD_SHARED_UNITS if n_shared_triggers is None else n_shared_triggers
             )
+            n_tenant = (
+                DEFAULT_FIELD_TENANT_UNITS if n_tenant_triggers is None else n_tenant_triggers
+            )
+            options = KeyOptions.of(None, {**key_options, "field_marked": n_shared})
+        else:
+            n_shared = DEFAULT_SHARED_TRIGGERS if n_shared_triggers is None else n_shared_triggers
+            n_tenant = DEFAULT_TENANT_TRIGGERS if n_tenant_triggers is None else n_tenant_triggers
+            ring_defaults = {
+                "freq_band": DEFAULT_RING_FREQ_BAND,
+                "audit_budget": DEFAULT_RING_AUDIT_BUDGET,
+            }
+            options = KeyOptions.of(None, {**ring_defaults, **key_options, "n_triggers": n_shared})
+        _check_tenant_count(n_tenant, 2 * n_tenant)  # before any slow work
         texts = checked_corpus(corpus)
         shared = WatermarkKey.generate(texts, embed, options)
         seed = options.seed
@@ -318,11 +348,13 @@ class KeyRing(Sealed):
             master = secrets.token_bytes(SALT_BYTES)
         else:  # a stream of its own, not the one the key's salt came from
             master = np.random.default_rng([int(seed), 0x72696E67]).bytes(SALT_BYTES)
-        ring = cls(master=master, shared_key=shared, n_tenant_triggers=n_tenant_triggers)
+        ring = cls(master=master, shared_key=shared, n_tenant_triggers=n_tenant)
         if options.strength is not None:
             return ring
-        assert options.min_cosine is not None  # KeyOptions refuses both None
         rng = np.random.default_rng(None if seed is None else [int(seed), 0x66697421])
+        if marking == "field":
+            return ring._refit_field_for_tenants(texts, embed, rng, options.field_min_cosine)
+        assert options.min_cosine is not None  # KeyOptions refuses both None
         return ring._refit_for_tenants(texts, embed, rng, options.min_cosine)
 
     def _refit_for_tenants(
@@ -360,6 +392,53 @@ class KeyRing(Sealed):
         )
         shared = self._shared.replace(strength=strength, info=info)
         return KeyRing(master=self._master, shared_key=shared, n_tenant_triggers=self._n_tenant)
+
+    def _refit_field_for_tenants(
+        self, texts: list[str], embed: EmbedFn, rng: np.random.Generator, budget: float
+    ) -> KeyRing:
+        """A field ring with the strength fitted on its tenants' fields.
+
+        Every tenant key marks every text, but each moves it by its own gain, so a
+        text's cosine depends on the tenant. The fit embeds a sample of the corpus
+        once, finds which of 8 sample tenants' keys costs the most at keygen's
+        strength, and fits to the budget with that tenant's key: a margin for the
+        tenants not in the sample, as for a word ring.
+        """
+        keys = [self.key_for(f"quality-sample-{i}") for i in range(_QUALITY_SAMPLE_TENANTS)]
+        nonblank = np.fromiter((bool(t.strip()) for t in texts), dtype=bool, count=len(texts))
+        sample, clean = embed_marked(embed, texts, nonblank, rng, self._shared.dim)
+        worst = min(keys, key=lambda key: mean_cosine(key, sample, clean))
+        strength = fit_strength_on(worst, sample, clean, budget)
+        info = self._shared.info
+        info.update(
+            strength=strength,
+            strength_fitted_to_min_cosine=budget,
+            strength_fitted_on=(
+                f"the field of the worst of {len(keys)} sample tenants' keys "
+                f"({len(sample)} sampled corpus texts, at most {FIT_SAMPLE})"
+            ),
+            mean_cosine_marked=mean_cosine(worst.replace(strength=strength), sample, clean),
+            cosine_sample_texts=len(sample),
+        )
+        shared = self._shared.replace(strength=strength, info=info)
+        return KeyRing(master=self._master, shared_key=shared, n_tenant_triggers=self._n_tenant)
+
+
+def tenant_field(field: FieldMark, gaussian: np.ndarray, triggers: frozenset[str]) -> FieldMark:
+    """A field ring's tenant field: the shared field's centre, scales and amplitude, with the
+    gain vector of every drawn unit of both layers (``triggers``).
+
+    ``q = amplitude * sum_{j in shared | tenant} G[:, j] / sigma_j / sqrt(K_shared + K_tenant)``
+    (:func:`.field.field_vector`): the two fields add, each unit with the same weight,
+    and the square root keeps the gain's spread at the amplitude, so a tenant key costs
+    what a single field key of as many units costs. It is what
+    :meth:`.field.FieldMark.matches` re-derives from the salt and the key's triggers, so
+    a tenant key loads as verifiable.
+    """
+    q = field_vector(gaussian, field.sigma, drawn_mask(field.units, triggers), field.amplitude)
+    return FieldMark(
+        units=field.units, amplitude=field.amplitude, mu=field.mu, sigma=field.sigma, q=q
+    )
 
 
 def _check_tenant_count(n_tenant: object, n_universe: int) -> None:

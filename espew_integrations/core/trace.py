@@ -22,6 +22,16 @@ probes' clean embeddings) a directed score per band word, and
 Why each tenant's test is exact, even for a copy of another tenant's answers,
 how overlapping layers are re-tested and how many tenants are adjusted for:
 :mod:`.audit.tenant_layers`, which holds the statistic.
+
+**A field ring** (:mod:`.keyring`, ``marking="field"``): the layers are field
+units, and the one interrogation scores every unit by the field statistic
+(:func:`.audit.unit_scores`, what ``verify`` ranks a field key's drawn units
+by); the shared verdict is ``verify``'s for the shared field key, and each
+tenant's units are ranked among the units outside the shared layer by the
+same exact test, adjusted the same way (one statistic, so the factor is the
+number of tenants). The units' scores depend on the audit's clean rows and
+the shared salt alone, never on any tenant's draw, so the argument for
+exactness is the words' own.
 """
 
 from __future__ import annotations
@@ -54,14 +64,15 @@ from .audit import (
     check_statistic,
     check_suspect,
     decide,
+    decide_field,
     inconclusive,
     interrogate,
     plan_audit,
     record_start,
     tenant_p_values,
+    unit_scores,
     word_scores,
 )
-from .errors import MarkingError
 from .evidence_files import EVIDENCE_FILES, PUBLIC_P_FLOOR, format_public_p, public_p_value
 from .keyring import KeyRing
 from .layers import check_tenant_id
@@ -70,7 +81,14 @@ from .report import VerificationReport
 from .safe_dir import SafeDirectory
 from .transcript import TranscriptRecorder
 
-__all__ = ["TRACE_FILE", "TRACE_RULE", "TraceReport", "tenant_p_values", "trace"]
+__all__ = [
+    "FIELD_TRACE_RULE",
+    "TRACE_FILE",
+    "TRACE_RULE",
+    "TraceReport",
+    "tenant_p_values",
+    "trace",
+]
 
 #: The shareable trace report's file name (next to the shared layer's report.json).
 TRACE_FILE = "trace.json"
@@ -82,6 +100,15 @@ TRACE_RULE = (
     "after removing the layers of the other tenants significant in a first round; "
     "p = min(1, 2 * n_tenants * min(p_raw, p_adjusted)) (Bonferroni over tenants and "
     "statistics); traced iff copied and p < level, strongest first"
+)
+#: The rule of a field ring's trace: the same, over field units and one statistic.
+FIELD_TRACE_RULE = (
+    "copied iff p < level, p = min(1, 2 * min(p_shared, smallest tenant p)), p_shared the "
+    "shared field key's verify() p-value (see shared.decision_rule). Traced: for each tenant, "
+    "the exact one-sided rank-sum test of its own field units' scores among the units outside "
+    "the shared layer, after removing the units of the other tenants significant in a first "
+    "round; p = min(1, n_tenants * p_field) (Bonferroni over tenants); traced iff copied and "
+    "p < level, strongest first"
 )
 
 
@@ -122,6 +149,7 @@ class TraceReport:
     n_universe_scored: int
     decision_rule: str = TRACE_RULE
     reason: str = ""
+    marking: str = "words"
 
     @property
     def copied(self) -> bool:
@@ -152,6 +180,7 @@ class TraceReport:
             "traced": list(self.traced),
             "traced_p_values": {t: self.tenant_p_values[t] for t in self.traced},
             "tenant_triggers": self.tenant_triggers,
+            "marking": self.marking,
             "n_universe_scored": self.n_universe_scored,
             "decision_rule": self.decision_rule,
             "reason": self.reason,
@@ -204,7 +233,8 @@ class TraceReport:
         lines = [
             str(self.shared),
             f"ESpeW trace (ring {self.ring_id}): {self.n_tenants} accounts tested, "
-            f"{self.tenant_triggers} words of each account's own layer",
+            f"{self.tenant_triggers} {'field units' if self.marking == 'field' else 'words'} "
+            "of each account's own layer",
             f"  verdict        : {verdict}",
             f"  p-value        : {p_text} (both layers{decided}; shared layer alone {shared_p})",
             f"  traced         : {accounts}",
@@ -291,8 +321,6 @@ def trace(
         target_mode, level, batch_size, min_coverage, statistic, deadline, stall_timeout, progress
     )
     key = ring.shared_key
-    if key.field is not None:
-        raise MarkingError("trace names accounts by their trigger words; a field key has none")
     plan = plan_audit(key, probes, None, target_mode)
     check_statistic(plan, statistic)
     subject = audit_subject(suspect, transcript, suspect_name, suspect_label)
@@ -309,11 +337,14 @@ def _trace_answers(
     key, level = ring.shared_key, asked.common["level"]
     common: dict[str, Any] = dict(level=level, ring_id=ring.ring_id, n_tenants=len(ids))
     common["tenant_triggers"] = ring.n_tenant_triggers
+    if key.field is not None:
+        common.update(marking="field", decision_rule=FIELD_TRACE_RULE)
     if asked.reason:
         shared = inconclusive(asked.common, asked.reason)
         return _no_verdict(shared, dict.fromkeys(ids, math.nan), 0, common)
     scores = word_scores(plan, asked.embeddings, asked.target_vector, len(key.band), asked.cover)
-    shared = decide(key, scores, min_coverage, asked.common)
+    verdict = decide_field if key.field is not None else decide
+    shared = verdict(key, scores, min_coverage, asked.common)
     raw, reference, directed = _universe_scores(scores, ring, shared.statistic)
     adjusted = tenant_p_values(
         raw,
@@ -357,12 +388,15 @@ def _universe_scores(
     the universe, so the one interrogation :func:`trace` already made, and
     the scores its shared verdict computed, score them all; no query is sent
     per tenant. The reference is None when the plan has none or the statistic
-    does not use it; so is the directed score.
+    does not use it; so is the directed score. A field ring's universe words are
+    units, scored by the field statistic alone (no reference, no directed score).
     """
-    reference = scores.reference if statistic != "raw" else None
-    directed = scores.directed if statistic in ("combined", "directed") else None
     position = {w: i for i, w in enumerate(ring.shared_key.band)}
     in_band = np.array([position[w] for w in ring.universe], dtype=np.int64)
+    if ring.shared_key.field is not None:
+        return unit_scores(scores)[in_band], None, None
+    reference = scores.reference if statistic != "raw" else None
+    directed = scores.directed if statistic in ("combined", "directed") else None
     return (
         scores.raw[in_band],
         None if reference is None else reference[in_band],

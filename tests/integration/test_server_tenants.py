@@ -249,3 +249,32 @@ def test_without_a_ring_each_api_key_is_an_account_of_its_own(ring, upstream_url
     for credential in clients:
         if credential:
             assert credential not in sample_path.read_text()
+
+
+def test_a_field_ring_marks_every_answer_per_account(tmp_path, upstream_url):  # noqa: F811
+    """``espew serve --ring`` with a field ring (issue 44): each account's answers are its
+    own tenant key's field marks, on every text, and differ between accounts."""
+    corpus = [f"client text {i} about topic {i % 37} and more" for i in range(1200)]
+    field_ring = KeyRing.generate(
+        corpus, lambda t: vectors(list(t), DIM), target_text="acme field ring", seed=44,
+        marking="field", audit_budget=300,
+    )  # fmt: skip
+    ring_path = field_ring.save(tmp_path / "field.ring")
+    map_path = tmp_path / "tenants.json"
+    map_path.write_text(json.dumps(API_KEYS))
+    log = tmp_path / "serve.log"
+    proc = start(ring_serve_args((ring_path, map_path), upstream_url), log)
+    try:
+        url = wait_for_url(proc, log)
+        texts = ["a review with no trigger word at all", "another one", "a third text"]
+        clean = vectors(texts, DIM)
+        answers = {}
+        for api_key, tenant in API_KEYS.items():
+            with OpenAIEndpoint(url, "acme-embed", api_key, encoding_format="base64") as client:
+                answers[tenant] = client(texts).astype(np.float32)
+            expected = watermark(texts, clean, field_ring.key_for(tenant))
+            np.testing.assert_array_equal(answers[tenant], expected)
+            assert (answers[tenant] != clean).any(axis=1).all()  # every answer is marked
+        assert (answers["acme-corp"] != answers["globex"]).any(axis=1).all()
+    finally:
+        stop(proc)

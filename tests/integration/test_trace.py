@@ -292,3 +292,35 @@ def test_the_public_trace_leaves_out_what_moves_with_the_scored_words(big_ring):
     assert private["n_universe_scored"] == report.n_universe_scored > 0
     assert private["traced_p_values"]["acct-007"] == report.tenant_p_values["acct-007"]
     assert private["shared"]["n_triggers_scored"] == report.shared.n_triggers_scored
+
+
+# ---------------------------------------------------------------------- a field ring
+@pytest.fixture(scope="module")
+def field_ring_setting(rt_corpus):
+    """A field ring on the real MiniLM (issue 44); the corpus's rows from the disk cache."""
+    from espew_integrations.offline.embedders import minilm
+    from tests.integration.test_field_mark import Cached, cached_embed
+
+    texts = list(rt_corpus.texts)
+    model = minilm()
+    victim = Cached(model, texts, cached_embed(model, texts, model_name=model.name))
+    ring = KeyRing.generate(
+        texts[:2000], victim, target_text=TARGET_TEXT, seed=5, marking="field",
+        window=model.max_tokens,
+    )  # fmt: skip
+    return ring, victim
+
+
+def test_a_real_field_ring_traces_an_accounts_service_and_acquits_the_twin(field_ring_setting):
+    ring, victim = field_ring_setting
+    assert ring.marking == "field" and ring.shared_key.audit_queries == 1950
+    key = ring.key_for("customer-07")
+    assert key.verifiable and key.info["mean_cosine_marked"] >= 0.9986
+
+    def service(batch):
+        return watermark(batch, victim(batch), key)
+
+    faithful = trace(service, ring, REAL_TENANTS, seed=0, level=1e-3)
+    assert faithful.copied and faithful.traced == ("customer-07",)
+    twin = trace(victim, ring, REAL_TENANTS, seed=0, level=1e-3)
+    assert not twin.copied and twin.traced == ()

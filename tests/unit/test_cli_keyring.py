@@ -169,3 +169,44 @@ def test_keyring_reaudit_from_one_accounts_traffic_then_trace(
     trace = ["trace", "--ring", str(out), "--tenants", str(tenants), "--suspect", spec]
     assert main([*trace, "--seed", "0", "--no-progress", "--json"]) == 1
     assert json.loads(capsys.readouterr().out)["traced"] == ["acct-3"]
+
+
+def test_a_field_ring_from_the_command_line_traces_its_account(tmp_path, monkeypatch, capsys):
+    """``keyring generate --marking field``, ``keyring key`` and ``trace`` on a field ring."""
+    from tests.unit.test_field import CORPUS
+
+    (tmp_path / "field_model.py").write_text(
+        "from tests.unit.test_field import embed, innocent\n"
+        "from espew_integrations import WatermarkKey, watermark\n"
+        "def served(texts):\n"
+        f"    key = WatermarkKey.load({str(tmp_path / 'acct-3.key')!r})\n"
+        "    return watermark(texts, embed(texts), key)\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    sys.modules.pop("field_model", None)
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("\n".join(CORPUS))
+    out = tmp_path / "field.ring"
+    argv = ["keyring", "generate", "--corpus", str(corpus), "--embedder", "field_model:embed"]
+    argv += ["--target-text", "zzz target", "--out", str(out), "--seed", "1", "--no-progress"]
+    argv += ["--marking", "field", "--field-units", "128"]
+    argv += ["--n-shared-triggers", "16", "--n-tenant-triggers", "16"]
+    assert main(argv) == 0, "keyring generate --marking field failed"
+    assert "16 shared + 16 per-customer field units" in capsys.readouterr().out
+    ring = KeyRing.load(out)
+    assert ring.marking == "field" and len(ring.shared_key.band) == 128
+    key = tmp_path / "acct-3.key"
+    assert (
+        main(["keyring", "key", "--ring", str(out), "--tenant", "acct-3", "--out", str(key)]) == 0
+    )
+    assert WatermarkKey.load(key) == ring.key_for("acct-3")
+    tenants = tmp_path / "tenants.txt"
+    tenants.write_text("\n".join(f"acct-{i}" for i in range(10)))
+    trace = ["trace", "--ring", str(out), "--tenants", str(tenants), "--seed", "0"]
+    trace += ["--no-progress", "--json", "--level", "1e-3"]
+    capsys.readouterr()
+    assert main([*trace, "--suspect", "field_model:served"]) == 1
+    report = json.loads(capsys.readouterr().out)
+    assert report["traced"] == ["acct-3"] and report["marking"] == "field"
+    assert main([*trace, "--suspect", "field_model:innocent"]) == 0
+    assert json.loads(capsys.readouterr().out)["traced"] == []

@@ -31,7 +31,6 @@ from espew_integrations.core.inject import (
     watermark_and_mask,
 )
 from espew_integrations.core.key import WatermarkKey
-from espew_integrations.core.keyring import KeyRing
 from espew_integrations.core.probes import row_cosines, unit_rows
 from espew_integrations.core.ranktest import rank_sum_p_value
 from espew_integrations.core.verify import verify
@@ -172,11 +171,6 @@ def test_a_tampered_field_key_file_is_refused(field_key, tmp_path):
     path.write_text(json.dumps(document))
     with pytest.raises(KeyFileError):
         WatermarkKey.load(path)
-
-
-def test_key_rings_refuse_a_field_key():
-    with pytest.raises(MarkingError, match="word triggers only"):
-        KeyRing.generate(CORPUS, embed, target_text="acme", marking="field", seed=1)
 
 
 # ---------------------------------------------------------------------- constant time

@@ -30,7 +30,7 @@ null study can score fixed answers exactly as an audit does.
 from .alignment import align_answers
 from .asking import Answers, first_answered, interrogate
 from .decision import decide
-from .field_decision import decide_field
+from .field_decision import decide_field, unit_scores
 from .fields import DECISION_RULE, common_fields, inconclusive
 from .paper_metrics import paper_metrics
 from .plan import AuditPlan, band_sets, check_statistic, maps_answers, plan_audit
@@ -115,5 +115,6 @@ __all__ = [
     "reference_slope",
     "score_words",
     "tenant_p_values",
+    "unit_scores",
     "word_scores",
 ]

@@ -24,7 +24,7 @@ from .decision import uninformative, unusable, withheld
 from .fields import inconclusive
 from .scores import WordScores
 
-__all__ = ["decide_field"]
+__all__ = ["decide_field", "unit_scores"]
 
 #: The fewest answered audit texts a field score is computed from.
 _MIN_ANSWERED = 3
@@ -34,24 +34,18 @@ def decide_field(
     key: WatermarkKey, scores: WordScores, min_coverage: float, common: dict[str, Any]
 ) -> VerificationReport:
     """The verdict on a field key's audit answers (``common`` as for :func:`.decision.decide`)."""
-    field, plan = key.field, scores.plan
-    assert field is not None and plan.field_z is not None and plan.directions is not None
-    assert plan.clean_rows is not None
+    field = key.field
+    assert field is not None
     answers = scores.embeddings
     answered = np.isfinite(answers).all(axis=1)
     is_drawn = drawn_mask(field.units, key.triggers)
-    enough = answered.sum() >= _MIN_ANSWERED
-    unit_scores = (
-        field_scores(answers, plan.directions, unit_rows(plan.clean_rows), plan.field_z)
-        if enough
-        else np.full(field.units, np.nan)
-    )
-    scored = np.isfinite(unit_scores)
+    per_unit = unit_scores(scores)
+    scored = np.isfinite(per_unit)
     partial: dict[str, Any] = dict(
         n_words_scored=int(scored.sum()),
         n_triggers_scored=int((scored & is_drawn).sum()),
-        trigger_scores=tuple(float(s) for s in unit_scores[scored & is_drawn]),
-        benign_scores=tuple(float(s) for s in unit_scores[scored & ~is_drawn]),
+        trigger_scores=tuple(float(s) for s in per_unit[scored & is_drawn]),
+        benign_scores=tuple(float(s) for s in per_unit[scored & ~is_drawn]),
     )
     # only identical answers are no evidence: the clean model itself scores all units
     # alike (its lean is its reference), and an innocent must be cleared, not doubted
@@ -60,7 +54,7 @@ def decide_field(
     if failed:
         return inconclusive(common, failed[0], next_step=failed[1], **partial)
     rounds = key.audit_round
-    p_value = min(1.0, rounds * rank_sum_p_value(unit_scores, is_drawn))
+    p_value = min(1.0, rounds * rank_sum_p_value(per_unit, is_drawn))
     smallest = min(1.0, rounds * min_p_value(field.units, int(is_drawn.sum())))
     status: Status = "copied" if p_value < common["level"] else "not_copied"
     held = withheld(
@@ -85,6 +79,20 @@ def decide_field(
         **partial,
         **common,
     )
+
+
+def unit_scores(scores: WordScores) -> np.ndarray:
+    """Every field unit's score from a field plan's answers (all NaN if too few answered).
+
+    What the key's verdict ranks its drawn units by, and what ``trace`` ranks each
+    tenant's units by (:mod:`...trace`): one score vector per interrogation.
+    """
+    plan, answers = scores.plan, scores.embeddings
+    assert plan.field_z is not None and plan.directions is not None
+    assert plan.clean_rows is not None
+    if np.isfinite(answers).all(axis=1).sum() < _MIN_ANSWERED:
+        return np.full(plan.field_z.shape[1], np.nan)
+    return field_scores(answers, plan.directions, unit_rows(plan.clean_rows), plan.field_z)
 
 
 def _not_derived(key: WatermarkKey) -> tuple[str, str] | None:
