@@ -10,6 +10,7 @@ modules under :mod:`espew_integrations.core`.
 
 from .core import (
     DEFAULT_LEVEL,
+    AuditOptions,
     EmbeddingInputError,
     ESpeWError,
     KeyFileError,
@@ -68,6 +69,7 @@ def __getattr__(name: str) -> object:
 __all__ = [
     "DEFAULT_LEVEL",
     "AsyncUpstream",
+    "AuditOptions",
     "ESpeWError",
     "ESpeWMiddleware",
     "EmbeddingInputError",

@@ -8,7 +8,7 @@ import sys
 from typing import Any
 
 from ..arguments import add_embedder_argument
-from ..core.defaults import DEFAULT_KEY_VARIABLE
+from ..core.defaults import DEFAULT_BATCH_SIZE, DEFAULT_HOST, DEFAULT_KEY_VARIABLE
 from ..models import resolve_embedder
 from .common import (
     UsageError,
@@ -84,7 +84,11 @@ def register(subparsers: Any) -> None:
         metavar="MAP.json",
         help="JSON object {client API key: tenant id} for --ring; an unknown API key gets 401",
     )
-    serve.add_argument("--host", default="127.0.0.1")
+    serve.add_argument(
+        "--host",
+        default=DEFAULT_HOST,
+        help=f"address to bind (default {DEFAULT_HOST}: this machine only)",
+    )
     serve.add_argument("--port", type=port, default=8000, help="0 picks a free port")
     serve.add_argument("--model-name", default=None, help="model id clients must send")
     serve.add_argument(
@@ -98,9 +102,9 @@ def register(subparsers: Any) -> None:
     )
     serve.add_argument(
         "--metrics-host",
-        default="127.0.0.1",
+        default=DEFAULT_HOST,
         metavar="HOST",
-        help="address of the metrics listener (default 127.0.0.1: this machine only); any "
+        help=f"address of the metrics listener (default {DEFAULT_HOST}: this machine only); any "
         "other address needs --metrics-public",
     )
     serve.add_argument(
@@ -131,7 +135,7 @@ def register(subparsers: Any) -> None:
     )
     _add_traffic_flags(serve)
     add_endpoint_flags(serve, verify=False)
-    serve.set_defaults(func=run, batch_size=64)
+    serve.set_defaults(func=run, batch_size=DEFAULT_BATCH_SIZE)
 
 
 def _add_traffic_flags(serve: argparse.ArgumentParser) -> None:

@@ -5,6 +5,7 @@ Its :func:`verify` takes a callable suspect; the package root's
 :mod:`espew_integrations.suspects`).
 """
 
+from .audit import AuditOptions
 from .errors import (
     EmbeddingInputError,
     ESpeWError,
@@ -26,6 +27,7 @@ __all__ = [
     "DEFAULT_LEVEL",
     "DEFAULT_TEMPLATES",
     "MAX_ANSWER_DIM",
+    "AuditOptions",
     "ESpeWError",
     "EmbeddingInputError",
     "KeyFileError",

@@ -14,17 +14,55 @@ from __future__ import annotations
 __all__ = [
     "ESpeWError",
     "EmbeddingInputError",
+    "InputError",
+    "InputTypeError",
     "KeyAuditMissingError",
     "KeyFileError",
     "KeyGenerationError",
     "KeyModelMismatchError",
     "MarkingError",
+    "OptionsError",
+    "OptionsTypeError",
+    "StateError",
     "SuspectError",
 ]
 
 
 class ESpeWError(Exception):
     """Base class of every error raised by espew-integrations."""
+
+
+class InputError(ESpeWError, ValueError):
+    """An argument's value is one the library cannot use (the message names it).
+
+    The family's plain input error: raised where no more specific class below says
+    more, so that ``except ESpeWError`` and the ``except ValueError`` callers wrote
+    before the family existed both catch it.
+    """
+
+
+class InputTypeError(ESpeWError, TypeError):
+    """An argument is of a type the library cannot use (the message names the type
+    it takes); a ``TypeError`` too, as Python's own wrong-type errors are."""
+
+
+class OptionsError(InputError):
+    """An option of an audit (:class:`.audit.options.AuditOptions`) or of key
+    generation is out of its range or not one of its choices.
+
+    Raised by the one validator of each options object, before any slow work and
+    before a single text is sent to a suspect.
+    """
+
+
+class OptionsTypeError(OptionsError, TypeError):
+    """An option is of the wrong type (a deadline that is no number, a progress that
+    is not callable): both an :class:`OptionsError` and a ``TypeError``."""
+
+
+class StateError(ESpeWError, RuntimeError):
+    """An object was used out of its order (a recorder written twice, a commit before
+    its batches): a bug of the caller's, never of the data."""
 
 
 class EmbeddingInputError(ESpeWError, ValueError):

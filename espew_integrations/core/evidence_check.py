@@ -47,7 +47,7 @@ from typing import Any
 
 import numpy as np
 
-from .audit import REPLAYED_SETTINGS, DeadlinePassed
+from .audit import REPLAYED_SETTINGS, AuditOptions, DeadlinePassed
 from .errors import SuspectError
 from .key import WatermarkKey
 from .keyring import KeyRing
@@ -457,10 +457,10 @@ def _replayed(
     names = {"suspect_name": names.get("name", ""), "suspect_label": names.get("label", "")}
     if header.get("audit") == "trace" and isinstance(key, KeyRing):
         del settings["templates"]
-        report = trace(replay, key, header.get("tenants") or [], **settings, **names)
+        report = trace(replay, key, header.get("tenants") or [], AuditOptions(**settings), **names)
         return report.status, report.p_value, report.traced
     shared = key.shared_key if isinstance(key, KeyRing) else key
-    verdict = verify(replay, shared, **settings, **names)
+    verdict = verify(replay, shared, AuditOptions(**settings), **names)
     return verdict.status, verdict.p_value, ()
 
 

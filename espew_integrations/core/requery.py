@@ -34,6 +34,7 @@ from typing import Any
 
 import numpy as np
 
+from .defaults import DEFAULT_BATCH_SIZE
 from .transcript import Transcript, TranscriptError, decode_answer
 from .untrusted import printable
 
@@ -185,7 +186,7 @@ def requery(
     size: int | None = DEFAULT_REQUERY_SIZE,
     seed: int | None = None,
     tolerance: float = DEFAULT_REQUERY_TOLERANCE,
-    batch_size: int = 64,
+    batch_size: int = DEFAULT_BATCH_SIZE,
     suspect_name: str = "",
 ) -> Requery:
     """Ask ``suspect`` again ``size`` of the texts ``transcript`` records (every one for

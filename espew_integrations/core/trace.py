@@ -38,19 +38,13 @@ from typing import Any
 import numpy as np
 
 from .audit import (
-    DEFAULT_DEADLINE,
-    DEFAULT_LEVEL,
-    DEFAULT_STALL_TIMEOUT,
+    REPLAYED_SETTINGS,
     Answers,
+    AuditOptions,
     AuditPlan,
-    ProbeKind,
-    Statistic,
     Subject,
-    TargetMode,
     WordScores,
-    asking_options,
     audit_subject,
-    check_options,
     check_statistic,
     check_suspect,
     decide,
@@ -61,11 +55,11 @@ from .audit import (
     tenant_p_values,
     word_scores,
 )
-from .errors import MarkingError
+from .errors import MarkingError, OptionsError
 from .evidence_files import EVIDENCE_FILES, PUBLIC_P_FLOOR, format_public_p, public_p_value
 from .keyring import KeyRing
 from .layers import check_tenant_id
-from .progress import Progress
+from .progress import Progress, check_progress
 from .report import VerificationReport
 from .safe_dir import SafeDirectory
 from .transcript import TranscriptRecorder
@@ -255,20 +249,13 @@ def trace(
     suspect: Any,
     ring: KeyRing,
     tenants: Iterable[str],
+    options: AuditOptions | None = None,
     *,
-    level: float = DEFAULT_LEVEL,
-    target_mode: TargetMode = "key",
-    probes: ProbeKind = "auto",
-    statistic: Statistic = "combined",
-    batch_size: int = 64,
-    seed: int | None = None,
-    min_coverage: float = 0.9,
     progress: Progress | None = None,
-    deadline: float | None = DEFAULT_DEADLINE,
-    stall_timeout: float | None = DEFAULT_STALL_TIMEOUT,
     transcript: str | os.PathLike[str] | TranscriptRecorder | None = None,
     suspect_name: str | None = None,
     suspect_label: str = "",
+    **settings: Any,
 ) -> TraceReport:
     """Test ``suspect`` against a ring's shared layer and every tenant's own layer.
 
@@ -284,21 +271,22 @@ def trace(
     >>> report.copied, report.traced                     # doctest: +SKIP
     (True, ('bob',))
     """
-    given = dict(locals())  # the arguments as given: a transcript's replay passes them again
     ids = _check_tenants(tenants)
     check_suspect(suspect)
-    check_options(
-        target_mode, level, batch_size, min_coverage, statistic, deadline, stall_timeout, progress
-    )
+    options = AuditOptions.of(options, settings)
+    check_progress(progress)
+    if options.templates is not None:
+        raise OptionsError("trace asks the key's own probes; it takes no templates")
     key = ring.shared_key
     if key.field is not None:
         raise MarkingError("trace names accounts by their trigger words; a field key has none")
-    plan = plan_audit(key, probes, None, target_mode)
-    check_statistic(plan, statistic)
+    plan = plan_audit(key, options.probes, None, options.target_mode)
+    check_statistic(plan, options.statistic)
     subject = audit_subject(suspect, transcript, suspect_name, suspect_label)
-    record_start(subject, "trace", suspect, key, given, ring_id=ring.ring_id, tenants=ids)
-    asked = interrogate(suspect, key, plan, subject=subject, **asking_options(given))
-    return _recorded(subject, _trace_answers(asked, plan, ring, ids, min_coverage))
+    settings = options.recorded([name for name in REPLAYED_SETTINGS if name != "templates"])
+    record_start(subject, "trace", suspect, key, settings, ring_id=ring.ring_id, tenants=ids)
+    asked = interrogate(suspect, key, plan, options, progress, subject)
+    return _recorded(subject, _trace_answers(asked, plan, ring, ids, options.min_coverage))
 
 
 def _trace_answers(

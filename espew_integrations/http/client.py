@@ -41,6 +41,7 @@ from typing import Any, Literal, NamedTuple
 import numpy as np
 
 from .._optional import ensure
+from ..core.defaults import DEFAULT_BATCH_SIZE
 from ..core.errors import SuspectError
 from ..core.untrusted import printable
 from .protocol import MalformedAnswer, decode_embeddings, error_message
@@ -123,7 +124,7 @@ class OpenAIEndpoint:
         api_key: str | None = None,
         *,
         encoding_format: EncodingFormat = "float",
-        batch_size: int = 64,
+        batch_size: int = DEFAULT_BATCH_SIZE,
         timeout: float = 30.0,
         max_retries: int = 4,
         backoff: float = 0.5,

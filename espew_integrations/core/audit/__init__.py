@@ -3,14 +3,15 @@
 One audit, whatever front end runs it (:func:`~espew_integrations.core.verify.verify`,
 :func:`~espew_integrations.core.trace.trace`, the lab's null studies)::
 
-    check_options -> plan_audit -> interrogate -> word_scores -> decide -> report
+    AuditOptions -> plan_audit -> interrogate -> word_scores -> decide -> report
                       (plan)        (asking,       (scores)       (decision;
                                      suspect_calls,                trace: tenant_layers)
                                      alignment)
 
 Each step is a module with one job:
 
-- :mod:`.settings`: the defaults, option types and their checks;
+- :mod:`.options`: :class:`AuditOptions`, every option, its default and its one check;
+- :mod:`.settings`: the option types, the widest answer, the suspect's check;
 - :mod:`.word_probes`: the legacy word probes (a band word in templates);
 - :mod:`.plan`: :class:`AuditPlan`, what to ask and how to score it (cached band sets);
 - :mod:`.subject`: who is asked and the transcript that records it;
@@ -32,6 +33,7 @@ from .asking import Answers, first_answered, interrogate
 from .decision import decide
 from .field_decision import decide_field
 from .fields import DECISION_RULE, common_fields, inconclusive
+from .options import AuditOptions
 from .paper_metrics import paper_metrics
 from .plan import AuditPlan, band_sets, check_statistic, maps_answers, plan_audit
 from .scores import (
@@ -52,14 +54,11 @@ from .settings import (
     Statistic,
     SuspectFn,
     TargetMode,
-    check_deadline,
-    check_options,
     check_suspect,
 )
 from .subject import (
     REPLAYED_SETTINGS,
     Subject,
-    asking_options,
     audit_subject,
     record_start,
     recorded,
@@ -78,6 +77,7 @@ __all__ = [
     "REPLAYED_SETTINGS",
     "STATISTICS",
     "Answers",
+    "AuditOptions",
     "AuditPlan",
     "Deadline",
     "DeadlinePassed",
@@ -88,12 +88,9 @@ __all__ = [
     "TargetMode",
     "WordScores",
     "align_answers",
-    "asking_options",
     "audit_subject",
     "band_sets",
     "build_probes",
-    "check_deadline",
-    "check_options",
     "check_statistic",
     "check_suspect",
     "check_templates",

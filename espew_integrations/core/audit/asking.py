@@ -24,8 +24,9 @@ from ..progress import Progress
 from ..transcript import TranscriptRecorder
 from .alignment import align_answers
 from .fields import common_fields
+from .options import AuditOptions
 from .plan import AuditPlan
-from .settings import DEFAULT_DEADLINE, DEFAULT_STALL_TIMEOUT, MAX_ANSWER_DIM, SuspectFn
+from .settings import MAX_ANSWER_DIM, SuspectFn
 from .subject import Subject
 from .suspect_calls import Replies, query_suspect
 
@@ -65,17 +66,13 @@ def interrogate(
     suspect_fn: SuspectFn,
     key: WatermarkKey,
     plan: AuditPlan,
-    target_mode: str,
-    level: float,
-    statistic: str,
-    batch_size: int,
-    seed: int | None,
-    progress: Progress | None,
-    deadline: float | None = DEFAULT_DEADLINE,
+    options: AuditOptions,
+    progress: Progress | None = None,
     subject: Subject | None = None,
-    stall_timeout: float | None = DEFAULT_STALL_TIMEOUT,
 ) -> Answers:
     """Ask the suspect the plan's probes once, shuffled; ``verify`` and ``trace`` share it."""
+    target_mode, seed = options.target_mode, options.seed
+    deadline, stall_timeout = options.deadline, options.stall_timeout
     texts = [*plan.texts, *plan.cover] + ([key.target_text] if target_mode == "query" else [])
     subject = subject or Subject()
     # a key that can map answers into its coordinates (align.py) takes any dimension;
@@ -86,14 +83,16 @@ def interrogate(
         suspect_fn,
         texts,
         seed,
-        batch_size,
+        options.batch_size,
         progress,
         expected_dim,
         deadline,
         subject.recorder,
         stall_timeout,
     )
-    common = common_fields(key, plan, target_mode, level, statistic, seed, answers, errors, dim)
+    common = common_fields(
+        key, plan, target_mode, options.level, options.statistic, seed, answers, errors, dim
+    )
     common.update(suspect=subject.name, suspect_label=subject.label)
     bound = stall_timeout if expired == "stall" else deadline
     failure = deadline_failure(bound, answers, len(texts), expired) if expired else None

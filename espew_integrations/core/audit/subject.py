@@ -17,13 +17,12 @@ from ..key import WatermarkKey
 from ..report import VerificationReport
 from ..transcript import TranscriptRecorder, describe_suspect
 from ..untrusted import printable
+from .options import AuditOptions
 from .settings import SuspectFn
 
 __all__ = [
-    "ASKING_OPTIONS",
     "REPLAYED_SETTINGS",
     "Subject",
-    "asking_options",
     "audit_subject",
     "record_start",
     "recorded",
@@ -56,36 +55,9 @@ def audit_subject(
     return Subject(shown, printable(label, limit=200), recorder)  # type: ignore[arg-type]
 
 
-#: The arguments of ``verify`` (and ``trace``) a transcript keeps, so that its
-#: replay (:mod:`..evidence_check`) audits exactly as the audit did.
-REPLAYED_SETTINGS = (
-    "target_mode",
-    "level",
-    "probes",
-    "statistic",
-    "templates",
-    "batch_size",
-    "seed",
-    "min_coverage",
-    "deadline",
-    "stall_timeout",
-)
-#: The arguments of an audit that :func:`.asking.interrogate` takes.
-ASKING_OPTIONS = (
-    "target_mode",
-    "level",
-    "statistic",
-    "batch_size",
-    "seed",
-    "progress",
-    "deadline",
-    "stall_timeout",
-)
-
-
-def asking_options(given: dict[str, Any]) -> dict[str, Any]:
-    """The options of :func:`.asking.interrogate` among an audit's arguments ``given``."""
-    return {name: given[name] for name in ASKING_OPTIONS}
+#: The options of ``verify`` (and ``trace``) a transcript keeps, so that its
+#: replay (:mod:`..evidence_check`) audits exactly as the audit did: all of them.
+REPLAYED_SETTINGS = AuditOptions.names()
 
 
 def record_start(
@@ -93,17 +65,14 @@ def record_start(
     audit: str,
     suspect: SuspectFn,
     key: WatermarkKey,
-    given: dict[str, Any],
+    settings: dict[str, Any],
     **extra: Any,
 ) -> None:
     """The transcript's header fields (nothing is asked yet): the key's commitment and
-    round, the settings a replay passes again and ``extra`` (a trace's ring and
-    accounts). No-op without a recorder."""
+    round, the ``settings`` a replay passes again (:meth:`.options.AuditOptions.recorded`)
+    and ``extra`` (a trace's ring and accounts). No-op without a recorder."""
     if subject.recorder is None:
         return
-    settings = {name: given[name] for name in REPLAYED_SETTINGS if name in given}
-    if settings.get("templates") is not None:
-        settings["templates"] = list(settings["templates"])
     fields = dict(
         key_id=key.key_id,
         key_commitment=key.commitment(),
