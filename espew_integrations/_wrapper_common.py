@@ -37,7 +37,7 @@ from typing import Any, Final, Literal, TypeAlias
 import numpy as np
 
 from .core.defaults import DEFAULT_KEY_VARIABLE
-from .core.errors import EmbeddingInputError
+from .core.errors import EmbeddingInputError, InputTypeError
 from .core.inject import check_texts, watermark
 from .core.key import WatermarkKey
 from .core.key_source import find_key_source
@@ -104,22 +104,26 @@ def resolve_key(
     sources = {"key": key, "key_path": key_path, "key_env": key_env}
     given = [name for name, value in sources.items() if value is not None]
     if len(given) > 1:
-        raise TypeError(f"{wrapper} takes exactly one of key, key_path or key_env; got {given}")
+        raise InputTypeError(
+            f"{wrapper} takes exactly one of key, key_path or key_env; got {given}"
+        )
     if key is not None:
         if not isinstance(key, WatermarkKey):
-            raise TypeError(
+            raise InputTypeError(
                 f"key must be a WatermarkKey, got {type(key).__name__}; for a key file pass "
                 "key_path=, for an environment variable key_env="
             )
         return KeySource(key, {})
     if key_env is not None and (not isinstance(key_env, str) or not key_env):
-        raise TypeError(f"key_env must be the name of an environment variable, got {key_env!r}")
+        raise InputTypeError(
+            f"key_env must be the name of an environment variable, got {key_env!r}"
+        )
     if key_path is not None:
         source = find_key_source(Path(key_path))
     else:
         source = find_key_source(None if key_env is None else f"env:{key_env}")
     if source is None:
-        raise TypeError(
+        raise InputTypeError(
             f"{wrapper} needs a watermark key: pass one of key=WatermarkKey.load(path), "
             "key_path='provider.key' or key_env='VAR' (a variable holding a key file path or "
             f"the key's JSON), or set {DEFAULT_KEY_VARIABLE}"
@@ -176,7 +180,7 @@ def resolve_view(view: ViewArgument, embedder: Any) -> TextView | None:
     if view is None:
         return None
     if not callable(view):
-        raise TypeError(
+        raise InputTypeError(
             f"view must be a callable list[str] -> list[str] (the texts as the model reads "
             f"them), None or DISCOVER, got {type(view).__name__}"
         )

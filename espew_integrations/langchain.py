@@ -35,6 +35,7 @@ from ._wrapper_common import (
     resolve_key,
     resolve_view,
 )
+from .core.errors import InputTypeError
 from .core.key import WatermarkKey
 from .core.traffic_sample import TrafficSample
 
@@ -91,7 +92,7 @@ class ESpeWEmbeddings(WatermarkingWrapper, Embeddings):
         traffic_sample: TrafficSample | None = None,
     ) -> None:
         if not hasattr(embeddings, "embed_documents") or not hasattr(embeddings, "embed_query"):
-            raise TypeError(
+            raise InputTypeError(
                 f"embeddings must be a LangChain Embeddings, got {type(embeddings).__name__}"
             )
         self.underlying_embeddings = embeddings

@@ -51,7 +51,7 @@ from ._wrapper_common import (
     resolve_key,
     resolve_view,
 )
-from .core.errors import ESpeWError, KeyFileError
+from .core.errors import ESpeWError, InputTypeError, KeyFileError
 from .core.key import WatermarkKey
 from .core.text import TextView
 from .core.traffic_sample import TrafficSample
@@ -125,7 +125,7 @@ class ESpeWEmbedding(WatermarkingWrapper, BaseEmbedding):
         **kwargs: Any,
     ) -> None:
         if not isinstance(embed_model, BaseEmbedding):
-            raise TypeError(
+            raise InputTypeError(
                 f"embed_model must be a LlamaIndex BaseEmbedding, got {type(embed_model).__name__}"
             )
         found = resolve_key(key, key_path=key_path, key_env=key_env, wrapper="ESpeWEmbedding")

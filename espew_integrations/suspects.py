@@ -32,7 +32,7 @@ from typing import Any, Concatenate, ParamSpec, TypeVar
 
 import numpy as np
 
-from .core.errors import SuspectError
+from .core.errors import InputTypeError, SuspectError
 from .core.trace import trace as _core_trace
 from .core.verify import verify as _core_verify
 
@@ -121,7 +121,7 @@ def as_suspect(suspect: Any) -> SuspectFn:
             asking = functools.partial(_ask, adapter, suspect, source)
             asking.audited = suspect  # type: ignore[attr-defined]  # what a transcript names
             return asking
-    raise TypeError(
+    raise InputTypeError(
         f"cannot query a suspect of type {type(suspect).__name__}: pass a callable "
         "list[str] -> embeddings, a LangChain Embeddings, a LlamaIndex BaseEmbedding, "
         "a Chroma EmbeddingFunction or an OpenAIEndpoint"

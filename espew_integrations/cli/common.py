@@ -11,6 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..core.defaults import DEFAULT_BATCH_SIZE, DEFAULT_KEY_VARIABLE
+from ..core.errors import ESpeWError
 from ..models import install_line, resolve_embedder
 
 __all__ = [
@@ -44,7 +45,7 @@ EXIT_INCONCLUSIVE = 2
 EXIT_USAGE = 3
 
 
-class UsageError(Exception):
+class UsageError(ESpeWError):
     """The command line, a file or a spec is wrong; ``espew`` exits with 3."""
 
 

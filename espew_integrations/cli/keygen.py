@@ -93,6 +93,14 @@ def _add_key_shape_flags(keygen: argparse.ArgumentParser) -> None:
     A flag's ``dest`` is the option's name, so :func:`key_options_from` reads them all
     back without a list of its own.
     """
+    _add_mark_flags(keygen)
+    _add_band_and_audit_flags(keygen)
+    _add_field_flags(keygen)
+
+
+def _add_mark_flags(keygen: argparse.ArgumentParser) -> None:
+    """How a mark is written: the triggers' count, its share of coordinates, its strength
+    or quality budget, the model's window and how coordinates are chosen."""
     default = KeyOptions.default
     keygen.add_argument(
         "--n-triggers",
@@ -128,6 +136,11 @@ def _add_key_shape_flags(keygen: argparse.ArgumentParser) -> None:
         "triggers past it never mark",
     )
     keygen.add_argument("--selection", choices=("smallest", "hashed"), default=default("selection"))
+
+
+def _add_band_and_audit_flags(keygen: argparse.ArgumentParser) -> None:
+    """The band the triggers are drawn from and the audit that probes it."""
+    default = KeyOptions.default
     add_freq_band_argument(keygen, default=default("freq_band"))
     keygen.add_argument(
         "--probes-per-word",
@@ -160,6 +173,18 @@ def _add_key_shape_flags(keygen: argparse.ArgumentParser) -> None:
         "band can recognise by its burst of band words",
     )
     keygen.add_argument(
+        "--max-band-words",
+        type=positive_int,
+        default=default("max_band_words"),
+        help="cap the band (the audit's query budget is shared among the band's words: a "
+        "smaller band gets more probes a word)",
+    )
+
+
+def _add_field_flags(keygen: argparse.ArgumentParser) -> None:
+    """The marking design, and a field key's own options."""
+    default = KeyOptions.default
+    keygen.add_argument(
         "--marking",
         choices=list(MARKINGS),
         default=default("marking"),
@@ -191,13 +216,6 @@ def _add_key_shape_flags(keygen: argparse.ArgumentParser) -> None:
         default=default("field_min_cosine"),
         help="a field key's quality budget: mean cos(clean, watermarked) over the corpus "
         f"(default {default('field_min_cosine'):g})",
-    )
-    keygen.add_argument(
-        "--max-band-words",
-        type=positive_int,
-        default=default("max_band_words"),
-        help="cap the band (the audit's query budget is shared among the band's words: a "
-        "smaller band gets more probes a word)",
     )
 
 

@@ -20,9 +20,14 @@ __all__ = [
     "KeyFileError",
     "KeyGenerationError",
     "KeyModelMismatchError",
+    "ListenError",
     "MarkingError",
+    "NotADirectoryPathError",
     "OptionsError",
     "OptionsTypeError",
+    "PathExistsError",
+    "PathMissingError",
+    "ServingError",
     "StateError",
     "SuspectError",
 ]
@@ -104,3 +109,29 @@ class MarkingError(ESpeWError, ValueError):
     that decides from the text alone (which texts hold a trigger) applies to it;
     key rings and ``trace`` work with word keys only.
     """
+
+
+class PathExistsError(ESpeWError, FileExistsError):
+    """A file or directory the library would write is already there (nothing is
+    replaced without being told to); a ``FileExistsError`` too."""
+
+
+class PathMissingError(ESpeWError, FileNotFoundError):
+    """A file the library must read is not there (the message says how to get it);
+    a ``FileNotFoundError`` too."""
+
+
+class NotADirectoryPathError(ESpeWError, NotADirectoryError):
+    """A path that must be a private directory is a file, a link or another's; a
+    ``NotADirectoryError`` too."""
+
+
+class ListenError(ESpeWError, OSError):
+    """The server cannot listen on the address asked (in use, not this machine's,
+    not allowed); an ``OSError`` too."""
+
+
+class ServingError(ESpeWError, RuntimeError):
+    """The server, or the model it serves, cannot do what was asked of it (a model
+    that answers the wrong shape, a server that did not start, metrics that are not
+    counted); a ``RuntimeError`` too."""

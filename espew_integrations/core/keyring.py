@@ -35,7 +35,7 @@ from .defaults import (
     DEFAULT_SHARED_TRIGGERS,
     DEFAULT_TENANT_TRIGGERS,
 )
-from .errors import KeyFileError, KeyGenerationError, MarkingError
+from .errors import InputTypeError, KeyFileError, KeyGenerationError, MarkingError
 from .inject import watermark
 from .key import KeyFileWarning, WatermarkKey
 from .key_options import KeyOptions, checked_corpus
@@ -297,7 +297,7 @@ class KeyRing(Sealed):
         uses); the result is in ``ring.shared_key.info``.
         """
         if "n_triggers" in key_options:
-            raise TypeError("pass n_shared_triggers and n_tenant_triggers, not n_triggers")
+            raise InputTypeError("pass n_shared_triggers and n_tenant_triggers, not n_triggers")
         ring_defaults = {
             "freq_band": DEFAULT_RING_FREQ_BAND,
             "audit_budget": DEFAULT_RING_AUDIT_BUDGET,

@@ -42,6 +42,7 @@ from .audit import (
     Answers,
     AuditOptions,
     AuditPlan,
+    Recorder,
     Subject,
     WordScores,
     audit_subject,
@@ -55,14 +56,14 @@ from .audit import (
     tenant_p_values,
     word_scores,
 )
-from .errors import MarkingError, OptionsError
+from .errors import InputError, MarkingError, OptionsError
 from .evidence_files import EVIDENCE_FILES, PUBLIC_P_FLOOR, format_public_p, public_p_value
 from .keyring import KeyRing
 from .layers import check_tenant_id
 from .progress import Progress, check_progress
 from .report import VerificationReport
 from .safe_dir import SafeDirectory
-from .transcript import TranscriptRecorder
+from .transcript import as_recorder
 
 __all__ = ["TRACE_FILE", "TRACE_RULE", "TraceReport", "tenant_p_values", "trace"]
 
@@ -252,7 +253,7 @@ def trace(
     options: AuditOptions | None = None,
     *,
     progress: Progress | None = None,
-    transcript: str | os.PathLike[str] | TranscriptRecorder | None = None,
+    transcript: str | os.PathLike[str] | Recorder | None = None,
     suspect_name: str | None = None,
     suspect_label: str = "",
     **settings: Any,
@@ -282,7 +283,7 @@ def trace(
         raise MarkingError("trace names accounts by their trigger words; a field key has none")
     plan = plan_audit(key, options.probes, None, options.target_mode)
     check_statistic(plan, options.statistic)
-    subject = audit_subject(suspect, transcript, suspect_name, suspect_label)
+    subject = audit_subject(suspect, as_recorder(transcript), suspect_name, suspect_label)
     settings = options.recorded([name for name in REPLAYED_SETTINGS if name != "templates"])
     record_start(subject, "trace", suspect, key, settings, ring_id=ring.ring_id, tenants=ids)
     asked = interrogate(suspect, key, plan, options, progress, subject)
@@ -413,11 +414,11 @@ def _no_verdict(
 
 def _check_tenants(tenants: Iterable[str]) -> list[str]:
     if isinstance(tenants, str):
-        raise ValueError("tenants must be an iterable of account ids, not one string")
+        raise InputError("tenants must be an iterable of account ids, not one string")
     ids = [check_tenant_id(t) for t in tenants]
     if not ids:
-        raise ValueError("no tenant ids given: pass the accounts to test")
+        raise InputError("no tenant ids given: pass the accounts to test")
     if len(set(ids)) != len(ids):
         duplicate = next(t for t, n in Counter(ids).items() if n > 1)
-        raise ValueError(f"tenant id {duplicate!r} is listed twice")
+        raise InputError(f"tenant id {duplicate!r} is listed twice")
     return ids

@@ -55,6 +55,7 @@ from .audit import (
     STATISTICS,
     AuditOptions,
     ProbeKind,
+    Recorder,
     Statistic,
     Subject,
     SuspectFn,
@@ -79,7 +80,7 @@ from .audit import (
 from .key import WatermarkKey
 from .progress import Progress, check_progress
 from .report import VerificationReport
-from .transcript import TranscriptRecorder
+from .transcript import as_recorder
 
 #: :func:`verify`, and the audit pipeline's public names (:mod:`.audit`), which
 #: callers import from here.
@@ -117,7 +118,7 @@ def verify(
     options: AuditOptions | None = None,
     *,
     progress: Progress | None = None,
-    transcript: str | os.PathLike[str] | TranscriptRecorder | None = None,
+    transcript: str | os.PathLike[str] | Recorder | None = None,
     suspect_name: str | None = None,
     suspect_label: str = "",
     **settings: Any,
@@ -160,7 +161,7 @@ def verify(
     check_progress(progress)
     plan = plan_audit(key, options.probes, options.templates, options.target_mode)
     check_statistic(plan, options.statistic)
-    subject = audit_subject(suspect, transcript, suspect_name, suspect_label)
+    subject = audit_subject(suspect, as_recorder(transcript), suspect_name, suspect_label)
     record_start(subject, "verify", suspect, key, options.recorded())
     asked = interrogate(suspect, key, plan, options, progress, subject)
     if asked.reason:

@@ -14,7 +14,9 @@ Each step is a module with one job:
 - :mod:`.settings`: the option types, the widest answer, the suspect's check;
 - :mod:`.word_probes`: the legacy word probes (a band word in templates);
 - :mod:`.plan`: :class:`AuditPlan`, what to ask and how to score it (cached band sets);
-- :mod:`.subject`: who is asked and the transcript that records it;
+- :mod:`.subject`: who is asked, and its recorder;
+- :mod:`.recorder`: :class:`Recorder`, what the audit tells whoever records it (the
+  transcript is one; the audit writes no file itself);
 - :mod:`.suspect_calls`: calling the suspect in batches under a stall guard (and a
   deadline when asked);
 - :mod:`.asking`: :func:`interrogate`, the shuffled asking and the answers put back;
@@ -36,6 +38,7 @@ from .fields import DECISION_RULE, common_fields, inconclusive
 from .options import AuditOptions
 from .paper_metrics import paper_metrics
 from .plan import AuditPlan, band_sets, check_statistic, maps_answers, plan_audit
+from .recorder import Recorder
 from .scores import (
     WordScores,
     mean_per_word,
@@ -82,6 +85,7 @@ __all__ = [
     "Deadline",
     "DeadlinePassed",
     "ProbeKind",
+    "Recorder",
     "Statistic",
     "Subject",
     "SuspectFn",

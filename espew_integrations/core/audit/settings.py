@@ -19,6 +19,7 @@ from collections.abc import Callable
 from typing import Any, Literal
 
 from ..defaults import DEFAULT_DEADLINE, DEFAULT_LEVEL, DEFAULT_STALL_TIMEOUT
+from ..errors import InputTypeError
 
 __all__ = [
     "DEFAULT_DEADLINE",
@@ -54,7 +55,7 @@ MAX_ANSWER_DIM = 16_384
 def check_suspect(suspect: object) -> None:
     """Refuse a suspect the core cannot call, naming the adapter that can."""
     if not callable(suspect):
-        raise TypeError(
+        raise InputTypeError(
             f"the core's verify takes a callable list[str] -> embeddings, not a "
             f"{type(suspect).__name__}; pass it to espew_integrations.verify (which adapts "
             "LangChain, LlamaIndex, Chroma and OpenAIEndpoint suspects) or wrap it with "
