@@ -77,7 +77,7 @@ def check_audit_layout(layout: object) -> AuditLayout:
     """``layout`` if it is ``"split"`` (the audit in its own file) or ``"inline"``."""
     if layout not in ("split", "inline"):
         raise KeyGenerationError(f"audit_layout must be 'split' or 'inline', got {layout!r}")
-    return layout  # type: ignore[return-value]
+    return layout
 
 
 _Key = TypeVar("_Key", bound="KeyStorage")
