@@ -45,6 +45,21 @@ from .core.model_check import ModelGuard
 from .core.text import TextView, discover_view
 from .core.traffic_sample import TrafficSample
 
+#: The day the wrappers' old addresses of the offline demo models stop answering
+#: (``espew_integrations.langchain.MiniLMEmbeddings`` and the like; CHANGELOG.md).
+DEMO_SHIMS_REMOVED = "2027-06-30"
+
+
+def deprecated_address(old: str, new: str) -> None:
+    """Warn that ``old`` is an old address of what ``new`` now holds, and until when."""
+    import warnings
+
+    warnings.warn(
+        f"{old} is deprecated and stops working after {DEMO_SHIMS_REMOVED}; import it from {new}",
+        DeprecationWarning,
+        stacklevel=3,
+    )
+
 
 class _Discover(enum.Enum):
     """Type of :data:`DISCOVER` (an enum member, so type checkers can narrow on it)."""

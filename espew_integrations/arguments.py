@@ -28,7 +28,6 @@ from .core.defaults import DEFAULT_FREQ_BAND, DEFAULT_MIN_COSINE
 from .core.errors import InputError
 
 __all__ = [
-    "DEFAULT_FREQ_BAND",
     "EMBEDDER_HELP",
     "add_embedder_argument",
     "add_freq_band_argument",

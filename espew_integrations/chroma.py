@@ -49,6 +49,7 @@ from ._wrapper_common import (
     ViewArgument,
     WatermarkingWrapper,
     checked_texts,
+    deprecated_address,
     discover_view,
     resolve_key,
     resolve_view,
@@ -66,8 +67,12 @@ _LIBRARY_FUNCTIONS = {"espew_minilm": "espew_integrations.offline.frameworks.chr
 
 
 def __getattr__(name: str) -> Any:
-    # The offline function moved to the bundled models; its old import path stays.
+    # The offline function moved to the bundled models; its old import path warns until it goes
+    # (DEMO_SHIMS_REMOVED, in CHANGELOG.md).
     if name == "MiniLMEmbeddingFunction":
+        deprecated_address(
+            f"{__name__}.MiniLMEmbeddingFunction", "espew_integrations.offline.frameworks.chroma"
+        )
         from .offline.frameworks.chroma import MiniLMEmbeddingFunction
 
         return MiniLMEmbeddingFunction

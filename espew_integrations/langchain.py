@@ -32,6 +32,7 @@ from ._wrapper_common import (
     WatermarkingWrapper,
     checked_text,
     checked_texts,
+    deprecated_address,
     resolve_key,
     resolve_view,
 )
@@ -43,8 +44,12 @@ __all__ = ["ESpeWEmbeddings"]
 
 
 def __getattr__(name: str) -> Any:
-    # The offline demo model moved to the bundled models; its old import path stays.
+    # The offline demo model moved to the bundled models; its old import path warns until it goes
+    # (DEMO_SHIMS_REMOVED, in CHANGELOG.md).
     if name == "MiniLMEmbeddings":
+        deprecated_address(
+            f"{__name__}.MiniLMEmbeddings", "espew_integrations.offline.frameworks.langchain"
+        )
         from .offline.frameworks.langchain import MiniLMEmbeddings
 
         return MiniLMEmbeddings

@@ -48,6 +48,7 @@ from ._wrapper_common import (
     WatermarkingWrapper,
     checked_text,
     checked_texts,
+    deprecated_address,
     resolve_key,
     resolve_view,
 )
@@ -64,8 +65,12 @@ _LIBRARY_MODELS = {"ESpeWMiniLMEmbedding": "espew_integrations.offline.framework
 
 
 def __getattr__(name: str) -> Any:
-    # The offline demo model moved to the bundled models; its old import path stays.
+    # The offline demo model moved to the bundled models; its old import path warns until it goes
+    # (DEMO_SHIMS_REMOVED, in CHANGELOG.md).
     if name == "MiniLMEmbedding":
+        deprecated_address(
+            f"{__name__}.MiniLMEmbedding", "espew_integrations.offline.frameworks.llama_index"
+        )
         from .offline.frameworks.llama_index import MiniLMEmbedding
 
         return MiniLMEmbedding

@@ -32,6 +32,7 @@ from typing import Any, Concatenate, ParamSpec, TypeVar
 
 import numpy as np
 
+from .core.audit.settings import SuspectFn
 from .core.errors import InputTypeError, SuspectError
 from .core.trace import trace as _core_trace
 from .core.verify import verify as _core_verify
@@ -39,7 +40,6 @@ from .core.verify import verify as _core_verify
 __all__ = [
     "ADAPTERS",
     "SuspectAdapter",
-    "SuspectFn",
     "accepting_any_suspect",
     "answer_matrix",
     "as_suspect",
@@ -47,7 +47,6 @@ __all__ = [
     "verify",
 ]
 
-SuspectFn = Callable[[list[str]], np.ndarray]
 _P = ParamSpec("_P")
 _R = TypeVar("_R")
 

@@ -14,7 +14,7 @@ from ..core.audit.options import TARGET_MODES, AuditOptions
 from ..core.errors import OptionsError
 from .common import UsageError, positive_int, positive_seconds
 
-__all__ = ["FLAGS", "add_audit_flags", "add_target_flag", "audit_options"]
+__all__ = ["FLAGS", "add_audit_flags", "add_target_flag", "audit_options_from"]
 
 #: Each audit option the command line sets, and its flag.
 FLAGS: dict[str, str] = {
@@ -78,7 +78,7 @@ def add_audit_flags(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def audit_options(args: argparse.Namespace) -> AuditOptions:
+def audit_options_from(args: argparse.Namespace) -> AuditOptions:
     """The :class:`AuditOptions` the flags give, or a usage error naming the flag refused."""
     given = {name: getattr(args, name) for name in FLAGS if hasattr(args, name)}
     try:

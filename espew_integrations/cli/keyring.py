@@ -37,7 +37,7 @@ from ..core.defaults import (
     DEFAULT_SHARED_TRIGGERS,
     DEFAULT_TENANT_TRIGGERS,
 )
-from .audit_flags import add_audit_flags, audit_options
+from .audit_flags import add_audit_flags, audit_options_from
 from .common import (
     EXIT_COPIED,
     EXIT_INCONCLUSIVE,
@@ -236,7 +236,7 @@ def run_trace(args: argparse.Namespace) -> int:
     from ..core.keyring import KeyRing
     from ..suspects import trace
 
-    audit_options(args)  # every audit flag, checked by the options' own validator
+    audit_options_from(args)  # every audit flag, checked by the options' own validator
     ring = KeyRing.load(args.ring)
     tenants = read_tenants(args.tenants)
     n_queries = ring.shared_key.audit_queries
@@ -248,7 +248,9 @@ def run_trace(args: argparse.Namespace) -> int:
         prepare_private_dir(args.private_report_dir, args.report_dir)
         refuse_old_transcript(args.private_report_dir, force=args.force)
     recording = recording_options(args)
-    report = audit_suspect(args, trace, n_queries, ring, tenants, audit_options(args), **recording)
+    report = audit_suspect(
+        args, trace, n_queries, ring, tenants, audit_options_from(args), **recording
+    )
     print_anchors(recording)
     print(report.to_json() if args.json else report)
     if args.private_report_dir:

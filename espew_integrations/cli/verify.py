@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from ..core.untrusted import tally
-from .audit_flags import add_audit_flags, add_target_flag, audit_options
+from .audit_flags import add_audit_flags, add_target_flag, audit_options_from
 from .common import (
     EXIT_COPIED,
     EXIT_INCONCLUSIVE,
@@ -167,7 +167,7 @@ def _check_before_querying(args: argparse.Namespace, key: Any) -> int:
             f"this key's test needs {n_queries} queries but --max-queries is "
             f"{args.max_queries}; raise the budget or make a key with a smaller band"
         )
-    audit_options(args)  # every audit flag, checked by the options' own validator (again in run)
+    audit_options_from(args)  # every audit flag, checked by the options' own validator
     if args.report_dir:
         prepare_report_dir(args.report_dir, force=args.force)
     if args.private_report_dir:
@@ -199,7 +199,7 @@ def run(args: argparse.Namespace) -> int:
         verify,
         n_queries,
         key,
-        audit_options(args),
+        audit_options_from(args),
         **recording,
     )
     print_anchors(recording)

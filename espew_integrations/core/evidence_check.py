@@ -47,7 +47,8 @@ from typing import Any
 
 import numpy as np
 
-from .audit import REPLAYED_SETTINGS, AuditOptions, DeadlinePassed
+from .audit import REPLAYED_SETTINGS, DeadlinePassed
+from .audit.options import AuditOptions
 from .defaults import DEFAULT_BATCH_SIZE
 from .errors import SuspectError
 from .key import WatermarkKey

@@ -65,7 +65,6 @@ from .words import TriggerMatcher
 
 __all__ = [
     "DEFAULT_ALPHA",
-    "DEFAULT_FREQ_BAND",
     "DEFAULT_MIN_COSINE",
     "DEFAULT_N_TRIGGERS",
     "DEFAULT_PROBE_MIX",

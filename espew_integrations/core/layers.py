@@ -34,6 +34,7 @@ import numpy as np
 
 from .draw import draw_triggers
 from .errors import InputError
+from .key_checks import SALT_BYTES
 
 __all__ = [
     "MAX_TENANT_ID_CHARS",
@@ -51,7 +52,6 @@ _LAYER_DOMAIN = b"espew-ring-v1/layer\x00"
 #: big bands: 4,096 tenants x 2,000 words x 8 bytes = 64 MB of shuffle state).
 _CHUNK = 4096
 MAX_TENANT_ID_CHARS = 256
-SALT_BYTES = 32
 
 
 @dataclasses.dataclass(frozen=True)

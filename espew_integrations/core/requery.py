@@ -29,11 +29,12 @@ from __future__ import annotations
 
 import dataclasses
 import secrets
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
+from .audit.settings import SuspectFn
 from .defaults import DEFAULT_BATCH_SIZE
 from .errors import InputError
 from .transcript import Transcript, TranscriptError, decode_answer
@@ -57,8 +58,6 @@ DEFAULT_REQUERY_SIZE = 32
 #: noise measured on the bundled models and ``espew serve``, far below a watermark's
 #: move of an answer (docs/research/measurements.md).
 DEFAULT_REQUERY_TOLERANCE = 1e-4
-
-SuspectFn = Callable[[list[str]], Any]
 
 
 def answer_distances(recorded: np.ndarray, answers: np.ndarray) -> np.ndarray:

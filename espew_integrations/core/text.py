@@ -159,13 +159,6 @@ def _character_class(ranges: list[tuple[int, int]]) -> str:
     )
 
 
-def _add(ranges: list[tuple[int, int]], cp: int) -> None:
-    if ranges and ranges[-1][1] == cp - 1:
-        ranges[-1] = (ranges[-1][0], cp)
-    else:
-        ranges.append((cp, cp))
-
-
 class _Tables:
     """What :data:`UNICODE_V1` needs, built once, on first use, from the Unicode database.
 

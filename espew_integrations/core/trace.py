@@ -40,7 +40,6 @@ import numpy as np
 from .audit import (
     REPLAYED_SETTINGS,
     Answers,
-    AuditOptions,
     AuditPlan,
     Recorder,
     Subject,
@@ -56,6 +55,7 @@ from .audit import (
     tenant_p_values,
     word_scores,
 )
+from .audit.options import AuditOptions
 from .errors import InputError, MarkingError, OptionsError
 from .evidence_files import EVIDENCE_FILES, PUBLIC_P_FLOOR, format_public_p, public_p_value
 from .keyring import KeyRing
@@ -65,7 +65,7 @@ from .report import VerificationReport
 from .safe_dir import SafeDirectory
 from .transcript import as_recorder
 
-__all__ = ["TRACE_FILE", "TRACE_RULE", "TraceReport", "tenant_p_values", "trace"]
+__all__ = ["TRACE_FILE", "TRACE_RULE", "TraceReport", "trace"]
 
 #: The shareable trace report's file name (next to the shared layer's report.json).
 TRACE_FILE = "trace.json"

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import ESpeWError, InputError, InputTypeError
+from .key_checks import SALT_BYTES
 from .secret_files import replace_atomically
 
 __all__ = [
@@ -39,7 +40,6 @@ __all__ = [
     "MAX_RECORD_LINE_BYTES",
     "MAX_TEXT_BYTES_LIMIT",
     "RECORD_OVERHEAD_BYTES",
-    "SALT_BYTES",
     "Reservoir",
     "SampleState",
     "TrafficSampleError",
@@ -63,7 +63,6 @@ ACCOUNT_OVERHEAD_BYTES = 48
 #: (at most 6 bytes a byte), with its fields. Longer is a corrupt file, not a record.
 MAX_TEXT_BYTES_LIMIT = 1 << 20
 MAX_RECORD_LINE_BYTES = 6 * MAX_TEXT_BYTES_LIMIT + (1 << 16)
-SALT_BYTES = 32
 _NOTHING_REFUSED = 1.0  # priorities lie in [0, 1)
 
 

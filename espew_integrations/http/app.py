@@ -28,7 +28,7 @@ import contextlib
 import hmac
 import logging
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -36,6 +36,7 @@ import numpy as np
 from ..core.errors import InputError, InputTypeError, ServingError
 from ..core.inject import watermark, watermark_and_mask
 from ..core.key import WatermarkKey
+from ..core.key_types import EmbedFn
 from ..core.model_check import ModelGuard
 from ..core.traffic_sample import TrafficSample
 from .body import BodyAbandoned, ClientGone, read_body
@@ -69,7 +70,6 @@ __all__ = [
 
 logger = logging.getLogger("espew_integrations.http.server")
 
-EmbedFn = Callable[[list[str]], Any]
 # Work is split so that a client that hangs up frees the model within one chunk
 # (at most a few seconds on a CPU); 64 texts keeps an audit batch one call.
 COMPUTE_CHUNK_TEXTS = 64

@@ -15,7 +15,6 @@ from ..core.errors import InputError, ListenError
 from .protocol import shown
 
 __all__ = [
-    "DEFAULT_HOST",
     "LOG_LEVELS",
     "base_url",
     "bind_socket",

@@ -38,8 +38,6 @@ from ..core.defaults import DEFAULT_BODY_TIMEOUT, DEFAULT_MAX_REQUEST_CHARS
 from ..core.errors import ESpeWError, InputError
 
 __all__ = [
-    "DEFAULT_BODY_TIMEOUT",
-    "DEFAULT_MAX_REQUEST_CHARS",
     "MAX_BODY_BYTES",
     "MAX_INPUTS",
     "MAX_TEXT_CHARS",

@@ -12,7 +12,7 @@ from espew_integrations.cli.audit_flags import (
     FLAGS,
     add_audit_flags,
     add_target_flag,
-    audit_options,
+    audit_options_from,
 )
 from espew_integrations.cli.common import UsageError
 from espew_integrations.core import defaults
@@ -92,12 +92,12 @@ def test_the_command_line_flags_are_built_from_the_fields():
     add_target_flag(parser)
     add_audit_flags(parser)
     args = parser.parse_args([])
-    assert audit_options(args) == AuditOptions()
+    assert audit_options_from(args) == AuditOptions()
     for name, flag in FLAGS.items():
         shown = next(a for a in parser._actions if flag in a.option_strings)
         assert shown.default == AuditOptions.default(name), flag
-    assert audit_options(parser.parse_args(["--level", "1e-9"])).level == 1e-9
+    assert audit_options_from(parser.parse_args(["--level", "1e-9"])).level == 1e-9
     with pytest.raises(UsageError, match=r"^--level must be in \(0, 1\), got 2\.0$"):
-        audit_options(parser.parse_args(["--level", "2"]))
+        audit_options_from(parser.parse_args(["--level", "2"]))
     with pytest.raises(UsageError, match=r"^--min-coverage must be in \(0, 1\]"):
-        audit_options(parser.parse_args(["--min-coverage", "0"]))
+        audit_options_from(parser.parse_args(["--min-coverage", "0"]))

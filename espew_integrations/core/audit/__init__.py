@@ -35,8 +35,6 @@ from .asking import Answers, first_answered, interrogate
 from .decision import decide
 from .field_decision import decide_field
 from .fields import DECISION_RULE, common_fields, inconclusive
-from .options import AuditOptions
-from .paper_metrics import paper_metrics
 from .plan import AuditPlan, band_sets, check_statistic, maps_answers, plan_audit
 from .recorder import Recorder
 from .scores import (
@@ -48,9 +46,6 @@ from .scores import (
     word_scores,
 )
 from .settings import (
-    DEFAULT_DEADLINE,
-    DEFAULT_LEVEL,
-    DEFAULT_STALL_TIMEOUT,
     MAX_ANSWER_DIM,
     STATISTICS,
     ProbeKind,
@@ -72,15 +67,11 @@ from .word_probes import DEFAULT_TEMPLATES, build_probes, check_templates
 
 __all__ = [
     "DECISION_RULE",
-    "DEFAULT_DEADLINE",
-    "DEFAULT_LEVEL",
-    "DEFAULT_STALL_TIMEOUT",
     "DEFAULT_TEMPLATES",
     "MAX_ANSWER_DIM",
     "REPLAYED_SETTINGS",
     "STATISTICS",
     "Answers",
-    "AuditOptions",
     "AuditPlan",
     "Deadline",
     "DeadlinePassed",
@@ -107,7 +98,6 @@ __all__ = [
     "layer_p_values",
     "maps_answers",
     "mean_per_word",
-    "paper_metrics",
     "plan_audit",
     "probe_cosines",
     "query_suspect",

@@ -34,7 +34,7 @@ from ..defaults import (
 from ..errors import OptionsError, OptionsTypeError
 from .settings import STATISTICS, ProbeKind, Statistic, TargetMode
 
-__all__ = ["PROBE_KINDS", "TARGET_MODES", "AuditOptions", "check_seconds"]
+__all__ = ["PROBE_KINDS", "TARGET_MODES", "AuditOptions"]
 
 #: The values of :attr:`AuditOptions.target_mode` and :attr:`AuditOptions.probes`.
 TARGET_MODES: tuple[str, ...] = ("key", "query")
@@ -132,8 +132,8 @@ class AuditOptions:
             raise OptionsTypeError(f"seed must be an integer or None, got {seed!r}")
         if not _number_in(self.min_coverage, 0.0, 1.0):
             raise OptionsError(f"min_coverage must be in (0, 1], got {self.min_coverage!r}")
-        check_seconds(self.deadline, name="deadline")
-        check_seconds(self.stall_timeout, name="stall_timeout")
+        _check_seconds(self.deadline, name="deadline")
+        _check_seconds(self.stall_timeout, name="stall_timeout")
 
     @classmethod
     def names(cls) -> tuple[str, ...]:
@@ -196,7 +196,7 @@ def _number_in(value: object, low: float, high: float) -> bool:
     return low < value <= high
 
 
-def check_seconds(seconds: object, *, name: str) -> None:
+def _check_seconds(seconds: object, *, name: str) -> None:
     """Refuse a deadline or stall guard (``name``) that is not None or a positive,
     finite number of seconds."""
     if seconds is None:

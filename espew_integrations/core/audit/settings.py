@@ -1,16 +1,15 @@
 """What an audit may be asked to do: its option types, the limit on answers, the suspect.
 
 The options themselves, their defaults and their one validator are
-:class:`.options.AuditOptions`; the defaults are lines of :mod:`..defaults`,
-re-exported here with the limit an audit enforces.
+:class:`.options.AuditOptions`; the defaults are lines of :mod:`..defaults`.
 
 Why a stall guard: a suspect that answers and then stalls (a call that hangs) would
 hold the audit for ever, or for the batches times the client's timeouts times its
-retries. So the audit waits at most :data:`DEFAULT_STALL_TIMEOUT` seconds for any one
+retries. So the audit waits at most :data:`..defaults.DEFAULT_STALL_TIMEOUT` seconds for any one
 answer and then ends inconclusive, saying how many texts were answered. Each answer
 restarts that wait, so a slow but healthy suspect (a CPU model, whose whole audit
 may take many minutes) is never cut. A total bound on the asking, ``deadline=``,
-is there for a caller who wants one; it is off by default (:data:`DEFAULT_DEADLINE`).
+is there for a caller who wants one; it is off by default (:data:`..defaults.DEFAULT_DEADLINE`).
 """
 
 from __future__ import annotations
@@ -18,13 +17,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Literal
 
-from ..defaults import DEFAULT_DEADLINE, DEFAULT_LEVEL, DEFAULT_STALL_TIMEOUT
 from ..errors import InputTypeError
 
 __all__ = [
-    "DEFAULT_DEADLINE",
-    "DEFAULT_LEVEL",
-    "DEFAULT_STALL_TIMEOUT",
     "MAX_ANSWER_DIM",
     "STATISTICS",
     "ProbeKind",

@@ -36,10 +36,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..defaults import DEFAULT_LEVEL
 from ..errors import InputError
 from ..ranktest import doubled_mid_ranks, rank_sum_tails
 from .scores import reference_slope
-from .settings import DEFAULT_LEVEL
 
 __all__ = ["layer_p_values", "tenant_p_values"]
 
