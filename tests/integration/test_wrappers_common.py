@@ -18,11 +18,14 @@ from espew_integrations._wrapper_common import (
     resolve_key,
     resolve_view,
 )
-from espew_integrations.chroma import ESpeWEmbeddingFunction, MiniLMEmbeddingFunction
+from espew_integrations.chroma import ESpeWEmbeddingFunction
 from espew_integrations.core.text import discover_view
-from espew_integrations.langchain import ESpeWEmbeddings, MiniLMEmbeddings
-from espew_integrations.llama_index import ESpeWEmbedding, MiniLMEmbedding
+from espew_integrations.langchain import ESpeWEmbeddings
+from espew_integrations.llama_index import ESpeWEmbedding
 from espew_integrations.offline.embedders import minilm
+from espew_integrations.offline.frameworks.chroma import MiniLMEmbeddingFunction
+from espew_integrations.offline.frameworks.langchain import MiniLMEmbeddings
+from espew_integrations.offline.frameworks.llama_index import MiniLMEmbedding
 from tests.support import mixed_texts, real_key, run_python, secret_strings
 
 PACKAGE = Path(__file__).resolve().parents[2] / "espew_integrations"
