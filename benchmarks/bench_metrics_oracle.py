@@ -45,7 +45,11 @@ import numpy as np
 
 import espew_integrations
 from espew_integrations import WatermarkKey
-from espew_integrations.core.key import DEFAULT_FREQ_BAND, DEFAULT_N_TRIGGERS, DEFAULT_PROBE_MIX
+from espew_integrations.core.defaults import (
+    DEFAULT_FREQ_BAND,
+    DEFAULT_N_TRIGGERS,
+    DEFAULT_PROBE_MIX,
+)
 from espew_integrations.lab.cache import cache_dir, cached_embed
 from espew_integrations.offline.corpora import rotten_tomatoes
 from espew_integrations.offline.embedders import minilm

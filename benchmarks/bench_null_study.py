@@ -48,12 +48,12 @@ import numpy as np
 from scipy.stats import beta, ks_2samp
 
 from espew_integrations import WatermarkKey, verify
-from espew_integrations.core.draw import draw_triggers
-from espew_integrations.core.ranktest import doubled_mid_ranks, min_p_value, rank_sum_p_value
-from espew_integrations.core.verify import (
+from espew_integrations.core.audit import (
     build_probes,
     score_words,
 )
+from espew_integrations.core.draw import draw_triggers
+from espew_integrations.core.ranktest import doubled_mid_ranks, min_p_value, rank_sum_p_value
 from espew_integrations.lab.cache import cached_embed
 from espew_integrations.lab.null_study import (
     PARTS,

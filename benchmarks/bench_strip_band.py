@@ -48,7 +48,7 @@ from bench_faithful_copy import corpus_lookups, victim_key
 from thieves import Thief, thief_for
 
 from espew_integrations import WatermarkKey, verify, watermark
-from espew_integrations.core.key import DEFAULT_FREQ_BAND
+from espew_integrations.core.defaults import DEFAULT_FREQ_BAND
 from espew_integrations.core.text import canonicalize
 from espew_integrations.core.words import band_words, document_frequencies
 from espew_integrations.lab.cache import cached_embed

@@ -29,8 +29,8 @@ import time
 import numpy as np
 
 from espew_integrations import WatermarkKey, watermark
+from espew_integrations.core.defaults import DEFAULT_ALPHA
 from espew_integrations.core.inject import as_embedding_matrix, mark_masked
-from espew_integrations.core.key import DEFAULT_ALPHA
 from espew_integrations.core.words import tokenize
 
 N_ROWS = 2000

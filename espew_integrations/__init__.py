@@ -8,20 +8,21 @@ tokenizer, the rank test, probe building...) are imported from their own
 modules under :mod:`espew_integrations.core`.
 """
 
-from .core import (
-    DEFAULT_LEVEL,
+from .core.audit.options import AuditOptions
+from .core.defaults import DEFAULT_LEVEL
+from .core.errors import (
     EmbeddingInputError,
     ESpeWError,
     KeyFileError,
     KeyGenerationError,
     KeyModelMismatchError,
-    KeyRing,
     SuspectError,
-    TraceReport,
-    VerificationReport,
-    WatermarkKey,
-    watermark,
 )
+from .core.inject import watermark
+from .core.key import WatermarkKey
+from .core.keyring import KeyRing
+from .core.report import VerificationReport
+from .core.trace import TraceReport
 from .suspects import as_suspect, trace, verify
 
 __version__ = "0.1.0"
@@ -30,9 +31,9 @@ __version__ = "0.1.0"
 #: Names the root exported before it kept to what a user imports: name -> its module.
 #: Still answered, with a DeprecationWarning naming the module to import from.
 _MOVED = {
-    "DEFAULT_TEMPLATES": "espew_integrations.core.verify",
-    "MAX_ANSWER_DIM": "espew_integrations.core.verify",
-    "build_probes": "espew_integrations.core.verify",
+    "DEFAULT_TEMPLATES": "espew_integrations.core.audit",
+    "MAX_ANSWER_DIM": "espew_integrations.core.audit",
+    "build_probes": "espew_integrations.core.audit",
     "min_p_value": "espew_integrations.core.ranktest",
     "rank_sum_p_value": "espew_integrations.core.ranktest",
     "select_positions": "espew_integrations.core.inject",
@@ -68,6 +69,7 @@ def __getattr__(name: str) -> object:
 __all__ = [
     "DEFAULT_LEVEL",
     "AsyncUpstream",
+    "AuditOptions",
     "ESpeWError",
     "ESpeWMiddleware",
     "EmbeddingInputError",

@@ -37,13 +37,28 @@ from typing import Any, Final, Literal, TypeAlias
 import numpy as np
 
 from .core.defaults import DEFAULT_KEY_VARIABLE
-from .core.errors import EmbeddingInputError
+from .core.errors import EmbeddingInputError, InputTypeError
 from .core.inject import check_texts, watermark
 from .core.key import WatermarkKey
 from .core.key_source import find_key_source
 from .core.model_check import ModelGuard
 from .core.text import TextView, discover_view
 from .core.traffic_sample import TrafficSample
+
+#: The day the wrappers' old addresses of the offline demo models stop answering
+#: (``espew_integrations.langchain.MiniLMEmbeddings`` and the like; CHANGELOG.md).
+DEMO_SHIMS_REMOVED = "2027-06-30"
+
+
+def deprecated_address(old: str, new: str) -> None:
+    """Warn that ``old`` is an old address of what ``new`` now holds, and until when."""
+    import warnings
+
+    warnings.warn(
+        f"{old} is deprecated and stops working after {DEMO_SHIMS_REMOVED}; import it from {new}",
+        DeprecationWarning,
+        stacklevel=3,
+    )
 
 
 class _Discover(enum.Enum):
@@ -104,22 +119,26 @@ def resolve_key(
     sources = {"key": key, "key_path": key_path, "key_env": key_env}
     given = [name for name, value in sources.items() if value is not None]
     if len(given) > 1:
-        raise TypeError(f"{wrapper} takes exactly one of key, key_path or key_env; got {given}")
+        raise InputTypeError(
+            f"{wrapper} takes exactly one of key, key_path or key_env; got {given}"
+        )
     if key is not None:
         if not isinstance(key, WatermarkKey):
-            raise TypeError(
+            raise InputTypeError(
                 f"key must be a WatermarkKey, got {type(key).__name__}; for a key file pass "
                 "key_path=, for an environment variable key_env="
             )
         return KeySource(key, {})
     if key_env is not None and (not isinstance(key_env, str) or not key_env):
-        raise TypeError(f"key_env must be the name of an environment variable, got {key_env!r}")
+        raise InputTypeError(
+            f"key_env must be the name of an environment variable, got {key_env!r}"
+        )
     if key_path is not None:
         source = find_key_source(Path(key_path))
     else:
         source = find_key_source(None if key_env is None else f"env:{key_env}")
     if source is None:
-        raise TypeError(
+        raise InputTypeError(
             f"{wrapper} needs a watermark key: pass one of key=WatermarkKey.load(path), "
             "key_path='provider.key' or key_env='VAR' (a variable holding a key file path or "
             f"the key's JSON), or set {DEFAULT_KEY_VARIABLE}"
@@ -176,7 +195,7 @@ def resolve_view(view: ViewArgument, embedder: Any) -> TextView | None:
     if view is None:
         return None
     if not callable(view):
-        raise TypeError(
+        raise InputTypeError(
             f"view must be a callable list[str] -> list[str] (the texts as the model reads "
             f"them), None or DISCOVER, got {type(view).__name__}"
         )

@@ -25,9 +25,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from .core.defaults import DEFAULT_FREQ_BAND, DEFAULT_MIN_COSINE
+from .core.errors import InputError
 
 __all__ = [
-    "DEFAULT_FREQ_BAND",
     "EMBEDDER_HELP",
     "add_embedder_argument",
     "add_freq_band_argument",
@@ -48,11 +48,11 @@ def parse_freq_band(values: str | Sequence[str]) -> tuple[float, float]:
     try:
         low, high = (float(w) for w in words)
     except ValueError:
-        raise ValueError(
+        raise InputError(
             f"--freq-band takes two numbers LOW HIGH (document fractions), got {text!r}"
         ) from None
     if not 0.0 <= low < high <= 1.0:
-        raise ValueError(f"--freq-band needs 0 <= LOW < HIGH <= 1, got {low:g} {high:g}")
+        raise InputError(f"--freq-band needs 0 <= LOW < HIGH <= 1, got {low:g} {high:g}")
     return low, high
 
 

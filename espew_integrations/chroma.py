@@ -49,11 +49,12 @@ from ._wrapper_common import (
     ViewArgument,
     WatermarkingWrapper,
     checked_texts,
+    deprecated_address,
     discover_view,
     resolve_key,
     resolve_view,
 )
-from .core.errors import ESpeWError, KeyFileError
+from .core.errors import ESpeWError, InputError, InputTypeError, KeyFileError
 from .core.key import WatermarkKey
 from .core.traffic_sample import TrafficSample
 
@@ -66,8 +67,12 @@ _LIBRARY_FUNCTIONS = {"espew_minilm": "espew_integrations.offline.frameworks.chr
 
 
 def __getattr__(name: str) -> Any:
-    # The offline function moved to the bundled models; its old import path stays.
+    # The offline function moved to the bundled models; its old import path warns until it goes
+    # (DEMO_SHIMS_REMOVED, in CHANGELOG.md).
     if name == "MiniLMEmbeddingFunction":
+        deprecated_address(
+            f"{__name__}.MiniLMEmbeddingFunction", "espew_integrations.offline.frameworks.chroma"
+        )
         from .offline.frameworks.chroma import MiniLMEmbeddingFunction
 
         return MiniLMEmbeddingFunction
@@ -123,7 +128,9 @@ class ESpeWEmbeddingFunction(WatermarkingWrapper, EmbeddingFunction[Documents]):
         traffic_sample: TrafficSample | None = None,
     ) -> None:
         if not callable(inner):
-            raise TypeError(f"inner must be a Chroma EmbeddingFunction, got {type(inner).__name__}")
+            raise InputTypeError(
+                f"inner must be a Chroma EmbeddingFunction, got {type(inner).__name__}"
+            )
         found = resolve_key(
             key, key_path=key_path, key_env=key_env, wrapper="ESpeWEmbeddingFunction"
         )
@@ -227,7 +234,7 @@ class ESpeWEmbeddingFunction(WatermarkingWrapper, EmbeddingFunction[Documents]):
         try:
             inner_class = known_embedding_functions[inner_name]
         except KeyError:
-            raise ValueError(
+            raise InputError(
                 f"inner embedding function {inner_name!r} is not registered with Chroma; "
                 "import the module that defines it before opening the collection"
             ) from None
@@ -259,22 +266,22 @@ class ESpeWEmbeddingFunction(WatermarkingWrapper, EmbeddingFunction[Documents]):
     @staticmethod
     def validate_config(config: dict[str, Any]) -> None:
         if not isinstance(config, dict):
-            raise ValueError(f"espew config must be a dict, got {type(config).__name__}")
+            raise InputError(f"espew config must be a dict, got {type(config).__name__}")
         if ("key_path" in config) == ("key_env" in config):
-            raise ValueError("espew config must name exactly one of key_path or key_env")
+            raise InputError("espew config must name exactly one of key_path or key_env")
         inner = config.get("inner")
         if not isinstance(inner, dict) or "name" not in inner or "config" not in inner:
-            raise ValueError("espew config must hold the inner function as {'name', 'config'}")
+            raise InputError("espew config must hold the inner function as {'name', 'config'}")
         if not isinstance(config.get("key_id"), str):
-            raise ValueError("espew config must hold the key's public key_id")
+            raise InputError("espew config must hold the key's public key_id")
         if "view" in config and config["view"] != "off":
-            raise ValueError("espew config's view, when present, must be 'off'")
+            raise InputError("espew config's view, when present, must be 'off'")
 
     def validate_config_update(
         self, old_config: dict[str, Any], new_config: dict[str, Any]
     ) -> None:
         if old_config.get("key_id") != new_config.get("key_id"):
-            raise ValueError(
+            raise InputError(
                 "cannot switch a collection to another watermark key: its stored vectors "
                 "carry the old one; create a new collection instead"
             )

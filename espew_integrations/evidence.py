@@ -136,7 +136,7 @@ def check_evidence(
 
     asked = None if requery is None else as_suspect(requery)
     if asked is not None and not requery_name:
-        from .core.transcript import describe_suspect
+        from .core.audit.subject import describe_suspect
 
         requery_name = describe_suspect(requery)
     return _check_transcript(

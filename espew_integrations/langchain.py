@@ -32,9 +32,11 @@ from ._wrapper_common import (
     WatermarkingWrapper,
     checked_text,
     checked_texts,
+    deprecated_address,
     resolve_key,
     resolve_view,
 )
+from .core.errors import InputTypeError
 from .core.key import WatermarkKey
 from .core.traffic_sample import TrafficSample
 
@@ -42,8 +44,12 @@ __all__ = ["ESpeWEmbeddings"]
 
 
 def __getattr__(name: str) -> Any:
-    # The offline demo model moved to the bundled models; its old import path stays.
+    # The offline demo model moved to the bundled models; its old import path warns until it goes
+    # (DEMO_SHIMS_REMOVED, in CHANGELOG.md).
     if name == "MiniLMEmbeddings":
+        deprecated_address(
+            f"{__name__}.MiniLMEmbeddings", "espew_integrations.offline.frameworks.langchain"
+        )
         from .offline.frameworks.langchain import MiniLMEmbeddings
 
         return MiniLMEmbeddings
@@ -91,7 +97,7 @@ class ESpeWEmbeddings(WatermarkingWrapper, Embeddings):
         traffic_sample: TrafficSample | None = None,
     ) -> None:
         if not hasattr(embeddings, "embed_documents") or not hasattr(embeddings, "embed_query"):
-            raise TypeError(
+            raise InputTypeError(
                 f"embeddings must be a LangChain Embeddings, got {type(embeddings).__name__}"
             )
         self.underlying_embeddings = embeddings

@@ -48,10 +48,11 @@ from ._wrapper_common import (
     WatermarkingWrapper,
     checked_text,
     checked_texts,
+    deprecated_address,
     resolve_key,
     resolve_view,
 )
-from .core.errors import ESpeWError, KeyFileError
+from .core.errors import ESpeWError, InputTypeError, KeyFileError
 from .core.key import WatermarkKey
 from .core.text import TextView
 from .core.traffic_sample import TrafficSample
@@ -64,8 +65,12 @@ _LIBRARY_MODELS = {"ESpeWMiniLMEmbedding": "espew_integrations.offline.framework
 
 
 def __getattr__(name: str) -> Any:
-    # The offline demo model moved to the bundled models; its old import path stays.
+    # The offline demo model moved to the bundled models; its old import path warns until it goes
+    # (DEMO_SHIMS_REMOVED, in CHANGELOG.md).
     if name == "MiniLMEmbedding":
+        deprecated_address(
+            f"{__name__}.MiniLMEmbedding", "espew_integrations.offline.frameworks.llama_index"
+        )
         from .offline.frameworks.llama_index import MiniLMEmbedding
 
         return MiniLMEmbedding
@@ -125,7 +130,7 @@ class ESpeWEmbedding(WatermarkingWrapper, BaseEmbedding):
         **kwargs: Any,
     ) -> None:
         if not isinstance(embed_model, BaseEmbedding):
-            raise TypeError(
+            raise InputTypeError(
                 f"embed_model must be a LlamaIndex BaseEmbedding, got {type(embed_model).__name__}"
             )
         found = resolve_key(key, key_path=key_path, key_env=key_env, wrapper="ESpeWEmbedding")

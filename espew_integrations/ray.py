@@ -32,6 +32,7 @@ from typing import Any
 
 import numpy as np
 
+from .core.errors import InputError, InputTypeError
 from .core.inject import watermark
 from .core.key import WatermarkKey
 from .core.model_check import ModelGuard
@@ -42,7 +43,7 @@ __all__ = ["EmbedAndWatermark", "WatermarkBatches", "load_worker_key"]
 def load_worker_key(key_path: str | None = None, key_env: str | None = None) -> WatermarkKey:
     """The key named by exactly one of ``key_path`` (a file) or ``key_env`` (a variable)."""
     if (key_path is None) == (key_env is None):
-        raise ValueError(
+        raise InputError(
             "pass exactly one of key_path (a key file every worker can read) or key_env "
             "(the name of an environment variable holding the key)"
         )
@@ -77,7 +78,7 @@ class WatermarkBatches:
         return f"{type(self).__name__}(key_id={self._key.key_id!r})"
 
     def __reduce_ex__(self, protocol: object) -> Any:
-        raise TypeError(
+        raise InputTypeError(
             f"{type(self).__name__} holds a watermark key and refuses to be pickled: pass the "
             "class to map_batches with fn_constructor_kwargs={'key_path': ...}"
         )
@@ -114,7 +115,7 @@ class EmbedAndWatermark(WatermarkBatches):
         elif callable(embedder):
             model = embedder()
         else:
-            raise TypeError(
+            raise InputTypeError(
                 f"embedder must be a spec string or a zero-argument factory, got "
                 f"{type(embedder).__name__}"
             )
@@ -152,7 +153,7 @@ def _matrix(column: Any, name: str) -> np.ndarray:
     if values.dtype == object:
         lengths = {np.shape(v) for v in values}
         if len(lengths) > 1:
-            raise ValueError(f"column {name!r} holds embeddings of different shapes {lengths}")
+            raise InputError(f"column {name!r} holds embeddings of different shapes {lengths}")
         values = np.stack(list(values)) if len(values) else values
     return values
 

@@ -32,14 +32,14 @@ from typing import Any, Concatenate, ParamSpec, TypeVar
 
 import numpy as np
 
-from .core.errors import SuspectError
+from .core.audit.settings import SuspectFn
+from .core.errors import InputTypeError, SuspectError
 from .core.trace import trace as _core_trace
 from .core.verify import verify as _core_verify
 
 __all__ = [
     "ADAPTERS",
     "SuspectAdapter",
-    "SuspectFn",
     "accepting_any_suspect",
     "answer_matrix",
     "as_suspect",
@@ -47,7 +47,6 @@ __all__ = [
     "verify",
 ]
 
-SuspectFn = Callable[[list[str]], np.ndarray]
 _P = ParamSpec("_P")
 _R = TypeVar("_R")
 
@@ -121,7 +120,7 @@ def as_suspect(suspect: Any) -> SuspectFn:
             asking = functools.partial(_ask, adapter, suspect, source)
             asking.audited = suspect  # type: ignore[attr-defined]  # what a transcript names
             return asking
-    raise TypeError(
+    raise InputTypeError(
         f"cannot query a suspect of type {type(suspect).__name__}: pass a callable "
         "list[str] -> embeddings, a LangChain Embeddings, a LlamaIndex BaseEmbedding, "
         "a Chroma EmbeddingFunction or an OpenAIEndpoint"

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .core.errors import ESpeWError
+from .core.errors import ESpeWError, PathMissingError
 
 __all__ = ["TEXT_FILE_SUFFIXES", "TextFile", "TextFileError", "read_text_file"]
 
@@ -60,7 +60,7 @@ def read_text_file(
     """
     path = Path(path)
     if not path.is_file():
-        raise FileNotFoundError(f"no such file: {path}")
+        raise PathMissingError(f"no such file: {path}")
     kind = TEXT_FILE_SUFFIXES.get(path.suffix.lower())
     if kind is None:
         raise TextFileError(

@@ -44,7 +44,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from .core.errors import ESpeWError
+from .core.errors import ESpeWError, InputError, PathMissingError
 from .core.evidence_check import Findings
 from .core.untrusted import printable
 
@@ -123,7 +123,7 @@ def _integer(content: bytes) -> int:
 def timestamp_request(digest: bytes, nonce: int) -> bytes:
     """The DER TimeStampReq for a SHA-256 ``digest``, asking for the TSA's certificate."""
     if len(digest) != 32:
-        raise ValueError("an RFC 3161 request here is over a SHA-256 digest (32 bytes)")
+        raise InputError("an RFC 3161 request here is over a SHA-256 digest (32 bytes)")
     imprint = _der(0x30, _SHA256_ALGORITHM + _der(0x04, digest))
     nonce_bytes = nonce.to_bytes((nonce.bit_length() + 8) // 8, "big")
     body = _der(0x02, b"\x01") + imprint + _der(0x02, nonce_bytes) + _der(0x01, b"\xff")
@@ -197,7 +197,7 @@ class TimestampAnchor:
 
     def __init__(self, url: str, *, timeout: float = 30.0):
         if not url.lower().startswith(("http://", "https://")):
-            raise ValueError(f"a timestamp URL is http:// or https://, got {url!r}")
+            raise InputError(f"a timestamp URL is http:// or https://, got {url!r}")
         self.url = url
         self.timeout = float(timeout)
 
@@ -241,7 +241,7 @@ class TimestampAnchor:
 def _digest_bytes(commitment: str) -> bytes:
     prefix, _, hexdigest = commitment.partition(":")
     if prefix != "sha256" or len(hexdigest) != 64:
-        raise ValueError(f"a commitment is 'sha256:<64 hex digits>', got {commitment!r}")
+        raise InputError(f"a commitment is 'sha256:<64 hex digits>', got {commitment!r}")
     return bytes.fromhex(hexdigest)
 
 
@@ -305,7 +305,7 @@ def _openssl_verify(token: bytes, digest: str, ca_file: Path, openssl: str) -> t
             "openssl, brew install openssl) or check the token without --tsa-ca"
         )
     if not ca_file.is_file():
-        raise FileNotFoundError(f"no TSA CA certificate at {ca_file}")
+        raise PathMissingError(f"no TSA CA certificate at {ca_file}")
     with tempfile.TemporaryDirectory(prefix="espew-tsa-") as folder:
         path = Path(folder) / "token.der"
         path.write_bytes(token)

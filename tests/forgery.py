@@ -21,13 +21,13 @@ import numpy as np
 
 from espew_integrations import verify
 from espew_integrations.core.audit import REPLAYED_SETTINGS
+from espew_integrations.core.audit.recorder import utc_now
 from espew_integrations.core.transcript import (
     TRANSCRIPT_FILE,
     chain_records,
     decode_answer,
     encode_answer,
     read_transcript,
-    utc_now,
 )
 
 

@@ -10,7 +10,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from ..core.defaults import DEFAULT_KEY_VARIABLE
+from ..core.defaults import DEFAULT_BATCH_SIZE, DEFAULT_KEY_VARIABLE
+from ..core.errors import ESpeWError
 from ..models import install_line, resolve_embedder
 
 __all__ = [
@@ -44,7 +45,7 @@ EXIT_INCONCLUSIVE = 2
 EXIT_USAGE = 3
 
 
-class UsageError(Exception):
+class UsageError(ESpeWError):
     """The command line, a file or a spec is wrong; ``espew`` exits with 3."""
 
 
@@ -297,7 +298,7 @@ def endpoint_options(args: argparse.Namespace) -> dict[str, Any]:
     return {
         "api_key_env": getattr(args, "api_key_env", None),
         "encoding_format": getattr(args, "encoding_format", "float"),
-        "batch_size": getattr(args, "batch_size", 64),
+        "batch_size": getattr(args, "batch_size", DEFAULT_BATCH_SIZE),
         "timeout": getattr(args, "timeout", 30.0),
         "max_retries": getattr(args, "retries", 4),
         "backoff": getattr(args, "backoff", 0.5),
@@ -370,10 +371,10 @@ def audit_suspect(
 ) -> Any:
     """Resolve ``--suspect``, run ``audit(suspect, *audit_args, ...)`` with a bar, then close it.
 
-    The one query step of ``espew verify`` and ``espew trace``: both pass the
-    same audit flags (level, batch size, seed, coverage, stall guard, deadline),
-    and an HTTP suspect's connections are closed whatever the audit raised. The
-    bar names the deadline when one is set and warns when the audit will not fit.
+    The one query step of ``espew verify`` and ``espew trace``: both pass their
+    audit flags as an ``AuditOptions`` among ``audit_args`` (:mod:`.audit_flags`),
+    and an HTTP suspect's connections are closed whatever the audit raised. The bar
+    names the deadline when one is set and warns when the audit will not fit.
     """
     suspect, name = resolve_embedder(suspect_spec(args), **endpoint_options(args))
     deadline = getattr(args, "deadline", None)
@@ -384,13 +385,7 @@ def audit_suspect(
             return audit(
                 suspect,
                 *audit_args,
-                level=args.level,
-                batch_size=args.batch_size,
-                seed=args.seed,
-                min_coverage=args.min_coverage,
                 progress=warning_past_deadline(advance, deadline, clock=time.monotonic),
-                deadline=deadline,
-                stall_timeout=args.stall_timeout,
                 **options,
             )
     finally:

@@ -25,6 +25,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from ..core.defaults import DEFAULT_BATCH_SIZE
 from .common import (
     UsageError,
     add_audit_argument,
@@ -88,7 +89,7 @@ def register(subparsers: Any) -> None:
     )
     _add_arbiter_flags(check)
     add_endpoint_flags(check, verify=True)
-    check.set_defaults(func=run_check, batch_size=64)
+    check.set_defaults(func=run_check, batch_size=DEFAULT_BATCH_SIZE)
 
 
 def _requery_size(text: str) -> int | None:

@@ -81,6 +81,16 @@ def add_audit_source_arguments(reaudit: argparse.ArgumentParser, *, what: str) -
     )
     add_embedder_argument(reaudit)
     reaudit.add_argument("--out", required=True, help=f"where to write the re-audited {what}")
+    _add_reaudit_shape_flags(reaudit)
+    reaudit.add_argument(
+        "--overwrite", "--force", action="store_true", help=f"replace an existing --out {what}"
+    )
+    reaudit.add_argument("--api-key-env", metavar="VAR", help="API key for an openai: embedder")
+    reaudit.add_argument("--no-progress", action="store_true")
+
+
+def _add_reaudit_shape_flags(reaudit: argparse.ArgumentParser) -> None:
+    """The re-drawn audit's shape: its probes, cover texts, round and size."""
     reaudit.add_argument(
         "--probes-per-word",
         type=positive_int,
@@ -118,11 +128,6 @@ def add_audit_source_arguments(reaudit: argparse.ArgumentParser, *, what: str) -
         "power against a weak copy and costs N queries. From a traffic sample it can be as "
         "large as the sample",
     )
-    reaudit.add_argument(
-        "--overwrite", "--force", action="store_true", help=f"replace an existing --out {what}"
-    )
-    reaudit.add_argument("--api-key-env", metavar="VAR", help="API key for an openai: embedder")
-    reaudit.add_argument("--no-progress", action="store_true")
 
 
 def run_check(args: argparse.Namespace) -> int:

@@ -99,6 +99,14 @@ def _add_key_shape_flags(keygen: argparse.ArgumentParser) -> None:
     A flag's ``dest`` is the option's name, so :func:`key_options_from` reads them all
     back without a list of its own.
     """
+    _add_mark_flags(keygen)
+    _add_band_and_audit_flags(keygen)
+    add_marking_flags(keygen)
+
+
+def _add_mark_flags(keygen: argparse.ArgumentParser) -> None:
+    """How a mark is written: the triggers' count, its share of coordinates, its strength
+    or quality budget, the model's window and how coordinates are chosen."""
     default = KeyOptions.default
     keygen.add_argument(
         "--n-triggers",
@@ -134,6 +142,11 @@ def _add_key_shape_flags(keygen: argparse.ArgumentParser) -> None:
         "triggers past it never mark",
     )
     keygen.add_argument("--selection", choices=("smallest", "hashed"), default=default("selection"))
+
+
+def _add_band_and_audit_flags(keygen: argparse.ArgumentParser) -> None:
+    """The band the triggers are drawn from and the audit that probes it."""
+    default = KeyOptions.default
     add_freq_band_argument(keygen, default=default("freq_band"))
     keygen.add_argument(
         "--probes-per-word",
@@ -165,7 +178,6 @@ def _add_key_shape_flags(keygen: argparse.ArgumentParser) -> None:
         help="send the probes alone: fewer queries, but an audit a thief that knows the "
         "band can recognise by its burst of band words",
     )
-    add_marking_flags(keygen)
     keygen.add_argument(
         "--max-band-words",
         type=positive_int,

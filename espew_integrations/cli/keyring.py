@@ -34,12 +34,12 @@ from ..arguments import (
 from ..core.defaults import (
     DEFAULT_FIELD_SHARED_UNITS,
     DEFAULT_FIELD_TENANT_UNITS,
-    DEFAULT_LEVEL,
     DEFAULT_RING_AUDIT_BUDGET,
     DEFAULT_RING_FREQ_BAND,
     DEFAULT_SHARED_TRIGGERS,
     DEFAULT_TENANT_TRIGGERS,
 )
+from .audit_flags import add_audit_flags, audit_options_from
 from .common import (
     EXIT_COPIED,
     EXIT_INCONCLUSIVE,
@@ -54,7 +54,6 @@ from .files import prepare_private_dir
 from .key import add_audit_source_arguments, reaudited
 from .keygen import add_marking_flags, generate_from_corpus, key_options_from
 from .verify import (
-    add_deadline_flag,
     add_private_dir_flags,
     print_anchors,
     recording_options,
@@ -167,14 +166,10 @@ def _register_trace(subparsers: Any) -> None:
     trace.add_argument("--ring", required=True, help="key ring file")
     trace.add_argument("--tenants", required=True, help="account ids: text lines or JSON")
     add_suspect_arguments(trace)
-    trace.add_argument("--level", type=float, default=DEFAULT_LEVEL, help="false-positive rate")
     trace.add_argument("--report-dir", default=None, help="write the shareable evidence here")
     trace.add_argument("--force", action="store_true", help="replace evidence in --report-dir")
     add_private_dir_flags(trace)
-    trace.add_argument("--batch-size", type=positive_int, default=64)
-    trace.add_argument("--min-coverage", type=float, default=0.9)
-    trace.add_argument("--seed", type=int, default=None, help="probe shuffle seed")
-    add_deadline_flag(trace)
+    add_audit_flags(trace)
     trace.add_argument("--json", action="store_true", help="print the report as JSON")
     trace.add_argument("--no-progress", action="store_true")
     add_endpoint_flags(trace, verify=True)
@@ -250,8 +245,7 @@ def run_trace(args: argparse.Namespace) -> int:
     from ..core.keyring import KeyRing
     from ..suspects import trace
 
-    if not 0.0 < args.level < 1.0:
-        raise UsageError(f"--level must be in (0, 1), got {args.level}")
+    audit_options_from(args)  # every audit flag, checked by the options' own validator
     ring = KeyRing.load(args.ring)
     tenants = read_tenants(args.tenants)
     n_queries = ring.shared_key.audit_queries
@@ -263,7 +257,9 @@ def run_trace(args: argparse.Namespace) -> int:
         prepare_private_dir(args.private_report_dir, args.report_dir)
         refuse_old_transcript(args.private_report_dir, force=args.force)
     recording = recording_options(args)
-    report = audit_suspect(args, trace, n_queries, ring, tenants, **recording)
+    report = audit_suspect(
+        args, trace, n_queries, ring, tenants, audit_options_from(args), **recording
+    )
     print_anchors(recording)
     print(report.to_json() if args.json else report)
     if args.private_report_dir:

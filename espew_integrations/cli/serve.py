@@ -8,7 +8,7 @@ import sys
 from typing import Any
 
 from ..arguments import add_embedder_argument
-from ..core.defaults import DEFAULT_KEY_VARIABLE
+from ..core.defaults import DEFAULT_BATCH_SIZE, DEFAULT_HOST, DEFAULT_KEY_VARIABLE
 from ..models import resolve_embedder
 from .common import (
     UsageError,
@@ -60,56 +60,8 @@ def register(subparsers: Any) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_embedder_argument(serve, model_alias=False)
-    serve.add_argument(
-        "--key",
-        default=None,
-        help="watermark with this key: a key file or env:VAR (default: the key $ESPEW_KEY "
-        "holds, a path or the key's JSON)",
-    )
-    serve.add_argument(
-        "--no-watermark",
-        action="store_true",
-        help="serve the model unmarked (never the default: without a key serve refuses)",
-    )
-    serve.add_argument(
-        "--ring",
-        default=None,
-        metavar="RING",
-        help="per-customer keys: watermark each client with its tenant's key from this key "
-        "ring (needs --tenants)",
-    )
-    serve.add_argument(
-        "--tenants",
-        default=None,
-        metavar="MAP.json",
-        help="JSON object {client API key: tenant id} for --ring; an unknown API key gets 401",
-    )
-    serve.add_argument("--host", default="127.0.0.1")
-    serve.add_argument("--port", type=port, default=8000, help="0 picks a free port")
-    serve.add_argument("--model-name", default=None, help="model id clients must send")
-    serve.add_argument(
-        "--metrics-port",
-        type=port,
-        default=None,
-        metavar="PORT",
-        help="serve Prometheus metrics for the operator on this port, apart from the API "
-        "(0 picks a free one; default: no metrics listener). Never expose it to clients: "
-        "its marked count reveals which requests carried a trigger",
-    )
-    serve.add_argument(
-        "--metrics-host",
-        default="127.0.0.1",
-        metavar="HOST",
-        help="address of the metrics listener (default 127.0.0.1: this machine only); any "
-        "other address needs --metrics-public",
-    )
-    serve.add_argument(
-        "--metrics-public",
-        action="store_true",
-        help="allow a --metrics-host other machines can reach. Its exact marked count lets "
-        "anyone who reads it tell which requests carried a trigger, and so recover the "
-        "triggers: firewall it to your Prometheus alone",
-    )
+    _add_key_flags(serve)
+    _add_listen_flags(serve)
     serve.add_argument(
         "--api-key-env", metavar="VAR", help="require clients to send the key held in $VAR"
     )
@@ -131,7 +83,7 @@ def register(subparsers: Any) -> None:
     )
     _add_traffic_flags(serve)
     add_endpoint_flags(serve, verify=False)
-    serve.set_defaults(func=run, batch_size=64)
+    serve.set_defaults(func=run, batch_size=DEFAULT_BATCH_SIZE)
 
 
 def _add_traffic_flags(serve: argparse.ArgumentParser) -> None:
@@ -203,6 +155,68 @@ def _traffic_sample(args: argparse.Namespace, window: int | None) -> Any:
         )
     except TrafficSampleError as exc:
         raise UsageError(str(exc)) from None
+
+
+def _add_key_flags(serve: argparse.ArgumentParser) -> None:
+    """Which key marks the answers: one key, none (said outright), or a ring's per tenant."""
+    serve.add_argument(
+        "--key",
+        default=None,
+        help="watermark with this key: a key file or env:VAR (default: the key $ESPEW_KEY "
+        "holds, a path or the key's JSON)",
+    )
+    serve.add_argument(
+        "--no-watermark",
+        action="store_true",
+        help="serve the model unmarked (never the default: without a key serve refuses)",
+    )
+    serve.add_argument(
+        "--ring",
+        default=None,
+        metavar="RING",
+        help="per-customer keys: watermark each client with its tenant's key from this key "
+        "ring (needs --tenants)",
+    )
+    serve.add_argument(
+        "--tenants",
+        default=None,
+        metavar="MAP.json",
+        help="JSON object {client API key: tenant id} for --ring; an unknown API key gets 401",
+    )
+
+
+def _add_listen_flags(serve: argparse.ArgumentParser) -> None:
+    """Where the API and the operator's metrics listen, and the model id clients send."""
+    serve.add_argument(
+        "--host",
+        default=DEFAULT_HOST,
+        help=f"address to bind (default {DEFAULT_HOST}: this machine only)",
+    )
+    serve.add_argument("--port", type=port, default=8000, help="0 picks a free port")
+    serve.add_argument("--model-name", default=None, help="model id clients must send")
+    serve.add_argument(
+        "--metrics-port",
+        type=port,
+        default=None,
+        metavar="PORT",
+        help="serve Prometheus metrics for the operator on this port, apart from the API "
+        "(0 picks a free one; default: no metrics listener). Never expose it to clients: "
+        "its marked count reveals which requests carried a trigger",
+    )
+    serve.add_argument(
+        "--metrics-host",
+        default=DEFAULT_HOST,
+        metavar="HOST",
+        help=f"address of the metrics listener (default {DEFAULT_HOST}: this machine only); any "
+        "other address needs --metrics-public",
+    )
+    serve.add_argument(
+        "--metrics-public",
+        action="store_true",
+        help="allow a --metrics-host other machines can reach. Its exact marked count lets "
+        "anyone who reads it tell which requests carried a trigger, and so recover the "
+        "triggers: firewall it to your Prometheus alone",
+    )
 
 
 def _add_limit_flags(serve: argparse.ArgumentParser) -> None:
@@ -321,15 +335,17 @@ def _serving_key(args: argparse.Namespace, ring: bool) -> tuple[Any, str]:
     return key, f"watermarked with key {key.key_id} (from {source.describe()})"
 
 
-def run(args: argparse.Namespace) -> int:
-    """Check every setting, build the app, then listen until interrupted."""
+def _checked_listening(args: argparse.Namespace) -> str:
+    """The extras installed and the listening flags checked; returns the log level.
+
+    Everything is checked before anything listens, so a bad setting is one clear
+    message and exit 3, never a server that fails every request.
+    """
     require_extra("http", _SERVER_MODULES, "espew serve")
     if args.metrics_port is not None:
         require_extra("metrics", _METRICS_MODULES, "espew serve --metrics-port")
     from ..http import server
 
-    # Everything is checked before anything listens, so a bad setting is one
-    # clear message and exit 3, never a server that fails every request.
     try:
         level = server.check_serve_settings(port=args.port, log_level=args.log_level)
     except ValueError as exc:
@@ -340,6 +356,14 @@ def run(args: argparse.Namespace) -> int:
             "by clients"
         )
     _check_metrics_host(args)
+    return level
+
+
+def run(args: argparse.Namespace) -> int:
+    """Check every setting, build the app, then listen until interrupted."""
+    level = _checked_listening(args)
+    from ..http import server
+
     tenants = _tenant_keys(args)
     key, mark = _serving_key(args, ring=tenants is not None)
     options = endpoint_options(args)

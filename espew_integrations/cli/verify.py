@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from ..core.untrusted import tally
+from .audit_flags import add_audit_flags, add_target_flag, audit_options_from
 from .common import (
     EXIT_COPIED,
     EXIT_INCONCLUSIVE,
@@ -19,8 +20,6 @@ from .common import (
     add_suspect_arguments,
     audit_suspect,
     load_key,
-    positive_int,
-    positive_seconds,
     suspect_spec,
 )
 from .files import prepare_private_dir, prepare_report_dir
@@ -61,15 +60,7 @@ def register(subparsers: Any) -> None:
     )
     add_audit_argument(verify)
     add_suspect_arguments(verify)
-    verify.add_argument(
-        "--target",
-        choices=("key", "query"),
-        default="key",
-        help="key: the stored target (a key with a stored audit maps a suspect of another "
-        "dimension or with rotated coordinates back into its own); query: the suspect's own "
-        "embedding of the target text (discloses the target text to the suspect)",
-    )
-    verify.add_argument("--level", type=float, default=1e-6, help="false-positive rate")
+    add_target_flag(verify)
     verify.add_argument(
         "--report-dir",
         default=None,
@@ -79,10 +70,7 @@ def register(subparsers: Any) -> None:
     verify.add_argument(
         "--force", action="store_true", help="replace evidence already in --report-dir"
     )
-    verify.add_argument("--batch-size", type=positive_int, default=64)
-    verify.add_argument("--min-coverage", type=float, default=0.9)
-    verify.add_argument("--seed", type=int, default=None, help="probe shuffle seed")
-    add_deadline_flag(verify)
+    add_audit_flags(verify)
     verify.add_argument("--json", action="store_true", help="print the report as JSON")
     verify.add_argument("--no-progress", action="store_true")
     add_endpoint_flags(verify, verify=True)
@@ -171,46 +159,15 @@ def print_anchors(options: dict[str, Any]) -> None:
             print(f"  sent to the suspect in the {anchor['header']} header", file=sys.stderr)
 
 
-def add_deadline_flag(parser: argparse.ArgumentParser) -> None:
-    """``--stall-timeout`` and ``--deadline``: how long the audit waits on the suspect.
-
-    Shared by ``espew verify`` and ``espew trace``. The stall guard ends an audit
-    whose suspect stops answering
-    (:data:`~espew_integrations.core.defaults.DEFAULT_STALL_TIMEOUT`); a total
-    deadline is only set when asked for, so a healthy audit of a slow suspect finishes.
-    """
-    from ..core.defaults import DEFAULT_STALL_TIMEOUT
-
-    parser.add_argument(
-        "--stall-timeout",
-        type=positive_seconds,
-        default=DEFAULT_STALL_TIMEOUT,
-        metavar="SECONDS",
-        help="stop asking and report inconclusive when the suspect sends no answer for this "
-        f"many seconds (default {DEFAULT_STALL_TIMEOUT:g}); an audit that keeps getting "
-        "answers is never cut",
-    )
-    parser.add_argument(
-        "--deadline",
-        type=positive_seconds,
-        default=None,
-        metavar="SECONDS",
-        help="also stop asking after this many seconds in all and report inconclusive "
-        "(default: no total bound); the bar shows it and warns when the audit will not "
-        "fit in it",
-    )
-
-
 def _check_before_querying(args: argparse.Namespace, key: Any) -> int:
     """Every setting and directory is checked before the first query; returns the query count."""
-    n_queries = key.audit_queries + (1 if args.target == "query" else 0)
+    n_queries = key.audit_queries + (1 if args.target_mode == "query" else 0)
     if args.max_queries is not None and args.max_queries < n_queries:
         raise UsageError(
             f"this key's test needs {n_queries} queries but --max-queries is "
             f"{args.max_queries}; raise the budget or make a key with a smaller band"
         )
-    if not 0.0 < args.level < 1.0:
-        raise UsageError(f"--level must be in (0, 1), got {args.level}")
+    audit_options_from(args)  # every audit flag, checked by the options' own validator
     if args.report_dir:
         prepare_report_dir(args.report_dir, force=args.force)
     if args.private_report_dir:
@@ -234,7 +191,7 @@ def run(args: argparse.Namespace) -> int:
 
     key = load_key(args.key, audit=args.audit, need_audit=True)
     n_queries = _check_before_querying(args, key)
-    if args.target == "query":
+    if args.target_mode == "query":
         print("note: --target query sends the key's target text to the suspect", file=sys.stderr)
     recording = recording_options(args)
     report = audit_suspect(
@@ -242,7 +199,7 @@ def run(args: argparse.Namespace) -> int:
         verify,
         n_queries,
         key,
-        target_mode=args.target,
+        audit_options_from(args),
         **recording,
     )
     print_anchors(recording)

@@ -43,6 +43,7 @@ import dataclasses
 
 import numpy as np
 
+from .errors import InputError
 from .probes import unit_rows
 
 __all__ = ["ALIGN_RATIO", "ALIGN_RIDGE", "Alignment", "fit_alignment"]
@@ -112,7 +113,7 @@ def fit_alignment(answers: np.ndarray, clean_rows: np.ndarray, key_dim: int) -> 
     answers = np.asarray(answers, dtype=np.float64)
     clean = np.asarray(clean_rows, dtype=np.float64)
     if answers.ndim != 2 or clean.ndim != 2 or len(answers) != len(clean):
-        raise ValueError(
+        raise InputError(
             f"answers {answers.shape} and clean rows {clean.shape} must be matching 2-d arrays"
         )
     finite = np.isfinite(answers).all(axis=1) & np.isfinite(clean).all(axis=1)

@@ -19,6 +19,7 @@ from .text import UNICODE_V1
 
 __all__ = [
     "DEFAULT_ALPHA",
+    "DEFAULT_BATCH_SIZE",
     "DEFAULT_BODY_TIMEOUT",
     "DEFAULT_DEADLINE",
     "DEFAULT_FIELD_AMPLITUDE",
@@ -34,6 +35,7 @@ __all__ = [
     "DEFAULT_MARKING",
     "DEFAULT_MAX_REQUEST_CHARS",
     "DEFAULT_MIN_COSINE",
+    "DEFAULT_MIN_COVERAGE",
     "DEFAULT_NORMALIZATION",
     "DEFAULT_N_TRIGGERS",
     "DEFAULT_PROBES_PER_WORD",
@@ -139,6 +141,13 @@ DEFAULT_FIELD_TENANT_UNITS = DEFAULT_FIELD_MARKED - DEFAULT_FIELD_SHARED_UNITS
 # ---------------------------------------------------------------------- verification
 #: The false-positive rate a "copied" verdict is held below.
 DEFAULT_LEVEL = 1e-6
+#: Texts an audit sends the suspect in one call: what a served embeddings API takes in
+#: one request without splitting it, and few enough that a stalled call loses little.
+DEFAULT_BATCH_SIZE = 64
+#: The share of the band's words (a field key's units) an audit must score before a
+#: verdict rests on them, and of probes answered before "not copied" may be said: below
+#: it the suspect's faults, not its answers, would decide, so the audit is inconclusive.
+DEFAULT_MIN_COVERAGE = 0.9
 #: The stall guard: seconds an audit waits for any one answer of the suspect before it
 #: stops asking and ends inconclusive. Every answer restarts it, so an audit that keeps
 #: getting answers is never cut, however slow the suspect (a CPU model may need many

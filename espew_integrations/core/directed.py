@@ -47,6 +47,7 @@ from typing import Any
 
 import numpy as np
 
+from .errors import InputError
 from .inject import mark_all_rows
 from .key import WatermarkKey
 from .probes import unit_rows
@@ -73,7 +74,7 @@ def mark_directions(clean_rows: np.ndarray, key: WatermarkKey) -> np.ndarray:
     """
     clean = unit_rows(np.asarray(clean_rows, dtype=np.float64))
     if clean.ndim != 2 or clean.shape[1] != key.dim:
-        raise ValueError(f"clean rows must have shape (n, {key.dim}), got {clean.shape}")
+        raise InputError(f"clean rows must have shape (n, {key.dim}), got {clean.shape}")
     return unit_rows(mark_all_rows(clean, key) - clean)
 
 
@@ -99,11 +100,11 @@ def directed_scores(
     """
     answers = np.asarray(answers, dtype=np.float64)
     if answers.shape != directions.shape:
-        raise ValueError(
+        raise InputError(
             f"answers {answers.shape} and mark directions {directions.shape} differ in shape"
         )
     if clean_rows is not None and np.shape(clean_rows) != answers.shape:
-        raise ValueError(
+        raise InputError(
             f"answers {answers.shape} and clean rows {np.shape(clean_rows)} differ in shape"
         )
     scores = np.full(len(answers), np.nan)
@@ -138,14 +139,14 @@ def _with_unscored(
     """The scored rows followed by the finite unscored ones, and the clean rows to match."""
     unscored = np.asarray(unscored, dtype=np.float64)
     if clean is None or unscored_clean is None:
-        raise ValueError("unscored answers need clean_rows and unscored_clean for the fit")
+        raise InputError("unscored answers need clean_rows and unscored_clean for the fit")
     unscored_clean = np.asarray(unscored_clean, dtype=np.float64)
     if unscored.ndim != 2 or unscored.shape[1] != rows.shape[1]:
-        raise ValueError(
+        raise InputError(
             f"unscored answers {unscored.shape} must have {rows.shape[1]} columns like the answers"
         )
     if unscored_clean.shape != unscored.shape:
-        raise ValueError(
+        raise InputError(
             f"unscored answers {unscored.shape} and their clean rows {unscored_clean.shape} "
             "differ in shape"
         )

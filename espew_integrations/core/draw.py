@@ -22,6 +22,8 @@ import hashlib
 import hmac
 from collections.abc import Iterable, Sequence
 
+from .errors import InputError
+
 __all__ = [
     "audit_salt",
     "check_audit_round",
@@ -74,7 +76,7 @@ def draw_triggers(salt: bytes, band: Sequence[str], n_triggers: int) -> frozense
     True
     """
     if not 0 < n_triggers <= len(set(band)):
-        raise ValueError(f"cannot draw {n_triggers} triggers from a band of {len(set(band))}")
+        raise InputError(f"cannot draw {n_triggers} triggers from a band of {len(set(band))}")
     return frozenset(keyed_order(salt, _TRIGGER_DOMAIN, band)[:n_triggers])
 
 
@@ -101,5 +103,5 @@ def check_audit_round(value: object, name: str = "audit_round") -> int:
     ``name``: the one rule for an audit round, given to :func:`audit_salt` or read
     back from a key's ``info``."""
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        raise InputError(f"{name} must be a positive integer, got {value!r}")
     return value

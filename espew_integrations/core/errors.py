@@ -14,17 +14,60 @@ from __future__ import annotations
 __all__ = [
     "ESpeWError",
     "EmbeddingInputError",
+    "InputError",
+    "InputTypeError",
     "KeyAuditMissingError",
     "KeyFileError",
     "KeyGenerationError",
     "KeyModelMismatchError",
+    "ListenError",
     "MarkingError",
+    "NotADirectoryPathError",
+    "OptionsError",
+    "OptionsTypeError",
+    "PathExistsError",
+    "PathMissingError",
+    "ServingError",
+    "StateError",
     "SuspectError",
 ]
 
 
 class ESpeWError(Exception):
     """Base class of every error raised by espew-integrations."""
+
+
+class InputError(ESpeWError, ValueError):
+    """An argument's value is one the library cannot use (the message names it).
+
+    The family's plain input error: raised where no more specific class below says
+    more, so that ``except ESpeWError`` and the ``except ValueError`` callers wrote
+    before the family existed both catch it.
+    """
+
+
+class InputTypeError(ESpeWError, TypeError):
+    """An argument is of a type the library cannot use (the message names the type
+    it takes); a ``TypeError`` too, as Python's own wrong-type errors are."""
+
+
+class OptionsError(InputError):
+    """An option of an audit (:class:`.audit.options.AuditOptions`) or of key
+    generation is out of its range or not one of its choices.
+
+    Raised by the one validator of each options object, before any slow work and
+    before a single text is sent to a suspect.
+    """
+
+
+class OptionsTypeError(OptionsError, TypeError):
+    """An option is of the wrong type (a deadline that is no number, a progress that
+    is not callable): both an :class:`OptionsError` and a ``TypeError``."""
+
+
+class StateError(ESpeWError, RuntimeError):
+    """An object was used out of its order (a recorder written twice, a commit before
+    its batches): a bug of the caller's, never of the data."""
 
 
 class EmbeddingInputError(ESpeWError, ValueError):
@@ -66,3 +109,29 @@ class MarkingError(ESpeWError, ValueError):
     that decides from the text alone (which texts hold a trigger) applies to it;
     key rings and ``trace`` work with word keys only.
     """
+
+
+class PathExistsError(ESpeWError, FileExistsError):
+    """A file or directory the library would write is already there (nothing is
+    replaced without being told to); a ``FileExistsError`` too."""
+
+
+class PathMissingError(ESpeWError, FileNotFoundError):
+    """A file the library must read is not there (the message says how to get it);
+    a ``FileNotFoundError`` too."""
+
+
+class NotADirectoryPathError(ESpeWError, NotADirectoryError):
+    """A path that must be a private directory is a file, a link or another's; a
+    ``NotADirectoryError`` too."""
+
+
+class ListenError(ESpeWError, OSError):
+    """The server cannot listen on the address asked (in use, not this machine's,
+    not allowed); an ``OSError`` too."""
+
+
+class ServingError(ESpeWError, RuntimeError):
+    """The server, or the model it serves, cannot do what was asked of it (a model
+    that answers the wrong shape, a server that did not start, metrics that are not
+    counted); a ``RuntimeError`` too."""

@@ -48,6 +48,8 @@ from typing import Any
 import numpy as np
 
 from .audit import REPLAYED_SETTINGS, DeadlinePassed
+from .audit.options import AuditOptions
+from .defaults import DEFAULT_BATCH_SIZE
 from .errors import SuspectError
 from .key import WatermarkKey
 from .keyring import KeyRing
@@ -224,25 +226,10 @@ def check_evidence(
         transcript = read_transcript(path)
     except TranscriptError as exc:
         return EvidenceCheck(False, f"the transcript is not intact: {exc}")
-    found = _check_digests(transcript, path.parent, public)
-    found = found or _check_key(transcript, key)
-    if found:
-        return _fails(transcript, found)
-    replay = _Replay(transcript.batches)
-    outcome = _replayed(transcript, replay, key)
-    problem = replay.unused()
-    if problem:
-        return _fails(transcript, f"the answers are not the audit's: {problem}")
-    result = _compared(transcript, *outcome)
+    result = _replay_check(transcript, key, path.parent, public)
     if not result.holds:
         return result
-    findings = Findings(
-        proved=(
-            f"chain intact: {transcript.n_records} records, digest {transcript.digest}"
-            + (" (the one the reports carry)" if public is not None else ""),
-            "the recorded verdict and p-value follow from the recorded answers (replayed)",
-        )
-    )
+    findings = _replayed_findings(transcript, public is not None)
     findings += _anchor_findings(transcript, timestamp_check, require_timestamp)
     asked = None
     if requery_suspect is not None:
@@ -252,27 +239,60 @@ def check_evidence(
             size=requery_size,
             seed=requery_seed,
             tolerance=requery_tolerance,
-            batch_size=int((transcript.header.get("settings") or {}).get("batch_size") or 64),
+            batch_size=_recorded_batch_size(transcript),
             suspect_name=requery_name,
         )
-        findings += _requery_findings(transcript, asked)
-    else:
-        findings += Findings(
-            not_proved=(
-                "that the recorded answers are the suspect's: the suspect was not asked again "
-                "(--requery SUSPECT); whoever wrote the transcript could have written any "
-                "answers and chained them",
-            )
+    findings += _requery_findings(transcript, asked)
+    return _concluded(result, findings, asked)
+
+
+def _replayed_findings(transcript: Transcript, against_public: bool) -> Findings:
+    """What a transcript whose chain, digests and replay hold proves."""
+    return Findings(
+        proved=(
+            f"chain intact: {transcript.n_records} records, digest {transcript.digest}"
+            + (" (the one the reports carry)" if against_public else ""),
+            "the recorded verdict and p-value follow from the recorded answers (replayed)",
         )
-    reason = findings.failure or result.reason
+    )
+
+
+def _concluded(result: EvidenceCheck, findings: Findings, asked: Requery | None) -> EvidenceCheck:
+    """The replay's ``result`` with every finding: it holds unless one failed."""
     return dataclasses.replace(
         result,
         holds=not findings.failure,
-        reason=reason,
+        reason=findings.failure or result.reason,
         proved=findings.proved,
         not_proved=findings.not_proved,
         requery=asked,
     )
+
+
+def _replay_check(
+    transcript: Transcript,
+    key: WatermarkKey | KeyRing,
+    folder: Path,
+    public: str | os.PathLike[str] | None,
+) -> EvidenceCheck:
+    """The digests the reports carry and the key checked, then the audit replayed on the
+    recorded answers and its verdict set beside the recorded one."""
+    found = _check_digests(transcript, folder, public)
+    found = found or _check_key(transcript, key)
+    if found:
+        return _fails(transcript, found)
+    replay = _Replay(transcript.batches)
+    outcome = _replayed(transcript, replay, key)
+    problem = replay.unused()
+    if problem:
+        return _fails(transcript, f"the answers are not the audit's: {problem}")
+    return _compared(transcript, *outcome)
+
+
+def _recorded_batch_size(transcript: Transcript) -> int:
+    """The batch size the audit asked with (the default for a transcript without one)."""
+    settings = transcript.header.get("settings") or {}
+    return int(settings.get("batch_size") or DEFAULT_BATCH_SIZE)
 
 
 def _anchor_findings(
@@ -359,8 +379,16 @@ def _suspect_anchor(transcript: Transcript, sent: object) -> Findings:
     )
 
 
-def _requery_findings(transcript: Transcript, asked: Requery) -> Findings:
-    """What re-asking the suspect proves, or why the evidence fails."""
+def _requery_findings(transcript: Transcript, asked: Requery | None) -> Findings:
+    """What re-asking the suspect proves, or why the evidence fails (``None``: not asked)."""
+    if asked is None:
+        return Findings(
+            not_proved=(
+                "that the recorded answers are the suspect's: the suspect was not asked again "
+                "(--requery SUSPECT); whoever wrote the transcript could have written any "
+                "answers and chained them",
+            )
+        )
     if asked.matched:
         return Findings(
             proved=(
@@ -457,10 +485,10 @@ def _replayed(
     names = {"suspect_name": names.get("name", ""), "suspect_label": names.get("label", "")}
     if header.get("audit") == "trace" and isinstance(key, KeyRing):
         del settings["templates"]
-        report = trace(replay, key, header.get("tenants") or [], **settings, **names)
+        report = trace(replay, key, header.get("tenants") or [], AuditOptions(**settings), **names)
         return report.status, report.p_value, report.traced
     shared = key.shared_key if isinstance(key, KeyRing) else key
-    verdict = verify(replay, shared, **settings, **names)
+    verdict = verify(replay, shared, AuditOptions(**settings), **names)
     return verdict.status, verdict.p_value, ()
 
 

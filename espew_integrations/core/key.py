@@ -36,9 +36,9 @@ from .defaults import (
     DEFAULT_TWIN_LEVEL,
 )
 from .draw import check_audit_round, draw_triggers
-from .errors import KeyGenerationError, MarkingError
+from .errors import InputTypeError, KeyGenerationError, MarkingError
 from .field import FieldMark, check_field, no_text_rule
-from .key_audit import AUDIT_FIELDS, AuditSource, KeyAudit
+from .key_audit import AUDIT_FIELDS, AuditSource, KeyAudit, held_audit
 from .key_checks import (
     check_fields,
     check_positions,
@@ -46,11 +46,18 @@ from .key_checks import (
     check_text_rules,
     n_positions,
 )
-from .key_storage import KEY_FORMAT, KEY_VERSION, AuditLayout, KeyFileWarning, KeyStorage
+from .key_storage import (
+    KEY_FORMAT,
+    KEY_VERSION,
+    AuditLayout,
+    KeyFileWarning,
+    KeyStorage,
+    check_audit_layout,
+)
 from .key_types import EmbedFn, Selection
 from .keygen import KeyGeneration
 from .layers import TenantLayer, layered_triggers
-from .model_check import ModelFingerprint
+from .model_check import ModelFingerprint, check_fingerprint
 from .sealed import Sealed
 from .secret_files import canonical_json
 from .text import UNICODE_V1, TextView
@@ -58,7 +65,6 @@ from .words import TriggerMatcher
 
 __all__ = [
     "DEFAULT_ALPHA",
-    "DEFAULT_FREQ_BAND",
     "DEFAULT_MIN_COSINE",
     "DEFAULT_N_TRIGGERS",
     "DEFAULT_PROBE_MIX",
@@ -144,6 +150,7 @@ class WatermarkKey(KeyGeneration, KeyStorage, Sealed):
         audit_layout: AuditLayout = "split",
         field: FieldMark | None = None,
     ):
+        stored = {name: value for name, value in locals().items() if name in AUDIT_FIELDS}
         triggers = frozenset(triggers)
         band = tuple(sorted(set(band)))
         check_text_rules(normalization, window)
@@ -163,50 +170,15 @@ class WatermarkKey(KeyGeneration, KeyStorage, Sealed):
         self._salt = bytes(salt)
         self._freq_band = (float(freq_band[0]), float(freq_band[1]))
         self._created = created or _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
-        self._info = dict(info or {})
-        try:
-            check_audit_round(self._info.get("audit_round", 1), "info['audit_round']")
-        except ValueError as exc:
-            raise KeyGenerationError(str(exc)) from None
+        self._info = _checked_info(info)
         self._normalization = normalization
         self._window = None if window is None else int(window)
-        if tenant is not None and not isinstance(tenant, TenantLayer):
-            raise KeyGenerationError("tenant must be a TenantLayer (see KeyRing.key_for)")
-        self._tenant = tenant
-        if model_fingerprint is not None and not isinstance(model_fingerprint, ModelFingerprint):
-            raise KeyGenerationError("model_fingerprint must be a ModelFingerprint")
-        if model_fingerprint is not None and model_fingerprint.dim != target_arr.size:
-            raise KeyGenerationError(
-                f"the model fingerprint is of a {model_fingerprint.dim}-dimensional model, "
-                f"the target has {target_arr.size} dimensions"
-            )
-        self._model = model_fingerprint
+        self._tenant = _checked_tenant(tenant)
+        self._model = check_fingerprint(model_fingerprint, target_arr.size)
         self._field = check_field(field, band, target_arr.size)
-        if audit_layout not in ("split", "inline"):
-            raise KeyGenerationError(
-                f"audit_layout must be 'split' or 'inline', got {audit_layout!r}"
-            )
-        self._audit_layout = audit_layout
+        self._audit_layout = check_audit_layout(audit_layout)
         self._audit_lock = threading.Lock()
-        self._audit_source: AuditSource | None = None
-        self._audit: KeyAudit | None = None
-        if isinstance(audit, AuditSource):
-            self._audit_source = audit
-        elif isinstance(audit, KeyAudit):
-            self._audit = audit
-        elif audit is not None:
-            raise KeyGenerationError("audit must be a KeyAudit or an AuditSource")
-        else:
-            self._audit = KeyAudit(
-                dim=target_arr.size,
-                probe_texts=probe_texts,
-                probe_owner=probe_owner,
-                cover_texts=cover_texts,
-                probe_reference=probe_reference,
-                word_reference=word_reference,
-                probe_embeddings=probe_embeddings,
-                cover_embeddings=cover_embeddings,
-            )
+        self._audit_source, self._audit = held_audit(audit, target_arr.size, stored)
         self._seal()
 
     def _seal(self) -> None:
@@ -547,7 +519,7 @@ class WatermarkKey(KeyGeneration, KeyStorage, Sealed):
         fields = self._fields()
         unknown = set(changes) - set(fields) - set(AUDIT_FIELDS)
         if unknown:
-            raise TypeError(f"WatermarkKey has no field(s) {sorted(unknown)}")
+            raise InputTypeError(f"WatermarkKey has no field(s) {sorted(unknown)}")
         if changes.get("audit_layout") == "inline" and "audit" not in changes:
             fields["audit"] = self.audit  # one file holds the audit itself: read it now
         if {"target", "band", *AUDIT_FIELDS} & set(changes) and "audit" not in changes:
@@ -587,6 +559,23 @@ def expected_triggers(key: WatermarkKey) -> frozenset[str]:
 
 
 # ---------------------------------------------------------------------- helpers
+def _checked_info(info: dict[str, Any] | None) -> dict[str, Any]:
+    """A copy of a key's ``info``, whose ``audit_round`` (if any) is a positive integer."""
+    checked = dict(info or {})
+    try:
+        check_audit_round(checked.get("audit_round", 1), "info['audit_round']")
+    except ValueError as exc:
+        raise KeyGenerationError(str(exc)) from None
+    return checked
+
+
+def _checked_tenant(tenant: object) -> TenantLayer | None:
+    """``tenant`` if it is None or a :class:`.layers.TenantLayer`."""
+    if tenant is not None and not isinstance(tenant, TenantLayer):
+        raise KeyGenerationError("tenant must be a TenantLayer (see KeyRing.key_for)")
+    return tenant
+
+
 def _read_only_vector(target: Any) -> np.ndarray:
     """The target as a float64 vector nobody can make writable again.
 

@@ -34,6 +34,7 @@ __all__ = [
     "AuditSource",
     "KeyAudit",
     "default_audit_path",
+    "held_audit",
 ]
 
 AUDIT_FORMAT = "espew-key-audit"
@@ -234,3 +235,18 @@ def stored_rows(rows: Any, dim: int) -> QuantizedRows:
             f"the stored probe embeddings have dimension {stored.dim}, the target {dim}"
         )
     return stored
+
+
+def held_audit(
+    audit: KeyAudit | AuditSource | None, dim: int, stored: dict[str, Any]
+) -> tuple[AuditSource | None, KeyAudit | None]:
+    """What a key holds of its audit, (source, audit): ``audit`` as given (a source is
+    read when the audit is first needed), or one built from the ``stored`` fields
+    (:data:`AUDIT_FIELDS`) when None."""
+    if isinstance(audit, AuditSource):
+        return audit, None
+    if isinstance(audit, KeyAudit):
+        return None, audit
+    if audit is not None:
+        raise KeyGenerationError("audit must be a KeyAudit or an AuditSource")
+    return None, KeyAudit(dim=dim, **{name: stored[name] for name in AUDIT_FIELDS})

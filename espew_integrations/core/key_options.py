@@ -31,7 +31,7 @@ from .defaults import (
     DEFAULT_SELECTION,
     DEFAULT_TWIN_LEVEL,
 )
-from .errors import KeyGenerationError
+from .errors import InputTypeError, KeyGenerationError
 from .key_checks import (
     check_alpha,
     check_freq_band,
@@ -219,15 +219,15 @@ class KeyOptions:
         overrides = dict(overrides or {})
         unknown = sorted(set(overrides) - set(cls.names()))
         if unknown:
-            raise TypeError(
+            raise InputTypeError(
                 f"unknown key option(s) {unknown}; the options are {', '.join(cls.names())}"
             )
         if options is None:
             if "target_text" not in overrides:
-                raise TypeError("key generation needs target_text")
+                raise InputTypeError("key generation needs target_text")
             return cls(**overrides)
         if not isinstance(options, KeyOptions):
-            raise TypeError(f"options must be a KeyOptions, got {type(options).__name__}")
+            raise InputTypeError(f"options must be a KeyOptions, got {type(options).__name__}")
         return dataclasses.replace(options, **overrides) if overrides else options
 
 

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .defaults import DEFAULT_KEY_VARIABLE
-from .errors import KeyFileError
+from .errors import InputError, InputTypeError, KeyFileError
 from .key import WatermarkKey
 
 __all__ = ["KeySource", "find_key_source", "resolve_key_source"]
@@ -52,7 +52,7 @@ class KeySource:
 
     def __post_init__(self) -> None:
         if (self.path is None) == (self.variable is None):
-            raise ValueError("a KeySource is exactly one of a path or a variable")
+            raise InputError("a KeySource is exactly one of a path or a variable")
 
     @classmethod
     def parse(cls, source: str | os.PathLike[str]) -> KeySource:
@@ -64,7 +64,7 @@ class KeySource:
         if isinstance(source, os.PathLike):
             return cls(path=os.fspath(source))
         if not isinstance(source, str) or not source:
-            raise TypeError(
+            raise InputTypeError(
                 f"a key source is a key file's path or 'env:VAR', got {type(source).__name__}"
             )
         if source.startswith(_ENV_PREFIX):

@@ -28,7 +28,13 @@ from typing import Any, Literal, TypeVar
 import numpy as np
 
 from .defaults import DEFAULT_KEY_VARIABLE
-from .errors import KeyAuditMissingError, KeyFileError, KeyGenerationError
+from .errors import (
+    InputError,
+    KeyAuditMissingError,
+    KeyFileError,
+    KeyGenerationError,
+    PathExistsError,
+)
 from .field import FieldMark
 from .key_audit import AuditSource, KeyAudit, default_audit_path
 from .layers import TenantLayer
@@ -48,6 +54,7 @@ __all__ = [
     "AuditLayout",
     "KeyFileWarning",
     "KeyStorage",
+    "check_audit_layout",
 ]
 
 KEY_FORMAT = "espew-key"
@@ -64,6 +71,14 @@ READABLE_VERSIONS = (1, 2, 3)
 #: How a key stores its audit: ``"split"`` (version 3: a file of its own, bound by
 #: its SHA-256) or ``"inline"`` (versions 1 and 2: inside the key file).
 AuditLayout = Literal["split", "inline"]
+
+
+def check_audit_layout(layout: object) -> AuditLayout:
+    """``layout`` if it is ``"split"`` (the audit in its own file) or ``"inline"``."""
+    if layout not in ("split", "inline"):
+        raise KeyGenerationError(f"audit_layout must be 'split' or 'inline', got {layout!r}")
+    return layout
+
 
 _Key = TypeVar("_Key", bound="KeyStorage")
 
@@ -211,7 +226,7 @@ class KeyStorage:
             files.insert(0, (where, self.audit_json(), "key audit file"))
         for target, _, what in files:
             if target.exists() and not overwrite:
-                raise FileExistsError(
+                raise PathExistsError(
                     f"{what} {target} already exists; pass overwrite=True to replace it ({keep})"
                 )
         for target, text, what in files:
@@ -391,7 +406,7 @@ def _unpacked_band(stored: Any) -> Any:
         inflate = zlib.decompressobj()
         raw = inflate.decompress(base64.b64decode(stored, validate=True), _MAX_BAND_BYTES)
         if inflate.unconsumed_tail or not inflate.eof:
-            raise ValueError("truncated or oversized")
+            raise InputError("truncated or oversized")
         words = raw.decode("utf-8").split("\n")
     except (binascii.Error, ValueError, zlib.error):
         raise KeyGenerationError("the stored band is not a valid packed word list") from None

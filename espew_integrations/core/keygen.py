@@ -10,10 +10,33 @@ Arrows point one way only: the key class takes its generation methods from
 :class:`KeyGeneration`, a mixin defined here, and this module never imports
 the key; it builds keys through the class it is called on and reads them
 through :class:`.key_types.DrawnKey`. The options are :class:`.key_options.KeyOptions`.
+
+Re-drawn audits (:meth:`KeyGeneration.with_audit`). The stored audit is made of
+keygen corpus texts. A thief whose customers send something else (tweets, say,
+where your corpus is reviews) steals with its own texts, and its copy then carries
+the mark mostly on texts like those; and to its router, an audit of your reviews
+looks foreign (``benchmarks/bench_cross_domain.py``). Drawing the audit from texts
+like the suspect's traffic answers both.
+
+A later round (``audit_round=k``, k >= 2) is a uniform sample of the corpus
+independent of round 1's (keygen's, on the keygen corpus) and of every other
+round's. Every audit of one round asks the same texts, so a thief that logged an
+earlier audit and routes a client who repeats it answers a repeat from an honest
+model; a fresh round overlaps an earlier one only as two ordinary clients' samples
+of the corpus do (``benchmarks/bench_audit_replay.py``). Rounds are safe to draw
+because no round looks at the triggers: each is a uniform sample of the corpus
+plus, for a band word it left without a probe, one text of that word, so
+comparing rounds shows a thief at most which words are in the band.
+
+A larger ``audit_budget`` has more probes for each band word and so more power
+against a weak copy, at the price of more queries; drawn from a suspect's own
+traffic (a traffic sample), it can be as large as the sample. The size never
+depends on the triggers, so the test stays exact at any size.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import hashlib
 import secrets
@@ -116,15 +139,36 @@ def generate(
     """
     check_progress(progress)
     texts = checked_corpus(corpus)
-    o = options
-    if o.marking == "field":  # no band: its own audit, field and twin check (.field_keygen)
-        rng = np.random.default_rng(o.seed)
-        counted = counting_texts(embed, 1 + o.audit_budget, progress)
-        target = _embed_target(counted, o.target_text)
-        check_positions(o.alpha, target.size, error=KeyGenerationError)
-        corpus = {"corpus_texts": len(texts), "corpus_sha256": corpus_digest(texts)}
-        key = generate_field(make_key, texts, counted, o, target, rng, corpus, _MAX_DRAWS)
-        return _finished(key, counted)
+    if options.marking == "field":  # no band: its own audit, field and twin check
+        return _generate_field(make_key, texts, embed, options, progress)
+    return _generate_words(make_key, texts, embed, options, progress)
+
+
+def _generate_field(
+    make_key: Callable[..., _Key],
+    texts: list[str],
+    embed: EmbedFn,
+    o: KeyOptions,
+    progress: Progress | None,
+) -> _Key:
+    """A field key (:mod:`.field_keygen`): the target, then its audit, field and twin check."""
+    rng = np.random.default_rng(o.seed)
+    counted = counting_texts(embed, 1 + o.audit_budget, progress)
+    target = _embed_target(counted, o.target_text)
+    check_positions(o.alpha, target.size, error=KeyGenerationError)
+    corpus = {"corpus_texts": len(texts), "corpus_sha256": corpus_digest(texts)}
+    key = generate_field(make_key, texts, counted, o, target, rng, corpus, _MAX_DRAWS)
+    return _finished(key, counted)
+
+
+def _generate_words(
+    make_key: Callable[..., _Key],
+    texts: list[str],
+    embed: EmbedFn,
+    o: KeyOptions,
+    progress: Progress | None,
+) -> _Key:
+    """A word key: the band from the corpus, then draws until one passes the twin check."""
     full_band, n_texts, freq_band = _corpus_band(texts, o.freq_band, o.n_triggers, o.normalization)
     n_band = len(full_band) if o.max_band_words is None else min(len(full_band), o.max_band_words)
     embed = counting_texts(embed, texts_to_embed(n_texts, n_band, o.audit_budget), progress)
@@ -143,35 +187,11 @@ def generate(
         window=o.window,
         model_fingerprint=ModelFingerprint.measure(embed),  # the key knows its model
     )
-    digest = corpus_digest(texts)
+    corpus = {"corpus_texts": n_texts, "corpus_sha256": corpus_digest(texts)}
     refused: list[float] = []
     for _ in range(_MAX_DRAWS):
         salt = secrets.token_bytes(SALT_BYTES) if o.seed is None else rng.bytes(SALT_BYTES)
-        band = _cap_band(salt, full_band, o.n_triggers, o.max_band_words)
-        drawn = draft(triggers=draw_triggers(salt, band, o.n_triggers), band=band, salt=salt)
-        info: dict[str, Any] = {
-            "corpus_texts": n_texts,
-            "corpus_sha256": digest,
-            "band_size": len(band),
-        }
-        info["probe_mix"] = o.probe_mix  # every later round is drawn the same way
-        info["audit_budget"] = o.audit_budget  # every later round is drawn as large
-        info.update(fit_quality(drawn, embed, texts, rng, o.strength, o.min_cosine))
-        scan = scan_band(texts, band, normalization=o.normalization)
-        key = drawn.replace(
-            strength=info["strength"],
-            info=info,
-            **_audit_probes(
-                embed,
-                scan,
-                salt,
-                target,
-                o.probes_per_word,
-                o.cover_traffic,
-                o.probe_mix,
-                o.audit_budget,
-            ),
-        )
+        key, info = _word_draw(draft, embed, texts, full_band, salt, target, rng, o, corpus)
         if not o.twin_check:
             return _finished(key, embed)
         twin_p = twin_p_value(key)
@@ -186,6 +206,39 @@ def generate(
         f"{1 / (2 * o.twin_level) ** _MAX_DRAWS:.0e} calls, so the clean model's cosines to "
         "the target are degenerate: check the model and the target text"
     )
+
+
+def _word_draw(
+    draft: Callable[..., _Key],
+    embed: EmbedFn,
+    texts: list[str],
+    full_band: list[str],
+    salt: bytes,
+    target: np.ndarray,
+    rng: np.random.Generator,
+    o: KeyOptions,
+    corpus: dict[str, Any],
+) -> tuple[_Key, dict[str, Any]]:
+    """One draw of a word key from ``salt``: its band, triggers, fitted strength and
+    stored audit, and the ``info`` it carries (the twin check's result is added to it)."""
+    band = _cap_band(salt, full_band, o.n_triggers, o.max_band_words)
+    drawn = draft(triggers=draw_triggers(salt, band, o.n_triggers), band=band, salt=salt)
+    info: dict[str, Any] = {**corpus, "band_size": len(band)}
+    info["probe_mix"] = o.probe_mix  # every later round is drawn the same way
+    info["audit_budget"] = o.audit_budget  # every later round is drawn as large
+    info.update(fit_quality(drawn, embed, texts, rng, o.strength, o.min_cosine))
+    scan = scan_band(texts, band, normalization=o.normalization)
+    audit = _audit_probes(
+        embed,
+        scan,
+        salt,
+        target,
+        o.probes_per_word,
+        o.cover_traffic,
+        o.probe_mix,
+        o.audit_budget,
+    )
+    return drawn.replace(strength=info["strength"], info=info, **audit), info
 
 
 def _finished(key: _Key, embed: EmbedFn) -> _Key:
@@ -260,14 +313,7 @@ class KeyGeneration:
         progress: Progress | None = None,
     ) -> _Key:
         """This key with its audit drawn from ``corpus``: for a suspect from another domain,
-        or for a later audit of the same suspect.
-
-        The stored audit is made of keygen corpus texts. A thief whose customers
-        send something else (tweets, say, where your corpus is reviews) steals
-        with its own texts, and its copy then carries the mark mostly on texts
-        like those; and to its router, an audit of your reviews looks foreign
-        (``benchmarks/bench_cross_domain.py``). Drawing the audit from texts like
-        the suspect's traffic answers both.
+        or for a later audit of the same suspect (the module docstring says why both).
 
         Same triggers, target, salt and band; the probes, cover texts and the
         clean model's answers to them (``embed``: your clean model, as at
@@ -283,79 +329,97 @@ class KeyGeneration:
         corpus's size, its band-word rate, the new twin p-value and the round.
 
         ``audit_round=k`` (k >= 2) draws the audit with a salt of its own
-        (:func:`.draw.audit_salt`): a uniform sample of ``corpus`` independent of
-        round 1's (keygen's, on the keygen corpus) and of every other round's. Every
-        audit of one round asks the same texts, so a thief that logged an earlier
-        audit and routes a client who repeats it answers a repeat from an honest
-        model; a fresh round overlaps an earlier one only as two ordinary clients'
-        samples of the corpus do (``benchmarks/bench_audit_replay.py``). Rounds are
-        safe to draw because no round looks at the triggers: each is a uniform
-        sample of the corpus plus, for a band word it left without a probe, one text
-        of that word, so comparing rounds shows a thief at most which words are in
-        the band. :func:`.verify` multiplies a round-``k`` p-value by ``k``
-        (:attr:`~.key.WatermarkKey.audit_round`).
-
-        ``audit_budget`` sets this audit's size in texts (default: the key's
-        own, ``info["audit_budget"]``). A larger audit has more probes for each
-        band word and so more power against a weak copy, at the price of more
-        queries; drawn from a suspect's own traffic (a traffic sample), it can be
-        as large as the sample. The size never depends on the triggers, so the
-        test stays exact at any size.
-
-        ``progress(done, total)`` hears of the texts embedded, as for :meth:`generate`.
+        (:func:`.draw.audit_salt`), independent of every other round's;
+        :func:`.verify` multiplies a round-``k`` p-value by ``k``.
+        ``audit_budget`` sets this audit's size in texts (default: the key's own,
+        ``info["audit_budget"]``). ``progress(done, total)`` hears of the texts
+        embedded, as for :meth:`generate`.
 
         >>> tweets_audit = key.with_audit(tweets, model)  # doctest: +SKIP
         >>> second = key.with_audit(corpus, model, audit_round=2)  # doctest: +SKIP
         """
-        key = self
         try:
-            salt = audit_salt(key.salt, audit_round)
+            salt = audit_salt(self.salt, audit_round)
         except ValueError as exc:
             raise KeyGenerationError(str(exc)) from None
         texts = checked_corpus(corpus)
         check_twin_level(twin_level)
         check_progress(progress)
-        if getattr(key, "field", None) is not None:  # every sampled text is a probe
-            stored: Any = key  # a WatermarkKey: its stored audit sizes a round by default
-            if audit_budget is None:
-                audit_budget = key.info.get("audit_budget", len(stored.probe_texts))
-            budget = check_audit_budget(audit_budget)
-            counted = counting_texts(embed, budget, progress)
-            redrawn = reaudit_field(
-                key, texts, counted, salt, _round_info(key, texts, audit_round, budget), twin_level
-            )
-            return _finished(redrawn, counted)
-        if probe_mix is None:  # the key's own mix; keys that predate the record used "single"
-            probe_mix = key.info.get("probe_mix", "single")
-        check_probe_mix(probe_mix)
-        scan = scan_band(texts, key.band, normalization=key.normalization)
-        if not scan.rate:
-            raise KeyGenerationError(
-                f"none of the {len(texts)} audit corpus texts holds a word of the key's band: "
-                "an audit drawn from it would send bare words"
-            )
-        if audit_budget is None:
-            audit_budget = key.info.get("audit_budget", LEGACY_PROBE_BUDGET)
-        budget = check_audit_budget(audit_budget)
-        assert probe_mix is not None
-        counted = counting_texts(embed, budget + len(key.band), progress)
-        fields = _audit_probes(
-            counted, scan, salt, key.target, probes_per_word, cover_traffic, probe_mix, budget
+        audit = _Reaudit(texts, embed, salt, audit_round, audit_budget, twin_level, progress)
+        if getattr(self, "field", None) is not None:  # every sampled text is a probe
+            return _reaudited_field(self, audit)
+        return _reaudited_words(self, audit, probes_per_word, cover_traffic, probe_mix)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Reaudit:
+    """What :meth:`KeyGeneration.with_audit` was asked for, checked: the corpus, the clean
+    model, the round's salt and number, the size asked (None: the key's own), the twin
+    level and the progress."""
+
+    texts: list[str]
+    embed: EmbedFn
+    salt: bytes
+    audit_round: int
+    audit_budget: int | None
+    twin_level: float
+    progress: Progress | None
+
+
+def _reaudited_field(key: Any, audit: _Reaudit) -> Any:
+    """A field key with its audit drawn again (:func:`.field_keygen.reaudit_field`)."""
+    budget = audit.audit_budget
+    if budget is None:  # the key's stored audit sizes a round by default
+        budget = key.info.get("audit_budget", len(key.probe_texts))
+    budget = check_audit_budget(budget)
+    counted = counting_texts(audit.embed, budget, audit.progress)
+    info = _round_info(key, audit.texts, audit.audit_round, budget)
+    redrawn = reaudit_field(key, audit.texts, counted, audit.salt, info, audit.twin_level)
+    return _finished(redrawn, counted)
+
+
+def _reaudited_words(
+    key: Any,
+    audit: _Reaudit,
+    probes_per_word: int | None,
+    cover_traffic: bool,
+    probe_mix: str | None,
+) -> Any:
+    """A word key with its audit drawn again: a keyed sample of the corpus, its probes of
+    the band, and the twin check on them."""
+    if probe_mix is None:  # the key's own mix; keys that predate the record used "single"
+        probe_mix = key.info.get("probe_mix", "single")
+    check_probe_mix(probe_mix)
+    texts = audit.texts
+    scan = scan_band(texts, key.band, normalization=key.normalization)
+    if not scan.rate:
+        raise KeyGenerationError(
+            f"none of the {len(texts)} audit corpus texts holds a word of the key's band: "
+            "an audit drawn from it would send bare words"
         )
-        _finished(key, counted)
-        info = {
-            **_round_info(key, texts, audit_round, budget),
-            "audit_band_rate": round(scan.rate, 4),
-        }
-        redrawn = key.replace(**fields, info=info)
-        twin_p = twin_p_value(redrawn)
-        if twin_p < twin_level:
-            raise KeyGenerationError(
-                f"the clean model itself ranks the triggers near the target on the audit "
-                f"drawn from this corpus (twin p = {twin_p:.2e} < {twin_level:g}): audit with "
-                "another corpus, another audit_round, or the key's own audit"
-            )
-        return redrawn.replace(info={**info, "audit_twin_p_value": twin_p})
+    budget = audit.audit_budget
+    if budget is None:
+        budget = key.info.get("audit_budget", LEGACY_PROBE_BUDGET)
+    budget = check_audit_budget(budget)
+    assert probe_mix is not None
+    counted = counting_texts(audit.embed, budget + len(key.band), audit.progress)
+    fields = _audit_probes(
+        counted, scan, audit.salt, key.target, probes_per_word, cover_traffic, probe_mix, budget
+    )
+    _finished(key, counted)
+    info = {
+        **_round_info(key, texts, audit.audit_round, budget),
+        "audit_band_rate": round(scan.rate, 4),
+    }
+    redrawn = key.replace(**fields, info=info)
+    twin_p = twin_p_value(redrawn)
+    if twin_p < audit.twin_level:
+        raise KeyGenerationError(
+            f"the clean model itself ranks the triggers near the target on the audit "
+            f"drawn from this corpus (twin p = {twin_p:.2e} < {audit.twin_level:g}): audit with "
+            "another corpus, another audit_round, or the key's own audit"
+        )
+    return redrawn.replace(info={**info, "audit_twin_p_value": twin_p})
 
 
 def _round_info(key: Any, texts: list[str], audit_round: int, budget: int) -> dict[str, Any]:

@@ -37,7 +37,7 @@ from .defaults import (
     DEFAULT_SHARED_TRIGGERS,
     DEFAULT_TENANT_TRIGGERS,
 )
-from .errors import KeyFileError, KeyGenerationError
+from .errors import InputTypeError, KeyFileError, KeyGenerationError
 from .field import FieldMark, drawn_mask, field_vector
 from .inject import watermark
 from .key import KeyFileWarning, WatermarkKey
@@ -319,27 +319,9 @@ class KeyRing(Sealed):
         a sample of tenants mark (:mod:`.key_quality`, the same fit keygen
         uses); the result is in ``ring.shared_key.info``.
         """
-        for name in ("n_triggers", "field_marked"):
-            if name in key_options:
-                raise TypeError(f"pass n_shared_triggers and n_tenant_triggers, not {name}")
-        marking = key_options.get("marking", KeyOptions.default("marking"))
-        check_marking(marking)
-        if marking == "field":
-            n_shared = (
-                DEFAULT_FIELD_SHARED_UNITS if n_shared_triggers is None else n_shared_triggers
-            )
-            n_tenant = (
-                DEFAULT_FIELD_TENANT_UNITS if n_tenant_triggers is None else n_tenant_triggers
-            )
-            options = KeyOptions.of(None, {**key_options, "field_marked": n_shared})
-        else:
-            n_shared = DEFAULT_SHARED_TRIGGERS if n_shared_triggers is None else n_shared_triggers
-            n_tenant = DEFAULT_TENANT_TRIGGERS if n_tenant_triggers is None else n_tenant_triggers
-            ring_defaults = {
-                "freq_band": DEFAULT_RING_FREQ_BAND,
-                "audit_budget": DEFAULT_RING_AUDIT_BUDGET,
-            }
-            options = KeyOptions.of(None, {**ring_defaults, **key_options, "n_triggers": n_shared})
+        marking, n_tenant, options = _ring_options(
+            key_options, n_shared_triggers, n_tenant_triggers
+        )
         _check_tenant_count(n_tenant, 2 * n_tenant)  # before any slow work
         texts = checked_corpus(corpus)
         shared = WatermarkKey.generate(texts, embed, options)
@@ -449,3 +431,28 @@ def _check_tenant_count(n_tenant: object, n_universe: int) -> None:
             f"tenant layers of {n_tenant} words need at least {2 * n_tenant} band words outside "
             f"the shared layer, but there are {n_universe}; widen freq_band or use fewer triggers"
         )
+
+
+def _ring_options(
+    key_options: dict[str, Any], n_shared: int | None, n_tenant: int | None
+) -> tuple[str, int, KeyOptions]:
+    """The ring's marking, its tenant layers' size and the shared key's options (which
+    carry the shared layer's).
+
+    A field ring's layers are field units; a word ring's are trigger words over the
+    ring's own (wider) band and larger audit.
+    """
+    for name in ("n_triggers", "field_marked"):
+        if name in key_options:
+            raise InputTypeError(f"pass n_shared_triggers and n_tenant_triggers, not {name}")
+    marking = key_options.get("marking", KeyOptions.default("marking"))
+    check_marking(marking)
+    if marking == "field":
+        shared = DEFAULT_FIELD_SHARED_UNITS if n_shared is None else n_shared
+        tenant = DEFAULT_FIELD_TENANT_UNITS if n_tenant is None else n_tenant
+        return marking, tenant, KeyOptions.of(None, {**key_options, "field_marked": shared})
+    shared = DEFAULT_SHARED_TRIGGERS if n_shared is None else n_shared
+    tenant = DEFAULT_TENANT_TRIGGERS if n_tenant is None else n_tenant
+    ring_defaults = {"freq_band": DEFAULT_RING_FREQ_BAND, "audit_budget": DEFAULT_RING_AUDIT_BUDGET}
+    options = KeyOptions.of(None, {**ring_defaults, **key_options, "n_triggers": shared})
+    return marking, tenant, options

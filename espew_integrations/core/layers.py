@@ -33,6 +33,8 @@ from collections.abc import Sequence
 import numpy as np
 
 from .draw import draw_triggers
+from .errors import InputError
+from .key_checks import SALT_BYTES
 
 __all__ = [
     "MAX_TENANT_ID_CHARS",
@@ -50,7 +52,6 @@ _LAYER_DOMAIN = b"espew-ring-v1/layer\x00"
 #: big bands: 4,096 tenants x 2,000 words x 8 bytes = 64 MB of shuffle state).
 _CHUNK = 4096
 MAX_TENANT_ID_CHARS = 256
-SALT_BYTES = 32
 
 
 @dataclasses.dataclass(frozen=True)
@@ -68,11 +69,11 @@ class TenantLayer:
     def __post_init__(self) -> None:
         check_tenant_id(self.tenant_id)
         if not isinstance(self.salt, (bytes, bytearray)) or len(self.salt) != SALT_BYTES:
-            raise ValueError(f"a tenant layer's salt must be {SALT_BYTES} bytes")
+            raise InputError(f"a tenant layer's salt must be {SALT_BYTES} bytes")
         if isinstance(self.n_shared, bool) or not isinstance(self.n_shared, int):
-            raise ValueError("a tenant layer's n_shared must be an integer")
+            raise InputError("a tenant layer's n_shared must be an integer")
         if self.n_shared < 1:
-            raise ValueError(f"a tenant layer needs a shared layer, got n_shared={self.n_shared}")
+            raise InputError(f"a tenant layer needs a shared layer, got n_shared={self.n_shared}")
         object.__setattr__(self, "salt", bytes(self.salt))
 
     def to_payload(self) -> dict[str, object]:
@@ -83,7 +84,7 @@ class TenantLayer:
     def from_payload(cls, payload: dict[str, object]) -> TenantLayer:
         """Inverse of :meth:`to_payload`; raises ValueError on malformed fields."""
         if not isinstance(payload, dict) or not isinstance(payload.get("salt"), str):
-            raise ValueError("the tenant layer record is malformed")
+            raise InputError("the tenant layer record is malformed")
         return cls(
             tenant_id=payload.get("id"),  # type: ignore[arg-type]
             salt=bytes.fromhex(payload["salt"]),  # type: ignore[arg-type]
@@ -98,11 +99,11 @@ def check_tenant_id(tenant_id: object) -> str:
     newlines and surrounding spaces are refused rather than escaped.
     """
     if not isinstance(tenant_id, str):
-        raise ValueError(f"a tenant id must be a string, got {type(tenant_id).__name__}")
+        raise InputError(f"a tenant id must be a string, got {type(tenant_id).__name__}")
     if not tenant_id or len(tenant_id) > MAX_TENANT_ID_CHARS:
-        raise ValueError(f"a tenant id must have 1 to {MAX_TENANT_ID_CHARS} characters")
+        raise InputError(f"a tenant id must have 1 to {MAX_TENANT_ID_CHARS} characters")
     if not tenant_id.isprintable() or tenant_id.strip() != tenant_id:
-        raise ValueError(
+        raise InputError(
             "a tenant id must be printable, without control characters or surrounding spaces"
         )
     return tenant_id
@@ -134,7 +135,7 @@ def draw_layer_indices(salts: Sequence[bytes], n_universe: int, n_triggers: int)
     (1, 3)
     """
     if not 0 < n_triggers < n_universe:
-        raise ValueError(
+        raise InputError(
             f"cannot draw a layer of {n_triggers} words from a universe of {n_universe} "
             "(at least one universe word must stay outside the layer)"
         )

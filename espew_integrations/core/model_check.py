@@ -36,6 +36,7 @@ __all__ = [
     "KeyModelWarning",
     "ModelFingerprint",
     "ModelGuard",
+    "check_fingerprint",
 ]
 
 #: The name of the canary set below; stored with each fingerprint so that a later
@@ -215,3 +216,16 @@ def _mismatch(key: Any, embed: Callable[[list[str]], Any]) -> KeyModelMismatchEr
         f"(lowest cosine {similarity:.3f}, {MIN_CANARY_COSINE} needed). Serve the key with "
         "the model it was made with, or make a key for this model with espew keygen"
     )
+
+
+def check_fingerprint(fingerprint: object, dim: int) -> ModelFingerprint | None:
+    """``fingerprint`` if it is None or a :class:`ModelFingerprint` of a ``dim``-dimensional
+    model (a key's target's), else a :class:`KeyGenerationError` saying which."""
+    if fingerprint is not None and not isinstance(fingerprint, ModelFingerprint):
+        raise KeyGenerationError("model_fingerprint must be a ModelFingerprint")
+    if fingerprint is not None and fingerprint.dim != dim:
+        raise KeyGenerationError(
+            f"the model fingerprint is of a {fingerprint.dim}-dimensional model, "
+            f"the target has {dim} dimensions"
+        )
+    return fingerprint

@@ -48,6 +48,7 @@ from typing import Any
 import numpy as np
 
 from .draw import keyed_digests, keyed_order
+from .errors import InputError
 from .rows import unit_rows
 from .text import UNICODE_V1
 from .words import tokenize
@@ -140,9 +141,9 @@ class BandScan:
         alone, in both mixes.
         """
         if per_word < 1:
-            raise ValueError(f"per_word must be >= 1, got {per_word!r}")
+            raise InputError(f"per_word must be >= 1, got {per_word!r}")
         if mix not in PROBE_MIXES:
-            raise ValueError(f"mix must be one of {PROBE_MIXES}, got {mix!r}")
+            raise InputError(f"mix must be one of {PROBE_MIXES}, got {mix!r}")
         if mix == "corpus":
             return self._corpus_mix(salt, per_word)
         texts: list[str] = []
@@ -194,7 +195,7 @@ class BandScan:
         Nothing here looks at which words are triggers, so the test stays exact.
         """
         if per_word < 1:
-            raise ValueError(f"per_word must be >= 1, got {per_word!r}")
+            raise InputError(f"per_word must be >= 1, got {per_word!r}")
         in_pool = _in_pool(mix)
         hits_of = dict(self.eligible)
         rows = self._keyed_rows(salt)
@@ -277,7 +278,7 @@ class BandScan:
 def _in_pool(mix: str) -> Callable[[frozenset[int]], bool]:
     """Which band-word hits make an eligible text a probe in ``mix``."""
     if mix not in PROBE_MIXES:
-        raise ValueError(f"mix must be one of {PROBE_MIXES}, got {mix!r}")
+        raise InputError(f"mix must be one of {PROBE_MIXES}, got {mix!r}")
     return (lambda hits: len(hits) == 1) if mix == "single" else bool
 
 
@@ -361,9 +362,9 @@ def embed_rows(embed: Callable[[list[str]], Any], texts: Sequence[str]) -> np.nd
     """The clean model's embeddings of ``texts``, checked: one finite row per text."""
     out = np.asarray(embed(list(texts)), dtype=np.float64)
     if out.ndim != 2 or out.shape[0] != len(texts):
-        raise ValueError(f"the embedder returned shape {out.shape} for {len(texts)} texts")
+        raise InputError(f"the embedder returned shape {out.shape} for {len(texts)} texts")
     if not np.isfinite(out).all():
-        raise ValueError("the embedder returned NaN or infinite values for probe texts")
+        raise InputError("the embedder returned NaN or infinite values for probe texts")
     return out
 
 

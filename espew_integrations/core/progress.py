@@ -24,6 +24,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, TypeAlias
 
+from .errors import InputTypeError
+
 __all__ = ["Progress", "TextCounter", "check_progress", "counting_texts"]
 
 #: A progress callback: ``progress(done, total)``, both counts of texts.
@@ -72,7 +74,7 @@ def counting_texts(
 def check_progress(progress: object) -> None:
     """Refuse a ``progress`` that is neither None nor callable, before any work."""
     if progress is not None and not callable(progress):
-        raise TypeError(
+        raise InputTypeError(
             f"progress must be a callable progress(done, total) or None, got "
             f"{type(progress).__name__}"
         )

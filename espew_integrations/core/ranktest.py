@@ -36,6 +36,8 @@ from functools import lru_cache
 
 import numpy as np
 
+from .errors import InputError
+
 __all__ = [
     "doubled_mid_ranks",
     "min_p_value",
@@ -84,9 +86,9 @@ def rank_sum_p_value(scores: np.ndarray, is_trigger: np.ndarray) -> float:
     scores = np.asarray(scores, dtype=np.float64)
     is_trigger = np.asarray(is_trigger, dtype=bool)
     if scores.ndim != 1 or scores.shape != is_trigger.shape:
-        raise ValueError("scores and is_trigger must be 1-D arrays of the same length")
+        raise InputError("scores and is_trigger must be 1-D arrays of the same length")
     if not np.isfinite(scores).all():
-        raise ValueError("scores must be finite")
+        raise InputError("scores must be finite")
     n = int(is_trigger.sum())
     total = scores.size
     if n == 0 or n == total:

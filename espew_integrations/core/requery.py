@@ -29,11 +29,14 @@ from __future__ import annotations
 
 import dataclasses
 import secrets
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
+from .audit.settings import SuspectFn
+from .defaults import DEFAULT_BATCH_SIZE
+from .errors import InputError
 from .transcript import Transcript, TranscriptError, decode_answer
 from .untrusted import printable
 
@@ -55,8 +58,6 @@ DEFAULT_REQUERY_SIZE = 32
 #: noise measured on the bundled models and ``espew serve``, far below a watermark's
 #: move of an answer (docs/research/measurements.md).
 DEFAULT_REQUERY_TOLERANCE = 1e-4
-
-SuspectFn = Callable[[list[str]], Any]
 
 
 def answer_distances(recorded: np.ndarray, answers: np.ndarray) -> np.ndarray:
@@ -119,7 +120,7 @@ def draw_requery(n_rows: int, size: int | None, seed: int) -> np.ndarray:
     """Which of ``n_rows`` recorded answers to re-ask: ``size`` of them (all for None),
     uniformly without replacement, from ``seed``; sorted."""
     if size is not None and size < 1:
-        raise ValueError(f"the requery size must be >= 1 (or None for every text), got {size}")
+        raise InputError(f"the requery size must be >= 1 (or None for every text), got {size}")
     take = n_rows if size is None else min(size, n_rows)
     rng = np.random.default_rng(np.random.SeedSequence(seed))
     return np.sort(rng.choice(n_rows, size=take, replace=False))
@@ -185,7 +186,7 @@ def requery(
     size: int | None = DEFAULT_REQUERY_SIZE,
     seed: int | None = None,
     tolerance: float = DEFAULT_REQUERY_TOLERANCE,
-    batch_size: int = 64,
+    batch_size: int = DEFAULT_BATCH_SIZE,
     suspect_name: str = "",
 ) -> Requery:
     """Ask ``suspect`` again ``size`` of the texts ``transcript`` records (every one for
@@ -196,7 +197,7 @@ def requery(
     recorded in ``Requery.error`` (nothing was proved, nothing was disproved).
     """
     if not 0.0 <= tolerance < np.inf:
-        raise ValueError(f"the requery tolerance must be a finite number >= 0, got {tolerance}")
+        raise InputError(f"the requery tolerance must be a finite number >= 0, got {tolerance}")
     seed = secrets.randbits(63) if seed is None else int(seed)
     recorded = recorded_answers(transcript)
     chosen = draw_requery(len(recorded.texts), size, seed)
@@ -233,9 +234,9 @@ def _asked(suspect: SuspectFn, texts: Sequence[str], batch_size: int) -> np.ndar
         batch = list(texts[start : start + batch_size])
         part = np.asarray(suspect(batch), dtype=np.float64)
         if part.ndim != 2 or len(part) != len(batch):
-            raise ValueError(f"answered shape {part.shape} for a batch of {len(batch)} texts")
+            raise InputError(f"answered shape {part.shape} for a batch of {len(batch)} texts")
         parts.append(part)
     dims = {part.shape[1] for part in parts}
     if len(dims) != 1:
-        raise ValueError(f"answered mixed dimensions {sorted(dims)}")
+        raise InputError(f"answered mixed dimensions {sorted(dims)}")
     return np.concatenate(parts)

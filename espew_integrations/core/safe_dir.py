@@ -19,6 +19,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from .errors import NotADirectoryPathError, PathExistsError
+
 __all__ = ["SafeDirectory"]
 
 _O_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
@@ -48,19 +50,19 @@ class SafeDirectory:
     def __enter__(self) -> SafeDirectory:
         path = self.path
         if path.is_symlink():
-            raise NotADirectoryError(
+            raise NotADirectoryPathError(
                 f"evidence directory {path} is a symbolic link; evidence is never written "
                 "through a link (give the real directory)"
             )
         if path.exists() and not path.is_dir():
-            raise NotADirectoryError(f"evidence directory {path} exists and is not a directory")
+            raise NotADirectoryPathError(f"evidence directory {path} exists and is not a directory")
         path.mkdir(parents=True, exist_ok=True)
         if _DIR_FD:
             try:
                 self.fd = os.open(path, os.O_RDONLY | _O_DIRECTORY | _O_NOFOLLOW | _O_CLOEXEC)
             except OSError as exc:
                 if exc.errno in (errno.ELOOP, errno.ENOTDIR):  # swapped for a link meanwhile
-                    raise NotADirectoryError(
+                    raise NotADirectoryPathError(
                         f"evidence directory {path} is a symbolic link or not a directory; "
                         "evidence is never written through a link"
                     ) from None
@@ -92,7 +94,7 @@ class SafeDirectory:
             return
         present = [str(self.path / name) for name in names if self.exists(name)]
         if present:
-            raise FileExistsError(
+            raise PathExistsError(
                 f"evidence already exists: {', '.join(present)}; it is never overwritten "
                 "(pass force=True, or --force, to replace it, or choose another directory)"
             )
@@ -123,7 +125,7 @@ class SafeDirectory:
         try:
             os.link(temp, final, follow_symlinks=False, **move)  # fails if anything is there
         except FileExistsError:
-            raise FileExistsError(
+            raise PathExistsError(
                 f"{self.path / final.rsplit('/', 1)[-1]} appeared while writing evidence; "
                 "it is never overwritten (pass force=True, or --force, to replace it)"
             ) from None
@@ -131,7 +133,7 @@ class SafeDirectory:
             if exc.errno not in _NO_LINK:
                 raise
             if self.exists(Path(final).name):
-                raise FileExistsError(
+                raise PathExistsError(
                     f"{self.path / Path(final).name} already exists; evidence is never "
                     "overwritten (pass force=True, or --force, to replace it)"
                 ) from None

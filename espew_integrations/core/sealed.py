@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from .errors import InputTypeError
+
 __all__ = ["Sealed"]
 
 
@@ -29,7 +31,7 @@ class Sealed:
         return self
 
     def __reduce_ex__(self, protocol: object) -> Any:
-        raise TypeError(self._pickle_refusal())
+        raise InputTypeError(self._pickle_refusal())
 
     def _pickle_refusal(self) -> str:
         return (

@@ -21,7 +21,7 @@ from collections.abc import Collection, Iterable
 from pathlib import Path
 from typing import Any
 
-from .errors import KeyFileError
+from .errors import KeyFileError, PathExistsError
 
 #: The largest key file read. A key stores its audit: each audit text with its clean
 #: embedding row, one int8 code per coordinate (base64 in the file), so a key grows
@@ -67,7 +67,7 @@ def write_secret_file(
     """
     path = Path(path)
     if path.exists() and not overwrite:
-        raise FileExistsError(
+        raise PathExistsError(
             f"{what} {path} already exists; pass overwrite=True to replace it ({keep_hint})"
         )
     replace_atomically(path, (data,))

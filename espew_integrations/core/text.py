@@ -35,6 +35,8 @@ import unicodedata
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from .errors import InputError, InputTypeError
+
 __all__ = [
     "LEGACY_LOWER",
     "NORMALIZATIONS",
@@ -155,13 +157,6 @@ def _character_class(ranges: list[tuple[int, int]]) -> str:
         re.escape(chr(lo)) if lo == hi else f"{re.escape(chr(lo))}-{re.escape(chr(hi))}"
         for lo, hi in ranges
     )
-
-
-def _add(ranges: list[tuple[int, int]], cp: int) -> None:
-    if ranges and ranges[-1][1] == cp - 1:
-        ranges[-1] = (ranges[-1][0], cp)
-    else:
-        ranges.append((cp, cp))
 
 
 class _Tables:
@@ -296,7 +291,7 @@ def canonicalize(text: str, normalization: str = UNICODE_V1) -> str:
         return _ascii(text) if text.isascii() else _canonical_unicode(text)
     if normalization == LEGACY_LOWER:
         return text.lower()
-    raise ValueError(unknown_normalization(normalization))
+    raise InputError(unknown_normalization(normalization))
 
 
 def unknown_normalization(normalization: object) -> str:
@@ -308,7 +303,7 @@ def unknown_normalization(normalization: object) -> str:
 def check_normalization(normalization: str) -> str:
     """Return ``normalization`` if it is known, else raise ValueError naming the known ones."""
     if normalization not in NORMALIZATIONS:
-        raise ValueError(unknown_normalization(normalization))
+        raise InputError(unknown_normalization(normalization))
     return normalization
 
 
@@ -390,7 +385,7 @@ def _check_window(window: object) -> int | None:
     if window is not None and (
         isinstance(window, bool) or not isinstance(window, int) or window < 3
     ):
-        raise ValueError(
+        raise InputError(
             f"window must be an int >= 3 (model tokens incl. 2 special ones), got {window!r}"
         )
     return window
@@ -440,12 +435,12 @@ def discover_view(embedder: Any) -> TextView | None:
     try:
         answer = candidate(list(_VIEW_PROBE))
     except Exception as exc:  # any failure means it is not a text view
-        raise TypeError(
+        raise InputTypeError(
             f"{where}.view is not a text view (calling it on a list of one text raised "
             f"{type(exc).__name__}); {fix}"
         ) from None
     if not isinstance(answer, (list, tuple)) or len(answer) != 1 or not isinstance(answer[0], str):
-        raise TypeError(
+        raise InputTypeError(
             f"{where}.view is not a text view (for one text it returned "
             f"{type(answer).__name__}, not a list of one str); {fix}"
         )

@@ -48,19 +48,13 @@ from typing import Any
 import numpy as np
 
 from .audit import (
-    DEFAULT_DEADLINE,
-    DEFAULT_LEVEL,
-    DEFAULT_STALL_TIMEOUT,
+    REPLAYED_SETTINGS,
     Answers,
     AuditPlan,
-    ProbeKind,
-    Statistic,
+    Recorder,
     Subject,
-    TargetMode,
     WordScores,
-    asking_options,
     audit_subject,
-    check_options,
     check_statistic,
     check_suspect,
     decide,
@@ -73,22 +67,17 @@ from .audit import (
     unit_scores,
     word_scores,
 )
+from .audit.options import AuditOptions
+from .errors import InputError, OptionsError
 from .evidence_files import EVIDENCE_FILES, PUBLIC_P_FLOOR, format_public_p, public_p_value
 from .keyring import KeyRing
 from .layers import check_tenant_id
-from .progress import Progress
+from .progress import Progress, check_progress
 from .report import VerificationReport
 from .safe_dir import SafeDirectory
-from .transcript import TranscriptRecorder
+from .transcript import as_recorder
 
-__all__ = [
-    "FIELD_TRACE_RULE",
-    "TRACE_FILE",
-    "TRACE_RULE",
-    "TraceReport",
-    "tenant_p_values",
-    "trace",
-]
+__all__ = ["FIELD_TRACE_RULE", "TRACE_FILE", "TRACE_RULE", "TraceReport", "trace"]
 
 #: The shareable trace report's file name (next to the shared layer's report.json).
 TRACE_FILE = "trace.json"
@@ -285,20 +274,13 @@ def trace(
     suspect: Any,
     ring: KeyRing,
     tenants: Iterable[str],
+    options: AuditOptions | None = None,
     *,
-    level: float = DEFAULT_LEVEL,
-    target_mode: TargetMode = "key",
-    probes: ProbeKind = "auto",
-    statistic: Statistic = "combined",
-    batch_size: int = 64,
-    seed: int | None = None,
-    min_coverage: float = 0.9,
     progress: Progress | None = None,
-    deadline: float | None = DEFAULT_DEADLINE,
-    stall_timeout: float | None = DEFAULT_STALL_TIMEOUT,
-    transcript: str | os.PathLike[str] | TranscriptRecorder | None = None,
+    transcript: str | os.PathLike[str] | Recorder | None = None,
     suspect_name: str | None = None,
     suspect_label: str = "",
+    **settings: Any,
 ) -> TraceReport:
     """Test ``suspect`` against a ring's shared layer and every tenant's own layer.
 
@@ -314,19 +296,20 @@ def trace(
     >>> report.copied, report.traced                     # doctest: +SKIP
     (True, ('bob',))
     """
-    given = dict(locals())  # the arguments as given: a transcript's replay passes them again
     ids = _check_tenants(tenants)
     check_suspect(suspect)
-    check_options(
-        target_mode, level, batch_size, min_coverage, statistic, deadline, stall_timeout, progress
-    )
+    options = AuditOptions.of(options, settings)
+    check_progress(progress)
+    if options.templates is not None:
+        raise OptionsError("trace asks the key's own probes; it takes no templates")
     key = ring.shared_key
-    plan = plan_audit(key, probes, None, target_mode)
-    check_statistic(plan, statistic)
-    subject = audit_subject(suspect, transcript, suspect_name, suspect_label)
-    record_start(subject, "trace", suspect, key, given, ring_id=ring.ring_id, tenants=ids)
-    asked = interrogate(suspect, key, plan, subject=subject, **asking_options(given))
-    return _recorded(subject, _trace_answers(asked, plan, ring, ids, min_coverage))
+    plan = plan_audit(key, options.probes, None, options.target_mode)
+    check_statistic(plan, options.statistic)
+    subject = audit_subject(suspect, as_recorder(transcript), suspect_name, suspect_label)
+    settings = options.recorded([name for name in REPLAYED_SETTINGS if name != "templates"])
+    record_start(subject, "trace", suspect, key, settings, ring_id=ring.ring_id, tenants=ids)
+    asked = interrogate(suspect, key, plan, options, progress, subject)
+    return _recorded(subject, _trace_answers(asked, plan, ring, ids, options.min_coverage))
 
 
 def _trace_answers(
@@ -459,11 +442,11 @@ def _no_verdict(
 
 def _check_tenants(tenants: Iterable[str]) -> list[str]:
     if isinstance(tenants, str):
-        raise ValueError("tenants must be an iterable of account ids, not one string")
+        raise InputError("tenants must be an iterable of account ids, not one string")
     ids = [check_tenant_id(t) for t in tenants]
     if not ids:
-        raise ValueError("no tenant ids given: pass the accounts to test")
+        raise InputError("no tenant ids given: pass the accounts to test")
     if len(set(ids)) != len(ids):
         duplicate = next(t for t, n in Counter(ids).items() if n > 1)
-        raise ValueError(f"tenant id {duplicate!r} is listed twice")
+        raise InputError(f"tenant id {duplicate!r} is listed twice")
     return ids

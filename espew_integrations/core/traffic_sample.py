@@ -56,6 +56,7 @@ from .defaults import (
     DEFAULT_SAMPLE_FILE_BYTES,
     DEFAULT_SAMPLE_TEXT_BYTES,
 )
+from .errors import InputTypeError
 from .text import window_prefix
 from .traffic_store import (
     MAX_TEXT_BYTES_LIMIT,
@@ -168,7 +169,7 @@ class TrafficSample:
         return f"TrafficSample({str(self.path)!r}, capacity={self.capacity})"
 
     def __reduce_ex__(self, protocol: object) -> Any:
-        raise TypeError(
+        raise InputTypeError(
             "a TrafficSample is not picklable: it holds a sampling secret and customers' "
             "texts; build one per process from its path"
         )

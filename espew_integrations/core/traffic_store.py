@@ -31,7 +31,8 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from .errors import ESpeWError
+from .errors import ESpeWError, InputError, InputTypeError
+from .key_checks import SALT_BYTES
 from .secret_files import replace_atomically
 
 __all__ = [
@@ -39,7 +40,6 @@ __all__ = [
     "MAX_RECORD_LINE_BYTES",
     "MAX_TEXT_BYTES_LIMIT",
     "RECORD_OVERHEAD_BYTES",
-    "SALT_BYTES",
     "Reservoir",
     "SampleState",
     "TrafficSampleError",
@@ -63,7 +63,6 @@ ACCOUNT_OVERHEAD_BYTES = 48
 #: (at most 6 bytes a byte), with its fields. Longer is a corrupt file, not a record.
 MAX_TEXT_BYTES_LIMIT = 1 << 20
 MAX_RECORD_LINE_BYTES = 6 * MAX_TEXT_BYTES_LIMIT + (1 << 16)
-SALT_BYTES = 32
 _NOTHING_REFUSED = 1.0  # priorities lie in [0, 1)
 
 
@@ -298,26 +297,26 @@ def iter_records(path: Path, *, missing_ok: bool = True) -> Iterator[dict[str, A
 
 def _check_record(record: Any) -> None:
     if not isinstance(record, dict):
-        raise TypeError("not a JSON object")
+        raise InputTypeError("not a JSON object")
     if not isinstance(record.get("text"), str) or not record["text"]:
-        raise ValueError("'text' must be a non-empty string")
+        raise InputError("'text' must be a non-empty string")
     account = record.get("account")
     if account is not None and not isinstance(account, str):
-        raise ValueError("'account' must be a string")
+        raise InputError("'account' must be a string")
     priority = record.get("priority")
     if isinstance(priority, bool) or not isinstance(priority, float | int):
-        raise ValueError("'priority' must be a number")
+        raise InputError("'priority' must be a number")
     if not 0.0 <= priority < 1.0:
-        raise ValueError("'priority' must be in [0, 1)")
+        raise InputError("'priority' must be in [0, 1)")
     day = record.get("last_seen")
     if isinstance(day, bool) or not isinstance(day, int) or not 0 <= day < 10**9:
-        raise ValueError("'last_seen' must be an integer day (days since 1970)")
+        raise InputError("'last_seen' must be an integer day (days since 1970)")
     if "cutoff" in record:
         cutoff = record["cutoff"]
         if isinstance(cutoff, bool) or not isinstance(cutoff, float | int):
-            raise ValueError("'cutoff' must be a number")
+            raise InputError("'cutoff' must be a number")
         if not priority < cutoff <= 1.0:
-            raise ValueError("'cutoff' must lie above the record's priority, at most 1")
+            raise InputError("'cutoff' must lie above the record's priority, at most 1")
 
 
 # ---------------------------------------------------------------------- the salt and lock
@@ -360,7 +359,7 @@ def read_salt(path: Path) -> bytes:
         with open(path, "rb") as handle:
             data = handle.read(4097)
         if len(data) > 4096:
-            raise ValueError("too long")
+            raise InputError("too long")
         salt = bytes.fromhex(data.decode("ascii").strip())
     except (OSError, UnicodeDecodeError, ValueError) as exc:
         raise TrafficSampleError(

@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import base64
 import dataclasses
-import datetime as _dt
 import hashlib
 import json
 import math
@@ -49,6 +48,9 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from .audit.recorder import Recorder, utc_now
+from .audit.subject import unwrapped
+from .errors import ESpeWError, StateError
 from .safe_dir import SafeDirectory
 from .untrusted import printable
 
@@ -60,14 +62,13 @@ __all__ = [
     "Transcript",
     "TranscriptError",
     "TranscriptRecorder",
+    "as_recorder",
     "chain_records",
     "decode_answer",
-    "describe_suspect",
     "encode_answer",
     "package_version",
     "read_transcript",
     "recorded_float",
-    "utc_now",
 ]
 
 #: The transcript's file name in the private directory (PRIVATE-: never share it).
@@ -98,7 +99,7 @@ class Anchor(Protocol):
     def __call__(self, commitment: str) -> dict[str, Any]: ...
 
 
-class TranscriptError(ValueError):
+class TranscriptError(ESpeWError, ValueError):
     """A transcript that is not intact: ``record`` is where the chain or format broke."""
 
     def __init__(self, message: str, record: int | None = None):
@@ -119,11 +120,6 @@ def package_version() -> str:
 def recorded_float(value: Any) -> float:
     """A float as a transcript records it (NaN and infinities are strings there)."""
     return float(value) if value is not None else math.nan
-
-
-def utc_now() -> str:
-    """The current UTC time, to the microsecond (a batch's sent and received times)."""
-    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="microseconds")
 
 
 def _line(record: Mapping[str, Any]) -> bytes:
@@ -207,34 +203,9 @@ def decode_answer(encoded: Mapping[str, Any]) -> np.ndarray:
 
 
 # ---------------------------------------------------------------------- who was asked
-def _unwrapped(suspect: Any) -> Any:
-    """The object behind an adapted suspect (``as_suspect`` keeps it as ``audited``)."""
-    for _ in range(4):
-        inner = getattr(suspect, "audited", None)
-        if inner is None or inner is suspect:
-            break
-        suspect = inner
-    return suspect
-
-
-def describe_suspect(suspect: Any) -> str:
-    """A name for ``suspect`` when the caller gave none: ``openai:URL#model`` for an
-    endpoint client, ``module:qualname`` for a function, the class for an object."""
-    inner = _unwrapped(suspect)
-    base_url, model = getattr(inner, "base_url", None), getattr(inner, "model", None)
-    if isinstance(base_url, str) and isinstance(model, str):
-        return printable(f"openai:{base_url}#{model}", limit=300)
-    name = getattr(inner, "__qualname__", None)
-    module = getattr(inner, "__module__", None)
-    if name is None:
-        name, module = type(inner).__qualname__, type(inner).__module__
-        return printable(f"{module}:{name} instance", limit=300)
-    return printable(f"{module}:{name}", limit=300)
-
-
 def _endpoint_identity(suspect: Any) -> dict[str, Any]:
     """What the client knows of an HTTP suspect before asking: URL, model, encoding."""
-    inner = _unwrapped(suspect)
+    inner = unwrapped(suspect)
     out = {}
     for name in ("url", "model", "encoding_format", "dimensions"):
         value = getattr(inner, name, None)
@@ -255,8 +226,20 @@ def _kept_headers(headers: Mapping[str, Any]) -> dict[str, str]:
 
 
 # ---------------------------------------------------------------------- recording
+def as_recorder(
+    transcript: str | os.PathLike[str] | Recorder | None,
+) -> Recorder | None:
+    """The recorder of ``verify(..., transcript=...)``: a :class:`TranscriptRecorder`
+    writing into the directory given, the recorder given, or None (nothing recorded)."""
+    if transcript is None or isinstance(transcript, Recorder):
+        return transcript
+    return TranscriptRecorder(transcript)
+
+
 class TranscriptRecorder:
     """Records one audit into ``directory/PRIVATE-transcript.jsonl`` (mode 0600).
+
+    The :class:`~.audit.recorder.Recorder` that keeps the evidence.
 
     :func:`~.verify.verify` and :func:`~.trace.trace` drive it: :meth:`expect`
     with what the audit is (before anything is asked; an existing transcript is
@@ -313,7 +296,7 @@ class TranscriptRecorder:
         (``subject``: name, label), and ``fields`` (key commitment, round, level, the
         settings a replay passes again). Refuses an existing transcript unless ``force``."""
         if self._header or self._closed:
-            raise RuntimeError("a TranscriptRecorder records one audit; make a new one")
+            raise StateError("a TranscriptRecorder records one audit; make a new one")
         with SafeDirectory(self.directory) as target:
             target.refuse_existing([TRANSCRIPT_FILE], force=self.force)
         self._header = {
@@ -326,7 +309,7 @@ class TranscriptRecorder:
             "endpoint": _endpoint_identity(suspect),
             **_finite(dict(fields)),
         }
-        inner = _unwrapped(suspect)
+        inner = unwrapped(suspect)
         self._suspect = inner
         if hasattr(inner, "response_observer"):  # an HTTP client: record what each answer says
             self._observed = inner
@@ -376,7 +359,7 @@ class TranscriptRecorder:
         (the audit's last text) again. Returns ``"sha256:<head>"``.
         """
         if self._closed or not self._lines or self.commitment:
-            raise RuntimeError("commit() comes once, after the batches and before finish()")
+            raise StateError("commit() comes once, after the batches and before finish()")
         self.commitment = f"sha256:{self._head}"
         for anchor in self.anchors:
             try:
@@ -412,7 +395,7 @@ class TranscriptRecorder:
         """Write the end record (``outcome``: the verdict as recorded) and the file;
         returns the digest, ``"sha256:<chain head>"``, which the public report carries."""
         if self._closed:
-            raise RuntimeError("this transcript is already written")
+            raise StateError("this transcript is already written")
         if self._observed is not None:
             self._observed.response_observer = None
         self._append(

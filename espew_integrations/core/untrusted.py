@@ -36,6 +36,8 @@ import unicodedata
 import urllib.parse
 from collections.abc import Iterable
 
+from .errors import InputError
+
 __all__ = ["ELLIPSIS", "REDACTED", "counted", "printable", "redact", "tally"]
 
 #: What replaces each occurrence of a secret.
@@ -146,7 +148,7 @@ def printable(text: object, limit: int = 300, *, secrets: Iterable[str] = ()) ->
     hostile server sends need not be a string.
     """
     if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
-        raise ValueError(f"limit must be a positive int, got {limit!r}")
+        raise InputError(f"limit must be a positive int, got {limit!r}")
     secret_list = [s for s in secrets if isinstance(s, str) and s]
     raw = _as_text(text)
     bound = max(_RAW_FACTOR * limit, _RAW_MINIMUM)

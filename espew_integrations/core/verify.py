@@ -42,100 +42,51 @@ comparability figures; they never decide the verdict.
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from typing import Any
 
 from .audit import (
-    DECISION_RULE,
-    DEFAULT_DEADLINE,
-    DEFAULT_LEVEL,
-    DEFAULT_STALL_TIMEOUT,
-    DEFAULT_TEMPLATES,
-    MAX_ANSWER_DIM,
-    REPLAYED_SETTINGS,
-    STATISTICS,
-    ProbeKind,
-    Statistic,
-    Subject,
+    Recorder,
     SuspectFn,
-    TargetMode,
-    align_answers,
-    asking_options,
     audit_subject,
-    build_probes,
-    check_deadline,
-    check_options,
     check_statistic,
     check_suspect,
     decide,
     decide_field,
     inconclusive,
     interrogate,
-    maps_answers,
     plan_audit,
     record_start,
     recorded,
-    reference_slope,
-    score_words,
     word_scores,
 )
+from .audit.options import AuditOptions
 from .key import WatermarkKey
-from .progress import Progress
+from .progress import Progress, check_progress
 from .report import VerificationReport
-from .transcript import TranscriptRecorder
+from .transcript import as_recorder
 
-#: :func:`verify`, and the audit pipeline's public names (:mod:`.audit`), which
-#: callers import from here.
-__all__ = [
-    "DECISION_RULE",
-    "DEFAULT_DEADLINE",
-    "DEFAULT_LEVEL",
-    "DEFAULT_STALL_TIMEOUT",
-    "DEFAULT_TEMPLATES",
-    "MAX_ANSWER_DIM",
-    "REPLAYED_SETTINGS",
-    "STATISTICS",
-    "ProbeKind",
-    "Statistic",
-    "Subject",
-    "SuspectFn",
-    "TargetMode",
-    "VerificationReport",
-    "align_answers",
-    "asking_options",
-    "audit_subject",
-    "build_probes",
-    "check_deadline",
-    "check_statistic",
-    "check_suspect",
-    "maps_answers",
-    "record_start",
-    "reference_slope",
-    "score_words",
-    "verify",
-]
+#: :func:`verify` alone: the audit pipeline's names are :mod:`.audit`'s.
+__all__ = ["verify"]
 
 
 def verify(
     suspect: SuspectFn,
     key: WatermarkKey,
+    options: AuditOptions | None = None,
     *,
-    target_mode: TargetMode = "key",
-    level: float = DEFAULT_LEVEL,
-    probes: ProbeKind = "auto",
-    statistic: Statistic = "combined",
-    templates: Sequence[str] | None = None,
-    batch_size: int = 64,
-    seed: int | None = None,
-    min_coverage: float = 0.9,
     progress: Progress | None = None,
-    deadline: float | None = DEFAULT_DEADLINE,
-    stall_timeout: float | None = DEFAULT_STALL_TIMEOUT,
-    transcript: str | os.PathLike[str] | TranscriptRecorder | None = None,
+    transcript: str | os.PathLike[str] | Recorder | None = None,
     suspect_name: str | None = None,
     suspect_label: str = "",
+    **settings: Any,
 ) -> VerificationReport:
     """Test whether ``suspect`` was trained on embeddings watermarked with ``key``.
 
+    How to audit is ``options`` (:class:`.audit.options.AuditOptions`, each option
+    documented there with its default and why), or its fields passed as keyword
+    arguments (``level=``, ``batch_size=``, ``seed=``...), or both: the keywords then
+    replace those fields of ``options``. A bad option is an
+    :class:`~.errors.OptionsError` (a ``ValueError``), before anything is asked.
     ``suspect`` is a callable ``list[str] -> array (n, d')`` (the package-root
     :func:`espew_integrations.verify` also takes LangChain, LlamaIndex, Chroma and
     :class:`OpenAIEndpoint` suspects). ``probes="auto"`` sends the natural-text probes
@@ -162,18 +113,16 @@ def verify(
     >>> verify(suspect_model, key).copied          # doctest: +SKIP
     True
     """
-    given = dict(locals())  # the arguments as given: a transcript's replay passes them again
     check_suspect(suspect)
-    check_options(
-        target_mode, level, batch_size, min_coverage, statistic, deadline, stall_timeout, progress
-    )
-    plan = plan_audit(key, probes, templates, target_mode)
-    check_statistic(plan, statistic)
-    subject = audit_subject(suspect, transcript, suspect_name, suspect_label)
-    record_start(subject, "verify", suspect, key, given)
-    asked = interrogate(suspect, key, plan, subject=subject, **asking_options(given))
+    options = AuditOptions.of(options, settings)
+    check_progress(progress)
+    plan = plan_audit(key, options.probes, options.templates, options.target_mode)
+    check_statistic(plan, options.statistic)
+    subject = audit_subject(suspect, as_recorder(transcript), suspect_name, suspect_label)
+    record_start(subject, "verify", suspect, key, options.recorded())
+    asked = interrogate(suspect, key, plan, options, progress, subject)
     if asked.reason:
         return recorded(subject, inconclusive(asked.common, asked.reason))
     scores = word_scores(plan, asked.embeddings, asked.target_vector, len(key.band), asked.cover)
     verdict = decide_field if key.field is not None else decide
-    return recorded(subject, verdict(key, scores, min_coverage, asked.common))
+    return recorded(subject, verdict(key, scores, options.min_coverage, asked.common))

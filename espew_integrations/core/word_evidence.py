@@ -42,6 +42,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from .errors import InputError
+
 __all__ = ["ROUNDS", "word_scores_from_texts"]
 
 #: How many times ``q`` and ``delta`` are re-estimated: any fixed number keeps the
@@ -67,17 +69,8 @@ def word_scores_from_texts(
     less one constant, which ranks the words as the plain mean does.
     """
     y = np.asarray(scores, dtype=np.float64)
-    if y.ndim != 1 or len(y) != len(band_sets):
-        raise ValueError(f"{len(band_sets)} band sets for scores of shape {y.shape}")
-    if not 0.0 < trigger_share < 1.0:
-        raise ValueError(f"trigger_share must be in (0, 1), got {trigger_share!r}")
-    sizes = np.fromiter((len(s) for s in band_sets), dtype=np.int64, count=len(band_sets))
+    sizes, words, texts = _pairs(y, band_sets, n_words, trigger_share)
     answered = np.isfinite(y)
-    words = np.fromiter((w for s in band_sets for w in s), dtype=np.int64, count=int(sizes.sum()))
-    if words.size and (words.min() < 0 or words.max() >= n_words):
-        raise ValueError(f"band sets name words outside 0..{n_words - 1}")
-    texts = np.repeat(np.arange(len(y)), sizes)
-
     largest = float(np.max(np.abs(y[answered]))) if answered.any() else 0.0
     if largest > 0:  # every step is scale-free; this keeps a hostile 1e300 from overflowing
         y = y / largest
@@ -116,6 +109,22 @@ def word_scores_from_texts(
         with np.errstate(invalid="ignore", divide="ignore"):
             word_score = np.where(weight > 0, total / weight, np.nan)
     return word_score * largest  # back in the scores' own units
+
+
+def _pairs(
+    y: np.ndarray, band_sets: Sequence[Sequence[int]], n_words: int, trigger_share: float
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The arguments checked, and each (text, band word) pair flattened: every text's
+    count of band words, then the word and the text of each pair."""
+    if y.ndim != 1 or len(y) != len(band_sets):
+        raise InputError(f"{len(band_sets)} band sets for scores of shape {y.shape}")
+    if not 0.0 < trigger_share < 1.0:
+        raise InputError(f"trigger_share must be in (0, 1), got {trigger_share!r}")
+    sizes = np.fromiter((len(s) for s in band_sets), dtype=np.int64, count=len(band_sets))
+    words = np.fromiter((w for s in band_sets for w in s), dtype=np.int64, count=int(sizes.sum()))
+    if words.size and (words.min() < 0 or words.max() >= n_words):
+        raise InputError(f"band sets name words outside 0..{n_words - 1}")
+    return sizes, words, np.repeat(np.arange(len(y)), sizes)
 
 
 def _mark_probability(

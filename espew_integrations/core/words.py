@@ -22,6 +22,7 @@ from collections.abc import Iterable, Sequence
 
 import numpy as np
 
+from .errors import InputError, InputTypeError
 from .text import (
     UNICODE_V1,
     TextView,
@@ -105,11 +106,11 @@ class TriggerMatcher:
         self.window = window
         words = sorted(set(triggers), key=lambda w: (-len(w), w))
         if not words:
-            raise ValueError("TriggerMatcher needs at least one trigger word")
+            raise InputError("TriggerMatcher needs at least one trigger word")
         bad = [w for w in words if not isinstance(w, str) or not is_word(w, normalization)]
         if bad:
             # Triggers are secret: say how many, never which.
-            raise ValueError(
+            raise InputError(
                 f"{len(bad)} trigger(s) are not single canonical words of the tokeniser "
                 f"under normalization {normalization!r}"
             )
@@ -158,7 +159,7 @@ class TriggerMatcher:
         else:
             seen = view(texts)
             if len(seen) != n:
-                raise ValueError(f"view returned {len(seen)} texts for {n}")
+                raise InputError(f"view returned {len(seen)} texts for {n}")
             lowered = [canonicalize(t, self.normalization) for t in seen]
             joined, lengths = " ".join(lowered), [len(t) for t in lowered]
         ends = np.cumsum(np.asarray(lengths, dtype=np.int64) + 1)  # one past each separator
@@ -188,7 +189,7 @@ def document_frequencies(
     n_texts = 0
     for text in corpus:
         if not isinstance(text, str):
-            raise TypeError(f"corpus item {n_texts} is {type(text).__name__}, expected str")
+            raise InputTypeError(f"corpus item {n_texts} is {type(text).__name__}, expected str")
         n_texts += 1
         counts.update(w for w in set(tokenize(text, normalization)) if len(w) >= 2 and w.isalpha())
     return counts, n_texts

@@ -5,6 +5,21 @@ call (:class:`_Auth`), what is computed for them (embed in chunks while the
 client is connected, or await the upstream; watermark with their key) and how
 each failure is answered. Parsing and encoding are :mod:`.protocol`'s, the body
 is read by :mod:`.body`, and :mod:`.serving` runs the app.
+
+What :func:`create_app` takes besides the model and the key. ``embed`` may be an
+:class:`~.upstream.AsyncUpstream` (or an :class:`OpenAIEndpoint`, turned into one),
+awaited on the event loop with pooled connections, no thread per request.
+``metrics`` (default: a :class:`~.metrics.WatermarkMetrics` when prometheus-client is
+installed; ``False`` for none) counts what is served; the app keeps it as
+``app.state.metrics`` (None when off) and never serves it: its marked count tells
+whether each request carried a trigger. Serve ``app.state.metrics.asgi_app()`` on a
+listener only the operator reaches (``serve(app, metrics_app=..., metrics_port=...)``).
+``tenants`` (a :class:`~.tenants.TenantKeys`) replaces ``key`` and ``api_key``: each
+client's API key selects its tenant's key from a key ring, and an unknown one gets a
+401. ``traffic_sample`` (a :class:`~..core.traffic_sample.TrafficSample`) keeps a keyed
+sample of the texts answered, per tenant with ``tenants``, otherwise per credential (a
+keyed hash of the client's API key), for audits drawn from what a suspect sent
+(``espew key reaudit``).
 """
 
 from __future__ import annotations
@@ -13,13 +28,15 @@ import contextlib
 import hmac
 import logging
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ..core.errors import InputError, InputTypeError, ServingError
 from ..core.inject import watermark, watermark_and_mask
 from ..core.key import WatermarkKey
+from ..core.key_types import EmbedFn
 from ..core.model_check import ModelGuard
 from ..core.traffic_sample import TrafficSample
 from .body import BodyAbandoned, ClientGone, read_body
@@ -53,7 +70,6 @@ __all__ = [
 
 logger = logging.getLogger("espew_integrations.http.server")
 
-EmbedFn = Callable[[list[str]], Any]
 # Work is split so that a client that hangs up frees the model within one chunk
 # (at most a few seconds on a CPU); 64 texts keeps an audit batch one call.
 COMPUTE_CHUNK_TEXTS = 64
@@ -118,30 +134,14 @@ def create_app(
     ``max_text_chars`` characters each.
 
     ``embed`` may be an :class:`~.upstream.AsyncUpstream` (or an
-    :class:`OpenAIEndpoint`, turned into one): the proxy path, awaited on the
-    event loop with pooled connections, no thread per request.
-    ``metrics`` (default: a :class:`~.metrics.WatermarkMetrics` when
-    prometheus-client is installed; ``False`` for none) counts what is served;
-    the app keeps it as ``app.state.metrics`` (None when off) and never
-    serves it: its marked count tells whether each request carried a
-    trigger. Serve ``app.state.metrics.asgi_app()`` on a listener only the
-    operator reaches (``serve(app, metrics_app=..., metrics_port=...)``).
-    ``tenants`` (a :class:`~.tenants.TenantKeys`) replaces
-    ``key`` and ``api_key``: each client's API key selects its tenant's key
-    from a key ring, and an unknown one gets a 401.
-    ``traffic_sample`` (a :class:`~..core.traffic_sample.TrafficSample`)
-    keeps a keyed sample of the texts answered, per tenant with ``tenants``,
-    otherwise per credential (a keyed hash of the client's API key), for
-    audits drawn from what a suspect sent (``espew key reaudit``).
+    :class:`OpenAIEndpoint`, turned into one): the proxy path. ``metrics``,
+    ``tenants`` and ``traffic_sample`` are as the module docstring says.
 
     >>> app = create_app(minilm(), model_name="minilm")  # doctest: +SKIP
     """
-    from starlette.applications import Starlette
-    from starlette.exceptions import HTTPException
-
     view = _resolve_view(view, embed)
     if not model_name:
-        raise ValueError("model_name must be a non-empty string")
+        raise InputError("model_name must be a non-empty string")
     limits = RequestLimits(
         max_inputs, max_text_chars, max_body_bytes, max_request_chars, body_timeout
     )
@@ -154,6 +154,14 @@ def create_app(
         metrics=_resolve_metrics(metrics, key, tenants),
         traffic_sample=traffic_sample,
     )
+    return _starlette_app(service)
+
+
+def _starlette_app(service: _EmbeddingService) -> Any:
+    """The Starlette app of ``service``'s routes, its metrics kept as ``app.state.metrics``."""
+    from starlette.applications import Starlette
+    from starlette.exceptions import HTTPException
+
     app = Starlette(
         routes=service.routes(),
         exception_handlers={HTTPException: _http_error},
@@ -171,11 +179,13 @@ def _resolve_view(view: Any, embed: EmbedFn) -> Any:
     not. Checks first that ``embed`` is callable at all.
     """
     if not callable(embed):
-        raise TypeError(f"embed must be callable list[str] -> array, got {type(embed).__name__}")
+        raise InputTypeError(
+            f"embed must be callable list[str] -> array, got {type(embed).__name__}"
+        )
     if not isinstance(view, str):
         return view
     if view != "auto":
-        raise ValueError(f"view must be 'auto', None or a callable, got {view!r}")
+        raise InputError(f"view must be 'auto', None or a callable, got {view!r}")
     from ..core.text import discover_view
 
     return discover_view(embed)
@@ -206,7 +216,7 @@ class _Auth:
 
     def __init__(self, key: WatermarkKey | None, api_key: str | None, tenants: Any):
         if tenants is not None and (key is not None or api_key):
-            raise ValueError("pass either tenants (per-client keys) or key/api_key, not both")
+            raise InputError("pass either tenants (per-client keys) or key/api_key, not both")
         self._key = key
         self._expected = f"Bearer {api_key}".encode() if api_key else None
         self._tenants = tenants
@@ -398,7 +408,7 @@ class _EmbeddingService:
                 raise ClientGone(f"after {start} of {len(texts)} texts")
             parts.append(await run_in_threadpool(self._compute, texts[start:stop], key))
         if len(parts) > 1 and len({p[0].shape[1] for p in parts}) != 1:
-            raise RuntimeError("the embedder returned different dimensions for one request")
+            raise ServingError("the embedder returned different dimensions for one request")
         if len(parts) == 1:
             return parts[0]
         return np.concatenate([p[0] for p in parts]), sum(p[1] for p in parts)
@@ -431,7 +441,7 @@ class _EmbeddingService:
         # whatever precision it computed in (a proxied API sends float32).
         clean = np.asarray(clean, dtype=np.float32)
         if clean.ndim != 2 or clean.shape[0] != len(texts):
-            raise RuntimeError(f"the embedder returned shape {clean.shape} for {len(texts)} texts")
+            raise ServingError(f"the embedder returned shape {clean.shape} for {len(texts)} texts")
         if key is not None:
             # validates NaN, zeros, dimension
             out, marked = watermark_and_mask(texts, clean, key, view=self.view)
@@ -439,7 +449,7 @@ class _EmbeddingService:
         else:
             out, n_marked = clean, 0
             if not np.isfinite(out).all():
-                raise RuntimeError("the embedder returned non-finite values")
+                raise ServingError("the embedder returned non-finite values")
         return np.ascontiguousarray(out, dtype=np.float32), n_marked
 
 
@@ -489,17 +499,17 @@ def check_embedder(embed: EmbedFn, key: WatermarkKey | None = None) -> int:
     try:
         clean = np.asarray(embed([PROBE_TEXT]), dtype=np.float32)
     except Exception as exc:
-        raise ValueError(
+        raise InputError(
             f"the embedder failed on a startup probe text: {type(exc).__name__}: {exc}"
         ) from None
     if clean.ndim != 2 or clean.shape[0] != 1 or clean.shape[1] < 1:
-        raise ValueError(f"the embedder returned shape {clean.shape} for one probe text")
+        raise InputError(f"the embedder returned shape {clean.shape} for one probe text")
     if not np.isfinite(clean).all():
-        raise ValueError("the embedder returned non-finite values for a probe text")
+        raise InputError("the embedder returned non-finite values for a probe text")
     dim = int(clean.shape[1])
     if key is not None:
         if key.dim != dim:
-            raise ValueError(
+            raise InputError(
                 f"the key {key.key_id} is for {key.dim}-dimensional embeddings but this "
                 f"embedder returns {dim}-dimensional ones: serve the model the key was "
                 "generated with"

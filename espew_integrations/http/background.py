@@ -15,6 +15,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+from ..core.errors import ServingError
 from .listen import DEFAULT_HOST, base_url, bind_socket
 
 __all__ = ["running_server", "serving_in_thread"]
@@ -46,7 +47,7 @@ def serving_in_thread(
     while not server.started:
         if not thread.is_alive() or time.monotonic() > deadline:
             server.should_exit = True
-            raise RuntimeError(f"the server did not start within {timeout:g} s")
+            raise ServingError(f"the server did not start within {timeout:g} s")
         time.sleep(0.01)
     try:
         yield

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..core.errors import ESpeWError
 from .protocol import RequestError, RequestLimits
 
 __all__ = ["BodyAbandoned", "ClientGone", "read_body"]
@@ -24,7 +25,7 @@ class BodyAbandoned(RequestError):
     """
 
 
-class ClientGone(Exception):
+class ClientGone(ESpeWError):
     """The client hung up; there is nobody to answer."""
 
 

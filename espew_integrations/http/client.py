@@ -41,7 +41,8 @@ from typing import Any, Literal, NamedTuple
 import numpy as np
 
 from .._optional import ensure
-from ..core.errors import SuspectError
+from ..core.defaults import DEFAULT_BATCH_SIZE
+from ..core.errors import InputError, InputTypeError, SuspectError
 from ..core.untrusted import printable
 from .protocol import MalformedAnswer, decode_embeddings, error_message
 from .settings import check_endpoint, check_positive_int, check_seconds
@@ -94,7 +95,7 @@ class _Secret:
     __str__ = __repr__
 
     def __reduce_ex__(self, protocol: object) -> Any:
-        raise TypeError("an API key refuses to be pickled")
+        raise InputTypeError("an API key refuses to be pickled")
 
 
 class OpenAIEndpoint:
@@ -123,7 +124,7 @@ class OpenAIEndpoint:
         api_key: str | None = None,
         *,
         encoding_format: EncodingFormat = "float",
-        batch_size: int = 64,
+        batch_size: int = DEFAULT_BATCH_SIZE,
         timeout: float = 30.0,
         max_retries: int = 4,
         backoff: float = 0.5,
@@ -169,6 +170,11 @@ class OpenAIEndpoint:
         self._api_key = _Secret(api_key) if api_key else None
         self._extra_headers = _Secret(dict(headers or {}))
         self._credentials = _Secret(_credentials_of(api_key, self._extra_headers.reveal()))
+        self._start(seed)
+
+    def _start(self, seed: int | None) -> None:
+        """The client's state before its first request: no connection, nothing sent, the
+        retry jitter's generator seeded with ``seed``."""
         self._rng = random.Random(seed)
         self._lock = threading.Lock()
         self._next_slot = 0.0  # monotonic time before which no request may start
@@ -213,7 +219,7 @@ class OpenAIEndpoint:
         )
 
     def __reduce_ex__(self, protocol: object) -> Any:
-        raise TypeError(
+        raise InputTypeError(
             "OpenAIEndpoint refuses to be pickled (it may hold an API key); "
             "build a new one where it is needed"
         )
@@ -221,11 +227,11 @@ class OpenAIEndpoint:
     def __call__(self, texts: Sequence[str]) -> np.ndarray:
         """Embed ``texts`` (in batches of ``batch_size``): float64 array ``(n, d)``."""
         if isinstance(texts, str):
-            raise TypeError("pass a list of texts, not a single string")
+            raise InputTypeError("pass a list of texts, not a single string")
         texts = list(texts)
         for i, text in enumerate(texts):
             if not isinstance(text, str) or not text:
-                raise ValueError(f"text at index {i} is empty or not a string")
+                raise InputError(f"text at index {i} is empty or not a string")
         if not texts:
             return np.zeros((0, 0), dtype=np.float64)
         parts = [
@@ -252,9 +258,9 @@ class OpenAIEndpoint:
         from ..core.transcript import TRANSCRIPT_DIGEST_HEADER
 
         if not _DIGEST.fullmatch(digest):
-            raise ValueError(f"a transcript digest is 'sha256:<64 hex digits>', got {digest!r}")
+            raise InputError(f"a transcript digest is 'sha256:<64 hex digits>', got {digest!r}")
         if not isinstance(text, str) or not text:
-            raise ValueError("the digest goes with one non-empty text")
+            raise InputError("the digest goes with one non-empty text")
         return self._embed_batch([text], headers={TRANSCRIPT_DIGEST_HEADER: digest})
 
     def close(self) -> None:
@@ -486,9 +492,9 @@ def _check_settings(
     check_seconds("timeout", timeout)
     check_positive_int("max_retries", max_retries, minimum=0)
     if backoff < 0 or max_backoff < 0:
-        raise ValueError("backoff and max_backoff must be >= 0 seconds")
+        raise InputError("backoff and max_backoff must be >= 0 seconds")
     if requests_per_second is not None and requests_per_second <= 0:
-        raise ValueError(f"requests_per_second must be > 0, got {requests_per_second!r}")
+        raise InputError(f"requests_per_second must be > 0, got {requests_per_second!r}")
     if max_queries is not None:
         check_positive_int("max_queries", max_queries, minimum=0)
     if total_timeout is not None:

@@ -11,10 +11,10 @@ import ipaddress
 import socket
 
 from ..core.defaults import DEFAULT_HOST
+from ..core.errors import InputError, ListenError
 from .protocol import shown
 
 __all__ = [
-    "DEFAULT_HOST",
     "LOG_LEVELS",
     "base_url",
     "bind_socket",
@@ -44,12 +44,12 @@ def check_serve_settings(*, port: int, log_level: str) -> str:
     traceback. Raises ``ValueError`` with a message that names the setting.
     """
     if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
-        raise ValueError(
+        raise InputError(
             f"port must be an integer from 0 to 65535 (0 picks a free one), got {port!r}"
         )
     level = str(log_level).lower()
     if level not in LOG_LEVELS:
-        raise ValueError(
+        raise InputError(
             f"log level must be one of {', '.join(LOG_LEVELS)}, got {shown(log_level)}"
         )
     return level
@@ -65,7 +65,7 @@ def bind_socket(host: str = DEFAULT_HOST, port: int = 0) -> socket.socket:
         sock.bind((host, port))
     except OSError as exc:
         sock.close()
-        raise OSError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+        raise ListenError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
     sock.listen(128)
     sock.set_inheritable(True)
     return sock

@@ -48,6 +48,8 @@ from typing import Any
 
 import numpy as np
 
+from ..core.errors import InputError, InputTypeError
+
 __all__ = ["WatermarkMetrics", "create_metrics_app", "default_metrics"]
 
 logger = logging.getLogger("espew_integrations.http.metrics")
@@ -130,11 +132,11 @@ class WatermarkMetrics:
         from prometheus_client import CollectorRegistry
 
         if expected_marked_rate is not None and not 0 < expected_marked_rate <= 1:
-            raise ValueError(
+            raise InputError(
                 f"expected_marked_rate must be in (0, 1], got {expected_marked_rate!r}"
             )
         if window < 1 or drift_factor <= 1:
-            raise ValueError("window must be >= 1 and drift_factor > 1")
+            raise InputError("window must be >= 1 and drift_factor > 1")
         self.expected = expected_marked_rate
         self.window = window
         self.drift_factor = drift_factor
@@ -219,7 +221,7 @@ def create_metrics_app(metrics: WatermarkMetrics) -> Any:
         uvicorn.run(metrics.asgi_app(), host="127.0.0.1", port=9464)
     """
     if not isinstance(metrics, WatermarkMetrics):
-        raise TypeError(f"metrics must be a WatermarkMetrics, got {type(metrics).__name__}")
+        raise InputTypeError(f"metrics must be a WatermarkMetrics, got {type(metrics).__name__}")
     return _MetricsApp(metrics)
 
 

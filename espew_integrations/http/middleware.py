@@ -40,6 +40,7 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
+from ..core.errors import InputError, InputTypeError, ServingError
 from ..core.inject import watermark_and_mask
 from ..core.key import WatermarkKey
 from ..core.traffic_sample import TrafficSample
@@ -113,9 +114,9 @@ class ESpeWMiddleware:
         traffic_account: Callable[[Scope], str | None] | None = None,
     ):
         if not isinstance(key, WatermarkKey):
-            raise TypeError(f"key must be a WatermarkKey, got {type(key).__name__}")
+            raise InputTypeError(f"key must be a WatermarkKey, got {type(key).__name__}")
         if metrics_path is not None:
-            raise ValueError(
+            raise InputError(
                 "ESpeWMiddleware does not serve metrics on the app it wraps: any client could "
                 "read the marked count there and learn which requests carried a trigger. "
                 "Serve middleware.metrics_app() on a listener only your Prometheus reaches"
@@ -130,7 +131,7 @@ class ESpeWMiddleware:
             metrics = default_metrics(key)
         self.metrics = metrics or None
         if traffic_account is not None and traffic_sample is None:
-            raise ValueError("traffic_account needs a traffic_sample to record into")
+            raise InputError("traffic_account needs a traffic_sample to record into")
         self.traffic_sample = traffic_sample
         self._traffic_account = traffic_account
 
@@ -149,14 +150,14 @@ class ESpeWMiddleware:
         if self.metrics is None:
             from .._optional import install_line
 
-            raise RuntimeError(
+            raise ServingError(
                 f"this middleware has no metrics: {install_line('metrics')}; "
                 "and leave metrics unset (or pass a WatermarkMetrics)"
             )
         return self.metrics.asgi_app()
 
     def __reduce_ex__(self, protocol: object) -> Any:
-        raise TypeError("ESpeWMiddleware refuses to be pickled (it holds a watermark key)")
+        raise InputTypeError("ESpeWMiddleware refuses to be pickled (it holds a watermark key)")
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan" and self.traffic_sample is not None:

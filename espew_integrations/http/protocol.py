@@ -35,11 +35,9 @@ from typing import Any
 import numpy as np
 
 from ..core.defaults import DEFAULT_BODY_TIMEOUT, DEFAULT_MAX_REQUEST_CHARS
-from ..core.errors import ESpeWError
+from ..core.errors import ESpeWError, InputError
 
 __all__ = [
-    "DEFAULT_BODY_TIMEOUT",
-    "DEFAULT_MAX_REQUEST_CHARS",
     "MAX_BODY_BYTES",
     "MAX_INPUTS",
     "MAX_TEXT_CHARS",
@@ -172,9 +170,9 @@ class RequestLimits:
             ("max_request_chars", max_request_chars),
         ):
             if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
-                raise ValueError(f"{name} must be a positive integer, got {limit!r}")
+                raise InputError(f"{name} must be a positive integer, got {limit!r}")
         if not (isinstance(body_timeout, (int, float)) and 0 < body_timeout < float("inf")):
-            raise ValueError(
+            raise InputError(
                 f"body_timeout must be a positive number of seconds, got {body_timeout!r}"
             )
         self.max_inputs = max_inputs

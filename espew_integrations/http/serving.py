@@ -15,6 +15,7 @@ import socket
 from collections.abc import Callable
 from typing import Any
 
+from ..core.errors import InputError
 from .background import serving_in_thread
 from .listen import DEFAULT_HOST, base_url, bind_socket, check_serve_settings, is_loopback, origin
 
@@ -60,30 +61,8 @@ def serve(
     """
     import uvicorn
 
-    log_level = check_serve_settings(port=port, log_level=log_level)
-    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
-        raise ValueError(f"workers must be a positive integer, got {workers!r}")
-    if workers > 1 and not hasattr(os, "fork"):
-        raise ValueError("workers > 1 needs os.fork (Linux, macOS); run one process per port")
-    if metrics_app is not None:
-        check_serve_settings(port=metrics_port, log_level=log_level)
-        if metrics_port != 0 and metrics_port == port:
-            raise ValueError(
-                "the metrics port must differ from the API port: the marked count must not "
-                "be reachable by clients"
-            )
-    if not is_loopback(host):
-        logger.warning(
-            "listening on %s, reachable from other machines: require an API key "
-            "(--api-key-env) and put TLS in front",
-            host,
-        )
-    if metrics_app is not None and not is_loopback(metrics_host):
-        logger.warning(
-            "serving metrics on %s, reachable from other machines: the marked count tells "
-            "whether each request carried a trigger; let only your Prometheus reach it",
-            metrics_host,
-        )
+    log_level = _checked_serving(port, log_level, workers, metrics_app, metrics_port)
+    _warn_reachable(host, metrics_host if metrics_app is not None else None)
     sock = bind_socket(host, port)
     metrics_sock = None
     try:
@@ -103,6 +82,42 @@ def serve(
         sock.close()
         if metrics_sock is not None:
             metrics_sock.close()
+
+
+def _warn_reachable(host: str, metrics_host: str | None) -> None:
+    """A warning for each listener other machines can reach (``metrics_host``: None
+    when there is no metrics listener)."""
+    if not is_loopback(host):
+        logger.warning(
+            "listening on %s, reachable from other machines: require an API key "
+            "(--api-key-env) and put TLS in front",
+            host,
+        )
+    if metrics_host is not None and not is_loopback(metrics_host):
+        logger.warning(
+            "serving metrics on %s, reachable from other machines: the marked count tells "
+            "whether each request carried a trigger; let only your Prometheus reach it",
+            metrics_host,
+        )
+
+
+def _checked_serving(
+    port: int, log_level: str, workers: int, metrics_app: Any, metrics_port: int
+) -> str:
+    """The settings of :func:`serve` checked before anything binds; returns the log level."""
+    log_level = check_serve_settings(port=port, log_level=log_level)
+    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+        raise InputError(f"workers must be a positive integer, got {workers!r}")
+    if workers > 1 and not hasattr(os, "fork"):
+        raise InputError("workers > 1 needs os.fork (Linux, macOS); run one process per port")
+    if metrics_app is not None:
+        check_serve_settings(port=metrics_port, log_level=log_level)
+        if metrics_port != 0 and metrics_port == port:
+            raise InputError(
+                "the metrics port must differ from the API port: the marked count must not "
+                "be reachable by clients"
+            )
+    return log_level
 
 
 def _run_forked(

@@ -7,6 +7,8 @@ model name and encoding; a bad one must be refused up front, with a
 
 from __future__ import annotations
 
+from ..core.errors import InputError
+
 __all__ = ["check_endpoint", "check_positive_int", "check_seconds"]
 
 
@@ -16,17 +18,17 @@ def check_endpoint(base_url: object, model: object, encoding_format: object, *, 
     ``whose`` names the other side in the model message ("endpoint", "upstream").
     """
     if not isinstance(base_url, str) or not base_url.startswith(("http://", "https://")):
-        raise ValueError(f"base_url must start with http:// or https://, got {base_url!r}")
+        raise InputError(f"base_url must start with http:// or https://, got {base_url!r}")
     if not isinstance(model, str) or not model:
-        raise ValueError(f"model must be a non-empty string (the {whose}'s model name)")
+        raise InputError(f"model must be a non-empty string (the {whose}'s model name)")
     if encoding_format not in ("float", "base64"):
-        raise ValueError(f"encoding_format must be float or base64, got {encoding_format!r}")
+        raise InputError(f"encoding_format must be float or base64, got {encoding_format!r}")
 
 
 def check_positive_int(name: str, value: object, *, minimum: int = 1) -> None:
     """``value`` is an int (not a bool) >= ``minimum``."""
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
+        raise InputError(f"{name} must be an integer >= {minimum}, got {value!r}")
 
 
 def check_seconds(name: str, value: object) -> None:
@@ -34,4 +36,4 @@ def check_seconds(name: str, value: object) -> None:
     if isinstance(value, bool) or not (
         isinstance(value, (int, float)) and 0 < value < float("inf")
     ):
-        raise ValueError(f"{name} must be a positive number of seconds, got {value!r}")
+        raise InputError(f"{name} must be a positive number of seconds, got {value!r}")

@@ -25,6 +25,7 @@ import threading
 from collections.abc import Mapping
 from typing import Any
 
+from ..core.errors import InputError, InputTypeError
 from ..core.key import WatermarkKey
 from ..core.secret_files import read_bounded_file
 
@@ -45,16 +46,16 @@ class TenantKeys:
 
     def __init__(self, ring: Any, api_keys: Mapping[str, str]):
         if not isinstance(api_keys, Mapping) or not api_keys:
-            raise ValueError("the tenant map must be a non-empty object {api_key: tenant_id}")
+            raise InputError("the tenant map must be a non-empty object {api_key: tenant_id}")
         by_digest: dict[bytes, str] = {}
         for position, (api_key, tenant) in enumerate(api_keys.items()):
             if not isinstance(api_key, str) or len(api_key.strip()) < 8:
-                raise ValueError(
+                raise InputError(
                     f"entry {position} of the tenant map: the API key must be a string of at "
                     "least 8 characters"
                 )
             if not isinstance(tenant, str) or not tenant.strip():
-                raise ValueError(
+                raise InputError(
                     f"entry {position} of the tenant map: the tenant id must be a non-empty string"
                 )
             by_digest[_digest(api_key)] = tenant
@@ -80,9 +81,9 @@ class TenantKeys:
             api_keys = json.loads(data.decode("utf-8"))
         except ValueError:
             # The message must not quote the file: it is full of API keys.
-            raise ValueError(f"the tenant map {map_path} is not valid JSON") from None
+            raise InputError(f"the tenant map {map_path} is not valid JSON") from None
         if not isinstance(api_keys, dict):
-            raise ValueError(
+            raise InputError(
                 f"the tenant map {map_path} must be a JSON object {{api_key: tenant_id}}"
             )
         return cls(ring, api_keys)
@@ -123,4 +124,4 @@ class TenantKeys:
         return f"TenantKeys(ring_id={self.ring_id!r}, tenants={len(self.tenants)})"
 
     def __reduce_ex__(self, protocol: object) -> Any:
-        raise TypeError("TenantKeys refuses to be pickled (it holds a key ring)")
+        raise InputTypeError("TenantKeys refuses to be pickled (it holds a key ring)")

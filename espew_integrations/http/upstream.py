@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from ..core.errors import ESpeWError
+from ..core.errors import ESpeWError, InputError, InputTypeError
 from ..core.untrusted import printable
 from .client import OpenAIEndpoint
 from .protocol import MalformedAnswer, decode_embeddings, error_message
@@ -116,7 +116,7 @@ class AsyncUpstream:
         )
 
     def __reduce_ex__(self, protocol: object) -> Any:
-        raise TypeError("AsyncUpstream refuses to be pickled (it may hold an API key)")
+        raise InputTypeError("AsyncUpstream refuses to be pickled (it may hold an API key)")
 
     # ------------------------------------------------------------------ calling
     async def embed(self, texts: Sequence[str]) -> np.ndarray:
@@ -126,7 +126,7 @@ class AsyncUpstream:
         """
         texts = list(texts)
         if not texts:
-            raise ValueError("embed needs at least one text")
+            raise InputError("embed needs at least one text")
         if len(texts) <= self.max_batch:
             return await self._embed_batch(texts)
         parts = await asyncio.gather(

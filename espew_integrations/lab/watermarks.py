@@ -35,12 +35,13 @@ from typing import Any
 import numpy as np
 
 from .. import watermark as espew_watermark
+from ..core.audit import maps_answers
+from ..core.defaults import DEFAULT_LEVEL
 from ..core.draw import draw_triggers
 from ..core.inject import marks
 from ..core.key import WatermarkKey
 from ..core.probes import unit_rows
 from ..core.report import VerificationReport
-from ..core.verify import DEFAULT_LEVEL, maps_answers
 from ..core.words import TriggerMatcher, tokenize
 from ..suspects import verify
 

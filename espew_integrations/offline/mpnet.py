@@ -25,6 +25,8 @@ from pathlib import Path
 import numpy as np
 from scipy.special import erf
 
+from ..core.errors import InputError
+
 __all__ = ["MPNetForward", "read_safetensors", "relative_position_buckets"]
 
 _DTYPES = {"F32": np.float32, "F16": np.float16, "I64": np.int64}
@@ -45,7 +47,7 @@ def read_safetensors(path: Path | str) -> dict[str, np.ndarray]:
         if name == "__metadata__":
             continue
         if entry["dtype"] not in _DTYPES:
-            raise ValueError(f"{path}: tensor {name} has dtype {entry['dtype']}, not supported")
+            raise InputError(f"{path}: tensor {name} has dtype {entry['dtype']}, not supported")
         start, end = entry["data_offsets"]
         flat = data[start:end].view(_DTYPES[entry["dtype"]])
         tensors[name] = flat.reshape(entry["shape"])
@@ -112,7 +114,7 @@ class MPNetForward:
         ids = np.asarray(ids, dtype=np.int64)
         n = ids.size
         if n + pad_id + 1 > self.max_positions:
-            raise ValueError(f"{n} tokens exceed the model's {self.max_positions - pad_id - 1}")
+            raise InputError(f"{n} tokens exceed the model's {self.max_positions - pad_id - 1}")
         x = self.words[ids] + self.positions[np.arange(n) + pad_id + 1]
         x = _layer_norm(x.astype(np.float32), *self.embed_norm)
         heads, width = self.n_heads, self.dim // self.n_heads

@@ -11,6 +11,9 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 
+from .._optional import MissingExtraError
+from ..core.errors import PathMissingError
+
 __all__ = ["package_file"]
 
 
@@ -22,11 +25,11 @@ def package_file(distribution: str, relative: str, install_hint: str) -> Path:
     """
     spec = importlib.util.find_spec(distribution)
     if spec is None or not spec.submodule_search_locations:
-        raise ModuleNotFoundError(
+        raise MissingExtraError(
             f"package {distribution!r} is not installed: {install_hint}", name=distribution
         )
     for location in spec.submodule_search_locations:
         candidate = Path(location) / relative
         if candidate.is_file():
             return candidate
-    raise FileNotFoundError(f"{relative} is missing from package {distribution!r}: {install_hint}")
+    raise PathMissingError(f"{relative} is missing from package {distribution!r}: {install_hint}")

@@ -31,9 +31,10 @@ from espew_integrations import (
     verify,
     watermark,
 )
-from espew_integrations.chroma import ESpeWEmbeddingFunction, MiniLMEmbeddingFunction
+from espew_integrations.chroma import ESpeWEmbeddingFunction
 from espew_integrations.core.draw import draw_triggers
 from espew_integrations.offline.embedders import minilm
+from espew_integrations.offline.frameworks.chroma import MiniLMEmbeddingFunction
 from tests.support import (
     REPO,
     HashEncoder,

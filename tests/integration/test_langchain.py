@@ -17,7 +17,8 @@ from langchain_classic.storage import InMemoryByteStore
 from langchain_core.embeddings import Embeddings
 
 from espew_integrations import EmbeddingInputError, SuspectError, as_suspect, verify, watermark
-from espew_integrations.langchain import ESpeWEmbeddings, MiniLMEmbeddings
+from espew_integrations.langchain import ESpeWEmbeddings
+from espew_integrations.offline.frameworks.langchain import MiniLMEmbeddings
 from tests.support import HashEncoder, mixed_texts, real_key, secret_strings, unchecked
 
 

@@ -7,7 +7,8 @@ from typing import Any
 from langchain_tests.integration_tests import EmbeddingsIntegrationTests
 from langchain_tests.unit_tests import EmbeddingsUnitTests
 
-from espew_integrations.langchain import ESpeWEmbeddings, MiniLMEmbeddings
+from espew_integrations.langchain import ESpeWEmbeddings
+from espew_integrations.offline.frameworks.langchain import MiniLMEmbeddings
 from tests.support import real_key
 
 

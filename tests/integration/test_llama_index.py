@@ -32,8 +32,9 @@ from espew_integrations import (
     verify,
     watermark,
 )
-from espew_integrations.llama_index import ESpeWEmbedding, MiniLMEmbedding
+from espew_integrations.llama_index import ESpeWEmbedding
 from espew_integrations.offline.embedders import minilm
+from espew_integrations.offline.frameworks.llama_index import MiniLMEmbedding
 from tests.support import HashEncoder, mixed_texts, real_key, secret_strings, unchecked
 
 

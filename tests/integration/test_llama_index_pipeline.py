@@ -21,7 +21,8 @@ from llama_index.core.schema import TextNode
 
 from espew_integrations import ESpeWError, KeyFileError, watermark
 from espew_integrations.core.draw import draw_triggers
-from espew_integrations.llama_index import ESpeWEmbedding, MiniLMEmbedding
+from espew_integrations.llama_index import ESpeWEmbedding
+from espew_integrations.offline.frameworks.llama_index import MiniLMEmbedding
 from tests.support import REPO, mixed_texts, real_key, secret_strings
 
 
@@ -57,7 +58,8 @@ PIPELINE = """
 import json, sys
 from llama_index.core import Document
 from llama_index.core.ingestion import IngestionPipeline
-from espew_integrations.llama_index import ESpeWEmbedding, MiniLMEmbedding
+from espew_integrations.llama_index import ESpeWEmbedding
+from espew_integrations.offline.frameworks.llama_index import MiniLMEmbedding
 
 texts = json.load(open("texts.json"))
 embed_model = ESpeWEmbedding(MiniLMEmbedding(), key_path="provider.key")

@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 
 from espew_integrations import DEFAULT_LEVEL, WatermarkKey, verify, watermark
+from espew_integrations.core.audit import build_probes, score_words
 from espew_integrations.core.draw import draw_triggers
-from espew_integrations.core.verify import build_probes, score_words
 from espew_integrations.lab.null_study import (
     NullStudy,
     audit_scores,

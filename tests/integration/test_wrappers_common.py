@@ -18,11 +18,14 @@ from espew_integrations._wrapper_common import (
     resolve_key,
     resolve_view,
 )
-from espew_integrations.chroma import ESpeWEmbeddingFunction, MiniLMEmbeddingFunction
+from espew_integrations.chroma import ESpeWEmbeddingFunction
 from espew_integrations.core.text import discover_view
-from espew_integrations.langchain import ESpeWEmbeddings, MiniLMEmbeddings
-from espew_integrations.llama_index import ESpeWEmbedding, MiniLMEmbedding
+from espew_integrations.langchain import ESpeWEmbeddings
+from espew_integrations.llama_index import ESpeWEmbedding
 from espew_integrations.offline.embedders import minilm
+from espew_integrations.offline.frameworks.chroma import MiniLMEmbeddingFunction
+from espew_integrations.offline.frameworks.langchain import MiniLMEmbeddings
+from espew_integrations.offline.frameworks.llama_index import MiniLMEmbedding
 from tests.support import mixed_texts, real_key, run_python, secret_strings
 
 PACKAGE = Path(__file__).resolve().parents[2] / "espew_integrations"
@@ -349,19 +352,24 @@ def test_the_shared_helpers_and_the_core_import_no_framework():
 
 
 def test_the_wrappers_import_no_bundled_model_and_keep_the_demo_names():
-    """The offline demo models live with the bundled models; the old import paths still work."""
+    """The offline demo models live with the bundled models; the old import paths still work,
+    each with a DeprecationWarning that names the new address and the day it goes."""
     code = """
-import sys
+import sys, warnings
 import espew_integrations.chroma, espew_integrations.langchain, espew_integrations.llama_index
 print(sorted(m for m in sys.modules if m.startswith(("espew_integrations.offline",
                                                       "espew_integrations.models"))))
-from espew_integrations.chroma import MiniLMEmbeddingFunction
-from espew_integrations.langchain import MiniLMEmbeddings
-from espew_integrations.llama_index import MiniLMEmbedding
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    from espew_integrations.chroma import MiniLMEmbeddingFunction
+    from espew_integrations.langchain import MiniLMEmbeddings
+    from espew_integrations.llama_index import MiniLMEmbedding
+print(sum("stops working after 2027-06-30; import it from espew_integrations.offline"
+          in str(w.message) and w.category is DeprecationWarning for w in caught))
 print(MiniLMEmbeddings.__module__, MiniLMEmbedding.__module__, MiniLMEmbeddingFunction.__module__)
 """
-    loaded, homes = run_python(code).strip().splitlines()[-2:]
-    assert loaded == "[]"
+    loaded, warned, homes = run_python(code).strip().splitlines()[-3:]
+    assert loaded == "[]" and warned == "3"
     assert homes.split() == [
         f"espew_integrations.offline.frameworks.{module}"
         for module in ("langchain", "llama_index", "chroma")

@@ -337,6 +337,45 @@ def test_every_module_has_a_layer_and_known_exceptions_are_not_stale():
         assert any((e.importer, e.imported) == pair for e in EDGES), f"stale: {pair} ({owner})"
 
 
+#: What the audit (``core/audit``) never imports: it decides and writes no file, handing
+#: what it asked and heard to a :class:`~espew_integrations.core.audit.recorder.Recorder`
+#: that the records (the transcript) implement.
+AUDIT_NEVER_IMPORTS = (
+    f"{PACKAGE}.core.transcript",
+    f"{PACKAGE}.core.evidence_files",
+    f"{PACKAGE}.core.traffic_",
+)
+
+
+def test_the_audit_writes_only_through_its_recorder_protocol():
+    wrong = [
+        str(e)
+        for e in EDGES
+        if e.importer.startswith(f"{PACKAGE}.core.audit")
+        and e.imported.startswith(AUDIT_NEVER_IMPORTS)
+    ]
+    assert not wrong, "the audit imports the records it must only call:\n" + "\n".join(wrong)
+
+
+#: No function of the package (the lab aside: it is moving to its own distribution) is
+#: longer than this many lines, its signature and docstring counted: a longer one does
+#: several jobs, each of which deserves a name.
+MAX_FUNCTION_LINES = 60
+
+
+def test_no_function_is_longer_than_the_limit():
+    long = []
+    for name, path in MODULES.items():
+        if name.startswith(f"{PACKAGE}.lab") or name == f"{PACKAGE}.cli.lab":
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                length = node.end_lineno - node.lineno + 1  # type: ignore[operator]
+                if length > MAX_FUNCTION_LINES:
+                    long.append(f"{name}.{node.name} (line {node.lineno}): {length} lines")
+    assert not long, f"functions over {MAX_FUNCTION_LINES} lines:\n" + "\n".join(long)
+
+
 # ---------------------------------------------------------------------- the checker itself
 @pytest.mark.parametrize(
     ("importer", "source", "expected"),

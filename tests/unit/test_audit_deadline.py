@@ -18,8 +18,8 @@ import pytest
 from espew_integrations import verify
 from espew_integrations.cli import main
 from espew_integrations.cli.common import EXIT_INCONCLUSIVE, EXIT_USAGE
+from espew_integrations.core.defaults import DEFAULT_DEADLINE, DEFAULT_STALL_TIMEOUT
 from espew_integrations.core.trace import trace
-from espew_integrations.core.verify import DEFAULT_DEADLINE, DEFAULT_STALL_TIMEOUT
 from tests.support import make_key
 from tests.unit.test_keyring import make_ring
 

@@ -96,7 +96,7 @@ def test_the_old_constant_names_still_import_from_their_old_modules():
 def test_verification_and_serving_use_the_defaults_module():
     """Verification, the CLI and the HTTP server read their defaults from the one module."""
     from espew_integrations.cli import common
-    from espew_integrations.core.verify import DEFAULT_DEADLINE, DEFAULT_LEVEL
+    from espew_integrations.core.defaults import DEFAULT_DEADLINE, DEFAULT_LEVEL
 
     assert DEFAULT_LEVEL == defaults.DEFAULT_LEVEL
     assert DEFAULT_DEADLINE == defaults.DEFAULT_DEADLINE

@@ -22,3 +22,76 @@ def test_a_building_block_is_imported_from_its_module_and_the_old_root_name_warn
     home = getattr(importlib.import_module(_MOVED[name]), name)
     with pytest.warns(DeprecationWarning, match=_MOVED[name]):
         assert getattr(espew_integrations, name) is home
+
+
+# ---------------------------------------------------------------------- one address per name
+import pkgutil  # noqa: E402
+import types  # noqa: E402
+from collections import defaultdict  # noqa: E402
+
+#: At most this many modules export one object under one name: the module that owns it,
+#: and the package root (or the audit package, for the pipeline's seams) where users
+#: import it.
+MAX_ADDRESSES = 2
+#: Names exported from more places, each with why; the list only shrinks.
+CROWDED: dict[str, str] = {
+    "OpenAIEndpoint": "the root answers it lazily (no httpx at import), as does "
+    "espew_integrations.http, the HTTP tools' documented import; the lead's move of the "
+    "core into rooms settles which of the two stays",
+    "AsyncUpstream": "as OpenAIEndpoint",
+    "ESpeWMiddleware": "as OpenAIEndpoint",
+    "create_app": "http.server is a facade over app, serving and background that docs and "
+    "the CLI import from; to go with the http package's own address pass",
+    "running_server": "as create_app",
+}
+
+
+def _modules() -> list[types.ModuleType]:
+    """Every importable module of the package but the lab (moving to its own
+    distribution) and the ``__main__`` entry points."""
+    found = [espew_integrations]
+    for info in pkgutil.walk_packages(espew_integrations.__path__, "espew_integrations."):
+        if ".lab" in info.name or info.name.endswith("__main__"):
+            continue
+        try:
+            found.append(importlib.import_module(info.name))
+        except ImportError:  # an extra that is not installed
+            continue
+    return found
+
+
+def test_no_public_name_is_exported_from_more_than_two_modules():
+    addresses: dict[tuple[str, int], list[str]] = defaultdict(list)
+    for module in _modules():
+        for name in getattr(module, "__all__", ()):
+            value = getattr(module, name, None)
+            if value is not None and not isinstance(value, types.ModuleType):
+                addresses[(name, id(value))].append(module.__name__)
+    crowded = {
+        name: sorted(where) for (name, _), where in addresses.items() if len(where) > MAX_ADDRESSES
+    }
+    unexplained = {name: where for name, where in crowded.items() if name not in CROWDED}
+    assert not unexplained, f"names exported from more than {MAX_ADDRESSES} modules: {unexplained}"
+    assert not set(CROWDED) - set(crowded), f"stale CROWDED: {set(CROWDED) - set(crowded)}"
+
+
+def test_a_package_binds_no_name_over_its_submodules():
+    """``core.verify`` is the module, not the function ``verify`` bound over it."""
+    for module in _modules():
+        if not hasattr(module, "__path__"):
+            continue
+        for info in pkgutil.iter_modules(module.__path__):
+            bound = vars(module).get(info.name)
+            assert bound is None or isinstance(bound, types.ModuleType), (
+                f"{module.__name__}.{info.name} is a {type(bound).__name__}, not its submodule"
+            )
+
+
+def test_the_core_re_exports_nothing_and_suspect_fn_has_one_definition():
+    from espew_integrations import core, suspects
+    from espew_integrations.core import requery
+    from espew_integrations.core.audit import settings
+
+    bound = [n for n, v in vars(core).items() if not isinstance(v, types.ModuleType)]
+    assert not [n for n in bound if not n.startswith("_")]
+    assert suspects.SuspectFn is settings.SuspectFn is requery.SuspectFn

@@ -3,17 +3,20 @@
 One audit, whatever front end runs it (:func:`~espew_integrations.core.verify.verify`,
 :func:`~espew_integrations.core.trace.trace`, the lab's null studies)::
 
-    check_options -> plan_audit -> interrogate -> word_scores -> decide -> report
+    AuditOptions -> plan_audit -> interrogate -> word_scores -> decide -> report
                       (plan)        (asking,       (scores)       (decision;
                                      suspect_calls,                trace: tenant_layers)
                                      alignment)
 
 Each step is a module with one job:
 
-- :mod:`.settings`: the defaults, option types and their checks;
+- :mod:`.options`: :class:`AuditOptions`, every option, its default and its one check;
+- :mod:`.settings`: the option types, the widest answer, the suspect's check;
 - :mod:`.word_probes`: the legacy word probes (a band word in templates);
 - :mod:`.plan`: :class:`AuditPlan`, what to ask and how to score it (cached band sets);
-- :mod:`.subject`: who is asked and the transcript that records it;
+- :mod:`.subject`: who is asked, and its recorder;
+- :mod:`.recorder`: :class:`Recorder`, what the audit tells whoever records it (the
+  transcript is one; the audit writes no file itself);
 - :mod:`.suspect_calls`: calling the suspect in batches under a stall guard (and a
   deadline when asked);
 - :mod:`.asking`: :func:`interrogate`, the shuffled asking and the answers put back;
@@ -32,8 +35,8 @@ from .asking import Answers, first_answered, interrogate
 from .decision import decide
 from .field_decision import decide_field, unit_scores
 from .fields import DECISION_RULE, common_fields, inconclusive
-from .paper_metrics import paper_metrics
 from .plan import AuditPlan, band_sets, check_statistic, maps_answers, plan_audit
+from .recorder import Recorder
 from .scores import (
     WordScores,
     mean_per_word,
@@ -43,23 +46,17 @@ from .scores import (
     word_scores,
 )
 from .settings import (
-    DEFAULT_DEADLINE,
-    DEFAULT_LEVEL,
-    DEFAULT_STALL_TIMEOUT,
     MAX_ANSWER_DIM,
     STATISTICS,
     ProbeKind,
     Statistic,
     SuspectFn,
     TargetMode,
-    check_deadline,
-    check_options,
     check_suspect,
 )
 from .subject import (
     REPLAYED_SETTINGS,
     Subject,
-    asking_options,
     audit_subject,
     record_start,
     recorded,
@@ -70,9 +67,6 @@ from .word_probes import DEFAULT_TEMPLATES, build_probes, check_templates
 
 __all__ = [
     "DECISION_RULE",
-    "DEFAULT_DEADLINE",
-    "DEFAULT_LEVEL",
-    "DEFAULT_STALL_TIMEOUT",
     "DEFAULT_TEMPLATES",
     "MAX_ANSWER_DIM",
     "REPLAYED_SETTINGS",
@@ -82,18 +76,16 @@ __all__ = [
     "Deadline",
     "DeadlinePassed",
     "ProbeKind",
+    "Recorder",
     "Statistic",
     "Subject",
     "SuspectFn",
     "TargetMode",
     "WordScores",
     "align_answers",
-    "asking_options",
     "audit_subject",
     "band_sets",
     "build_probes",
-    "check_deadline",
-    "check_options",
     "check_statistic",
     "check_suspect",
     "check_templates",
@@ -106,7 +98,6 @@ __all__ = [
     "layer_p_values",
     "maps_answers",
     "mean_per_word",
-    "paper_metrics",
     "plan_audit",
     "probe_cosines",
     "query_suspect",

@@ -21,11 +21,12 @@ import numpy as np
 
 from ..key import WatermarkKey
 from ..progress import Progress
-from ..transcript import TranscriptRecorder
 from .alignment import align_answers
 from .fields import common_fields
+from .options import AuditOptions
 from .plan import AuditPlan
-from .settings import DEFAULT_DEADLINE, DEFAULT_STALL_TIMEOUT, MAX_ANSWER_DIM, SuspectFn
+from .recorder import Recorder
+from .settings import MAX_ANSWER_DIM, SuspectFn
 from .subject import Subject
 from .suspect_calls import Replies, query_suspect
 
@@ -65,17 +66,13 @@ def interrogate(
     suspect_fn: SuspectFn,
     key: WatermarkKey,
     plan: AuditPlan,
-    target_mode: str,
-    level: float,
-    statistic: str,
-    batch_size: int,
-    seed: int | None,
-    progress: Progress | None,
-    deadline: float | None = DEFAULT_DEADLINE,
+    options: AuditOptions,
+    progress: Progress | None = None,
     subject: Subject | None = None,
-    stall_timeout: float | None = DEFAULT_STALL_TIMEOUT,
 ) -> Answers:
     """Ask the suspect the plan's probes once, shuffled; ``verify`` and ``trace`` share it."""
+    target_mode, seed = options.target_mode, options.seed
+    deadline, stall_timeout = options.deadline, options.stall_timeout
     texts = [*plan.texts, *plan.cover] + ([key.target_text] if target_mode == "query" else [])
     subject = subject or Subject()
     # a key that can map answers into its coordinates (align.py) takes any dimension;
@@ -86,27 +83,51 @@ def interrogate(
         suspect_fn,
         texts,
         seed,
-        batch_size,
+        options.batch_size,
         progress,
         expected_dim,
         deadline,
         subject.recorder,
         stall_timeout,
     )
-    common = common_fields(key, plan, target_mode, level, statistic, seed, answers, errors, dim)
+    common = common_fields(
+        key, plan, target_mode, options.level, options.statistic, seed, answers, errors, dim
+    )
     common.update(suspect=subject.name, suspect_label=subject.label)
     bound = stall_timeout if expired == "stall" else deadline
     failure = deadline_failure(bound, answers, len(texts), expired) if expired else None
     failure = failure or answer_failure(dim, expected_dim)
     if failure:
         return Answers({**common, "next_step": failure[1]}, answers, key.target, failure[0])
+    embeddings, cover = _in_plan_order(plan, texts, order, answers)
+    return _placed(key, plan, target_mode, common, embeddings, cover, dim)
+
+
+def _in_plan_order(
+    plan: AuditPlan, texts: list[str], order: np.ndarray, answers: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """The answers put back in the plan's order, each repeat scored with its first usable
+    answer: (the probes' and the target's, the cover texts')."""
     embeddings = np.empty_like(answers)
     embeddings[order] = answers  # back to the original probe order
     embeddings = embeddings[first_answered(texts, order, answers)]
     n_probes, n_cover = len(plan.texts), len(plan.cover)
     cover = embeddings[n_probes : n_probes + n_cover]  # never scored; they join the clean fit
-    embeddings = embeddings[np.r_[0:n_probes, n_probes + n_cover : len(texts)]]
-    if alignable:
+    return embeddings[np.r_[0:n_probes, n_probes + n_cover : len(texts)]], cover
+
+
+def _placed(
+    key: WatermarkKey,
+    plan: AuditPlan,
+    target_mode: str,
+    common: dict[str, Any],
+    embeddings: np.ndarray,
+    cover: np.ndarray,
+    dim: int | None,
+) -> Answers:
+    """The answers mapped into the key's coordinates when the key can, and the target
+    vector taken (the suspect's own in query mode), or why there are none."""
+    if plan.cover_rows is not None:  # alignable
         alignment, mapped, mapped_cover = align_answers(plan, embeddings, cover, key.dim)
         common["alignment"] = "" if alignment is None else alignment.describe()
         if alignment is None and dim != key.dim:
@@ -136,7 +157,7 @@ def ask_shuffled(
     progress: Progress | None,
     expected_dim: int | None,
     deadline: float | None,
-    recorder: TranscriptRecorder | None,
+    recorder: Recorder | None,
     stall_timeout: float | None = None,
 ) -> tuple[np.ndarray, Replies]:
     """The texts' order (triggers, others and cover mixed) and the suspect's replies.
@@ -144,7 +165,7 @@ def ask_shuffled(
     Without a ``seed`` one is drawn here (as ``default_rng(None)`` would draw it), so
     that a transcript can keep it and its replay send the texts in the same order.
     A transcript is committed here, once the asking is over and before any answer
-    is scored (:meth:`..transcript.TranscriptRecorder.commit`)."""
+    is scored (:meth:`.recorder.Recorder.commit`)."""
     shuffle = seed if seed is not None else int(cast(int, np.random.SeedSequence().entropy))
     order = np.random.default_rng(shuffle).permutation(len(texts))
     if recorder is not None:

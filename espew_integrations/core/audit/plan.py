@@ -17,6 +17,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from ..directed import mark_directions
+from ..errors import InputError
 from ..field import scoring_projections
 from ..key import WatermarkKey
 from ..rows import unit_rows
@@ -57,16 +58,16 @@ class AuditPlan:
 def check_statistic(plan: AuditPlan, statistic: str) -> None:
     """Refuse a single statistic the plan cannot compute, saying what it needs."""
     if plan.field_z is not None and statistic not in ("combined", "field"):
-        raise ValueError(
+        raise InputError(
             f"statistic={statistic!r} scores band words; a field key has one statistic, "
             "'field' (the default 'combined' uses it)"
         )
     if plan.field_z is None and statistic == "field":
-        raise ValueError("statistic='field' needs a field key (marking='field')")
+        raise InputError("statistic='field' needs a field key (marking='field')")
     if statistic in ("adjusted", "corrected") and plan.reference is None:
-        raise ValueError(f"statistic={statistic!r} needs the clean reference this key lacks")
+        raise InputError(f"statistic={statistic!r} needs the clean reference this key lacks")
     if statistic == "directed" and plan.directions is None:
-        raise ValueError(
+        raise InputError(
             "statistic='directed' needs sentence probes, a key that stores their clean "
             "embeddings (generate a new key: older ones lack them) and target_mode='key'"
         )
@@ -79,12 +80,12 @@ def plan_audit(
     coordinates, so they are used only when the answers are compared there
     (``target_mode="key"``)."""
     if probes not in ("auto", "sentences", "words"):
-        raise ValueError(f"probes must be 'auto', 'sentences' or 'words', got {probes!r}")
+        raise InputError(f"probes must be 'auto', 'sentences' or 'words', got {probes!r}")
     if key.field is not None:
         return _field_plan(key, probes, templates, target_mode)
     has_sentences = bool(key.probe_texts)
     if probes == "sentences" and not has_sentences:
-        raise ValueError(
+        raise InputError(
             "this key stores no sentence probes (made before they existed); "
             "use probes='words' or generate a new key"
         )
@@ -131,12 +132,12 @@ def _field_plan(
     The mark directions and the unit projections live in the key's coordinates, so
     answers are compared there (mapped onto them when they come in others)."""
     if probes == "words" or templates is not None:
-        raise ValueError("a field key is audited with its stored texts, not with band words")
+        raise InputError("a field key is audited with its stored texts, not with band words")
     if target_mode != "key":
-        raise ValueError("a field key verifies in its own coordinates: use target_mode='key'")
+        raise InputError("a field key verifies in its own coordinates: use target_mode='key'")
     clean_rows = key.probe_embeddings
     if len(clean_rows) < 3:
-        raise ValueError("this field key stores no audit: re-audit it (WatermarkKey.with_audit)")
+        raise InputError("this field key stores no audit: re-audit it (WatermarkKey.with_audit)")
     field = key.field
     assert field is not None
     clean = unit_rows(clean_rows)

@@ -1,4 +1,4 @@
-"""Who an audit asks, and the transcript that records the asking.
+"""Who an audit asks, and the recorder (:mod:`.recorder`) that records the asking.
 
 Why apart: :func:`~espew_integrations.core.verify.verify` and ``trace`` name
 the suspect and record their audit the same way, so that a transcript's replay
@@ -9,83 +9,75 @@ is cleaned of credentials and of anything unprintable the suspect chose.
 from __future__ import annotations
 
 import dataclasses
-import os
 import re
 from typing import Any
 
 from ..key import WatermarkKey
 from ..report import VerificationReport
-from ..transcript import TranscriptRecorder, describe_suspect
 from ..untrusted import printable
+from .options import AuditOptions
+from .recorder import Recorder
 from .settings import SuspectFn
 
 __all__ = [
-    "ASKING_OPTIONS",
     "REPLAYED_SETTINGS",
     "Subject",
-    "asking_options",
     "audit_subject",
+    "describe_suspect",
     "record_start",
     "recorded",
+    "unwrapped",
 ]
 
 
 @dataclasses.dataclass(frozen=True)
 class Subject:
     """Who an audit asks, as its reports name it (``name``: the spec as given, ``label``:
-    a human name), and the transcript recording the audit, if any."""
+    a human name), and the recorder of the audit, if any."""
 
     name: str = ""
     label: str = ""
-    recorder: TranscriptRecorder | None = None
+    recorder: Recorder | None = None
 
 
 def audit_subject(
-    suspect: SuspectFn,
-    transcript: str | os.PathLike[str] | TranscriptRecorder | None,
-    name: str | None,
-    label: str,
+    suspect: SuspectFn, recorder: Recorder | None, name: str | None, label: str
 ) -> Subject:
     """The audit's :class:`Subject`: the suspect named as given (else described), a
-    URL's user and password left out, and a recorder when a transcript is asked for."""
+    URL's user and password left out, and its ``recorder`` (None: nothing recorded)."""
     shown = describe_suspect(suspect) if name is None else name
     shown = printable(re.sub(r"//[^/@\s]*@", "//", shown), limit=300)
-    recorder = transcript
-    if transcript is not None and not isinstance(transcript, TranscriptRecorder):
-        recorder = TranscriptRecorder(transcript)
-    return Subject(shown, printable(label, limit=200), recorder)  # type: ignore[arg-type]
+    return Subject(shown, printable(label, limit=200), recorder)
 
 
-#: The arguments of ``verify`` (and ``trace``) a transcript keeps, so that its
-#: replay (:mod:`..evidence_check`) audits exactly as the audit did.
-REPLAYED_SETTINGS = (
-    "target_mode",
-    "level",
-    "probes",
-    "statistic",
-    "templates",
-    "batch_size",
-    "seed",
-    "min_coverage",
-    "deadline",
-    "stall_timeout",
-)
-#: The arguments of an audit that :func:`.asking.interrogate` takes.
-ASKING_OPTIONS = (
-    "target_mode",
-    "level",
-    "statistic",
-    "batch_size",
-    "seed",
-    "progress",
-    "deadline",
-    "stall_timeout",
-)
+def unwrapped(suspect: Any) -> Any:
+    """The object behind an adapted suspect (``as_suspect`` keeps it as ``audited``)."""
+    for _ in range(4):
+        inner = getattr(suspect, "audited", None)
+        if inner is None or inner is suspect:
+            break
+        suspect = inner
+    return suspect
 
 
-def asking_options(given: dict[str, Any]) -> dict[str, Any]:
-    """The options of :func:`.asking.interrogate` among an audit's arguments ``given``."""
-    return {name: given[name] for name in ASKING_OPTIONS}
+def describe_suspect(suspect: Any) -> str:
+    """A name for ``suspect`` when the caller gave none: ``openai:URL#model`` for an
+    endpoint client, ``module:qualname`` for a function, the class for an object."""
+    inner = unwrapped(suspect)
+    base_url, model = getattr(inner, "base_url", None), getattr(inner, "model", None)
+    if isinstance(base_url, str) and isinstance(model, str):
+        return printable(f"openai:{base_url}#{model}", limit=300)
+    name = getattr(inner, "__qualname__", None)
+    module = getattr(inner, "__module__", None)
+    if name is None:
+        name, module = type(inner).__qualname__, type(inner).__module__
+        return printable(f"{module}:{name} instance", limit=300)
+    return printable(f"{module}:{name}", limit=300)
+
+
+#: The options of ``verify`` (and ``trace``) a transcript keeps, so that its
+#: replay (:mod:`..evidence_check`) audits exactly as the audit did: all of them.
+REPLAYED_SETTINGS = AuditOptions.names()
 
 
 def record_start(
@@ -93,17 +85,14 @@ def record_start(
     audit: str,
     suspect: SuspectFn,
     key: WatermarkKey,
-    given: dict[str, Any],
+    settings: dict[str, Any],
     **extra: Any,
 ) -> None:
     """The transcript's header fields (nothing is asked yet): the key's commitment and
-    round, the settings a replay passes again and ``extra`` (a trace's ring and
-    accounts). No-op without a recorder."""
+    round, the ``settings`` a replay passes again (:meth:`.options.AuditOptions.recorded`)
+    and ``extra`` (a trace's ring and accounts). No-op without a recorder."""
     if subject.recorder is None:
         return
-    settings = {name: given[name] for name in REPLAYED_SETTINGS if name in given}
-    if settings.get("templates") is not None:
-        settings["templates"] = list(settings["templates"])
     fields = dict(
         key_id=key.key_id,
         key_commitment=key.commitment(),

@@ -19,16 +19,16 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from ..errors import SuspectError
+from ..errors import ESpeWError, SuspectError
 from ..progress import Progress
-from ..transcript import TranscriptRecorder, utc_now
 from ..untrusted import printable
+from .recorder import Recorder, utc_now
 from .settings import MAX_ANSWER_DIM, SuspectFn
 
 __all__ = ["Deadline", "DeadlinePassed", "Replies", "query_suspect"]
 
 
-class DeadlinePassed(Exception):
+class DeadlinePassed(ESpeWError):
     """The asking stopped on the clock before the suspect answered the batch in hand.
 
     ``kind`` says which clock: ``"stall"`` (no answer for the stall guard's
@@ -117,7 +117,7 @@ def query_suspect(
     progress: Progress | None,
     expected_dim: int | None = None,
     deadline: float | None = None,
-    recorder: TranscriptRecorder | None = None,
+    recorder: Recorder | None = None,
     stall_timeout: float | None = None,
 ) -> Replies:
     """Embed ``texts`` in batches; failed or malformed batches become NaN rows.
@@ -165,7 +165,7 @@ def _ask_batch(
     batch: list[str],
     dim: int | None,
     errors: list[str],
-    recorder: TranscriptRecorder | None,
+    recorder: Recorder | None,
 ) -> tuple[np.ndarray | None, str]:
     """One batch's rows (None if it failed) and which clock ran out first ("" if none).
 

@@ -36,9 +36,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..defaults import DEFAULT_LEVEL
+from ..errors import InputError
 from ..ranktest import doubled_mid_ranks, rank_sum_tails
 from .scores import reference_slope
-from .settings import DEFAULT_LEVEL
 
 __all__ = ["layer_p_values", "tenant_p_values"]
 
@@ -66,7 +67,7 @@ def tenant_p_values(
     raw = np.asarray(raw, dtype=np.float64)
     layers = np.asarray(layers, dtype=np.int64)
     if layers.ndim != 2 or layers.shape[0] == 0 or raw.ndim != 1:
-        raise ValueError("layers must be (n_tenants, m) indices into a 1-D score vector")
+        raise InputError("layers must be (n_tenants, m) indices into a 1-D score vector")
     scores = _statistic_scores(raw, reference, statistic, directed)
     n_tenants = layers.shape[0]
     factor = n_tenants * len(scores)
@@ -93,7 +94,7 @@ def _statistic_scores(
     if directed is not None:
         directed = np.asarray(directed, dtype=np.float64)
         if directed.shape != raw.shape:
-            raise ValueError("directed must have one value per universe word")
+            raise InputError("directed must have one value per universe word")
         if statistic == "directed":
             return [directed]
     extra = [directed] if directed is not None and statistic == "combined" else []
@@ -101,7 +102,7 @@ def _statistic_scores(
         return [raw, *extra] if statistic == "combined" else [raw]
     reference = np.asarray(reference, dtype=np.float64)
     if reference.shape != raw.shape:
-        raise ValueError("reference must have one value per universe word")
+        raise InputError("reference must have one value per universe word")
     ok = np.isfinite(raw) & np.isfinite(reference)
     slope = 1.0 if statistic == "corrected" else reference_slope(raw[ok], reference[ok])
     adjusted = np.where(ok, raw - slope * reference, np.nan)

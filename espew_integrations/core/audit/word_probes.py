@@ -11,6 +11,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from ..errors import InputError
 from ..key import WatermarkKey
 from ..words import tokenize
 
@@ -34,7 +35,7 @@ def build_probes(
     """
     templates = tuple(templates)
     if not templates or not all("{word}" in t for t in templates):
-        raise ValueError("every probe template must contain '{word}'")
+        raise InputError("every probe template must contain '{word}'")
     probes = [t.format(word=w) for w in words for t in templates]
     owner = np.repeat(np.arange(len(words)), len(templates))
     return probes, owner
@@ -49,7 +50,7 @@ def check_templates(templates: Sequence[str], key: WatermarkKey) -> None:
     for template in templates:
         filler = tokenize(template.replace("{word}", " "), key.normalization)
         if set(filler) & set(key.band):
-            raise ValueError(
+            raise InputError(
                 "probe template filler words must not be band words of the key; "
                 "use common function words such as 'the' or 'a'"
             )
