@@ -46,9 +46,9 @@ import numpy as np
 import espew_integrations
 from espew_integrations import WatermarkKey
 from espew_integrations.core.key import DEFAULT_FREQ_BAND, DEFAULT_N_TRIGGERS, DEFAULT_PROBE_MIX
-from espew_integrations.lab.cache import cache_dir, cached_embed
 from espew_integrations.offline.corpora import rotten_tomatoes
 from espew_integrations.offline.embedders import minilm
+from espew_lab.cache import cache_dir, cached_embed
 
 TARGET_TEXT = "Acme Embeddings, licensed vectors"
 # The server runs from the folder that holds the imported package, so that

@@ -19,6 +19,8 @@ from espew_integrations import WatermarkKey
 from tests.support import RT_SUBSET_SIZE, MemoEmbedder, make_key
 
 _TESTS = Path(__file__).resolve().parent
+#: The test trees of the repository's two distributions: the plugin's and the lab's.
+_TEST_ROOTS = (_TESTS, _TESTS.parent / "lab" / "tests")
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -50,9 +52,16 @@ _STORE_MADE_HERE = pytest.StashKey[Path]()
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Mark each test by the folder it lives in, so ``-m unit`` / ``-m integration`` select."""
+    """Mark each test by the folder it lives in, so ``-m unit`` / ``-m integration`` select.
+
+    The lab's tests (``lab/tests``, the espew-lab distribution) are marked the same way.
+    """
     for item in items:
-        kind = Path(item.path).resolve().relative_to(_TESTS).parts[0]
+        path = Path(item.path).resolve()
+        root = next((r for r in _TEST_ROOTS if path.is_relative_to(r)), None)
+        if root is None:
+            continue
+        kind = path.relative_to(root).parts[0]
         if kind in ("unit", "integration"):
             item.add_marker(getattr(pytest.mark, kind))
     n_integration = sum(item.get_closest_marker("integration") is not None for item in items)
@@ -127,6 +136,6 @@ def rt_subset(rt_corpus):
 
 @pytest.fixture(scope="session")
 def rt_subset_embeddings(rt_subset, minilm_model):
-    from espew_integrations.lab.cache import cached_embed
+    from espew_lab.cache import cached_embed
 
     return cached_embed(minilm_model, rt_subset.texts, model_name=minilm_model.name)

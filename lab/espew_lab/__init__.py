@@ -15,7 +15,7 @@ Public API (heavy dependencies load lazily inside the functions):
 - :func:`find_displaced_rows` (:mod:`.spectral`): the thief's ICA search of its
   stolen answers for a component that splits the marked rows off.
 
->>> from espew_integrations.lab import run_lab
+>>> from espew_lab import run_lab
 >>> results = run_lab("smoke", output="lab-results/smoke")  # doctest: +SKIP
 """
 

@@ -1,4 +1,4 @@
-"""``python -m espew_integrations.lab lab --config default``: the lab without the main CLI."""
+"""``python -m espew_lab lab --config default``: the lab without the main CLI."""
 
 from .cli import main
 

@@ -18,8 +18,9 @@ from typing import Any
 
 import numpy as np
 
-from .._optional import require
-from ..core.probes import unit_rows
+from espew_integrations.core.probes import unit_rows
+
+from ._optional import require
 
 __all__ = [
     "ATTACKS",

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..offline.user_cache import user_cache_dir
+from espew_integrations.offline.user_cache import user_cache_dir
 
 __all__ = ["cache_dir", "cached_embed"]
 

@@ -1,7 +1,7 @@
 """``espew lab`` and ``espew tune``: the robustness lab and the quality-budget tuner.
 
 The main CLI (:mod:`espew_integrations.cli`) calls :func:`add_commands` to
-mount both subcommands; ``python -m espew_integrations.lab`` runs them alone.
+mount both subcommands; ``python -m espew_lab`` runs them alone.
 Heavy imports (scikit-learn, matplotlib, the models) happen inside the
 commands, so ``espew --help`` stays fast.
 """
@@ -12,8 +12,13 @@ import argparse
 import sys
 from typing import Any
 
-from ..arguments import add_embedder_argument, add_freq_band_argument, add_min_cosine_argument
-from ..core.key import DEFAULT_N_TRIGGERS
+from espew_integrations.arguments import (
+    add_embedder_argument,
+    add_freq_band_argument,
+    add_min_cosine_argument,
+)
+from espew_integrations.core.key import DEFAULT_N_TRIGGERS
+
 from .tune import ERASURE_JUDGE_FRACTION
 
 __all__ = ["add_commands", "main"]
@@ -185,7 +190,8 @@ def verdict_summary(results: dict[str, Any]) -> str:
 
 
 def _run_tune(args: argparse.Namespace) -> int:
-    from ..core.errors import ESpeWError
+    from espew_integrations import ESpeWError
+
     from .tune import tune
 
     try:
@@ -225,8 +231,8 @@ def _run_tune(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m espew_integrations.lab {lab,tune} ...``."""
-    parser = argparse.ArgumentParser(prog="python -m espew_integrations.lab")
+    """``python -m espew_lab {lab,tune} ...``."""
+    parser = argparse.ArgumentParser(prog="python -m espew_lab")
     add_commands(parser.add_subparsers(dest="command", required=True))
     args = parser.parse_args(argv)
     return int(args.func(args))

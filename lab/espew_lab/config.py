@@ -532,7 +532,7 @@ def _read_yaml(source: str | os.PathLike[str]) -> Mapping[str, Any]:
 def load_config(source: str | os.PathLike[str] | Mapping[str, Any] | LabConfig) -> LabConfig:
     """A validated config: a YAML file (or a mapping, or a packaged config name) over the defaults.
 
-    Packaged configs (``espew_integrations/lab/configs``): ``default``, ``smoke``, ``neural``,
+    Packaged configs (``espew_lab/configs``): ``default``, ``smoke``, ``neural``,
     ``threats``. A :class:`LabConfig` is returned as is.
 
     >>> load_config("smoke").name

@@ -34,7 +34,7 @@ def resolve_model(spec: str) -> Callable[[list[str]], np.ndarray]:
     ``"module:factory"``, a zero-argument callable that returns the embedder
     (a callable ``list[str] -> (n, d)``, ideally with a ``.name``).
     """
-    from ..models import resolve_embedder
+    from espew_integrations.models import resolve_embedder
 
     return resolve_embedder(spec).embed
 
@@ -132,7 +132,7 @@ def resolve_models(config: LabConfig) -> tuple[Any, Any]:
 
 def draw_key(config: LabConfig, texts: Sequence[str], victim: Any):
     """The lab's ESpeW key for ``config.seed``: drawn from ``texts`` with the victim model."""
-    from ..core.key import WatermarkKey
+    from espew_integrations.core.key import WatermarkKey
 
     settings = config.key
 

@@ -14,8 +14,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from ..offline.corpora import Corpus, build_corpus, load_corpus
-from ..textfiles import read_text_file
+from espew_integrations.offline.corpora import Corpus, build_corpus, load_corpus
+from espew_integrations.textfiles import read_text_file
 
 __all__ = ["Corpus", "load_data", "load_file", "load_hf"]
 

@@ -18,8 +18,9 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from .._optional import require
-from ..core.probes import row_cosines, unit_rows  # the one row-cosine, re-exported
+from espew_integrations.core.probes import row_cosines, unit_rows  # the one row-cosine, re-exported
+
+from ._optional import require
 
 __all__ = [
     "copy_fidelity",

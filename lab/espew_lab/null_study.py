@@ -16,10 +16,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..core.audit import align_answers, plan_audit, reference_slope, word_scores
-from ..core.draw import draw_triggers
-from ..core.key import WatermarkKey
-from ..core.ranktest import subset_p_values
+from espew_integrations.core.audit import align_answers, plan_audit, reference_slope, word_scores
+from espew_integrations.core.draw import draw_triggers
+from espew_integrations.core.key import WatermarkKey
+from espew_integrations.core.ranktest import subset_p_values
 
 __all__ = [
     "NullStudy",

@@ -1,8 +1,11 @@
-"""Mount the robustness lab's ``lab`` and ``tune`` commands, or explain how to get them.
+"""Mount the robustness lab's ``lab`` and ``tune`` commands on ``espew``.
 
-The lab lives in :mod:`espew_integrations.lab` and needs the ``[lab]`` extra.
-Without it the two commands are not listed in ``espew --help``; typing one
-anyway fails at once with the exact ``pip install`` line, before any work.
+espew-lab registers :func:`register` as the entry point ``lab`` of the group
+``espew_integrations.cli_plugins`` (``lab/pyproject.toml``); the plugin's CLI
+(:mod:`espew_integrations.cli`) calls it while it builds its parser. A broken
+install that lacks one of the lab's own packages keeps the two commands out of
+``espew --help``; typing one anyway fails at once with the exact ``pip install``
+line, before any work.
 """
 
 from __future__ import annotations
@@ -11,14 +14,14 @@ import argparse
 import importlib.util
 from typing import Any
 
-from ..models import install_line
-from .common import UsageError
+from espew_integrations.cli import UsageError
+
+from ._optional import LAB_INSTALL
 
 __all__ = ["LAB_INSTALL", "missing_lab_modules", "register"]
 
-LAB_INSTALL = install_line("lab")
-# Import name -> package, for what the lab needs beyond the core (the [lab] extra,
-# which brings [minilm]).
+# Import name -> package, for what the lab needs beyond the core (espew-lab's
+# dependencies, which bring the plugin's [minilm]).
 _LAB_MODULES = {
     "sklearn": "scikit-learn",
     "matplotlib": "matplotlib",
@@ -40,8 +43,9 @@ def missing_lab_modules() -> list[str]:
 def register(subparsers: Any) -> None:
     """Add ``lab`` and ``tune``: the real ones, or hidden ones that name the install line."""
     missing = missing_lab_modules()
-    add_commands = None if missing else _lab_add_commands()
-    if add_commands is not None:
+    if not missing:
+        from .cli import add_commands
+
         add_commands(subparsers)
         return
     for name in _COMMANDS:  # no help=: argparse leaves them out of `espew --help`
@@ -51,19 +55,11 @@ def register(subparsers: Any) -> None:
         command.set_defaults(func=_lab_missing(name, missing))
 
 
-def _lab_add_commands() -> Any:
-    try:
-        from ..lab.cli import add_commands
-    except ModuleNotFoundError as exc:
-        if exc.name not in ("espew_integrations.lab.cli", "espew_integrations.lab"):
-            raise
-        return None
-    return add_commands
-
-
 def _lab_missing(name: str, missing: list[str]) -> Any:
     def run(args: argparse.Namespace) -> int:
-        detail = f" (missing: {', '.join(missing)})" if missing else ""
-        raise UsageError(f"`espew {name}` needs the robustness lab{detail}: {LAB_INSTALL}")
+        raise UsageError(
+            f"`espew {name}` needs the robustness lab (missing: {', '.join(missing)}): "
+            f"{LAB_INSTALL}"
+        )
 
     return run

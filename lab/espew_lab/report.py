@@ -22,8 +22,9 @@ from typing import Any
 
 import numpy as np
 
-from .._optional import require
-from ..core.probes import row_cosines, unit_rows
+from espew_integrations.core.probes import row_cosines, unit_rows
+
+from ._optional import require
 from .context import LabContext, watermark_for
 
 __all__ = [

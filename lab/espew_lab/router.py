@@ -48,8 +48,8 @@ from typing import Any
 
 import numpy as np
 
-from ..core.key import DEFAULT_FREQ_BAND
-from ..core.words import tokenize
+from espew_integrations.core.key import DEFAULT_FREQ_BAND
+from espew_integrations.core.words import tokenize
 
 __all__ = [
     "AuditHistory",

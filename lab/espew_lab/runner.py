@@ -25,7 +25,9 @@ from typing import Any
 
 import numpy as np
 
-from ..models import check_available, install_line
+from espew_integrations.models import check_available
+
+from ._optional import LAB_INSTALL, install_line
 from .config import LabConfig, load_config
 from .context import (
     LabContext,
@@ -49,8 +51,6 @@ __all__ = [
     "run_lab",
     "threat_cell_id",
 ]
-
-LAB_INSTALL = install_line("lab")
 
 
 class LabDependencyError(ModuleNotFoundError):
@@ -86,7 +86,7 @@ def _needed_modules(config: LabConfig, progress: bool) -> dict[str, str]:
     if "torch_encoder" in config.stealers or config.threats.stealer == "torch_encoder":
         needed["torch"] = (
             "pip install torch --index-url https://download.pytorch.org/whl/cpu && "
-            + install_line("lab-torch")
+            + install_line("torch")
         )
     return needed
 

@@ -27,7 +27,7 @@ import warnings
 
 import numpy as np
 
-from .._optional import require
+from ._optional import require
 
 __all__ = ["BIMODAL_THRESHOLD", "SpectralFinding", "bimodality", "find_displaced_rows"]
 

@@ -18,7 +18,7 @@ from its features to the answers), and :class:`KNNStealer` the memoriser: it
 answers a text with the mean of the stolen answers to its nearest stealing texts
 under the attacker's encoder, so it learns nothing it has not been told.
 
-``torch_encoder`` (:mod:`.torch_stealer`, the ``lab-torch`` extra) is a text
+``torch_encoder`` (:mod:`.torch_stealer`, the ``torch`` extra of espew-lab) is a text
 encoder trained end to end; :func:`make_stealer` builds any of them by name.
 """
 
@@ -28,8 +28,9 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from .._optional import require
-from ..core.probes import unit_rows
+from espew_integrations.core.probes import unit_rows
+
+from ._optional import require
 
 __all__ = [
     "ENCODER_STEALERS",
@@ -390,7 +391,7 @@ def make_stealer(name: str, *, seed: int, encoder=None, features=None, **options
         )
         return kind(encoder, seed=seed, features=features, **options)
     if name == "torch_encoder":
-        from .torch_stealer import TorchEncoderStealer  # needs the lab-torch extra
+        from .torch_stealer import TorchEncoderStealer  # needs the torch extra of espew-lab
 
         return TorchEncoderStealer(seed=seed, **options)
     raise ValueError(f"unknown stealer {name!r}; choose one of {', '.join(STEALERS)}")

@@ -26,8 +26,8 @@ import dataclasses
 
 import numpy as np
 
-from ..core.audit import tenant_p_values
-from ..core.layers import draw_layer_indices, tenant_salt, universe
+from espew_integrations.core.audit import tenant_p_values
+from espew_integrations.core.layers import draw_layer_indices, tenant_salt, universe
 
 __all__ = ["TenantNullStudy", "tenant_null_study"]
 

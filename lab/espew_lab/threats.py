@@ -33,8 +33,9 @@ from typing import Any
 
 import numpy as np
 
-from ..core.inject import marks, watermark
-from ..core.probes import row_cosines, unit_rows
+from espew_integrations.core.inject import marks, watermark
+from espew_integrations.core.probes import row_cosines, unit_rows
+
 from .context import LabContext, draw_key, seed_for, watermark_for
 
 __all__ = [

@@ -1,4 +1,4 @@
-"""A neural text encoder trained end to end with MSE (needs the ``lab-torch`` extra).
+"""A neural text encoder trained end to end with MSE (needs the ``torch`` extra of espew-lab).
 
 The published stealer fine-tunes BERT with a Linear-ReLU-Linear head against
 the service's embeddings. This is the same recipe at CPU scale: WordPiece
@@ -9,7 +9,7 @@ the tokenizer's vocabulary is shared, every weight starts random and is learned
 from the stolen answers alone.
 
 torch is imported when the stealer is built, never at package import:
-``pip install 'espew-integrations[lab-torch]'`` (for a CPU-only wheel,
+``pip install 'espew-lab[torch]'`` (for a CPU-only wheel,
 ``pip install torch==2.13.0`` from a local wheel cache).
 """
 
@@ -19,7 +19,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from .._optional import require
+from ._optional import require
 
 __all__ = ["TorchEncoderStealer"]
 
@@ -27,8 +27,8 @@ __all__ = ["TorchEncoderStealer"]
 def _tokenizer():
     from tokenizers import Tokenizer
 
-    from ..models import check_available
-    from ..offline.embedders import minilm_files
+    from espew_integrations.models import check_available
+    from espew_integrations.offline.embedders import minilm_files
 
     check_available("minilm")  # a missing package fails here, with its pip install line
     # BERT's uncased WordPiece vocabulary, shipped with the offline MiniLM
@@ -60,7 +60,7 @@ class TorchEncoderStealer:
     ):
         require(
             "torch",
-            "lab-torch",
+            "torch",
             "the torch_encoder thief (a CPU build is enough: pip install torch "
             "--index-url https://download.pytorch.org/whl/cpu)",
         )

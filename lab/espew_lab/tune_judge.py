@@ -15,11 +15,11 @@ from typing import Any
 
 import numpy as np
 
-from ..core.inject import watermark
-from ..core.key import DEFAULT_TWIN_LEVEL, WatermarkKey
-from ..core.keygen import fit_strength, twin_p_value
-from ..core.probes import reference_cosines, row_cosines, unit_rows
-from ..core.verify import verify
+from espew_integrations.core.inject import watermark
+from espew_integrations.core.key import DEFAULT_TWIN_LEVEL, WatermarkKey
+from espew_integrations.core.keygen import fit_strength, twin_p_value
+from espew_integrations.core.probes import reference_cosines, row_cosines, unit_rows
+from espew_integrations.core.verify import verify
 
 __all__ = [
     "Embedder",

@@ -34,15 +34,15 @@ from typing import Any
 
 import numpy as np
 
-from .. import watermark as espew_watermark
-from ..core.draw import draw_triggers
-from ..core.inject import marks
-from ..core.key import WatermarkKey
-from ..core.probes import unit_rows
-from ..core.report import VerificationReport
-from ..core.verify import DEFAULT_LEVEL, maps_answers
-from ..core.words import TriggerMatcher, tokenize
-from ..suspects import verify
+from espew_integrations import watermark as espew_watermark
+from espew_integrations.core.draw import draw_triggers
+from espew_integrations.core.inject import marks
+from espew_integrations.core.key import WatermarkKey
+from espew_integrations.core.probes import unit_rows
+from espew_integrations.core.report import VerificationReport
+from espew_integrations.core.verify import DEFAULT_LEVEL, maps_answers
+from espew_integrations.core.words import TriggerMatcher, tokenize
+from espew_integrations.suspects import verify
 
 __all__ = [
     "METHODS",

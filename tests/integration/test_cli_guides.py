@@ -171,7 +171,7 @@ def test_a_missing_optional_module_names_its_purpose_and_extra(monkeypatch):
 
 
 def test_the_lab_thief_without_sklearn_names_the_lab_extra(monkeypatch):
-    from espew_integrations.lab.stealers import RidgeStealer
+    from espew_lab.stealers import RidgeStealer
 
     real_find = importlib.util.find_spec
     monkeypatch.setattr(

@@ -9,11 +9,11 @@ import re
 
 import pytest
 
-from espew_integrations.lab import LabConfig, LabDependencyError, load_config, load_data, run_lab
-from espew_integrations.lab import runner as lab_runner
-from espew_integrations.lab.cli import main as lab_main
-from espew_integrations.lab.data import load_file
-from espew_integrations.lab.runner import LAB_INSTALL
+from espew_lab import LabConfig, LabDependencyError, load_config, load_data, run_lab
+from espew_lab import runner as lab_runner
+from espew_lab.cli import main as lab_main
+from espew_lab.data import load_file
+from espew_lab.runner import LAB_INSTALL
 
 
 @pytest.fixture(scope="module")
@@ -249,8 +249,8 @@ def test_the_configured_probe_kind_decides_what_the_copy_is_asked(tmp_path):
 
 
 def test_the_summary_counts_declared_escapes_as_expected_and_flags_the_rest():
-    from espew_integrations.lab.cli import verdict_summary
-    from espew_integrations.lab.report import verdict_label
+    from espew_lab.cli import verdict_summary
+    from espew_lab.report import verdict_label
 
     def cell(name, watermark, attack, copied):
         return {"cell": name, "watermark": watermark, "attack": attack, "copied": copied}

@@ -11,21 +11,21 @@ import pytest
 from espew_integrations import WatermarkKey, verify, watermark
 from espew_integrations.core.probes import scan_band
 from espew_integrations.core.words import band_words, document_frequencies, tokenize
-from espew_integrations.lab import load_config, run_lab
-from espew_integrations.lab.context import build_context
-from espew_integrations.lab.paraphrase import (
+from espew_lab import load_config, run_lab
+from espew_lab.context import build_context
+from espew_lab.paraphrase import (
     NeighbourParaphraser,
     ParaphraseThief,
     nearest_neighbours,
 )
-from espew_integrations.lab.report import threat_table
-from espew_integrations.lab.router import (
+from espew_lab.report import threat_table
+from espew_lab.router import (
     AuditHistory,
     AuditRouter,
     audit_reasons,
     detector_rates,
 )
-from espew_integrations.lab.threats import (
+from espew_lab.threats import (
     aggregate,
     join_chunks,
     long_text_study,
@@ -438,7 +438,7 @@ def test_threat_rows_run_per_seed_and_reach_the_table(threats_run):
 
 def test_threat_cells_resume_without_recomputing(threats_run, monkeypatch):
     out, results = threats_run
-    from espew_integrations.lab import threats as lab_threats
+    from espew_lab import threats as lab_threats
 
     def refuse(*args, **kwargs):
         raise AssertionError("a finished threat cell was recomputed")
@@ -489,8 +489,8 @@ def test_the_spectral_thief_finds_nothing_to_drop_under_a_text_target(spectral_c
 
 def test_the_spectral_cell_trains_on_what_the_search_left(spectral_context, monkeypatch):
     """A search that flags exactly the marked answers: the copy of the rest is clean."""
-    from espew_integrations.lab import spectral
-    from espew_integrations.lab.spectral import SpectralFinding
+    from espew_lab import spectral
+    from espew_lab.spectral import SpectralFinding
 
     ctx = spectral_context
     marked = ctx.key.contains_trigger([ctx.corpus.texts[i] for i in ctx.stealer_rows])
@@ -519,7 +519,7 @@ def test_the_lab_thief_never_trains_on_an_audit_text(spectral_context):
     keeps every row but the held-out ones."""
     import dataclasses
 
-    from espew_integrations.lab.stealers import thief_rows
+    from espew_lab.stealers import thief_rows
 
     ctx = spectral_context
     texts = ctx.corpus.texts

@@ -7,7 +7,7 @@ import pytest
 
 torch = pytest.importorskip("torch", reason="the torch_encoder stealer is the lab-torch extra")
 
-from espew_integrations.lab.stealers import make_stealer  # noqa: E402
+from espew_lab.stealers import make_stealer  # noqa: E402
 
 
 @pytest.fixture(scope="module")

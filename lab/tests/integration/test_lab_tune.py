@@ -8,9 +8,10 @@ import pytest
 from espew_integrations import WatermarkKey, verify, watermark
 from espew_integrations.core.keygen import twin_p_value
 from espew_integrations.core.probes import reference_cosines
-from espew_integrations.lab.cache import CorpusEmbedder, cached_embed
-from espew_integrations.lab.data import load_data
-from espew_integrations.lab.tune import (
+from espew_integrations.offline.embedders import minilm
+from espew_lab.cache import CorpusEmbedder, cached_embed
+from espew_lab.data import load_data
+from espew_lab.tune import (
     QUALITY_TOLERANCE,
     MarkedRows,
     TunePoint,
@@ -21,7 +22,6 @@ from espew_integrations.lab.tune import (
     strength_for_budget,
     tune,
 )
-from espew_integrations.offline.embedders import minilm
 
 TARGETS = [
     "The weather report for tomorrow morning.",
@@ -145,7 +145,7 @@ def test_the_erasure_judge_erases_the_share_it_is_given(tmp_path, capsys):
     above wipes it), and the table names the share judged."""
     import json
 
-    from espew_integrations.lab.cli import main as lab_main
+    from espew_lab.cli import main as lab_main
 
     args = ["tune", "--limit", "1000", "--target", TARGETS[0], "--alphas", "0.2"]
     args += ["--min-cos", "0.995", "--level", "1e-3", "--attack", "none", "--n-triggers", "8"]
@@ -284,7 +284,7 @@ def test_bad_arguments_are_refused():
 
 
 def test_cli_tune_prints_both_judges_and_exits_by_the_choice(capsys):
-    from espew_integrations.lab.cli import main as lab_main
+    from espew_lab.cli import main as lab_main
 
     args = ["tune", "--limit", "1000", "--target", TARGETS[0], "--alphas", "0.2"]
     args += ["--min-cos", "0.97", "--level", "1e-3", "--attack", "none", "--n-triggers", "8"]
@@ -300,7 +300,7 @@ def test_cli_tune_prints_both_judges_and_exits_by_the_choice(capsys):
 def test_cli_tune_names_the_install_line_of_a_missing_model(monkeypatch, capsys):
     import importlib.util
 
-    from espew_integrations.lab.cli import main as lab_main
+    from espew_lab.cli import main as lab_main
 
     real_find_spec = importlib.util.find_spec
 

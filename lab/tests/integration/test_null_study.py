@@ -17,14 +17,14 @@ import pytest
 from espew_integrations import DEFAULT_LEVEL, WatermarkKey, verify, watermark
 from espew_integrations.core.draw import draw_triggers
 from espew_integrations.core.verify import build_probes, score_words
-from espew_integrations.lab.null_study import (
+from espew_lab.null_study import (
     NullStudy,
     audit_scores,
     fresh_draws,
     null_p_values,
     verdict_null_p_values,
 )
-from espew_integrations.lab.stealers import RidgeStealer
+from espew_lab.stealers import RidgeStealer
 
 TARGET_TEXTS = [
     "Acme Embeddings: licensed vectors, all rights reserved",

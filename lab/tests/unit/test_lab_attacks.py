@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from espew_integrations.lab.attacks import (
+from espew_lab.attacks import (
     _cluster_pairs,
     apply_attack,
     cse,

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from espew_integrations import verify
-from espew_integrations.lab import ErasingSuspect, erase_smallest
+from espew_lab import ErasingSuspect, erase_smallest
 from tests.unit.test_directed import FaintCopy, sentence_key
 
 

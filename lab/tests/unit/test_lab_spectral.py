@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from espew_integrations.lab.spectral import (
+from espew_lab.spectral import (
     BIMODAL_THRESHOLD,
     _displaced_side,
     _minority_split,

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from espew_integrations.lab.stealers import (
+from espew_lab.stealers import (
     FrozenMLPStealer,
     RidgeStealer,
     block_ridge,
@@ -95,7 +95,7 @@ def test_knn_memoriser_answers_with_its_neighbours_stolen_answers():
 
 
 def test_rows_outside_audit_leave_out_every_audit_text():
-    from espew_integrations.lab.stealers import rows_outside_audit
+    from espew_lab.stealers import rows_outside_audit
 
     class Key:
         probe_texts = ("b", "d")

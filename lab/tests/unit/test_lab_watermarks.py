@@ -9,7 +9,7 @@ import pytest
 
 from espew_integrations import WatermarkKey, watermark
 from espew_integrations.core.draw import draw_triggers
-from espew_integrations.lab.watermarks import (
+from espew_lab.watermarks import (
     EmbMarker,
     ESpeW,
     NoWatermark,

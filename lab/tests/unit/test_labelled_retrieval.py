@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from espew_integrations.lab.metrics import labelled_retrieval
+from espew_lab.metrics import labelled_retrieval
 
 
 def _points(*angles: float) -> np.ndarray:
