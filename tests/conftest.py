@@ -19,8 +19,6 @@ from espew_integrations import WatermarkKey
 from tests.support import RT_SUBSET_SIZE, MemoEmbedder, make_key
 
 _TESTS = Path(__file__).resolve().parent
-#: The test trees of the repository's two distributions: the plugin's and the lab's.
-_TEST_ROOTS = (_TESTS, _TESTS.parent / "lab" / "tests")
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -54,18 +52,22 @@ _STORE_MADE_HERE = pytest.StashKey[Path]()
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Mark each test by the folder it lives in, so ``-m unit`` / ``-m integration`` select.
 
-    The lab's tests (``lab/tests``, the espew-lab distribution) are marked the same way.
+    Only this tree's: the lab's tests (``lab/tests``) are marked by their own conftest.
     """
+    mark_by_folder(items, _TESTS)
+    n_integration = sum(item.get_closest_marker("integration") is not None for item in items)
+    config.stash[_WARM_STORE] = n_integration >= _WARM_STORE_FROM
+
+
+def mark_by_folder(items: list[pytest.Item], root: Path) -> None:
+    """Mark the items under ``root/unit`` and ``root/integration`` ``unit`` / ``integration``."""
     for item in items:
         path = Path(item.path).resolve()
-        root = next((r for r in _TEST_ROOTS if path.is_relative_to(r)), None)
-        if root is None:
+        if not path.is_relative_to(root):
             continue
         kind = path.relative_to(root).parts[0]
         if kind in ("unit", "integration"):
             item.add_marker(getattr(pytest.mark, kind))
-    n_integration = sum(item.get_closest_marker("integration") is not None for item in items)
-    config.stash[_WARM_STORE] = n_integration >= _WARM_STORE_FROM
 
 
 #: Runs that select at least this many integration tests (``make test``) warm the store.
