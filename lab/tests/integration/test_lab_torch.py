@@ -1,11 +1,11 @@
-"""The end-to-end neural stealer (torch, the optional lab-torch extra)."""
+"""The end-to-end neural stealer (torch, the optional torch extra of espew-lab)."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-torch = pytest.importorskip("torch", reason="the torch_encoder stealer is the lab-torch extra")
+torch = pytest.importorskip("torch", reason="the torch_encoder stealer is espew-lab's torch extra")
 
 from espew_lab.stealers import make_stealer  # noqa: E402
 
