@@ -104,8 +104,7 @@ def test_the_lab_imports_only_public_names_of_the_plugin():
 def test_the_lab_imports_the_plugin_at_all():
     """The scan reads real imports (a wrong path would pass by finding none)."""
     n = sum(
-        len(imports_of_the_plugin(p.read_text(encoding="utf-8")))
-        for p in LAB_PACKAGE.rglob("*.py")
+        len(imports_of_the_plugin(p.read_text(encoding="utf-8"))) for p in LAB_PACKAGE.rglob("*.py")
     )
     assert n >= 20
 
