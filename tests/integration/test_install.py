@@ -57,8 +57,11 @@ def present_packages_without_the_lab(mirror: Path) -> list[str]:
     saw it would have the lab before the test installs it.
     """
     mirror.mkdir()
-    places = sorted({sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]})
-    for place in places:
+    places = [sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]]
+    places += [p for p in sys.path if Path(p).name == "site-packages"]  # a .pth's too
+    for place in dict.fromkeys(places):
+        if not Path(place).is_dir():
+            continue
         for entry in Path(place).iterdir():
             name = entry.name.lower().replace("-", "_")
             if "espew_lab" in name or (mirror / entry.name).exists():
