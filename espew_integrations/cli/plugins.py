@@ -16,13 +16,14 @@ other commands down: its commands report the failure instead.
 from __future__ import annotations
 
 import argparse
+from functools import cache
 from importlib.metadata import EntryPoint, entry_points
 from typing import Any
 
 from .._optional import LAB_INSTALL
 from .common import UsageError
 
-__all__ = ["GROUP", "LAB_COMMANDS", "LAB_INSTALL", "plugin_entry_points", "register"]
+__all__ = ["GROUP", "LAB_COMMANDS", "plugin_entry_points", "register"]
 
 #: The entry-point group a distribution declares its ``register(subparsers)`` under.
 GROUP = "espew_integrations.cli_plugins"
@@ -30,9 +31,14 @@ GROUP = "espew_integrations.cli_plugins"
 LAB_COMMANDS = ("lab", "tune")
 
 
-def plugin_entry_points() -> list[EntryPoint]:
-    """The installed entry points of :data:`GROUP`, by name (a stable ``--help`` order)."""
-    return sorted(entry_points(group=GROUP), key=lambda point: point.name)
+@cache
+def plugin_entry_points() -> tuple[EntryPoint, ...]:
+    """The installed entry points of :data:`GROUP`, by name (a stable ``--help`` order).
+
+    Read once per process: the scan reads every installed distribution's metadata, and
+    a process that builds the parser many times (a test run) installs nothing between.
+    """
+    return tuple(sorted(entry_points(group=GROUP), key=lambda point: point.name))
 
 
 def register(subparsers: Any) -> None:
