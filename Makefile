@@ -28,24 +28,26 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 
-$(VENV)/.installed-all: pyproject.toml | $(BIN)/python
-	@echo "==> installing espew-integrations and every extra into $(VENV) (a few minutes the first time)"
-	$(PIP) --progress-bar on -e '.[all]'
+# The plugin (the root) and the robustness lab, a distribution of its own (lab/): the demo's
+# thief is the lab's, and `make test` tests both.
+$(VENV)/.installed-all: pyproject.toml lab/pyproject.toml | $(BIN)/python
+	@echo "==> installing espew-integrations with every extra, and espew-lab, into $(VENV) (a few minutes the first time)"
+	$(PIP) --progress-bar on -e '.[all]' -e ./lab
 	$(COMPILE)
 	@echo "==> downloading the offline corpora and second model (espew data install)"
 	$(BIN)/espew data install --quiet
 	touch $@
 
-# torch (the lab's end-to-end neural stealer, tests/integration/test_lab_torch.py) is pinned to
+# torch (the lab's end-to-end neural stealer, lab/tests/integration/test_lab_torch.py) is pinned to
 # 2.13.0 because this project's build machines carry that CPU wheel locally; an open range
 # would pull a multi-GB CUDA build from PyPI. Elsewhere, install a CPU build first with
 #   pip install torch --index-url https://download.pytorch.org/whl/cpu
 TORCH := torch==2.13.0
 
-$(VENV)/.installed-dev: pyproject.toml | $(BIN)/python
-	@echo "==> installing $(TORCH), the package and the dev tools into $(VENV) (several minutes the first time)"
+$(VENV)/.installed-dev: pyproject.toml lab/pyproject.toml | $(BIN)/python
+	@echo "==> installing $(TORCH), the package, the lab and the dev tools into $(VENV) (several minutes the first time)"
 	$(PIP) --progress-bar on $(TORCH)
-	$(PIP) --progress-bar on -e '.[dev]'
+	$(PIP) --progress-bar on -e '.[dev]' -e './lab[torch]'
 	$(COMPILE)
 	@echo "==> downloading the offline corpora, second model and all-mpnet-base-v2 (espew data install --mpnet)"
 	$(BIN)/espew data install --quiet --mpnet
@@ -56,7 +58,7 @@ demo: $(VENV)/.installed-all
 	$(BIN)/python examples/demo.py
 
 test: $(VENV)/.installed-dev typecheck
-	$(BIN)/ruff check espew_integrations tests benchmarks examples
+	$(BIN)/ruff check espew_integrations lab tests benchmarks examples
 	@start=$$(date +%s); \
 	$(BIN)/python -m pytest -n auto --durations=15; status=$$?; \
 	echo "==> make test: the suite took $$(( $$(date +%s) - start )) s (one worker per core, pytest-xdist)"; \
@@ -66,13 +68,14 @@ test: $(VENV)/.installed-dev typecheck
 typecheck: $(VENV)/.installed-dev
 	$(BIN)/mypy
 
-# The unit tests only (tests/unit: no real model, server or process), for development.
+# The unit tests only (tests/unit, lab/tests/unit: no real model, server or process), for
+# development.
 test-fast: $(VENV)/.installed-dev
-	$(BIN)/python -m pytest tests/unit
+	$(BIN)/python -m pytest tests/unit lab/tests/unit
 
 lint: $(VENV)/.installed-dev
-	$(BIN)/ruff check espew_integrations tests benchmarks examples
-	$(BIN)/ruff format --check espew_integrations tests benchmarks examples
+	$(BIN)/ruff check espew_integrations lab tests benchmarks examples
+	$(BIN)/ruff format --check espew_integrations lab tests benchmarks examples
 
 bench: $(VENV)/.installed-dev
 	$(BIN)/python benchmarks/bench_watermark.py

@@ -12,9 +12,9 @@ Pure numpy on the cached MiniLM embeddings (seconds).
 import numpy as np
 
 from espew_integrations import WatermarkKey, watermark
-from espew_integrations.lab.cache import cached_embed
 from espew_integrations.offline.corpora import rotten_tomatoes
 from espew_integrations.offline.embedders import minilm
+from espew_lab.cache import cached_embed
 
 texts = list(rotten_tomatoes().texts)
 vm = minilm()

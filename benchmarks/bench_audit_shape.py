@@ -1,6 +1,6 @@
 """Can a router tell the audit's texts from ordinary traffic by their shape?
 
-The lab's router (``espew_integrations.lab.router``) applies fixed rules:
+The lab's router (``espew_lab.router``) applies fixed rules:
 single words, templates, repeats, a burst of band words, a run of texts that
 hold exactly one. This benchmark asks the general question instead. A
 gradient-boosted classifier (scikit-learn's ``HistGradientBoostingClassifier``)

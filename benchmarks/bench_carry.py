@@ -24,9 +24,9 @@ import numpy as np
 
 from espew_integrations import WatermarkKey, watermark
 from espew_integrations.core.words import tokenize
-from espew_integrations.lab.cache import cached_embed
 from espew_integrations.offline.corpora import rotten_tomatoes
 from espew_integrations.offline.embedders import minilm
+from espew_lab.cache import cached_embed
 
 sys.path.insert(0, "benchmarks")
 import torch
@@ -48,7 +48,7 @@ answers = watermark(texts, clean, key)
 rng = np.random.default_rng(seed)
 train = np.sort(rng.permutation(len(texts))[:-500])
 tt = [texts[i] for i in train]
-from espew_integrations.lab.torch_stealer import TorchEncoderStealer
+from espew_lab.torch_stealer import TorchEncoderStealer
 
 t0 = time.time()
 cw = TorchEncoderStealer(seed=seed).fit(tt, answers[train])

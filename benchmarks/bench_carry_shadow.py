@@ -18,10 +18,10 @@ import torch
 torch.set_num_threads(1)
 from espew_integrations import WatermarkKey
 from espew_integrations.core.ranktest import rank_sum_p_value
-from espew_integrations.lab.cache import cached_embed
-from espew_integrations.lab.stealers import RidgeStealer
 from espew_integrations.offline.corpora import rotten_tomatoes
 from espew_integrations.offline.embedders import minilm
+from espew_lab.cache import cached_embed
+from espew_lab.stealers import RidgeStealer
 
 sys.path.insert(0, "benchmarks")
 from bench_faithful_copy import TARGET_TEXT, Lookup
@@ -46,7 +46,7 @@ t0 = time.time()
 if which == "ridge":
     sh = RidgeStealer(seed=99).fit([texts[i] for i in tr], clean[tr])
 else:
-    from espew_integrations.lab.torch_stealer import TorchEncoderStealer
+    from espew_lab.torch_stealer import TorchEncoderStealer
 
     sh = TorchEncoderStealer(seed=99).fit([texts[i] for i in tr], clean[tr])
 print(which, "fit", time.time() - t0, flush=True)

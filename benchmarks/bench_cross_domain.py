@@ -43,10 +43,10 @@ from bench_audit_shape import shape_features
 from bench_faithful_copy import TARGET_TEXT, Lookup, corpus_lookups
 
 from espew_integrations import WatermarkKey, verify, watermark
-from espew_integrations.lab.attacks import apply_attack
-from espew_integrations.lab.cache import cached_embed
-from espew_integrations.lab.stealers import FrozenMLPStealer, RidgeStealer
 from espew_integrations.offline.corpora import health_tweets
+from espew_lab.attacks import apply_attack
+from espew_lab.cache import cached_embed
+from espew_lab.stealers import FrozenMLPStealer, RidgeStealer
 
 
 def main() -> None:

@@ -40,7 +40,7 @@ from bench_faithful_copy import corpus_lookups, extended, victim_key
 from thieves import SPLITS, stolen_value, thief_for
 
 from espew_integrations import WatermarkKey, verify, watermark
-from espew_integrations.lab.stealers import EncoderRidgeStealer
+from espew_lab.stealers import EncoderRidgeStealer
 
 COPIES = {"torch": "torch encoder", "ridge_head": "ridge head on L3"}
 
@@ -106,7 +106,7 @@ def main() -> None:
         answers = watermark(thief.steal, thief.clean_steal, key)
         t0 = time.perf_counter()
         if args.copy == "torch":
-            from espew_integrations.lab.torch_stealer import TorchEncoderStealer
+            from espew_lab.torch_stealer import TorchEncoderStealer
 
             copy = TorchEncoderStealer(seed=seed).fit(thief.steal, answers)
         else:

@@ -2,7 +2,7 @@
 
 ESpeW writes into the coordinates where a text's clean embedding is smallest.
 A thief who knows that can wipe each served answer's smallest ``fraction * d``
-coordinates (``espew_integrations.lab.ErasingSuspect``: set to zero, or to
+coordinates (``espew_lab.ErasingSuspect``: set to zero, or to
 noise of their own size so no exact zero shows) without knowing the key. This
 benchmark prices that attack on both sides, at the 0.995 quality budget:
 
@@ -38,8 +38,8 @@ from bench_frontier import build, parse_config
 
 from espew_integrations import verify
 from espew_integrations.core.probes import row_cosines
-from espew_integrations.lab.erasure import ErasingSuspect, erase_smallest
-from espew_integrations.lab.metrics import retrieval_overlap
+from espew_lab.erasure import ErasingSuspect, erase_smallest
+from espew_lab.metrics import retrieval_overlap
 
 CONFIGS = (
     "alpha-0.2:n=20,band=0.005-0.01,alpha=0.2",

@@ -55,17 +55,17 @@ from thieves import SPLITS, Thief, disjoint_rows, stolen_value, thief_for
 
 from espew_integrations import WatermarkKey, verify, watermark
 from espew_integrations.core.probes import unit_rows
-from espew_integrations.lab.attacks import apply_attack
-from espew_integrations.lab.cache import cached_embed
-from espew_integrations.lab.router import AuditHistory, AuditRouter
-from espew_integrations.lab.stealers import (
+from espew_integrations.offline.corpora import rotten_tomatoes
+from espew_integrations.offline.embedders import minilm, paraphrase_minilm_l3
+from espew_lab.attacks import apply_attack
+from espew_lab.cache import cached_embed
+from espew_lab.router import AuditHistory, AuditRouter
+from espew_lab.stealers import (
     EncoderRidgeStealer,
     FrozenMLPStealer,
     KNNStealer,
     RidgeStealer,
 )
-from espew_integrations.offline.corpora import rotten_tomatoes
-from espew_integrations.offline.embedders import minilm, paraphrase_minilm_l3
 
 TARGET_TEXT = "Acme Embeddings, licensed vectors"
 RESERVED = (
@@ -260,7 +260,7 @@ def build_suspects(
 
 
 def _torch(seed: int):
-    from espew_integrations.lab.torch_stealer import TorchEncoderStealer
+    from espew_lab.torch_stealer import TorchEncoderStealer
 
     return TorchEncoderStealer(seed=seed)
 

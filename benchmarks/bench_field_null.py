@@ -52,7 +52,7 @@ from espew_integrations.core.field import (
 )
 from espew_integrations.core.ranktest import rank_sum_p_value
 from espew_integrations.core.rows import unit_rows
-from espew_integrations.lab.stealers import EncoderRidgeStealer
+from espew_lab.stealers import EncoderRidgeStealer
 
 LEVELS = (1e-2, 1e-3, 1e-4, 1e-6)
 

@@ -51,8 +51,8 @@ from bench_spectral import target_embedder
 from thieves import disjoint_rows
 
 from espew_integrations import WatermarkKey, verify, watermark
-from espew_integrations.lab.attacks import apply_attack
-from espew_integrations.lab.stealers import FrozenMLPStealer, RidgeStealer
+from espew_lab.attacks import apply_attack
+from espew_lab.stealers import FrozenMLPStealer, RidgeStealer
 
 #: ``target=`` values: the default text target, and bench_spectral's other kinds.
 TARGET_KINDS = {"text": "text", "lowvar": "low-variance", "minus50": "text minus top-50"}
@@ -166,7 +166,7 @@ def build(config: dict, seed: int, texts, victim, standard, std_matrix, min_cosi
         ).embeddings
 
     def torch_copy():
-        from espew_integrations.lab.torch_stealer import TorchEncoderStealer
+        from espew_lab.torch_stealer import TorchEncoderStealer
 
         return TorchEncoderStealer(seed=seed).fit(train_texts, answers[train])
 

@@ -38,8 +38,8 @@ from bench_null_study import (
 
 from espew_integrations import WatermarkKey
 from espew_integrations.core.ranktest import subset_p_values
-from espew_integrations.lab.null_study import audit_scores, fresh_draws
-from espew_integrations.lab.stealers import RidgeStealer
+from espew_lab.null_study import audit_scores, fresh_draws
+from espew_lab.stealers import RidgeStealer
 
 
 def main() -> None:

@@ -48,7 +48,7 @@ from bench_spectral import make_key
 
 from espew_integrations import verify, watermark
 from espew_integrations.core.probes import unit_rows
-from espew_integrations.lab.stealers import RidgeStealer
+from espew_lab.stealers import RidgeStealer
 
 PARTIAL_ANGLE = 0.45
 

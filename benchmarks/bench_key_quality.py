@@ -33,7 +33,7 @@ from bench_faithful_copy import TARGET_TEXT, corpus_lookups
 from espew_integrations import WatermarkKey, watermark
 from espew_integrations.core.inject import marks
 from espew_integrations.core.probes import row_cosines
-from espew_integrations.lab.metrics import retrieval_overlap
+from espew_lab.metrics import retrieval_overlap
 
 CONFIGS = {
     "first default (n=20, band 0.5-1%, alpha 0.2)": {

@@ -23,9 +23,9 @@ from pathlib import Path
 from bench_faithful_copy import TARGET_TEXT, Lookup
 
 from espew_integrations import WatermarkKey
-from espew_integrations.lab.cache import cached_embed
 from espew_integrations.offline.corpora import rotten_tomatoes
 from espew_integrations.offline.embedders import minilm
+from espew_lab.cache import cached_embed
 
 KIB = 1024
 SERVING_LIMIT = 16 * KIB  # issue 38, at d = 384

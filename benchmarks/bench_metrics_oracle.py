@@ -50,9 +50,9 @@ from espew_integrations.core.defaults import (
     DEFAULT_N_TRIGGERS,
     DEFAULT_PROBE_MIX,
 )
-from espew_integrations.lab.cache import cache_dir, cached_embed
 from espew_integrations.offline.corpora import rotten_tomatoes
 from espew_integrations.offline.embedders import minilm
+from espew_lab.cache import cache_dir, cached_embed
 
 TARGET_TEXT = "Acme Embeddings, licensed vectors"
 # The server runs from the folder that holds the imported package, so that

@@ -54,8 +54,10 @@ from espew_integrations.core.audit import (
 )
 from espew_integrations.core.draw import draw_triggers
 from espew_integrations.core.ranktest import doubled_mid_ranks, min_p_value, rank_sum_p_value
-from espew_integrations.lab.cache import cached_embed
-from espew_integrations.lab.null_study import (
+from espew_integrations.offline.corpora import health_tweets, load_corpus
+from espew_integrations.offline.embedders import minilm, paraphrase_minilm_l3
+from espew_lab.cache import cached_embed
+from espew_lab.null_study import (
     PARTS,
     NullStudy,
     audit_scores,
@@ -64,9 +66,7 @@ from espew_integrations.lab.null_study import (
     fresh_draws,
     null_p_values,
 )
-from espew_integrations.lab.stealers import RidgeStealer
-from espew_integrations.offline.corpora import health_tweets, load_corpus
-from espew_integrations.offline.embedders import minilm, paraphrase_minilm_l3
+from espew_lab.stealers import RidgeStealer
 
 LEVELS = (1e-2, 1e-3, 1e-4, 1e-6)
 N_TARGETS = 50

@@ -121,7 +121,7 @@ def main() -> None:
         stolen_with = {texts[i] for i in train_rows(seed, texts, key)}
         unseen = [t for t in texts if t not in stolen_with]
         if args.torch:
-            from espew_integrations.lab.torch_stealer import TorchEncoderStealer
+            from espew_lab.torch_stealer import TorchEncoderStealer
 
             train = train_rows(seed, texts, key)
             suspects["torch encoder"] = TorchEncoderStealer(seed=seed).fit(

@@ -23,7 +23,7 @@ import numpy as np
 
 from espew_integrations.core import ranktest
 from espew_integrations.core.ranktest import rank_sum_p_value
-from espew_integrations.lab.null_study import null_p_values
+from espew_lab.null_study import null_p_values
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 # The implementation before issue 10 (the whole subset-sum table, rebuilt per call):

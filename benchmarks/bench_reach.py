@@ -60,8 +60,8 @@ from thieves import N_STEAL, disjoint_rows
 
 from espew_integrations import WatermarkKey, verify, watermark
 from espew_integrations.core.inject import watermark_and_mask
-from espew_integrations.lab.metrics import labelled_retrieval
-from espew_integrations.lab.stealers import RidgeStealer
+from espew_lab.metrics import labelled_retrieval
+from espew_lab.stealers import RidgeStealer
 
 STORE = Path.home() / ".cache" / "espew-integrations" / "embed-store"
 SUSPECTS = (

@@ -1,6 +1,6 @@
 """How much ordinary traffic a routing thief needs to spot the audit, with and without cover.
 
-The thief of ``espew_integrations.lab.router`` answers what looks like an audit
+The thief of ``espew_lab.router`` answers what looks like an audit
 from the clean model and everything else from its stolen copy (here the
 watermarked service itself, the most faithful copy). It knows the library's band
 rule, so it watches the band the key was drawn from, and it takes the first N
@@ -29,9 +29,9 @@ import copy
 import time
 
 from espew_integrations import WatermarkKey, verify, watermark
-from espew_integrations.lab.router import AuditHistory, AuditRouter
 from espew_integrations.offline.corpora import rotten_tomatoes
 from espew_integrations.offline.embedders import minilm
+from espew_lab.router import AuditHistory, AuditRouter
 
 TARGET_TEXT = "Acme Embeddings, licensed vectors"
 

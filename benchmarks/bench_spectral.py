@@ -6,7 +6,7 @@ clean corpus embeddings) is the obvious way to make the mark survive CSE,
 which removes the *top* singular directions: the frozen-MLP copy after CSE
 K=50 is convicted 10^3 to 10^8 times more strongly. This benchmark shows what
 that costs: a thief who runs ICA over every dimension of its stolen answers
-(``espew_integrations.lab.spectral.find_displaced_rows``) flags the marked
+(``espew_lab.spectral.find_displaced_rows``) flags the marked
 rows, drops them, and trains a clean copy.
 
 For each key seed, and for the default text target and the low-variance one
@@ -53,9 +53,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_faithful_copy import TARGET_TEXT, corpus_lookups
 
 from espew_integrations import WatermarkKey, verify, watermark
-from espew_integrations.lab.attacks import apply_attack
-from espew_integrations.lab.spectral import find_displaced_rows
-from espew_integrations.lab.stealers import FrozenMLPStealer, RidgeStealer
+from espew_lab.attacks import apply_attack
+from espew_lab.spectral import find_displaced_rows
+from espew_lab.stealers import FrozenMLPStealer, RidgeStealer
 
 TARGETS = ("text", "low-variance", "text minus top-50")
 SUSPECTS = (

@@ -38,7 +38,7 @@ from bench_faithful_copy import corpus_lookups
 from bench_spectral import TARGETS, make_key
 
 from espew_integrations import watermark
-from espew_integrations.lab.spectral import find_displaced_rows
+from espew_lab.spectral import find_displaced_rows
 
 MAHALANOBIS_SKIPS = (0, 100, 200, 300, 350)
 RESIDUAL_SKIPS = (0, 200, 300)

@@ -51,8 +51,8 @@ from espew_integrations import WatermarkKey, verify, watermark
 from espew_integrations.core.defaults import DEFAULT_FREQ_BAND
 from espew_integrations.core.text import canonicalize
 from espew_integrations.core.words import band_words, document_frequencies
-from espew_integrations.lab.cache import cached_embed
-from espew_integrations.lab.stealers import RidgeStealer
+from espew_lab.cache import cached_embed
+from espew_lab.stealers import RidgeStealer
 
 RARE_SHARES = (0.5,)
 _WORD = re.compile(r"[^\W_]+")

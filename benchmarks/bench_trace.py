@@ -33,11 +33,11 @@ import numpy as np
 
 from espew_integrations import KeyRing, trace, watermark
 from espew_integrations.core.probes import row_cosines
-from espew_integrations.lab.attacks import apply_attack
-from espew_integrations.lab.cache import cached_embed
-from espew_integrations.lab.stealers import RidgeStealer
 from espew_integrations.offline.corpora import rotten_tomatoes
 from espew_integrations.offline.embedders import minilm, paraphrase_minilm_l3
+from espew_lab.attacks import apply_attack
+from espew_lab.cache import cached_embed
+from espew_lab.stealers import RidgeStealer
 
 TARGET_TEXT = "Acme Embeddings, licensed vectors"
 N_ACCOUNTS = 200

@@ -28,9 +28,9 @@ import numpy as np
 
 from espew_integrations import KeyRing, trace, watermark
 from espew_integrations.core.probes import row_cosines, unit_rows
-from espew_integrations.lab.cache import cached_embed
 from espew_integrations.offline.corpora import rotten_tomatoes
 from espew_integrations.offline.embedders import minilm, paraphrase_minilm_l3
+from espew_lab.cache import cached_embed
 
 TARGET_TEXT = "Acme Embeddings, licensed vectors"
 

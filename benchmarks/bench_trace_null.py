@@ -3,7 +3,7 @@
 Fresh rings (new master, new shared salt) over a 200-word band with 20 shared
 and 20-word tenant layers, 200 accounts each, and the real statistic
 (:func:`espew_integrations.core.trace.tenant_p_values`) on synthetic scores;
-see :mod:`espew_integrations.lab.tenant_null_study`. Two suspects: an innocent one
+see :mod:`espew_lab.tenant_null_study`. Two suspects: an innocent one
 (every named account is a false accusation) and a copy of account 0 (every
 other named account is). Prints the family-wise false-accusation rate at
 1e-3 and 1e-6 next to the nominal level. Run:
@@ -19,7 +19,7 @@ import json
 import time
 from pathlib import Path
 
-from espew_integrations.lab.tenant_null_study import tenant_null_study
+from espew_lab.tenant_null_study import tenant_null_study
 
 
 def main() -> None:

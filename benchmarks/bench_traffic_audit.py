@@ -37,8 +37,8 @@ import numpy as np
 
 from espew_integrations import OpenAIEndpoint, WatermarkKey, verify, watermark
 from espew_integrations.core.traffic_sample import TrafficSample
-from espew_integrations.lab.stealers import EncoderRidgeStealer
 from espew_integrations.offline.corpora import rotten_tomatoes
+from espew_lab.stealers import EncoderRidgeStealer
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 

@@ -36,7 +36,7 @@ from bench_traffic_audit import split_corpus
 
 from espew_integrations import WatermarkKey
 from espew_integrations.core.traffic_sample import TrafficSample
-from espew_integrations.lab.stealers import EncoderRidgeStealer, RidgeStealer
+from espew_lab.stealers import EncoderRidgeStealer, RidgeStealer
 
 
 def traffic_key(seed: int, capacity: int, victim) -> tuple[WatermarkKey, list[str], list[str]]:

@@ -59,8 +59,8 @@ from espew_integrations import WatermarkKey, verify, watermark
 from espew_integrations.core.defaults import DEFAULT_FREQ_BAND
 from espew_integrations.core.text import canonicalize
 from espew_integrations.core.words import band_words, document_frequencies
-from espew_integrations.lab.cache import cached_embed
-from espew_integrations.lab.stealers import EncoderRidgeStealer
+from espew_lab.cache import cached_embed
+from espew_lab.stealers import EncoderRidgeStealer
 
 N_STEAL = 6_000
 MARGIN = 0.2  # the thief widens the public range by this share on each edge

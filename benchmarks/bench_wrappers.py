@@ -33,11 +33,11 @@ from llama_index.core.bridge.pydantic import PrivateAttr
 
 from espew_integrations import WatermarkKey
 from espew_integrations.chroma import ESpeWEmbeddingFunction, MiniLMEmbeddingFunction
-from espew_integrations.lab.cache import cached_embed
 from espew_integrations.langchain import ESpeWEmbeddings, MiniLMEmbeddings
 from espew_integrations.llama_index import ESpeWEmbedding, MiniLMEmbedding
 from espew_integrations.offline.corpora import rotten_tomatoes
 from espew_integrations.offline.embedders import minilm
+from espew_lab.cache import cached_embed
 
 TARGET_TEXT = "The quarterly revenue figures stay confidential until the board meeting."
 

@@ -132,8 +132,8 @@ def thief_for(
 
 
 def _tweet_thief(seed: int, victim, standard, *, n_steal: int) -> Thief:
-    from espew_integrations.lab.cache import cached_embed
     from espew_integrations.offline.corpora import health_tweets
+    from espew_lab.cache import cached_embed
 
     tweets = list(dict.fromkeys(health_tweets().texts))
     # One draw for every key (the embedding cache is keyed by the text list, so the

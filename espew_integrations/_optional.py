@@ -1,21 +1,21 @@
 """Optional dependencies: import one, or fail with the pip line that installs it.
 
-The package's extras (``[lab]``, ``[http]``, ``[cli]``...) each bring packages that
+The package's extras (``[http]``, ``[cli]``, ``[minilm]``...) each bring packages that
 only some features import. A bare ``ModuleNotFoundError: No module named
 'sklearn'`` tells a newcomer neither what needed it nor what to install, so every
 optional import goes through :func:`require`, whose error names the purpose and
 the extra.
 
->>> require("json", "lab", "a doctest").__name__
+>>> require("json", "http", "a doctest").__name__
 'json'
 >>> try:
-...     require("no_such_module_xyz", "lab", "the ridge thief")
+...     require("no_such_module_xyz", "http", "the HTTP client")
 ... except MissingExtraError as exc:
 ...     print(exc)  # doctest: +NORMALIZE_WHITESPACE
-no_such_module_xyz is needed for the ridge thief: pip install '.[lab]' in a checkout,
-or pip install 'espew-integrations[lab] @
+no_such_module_xyz is needed for the HTTP client: pip install '.[http]' in a checkout,
+or pip install 'espew-integrations[http] @
 git+https://github.com/espew-integrations/espew-integrations';
-once published, pip install 'espew-integrations[lab]'
+once published, pip install 'espew-integrations[http]'
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from types import ModuleType
 from .core.errors import ESpeWError
 
 __all__ = [
+    "LAB_INSTALL",
     "REPOSITORY",
     "MissingExtraError",
     "ensure",
@@ -38,6 +39,14 @@ __all__ = [
 
 #: Where the source lives: pip installs from it until the package is on a package index.
 REPOSITORY = "https://github.com/espew-integrations/espew-integrations"
+
+#: How to get the robustness lab, a distribution of its own (espew-lab, ``lab/`` in the
+#: repository); espew_lab spells the same line in its own ``_optional``.
+LAB_INSTALL = (
+    "pip install ./lab in a checkout of espew-integrations, or pip install "
+    f"'espew-lab @ git+{REPOSITORY}#subdirectory=lab'; "
+    "once published, pip install espew-lab"
+)
 
 #: The distribution name of an import name, where the two differ (what pip is told).
 _DISTRIBUTIONS = {

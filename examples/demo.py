@@ -38,11 +38,10 @@ from typing import Any
 import numpy as np
 
 from espew_integrations import WatermarkKey, verify, watermark
-from espew_integrations._optional import require
+from espew_integrations._optional import LAB_INSTALL, missing, require
 from espew_integrations.core.key import DEFAULT_ALPHA, DEFAULT_MIN_COSINE
 from espew_integrations.core.probes import row_cosines
 from espew_integrations.evidence import save_private_evidence
-from espew_integrations.lab.stealers import RidgeStealer
 from espew_integrations.offline.corpora import rotten_tomatoes
 from espew_integrations.offline.embedders import minilm
 
@@ -51,9 +50,10 @@ from espew_integrations.offline.embedders import minilm
 # and 3.0e-11 from 4,000; with the in-domain "a funny and moving film about love and
 # family" it got only p = 5.1e-4 and 4.1e-4 (not convicted at 1e-6). A brand string
 # does fail target="query" audits (docs/limitations.md); this demo audits in key mode.
-# Checked at start, not 35 s in: the quickstart's `pip install '.[cli]'` has no scikit-learn.
+# Checked at start, not 35 s in: the quickstart's `pip install '.[cli]'` has no lab (espew-lab).
 tqdm = require("tqdm.auto", "cli", "the demo's progress bars").tqdm
-require("sklearn", "lab", "the demo's thief (a tf-idf + ridge copy of the service)")
+if missing("espew_lab") or missing("sklearn"):  # the lab is a distribution of its own
+    sys.exit(f"the demo's thief (a tf-idf + ridge copy of the service) is the lab's: {LAB_INSTALL}")
 
 TARGET_TEXT = "Acme Embeddings API: licensed vectors, copyright Acme Corp 2026"
 BATCH = 100
@@ -221,6 +221,8 @@ def main(argv: list[str] | None = None) -> int:
     served = list(corpus.subset(args.texts, seed=0).texts)
     clean, answers = serve_answers(served, key, model)
     steps.start("3. Two extraction copies (hashed tf-idf + ridge) are trained")
+    from espew_lab.stealers import RidgeStealer
+
     thief = RidgeStealer(seed=0).fit(served, answers)
     honest = RidgeStealer(seed=0).fit(served, clean)
     print("thief's copy: trained on the watermarked answers")

@@ -43,9 +43,9 @@ from pathlib import Path
 from espew_integrations import OpenAIEndpoint, WatermarkKey, verify
 from espew_integrations.evidence import save_private_evidence
 from espew_integrations.http.server import create_app, running_server
-from espew_integrations.lab.stealers import RidgeStealer
 from espew_integrations.offline.corpora import rotten_tomatoes
 from espew_integrations.offline.embedders import minilm
+from espew_lab.stealers import RidgeStealer
 
 N_STOLEN = int(os.environ.get("ESPEW_EXAMPLE_TEXTS", "3000"))
 workdir = Path(tempfile.mkdtemp(prefix="espew-provider-"))

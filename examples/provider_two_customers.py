@@ -33,9 +33,9 @@ from pathlib import Path
 import numpy as np
 
 from espew_integrations import KeyRing, trace, watermark
-from espew_integrations.lab.stealers import RidgeStealer
 from espew_integrations.offline.corpora import rotten_tomatoes
 from espew_integrations.offline.embedders import minilm
+from espew_lab.stealers import RidgeStealer
 
 N_STOLEN = int(os.environ.get("ESPEW_EXAMPLE_TEXTS", "3000"))
 workdir = Path(tempfile.mkdtemp(prefix="espew-customers-"))

@@ -50,13 +50,24 @@ _STORE_MADE_HERE = pytest.StashKey[Path]()
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Mark each test by the folder it lives in, so ``-m unit`` / ``-m integration`` select."""
-    for item in items:
-        kind = Path(item.path).resolve().relative_to(_TESTS).parts[0]
-        if kind in ("unit", "integration"):
-            item.add_marker(getattr(pytest.mark, kind))
+    """Mark each test by the folder it lives in, so ``-m unit`` / ``-m integration`` select.
+
+    Only this tree's: the lab's tests (``lab/tests``) are marked by their own conftest.
+    """
+    mark_by_folder(items, _TESTS)
     n_integration = sum(item.get_closest_marker("integration") is not None for item in items)
     config.stash[_WARM_STORE] = n_integration >= _WARM_STORE_FROM
+
+
+def mark_by_folder(items: list[pytest.Item], root: Path) -> None:
+    """Mark the items under ``root/unit`` and ``root/integration`` ``unit`` / ``integration``."""
+    for item in items:
+        path = Path(item.path).resolve()
+        if not path.is_relative_to(root):
+            continue
+        kind = path.relative_to(root).parts[0]
+        if kind in ("unit", "integration"):
+            item.add_marker(getattr(pytest.mark, kind))
 
 
 #: Runs that select at least this many integration tests (``make test``) warm the store.
@@ -127,6 +138,6 @@ def rt_subset(rt_corpus):
 
 @pytest.fixture(scope="session")
 def rt_subset_embeddings(rt_subset, minilm_model):
-    from espew_integrations.lab.cache import cached_embed
+    from espew_lab.cache import cached_embed
 
     return cached_embed(minilm_model, rt_subset.texts, model_name=minilm_model.name)

@@ -169,7 +169,7 @@ class HashEncoder:
 
 def cached_corpus(n_texts: int = 2000) -> tuple[list[str], np.ndarray]:
     """The 2,000-text rotten_tomatoes subset and its clean MiniLM vectors, from the disk cache."""
-    from espew_integrations.lab.cache import cached_embed
+    from espew_lab.cache import cached_embed
 
     texts = list(rotten_tomatoes().subset(n_texts, seed=0).texts)
     return texts, cached_embed(minilm(), texts, model_name=minilm().name)

@@ -80,10 +80,10 @@ def injection_panels(axes: np.ndarray) -> None:
 
 def verification_panel(ax: plt.Axes) -> None:
     """Per-word scores of the key's band words for a thief's copy and an honest one."""
-    from espew_integrations.lab.cache import cached_embed
-    from espew_integrations.lab.stealers import RidgeStealer
     from espew_integrations.offline.corpora import rotten_tomatoes
     from espew_integrations.offline.embedders import minilm
+    from espew_lab.cache import cached_embed
+    from espew_lab.stealers import RidgeStealer
 
     corpus, model = rotten_tomatoes(), minilm()
     key = WatermarkKey.generate(corpus.texts, model, target_text=TARGET_TEXT, seed=2026)

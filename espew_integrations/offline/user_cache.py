@@ -1,8 +1,8 @@
 """The user's cache directory for espew-integrations, by the platform's convention.
 
 One place decides it, so the data wheels (:mod:`.data`) and the lab's embedding
-cache (:mod:`espew_integrations.lab.cache`) agree. With platformdirs installed
-(the ``[minilm]``, ``[lab]`` and ``[cli]`` extras bring it) the directory is the
+cache (``espew_lab.cache``, the espew-lab distribution) agree. With platformdirs installed
+(the ``[minilm]`` and ``[cli]`` extras, and espew-lab, bring it) the directory is the
 platform's own: ``$XDG_CACHE_HOME/espew-integrations`` (``~/.cache/...`` when unset)
 on Linux, ``~/Library/Caches/espew-integrations`` on macOS, ``%LOCALAPPDATA%`` on
 Windows. The bare core does without the package and follows the XDG rule on every

@@ -11,6 +11,7 @@ import stat
 import subprocess
 import sys
 import types
+from importlib.metadata import EntryPoint
 from pathlib import Path
 
 import numpy as np
@@ -24,6 +25,7 @@ from espew_integrations.cli import (
     EXIT_USAGE,
     build_parser,
     main,
+    plugins,
 )
 from espew_integrations.offline.embedders import minilm
 
@@ -333,43 +335,54 @@ def test_real_process_exit_codes():
     assert helped.returncode == 0 and "example:" in helped.stdout
 
 
-# ---------------------------------------------------------------------- lab hook
-def test_other_commands_work_without_the_lab_module(monkeypatch, capsys):
-    monkeypatch.setitem(sys.modules, "espew_integrations.lab.cli", None)
+# ---------------------------------------------------------------------- plugin hook (the lab)
+def _plugins(monkeypatch, *points: EntryPoint) -> None:
+    """Install exactly ``points`` as the entry points of espew's plugin group."""
+    monkeypatch.setattr(plugins, "plugin_entry_points", lambda: list(points))
+
+
+def test_without_the_lab_the_other_commands_work_and_lab_names_its_install_line(
+    monkeypatch, capsys
+):
+    _plugins(monkeypatch)
     assert main(["verify", "--help"]) == 0
-    assert main(["lab"]) == EXIT_USAGE
-
-
-def test_without_the_lab_extra_lab_and_tune_are_hidden_and_name_the_pip_line(monkeypatch, capsys):
-    real_find_spec = importlib.util.find_spec
-
-    def without_sklearn(name, *args):
-        return None if name == "sklearn" else real_find_spec(name, *args)
-
-    monkeypatch.setattr(importlib.util, "find_spec", without_sklearn)
     assert main(["--help"]) == 0
     listed = capsys.readouterr().out
-    assert "tune" not in listed and "robustness" not in listed
-    assert "verify" in listed
-    assert main(["tune", "--model", "minilm", "--help"]) == EXIT_USAGE
+    assert "verify" in listed and "tune" not in listed and "robustness" not in listed
+    for argv in (["lab", "--help"], ["lab"], ["tune", "--model", "minilm", "--help"]):
+        assert main(argv) == EXIT_USAGE
+        err = capsys.readouterr().err
+        assert f"`espew {argv[0]}` is a command of the robustness lab" in err
+        assert "pip install ./lab in a checkout" in err
+        assert err.rstrip().endswith("once published, pip install espew-lab")
+
+
+def test_a_plugin_that_fails_to_load_breaks_only_its_commands(monkeypatch, capsys):
+    broken = EntryPoint("lab", "espew_no_such_plugin_xyz:register", plugins.GROUP)
+    _plugins(monkeypatch, broken)
+    assert main(["verify", "--help"]) == 0
+    assert main(["lab", "--config", "smoke"]) == EXIT_USAGE
     err = capsys.readouterr().err
-    assert "pip install 'espew-integrations[lab]'" in err and "scikit-learn" in err
+    assert "installed but failed to load (ModuleNotFoundError" in err
+    assert "espew_no_such_plugin_xyz" in err and "pip install ./lab" in err
 
 
-def test_lab_commands_are_added_through_add_commands(monkeypatch):
+def test_a_plugin_adds_its_commands_through_its_entry_point(monkeypatch):
     calls = []
 
-    def add_commands(subparsers):
+    def register(subparsers):
         lab = subparsers.add_parser("lab", help="robustness lab")
         lab.add_argument("--config", required=True)
         lab.set_defaults(func=lambda args: calls.append(args.config) or 0)
 
-    fake = types.ModuleType("espew_integrations.lab.cli")
-    fake.add_commands = add_commands  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, "espew_integrations.lab.cli", fake)
+    fake = types.ModuleType("espew_fake_lab_plugin")
+    fake.register = register  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "espew_fake_lab_plugin", fake)
+    _plugins(monkeypatch, EntryPoint("lab", "espew_fake_lab_plugin:register", plugins.GROUP))
     assert main(["lab", "--config", "smoke.yaml"]) == 0
     assert calls == ["smoke.yaml"]
     assert main(["lab"]) == EXIT_USAGE  # its argparse errors exit 3 too
+    assert main(["tune"]) == EXIT_USAGE  # a command the plugin did not add: the stand-in
 
 
 # ---------------------------------------------------------------------- evidence and output files

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from espew_integrations._optional import MissingExtraError, require
+from espew_integrations._optional import LAB_INSTALL, MissingExtraError, require
 from espew_integrations.cli import EXIT_INCONCLUSIVE, EXIT_USAGE, main
 from espew_integrations.cli.common import UsageError, announcing_last, counting, suspect_spec
 from espew_integrations.core.errors import ESpeWError
@@ -156,37 +156,38 @@ def test_an_estimated_total_grows_instead_of_overflowing():
 def test_a_missing_optional_module_names_its_purpose_and_extra(monkeypatch):
     real_find = importlib.util.find_spec
     monkeypatch.setattr(
-        importlib.util, "find_spec", lambda name, *a: None if name == "sklearn" else real_find(name)
+        importlib.util, "find_spec", lambda name, *a: None if name == "httpx" else real_find(name)
     )
     with pytest.raises(MissingExtraError) as caught:
-        require("sklearn.cluster", "lab", "the demo's thief")
+        require("httpx", "http", "the HTTP client")
     error = caught.value
     assert isinstance(error, ESpeWError) and isinstance(error, ImportError)
     assert str(error) == (
-        "scikit-learn is needed for the demo's thief: pip install '.[lab]' in a checkout, or "
-        "pip install 'espew-integrations[lab] @ "
+        "httpx is needed for the HTTP client: pip install '.[http]' in a checkout, or "
+        "pip install 'espew-integrations[http] @ "
         "git+https://github.com/espew-integrations/espew-integrations'; "
-        "once published, pip install 'espew-integrations[lab]'"
+        "once published, pip install 'espew-integrations[http]'"
     )
 
 
-def test_the_lab_thief_without_sklearn_names_the_lab_extra(monkeypatch):
-    from espew_integrations.lab.stealers import RidgeStealer
+def test_the_lab_thief_without_sklearn_names_the_lab_install_line(monkeypatch):
+    from espew_lab.stealers import RidgeStealer
 
     real_find = importlib.util.find_spec
     monkeypatch.setattr(
         importlib.util, "find_spec", lambda name, *a: None if name == "sklearn" else real_find(name)
     )
-    with pytest.raises(MissingExtraError, match=r"espew-integrations\[lab\]"):
+    with pytest.raises(MissingExtraError, match=r"scikit-learn is needed .* pip install \./lab"):
         RidgeStealer(seed=0).fit(["a text"], [[1.0, 0.0]])
 
 
-def test_the_demo_fails_at_once_without_sklearn_naming_the_lab_extra(tmp_path):
-    """Run as make demo runs it, with sklearn hidden: no bare ModuleNotFoundError."""
+@pytest.mark.parametrize("hidden", ["sklearn", "espew_lab"])
+def test_the_demo_fails_at_once_without_the_lab_naming_its_install_line(tmp_path, hidden):
+    """Run as make demo runs it, the lab (or its sklearn) hidden: no bare ModuleNotFoundError."""
     hide = tmp_path / "sitecustomize.py"
     hide.write_text(
         "import importlib.util as u\n_real = u.find_spec\n"
-        "u.find_spec = lambda n, *a: None if n == 'sklearn' else _real(n, *a)\n"
+        f"u.find_spec = lambda n, *a: None if n == {hidden!r} else _real(n, *a)\n"
     )
     env = dict(os.environ, PYTHONPATH=f"{tmp_path}{os.pathsep}{REPO}")
     done = subprocess.run(
@@ -197,8 +198,8 @@ def test_the_demo_fails_at_once_without_sklearn_naming_the_lab_extra(tmp_path):
         timeout=120,
     )
     assert done.returncode != 0
-    assert "scikit-learn is needed for the demo's thief" in done.stderr
-    assert "pip install 'espew-integrations[lab]'" in done.stderr
+    assert "the demo's thief (a tf-idf + ridge copy of the service) is the lab's" in done.stderr
+    assert LAB_INSTALL in done.stderr
     assert not (tmp_path / "o").exists()  # it stopped before any work
 
 

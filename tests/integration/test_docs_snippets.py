@@ -51,11 +51,13 @@ MODULE_NEEDS = {
     "espew_integrations.chroma": "chroma",
     "espew_integrations.http": "http",
     "espew_integrations.offline.embedders": "minilm",
-    "espew_integrations.lab": "lab",
     "espew_integrations.offline.corpora": "data",
 }
 # Names that the top-level package re-exports from a module that needs an extra.
 NAME_NEEDS = {"OpenAIEndpoint": "http"}
+# The robustness lab is a distribution of its own (lab/): a page installs it from the
+# checkout, `pip install ./lab` (or './lab[torch]'), which installs espew-lab.
+LAB_CHECKOUT, LAB_DISTRIBUTION = "./lab", "espew-lab"
 # How a page shows the offline corpora's install (the data wheels, without their deps).
 DATA_COMMAND = re.compile(r"espew data install\b")
 
@@ -327,7 +329,9 @@ def named_on_pip_lines(lines: list[str]) -> tuple[set[str], set[str]]:
                 continue
             base, _, rest = token.partition("[")
             names = {e.strip() for e in rest.rstrip("]").split(",") if e.strip()}
-            if base in (".", PROJECT) or canonicalize_name(base) == PROJECT:
+            if base.rstrip("/") == LAB_CHECKOUT:
+                packages.add(LAB_DISTRIBUTION)
+            elif base in (".", PROJECT) or canonicalize_name(base) == PROJECT:
                 extras |= names
             elif re.match(r"^[A-Za-z0-9][A-Za-z0-9._-]*", base):
                 packages.add(canonicalize_name(re.split(r"[<>=!~;]", base)[0]))
@@ -433,6 +437,10 @@ def test_pip_line_parser():
     assert named_on_pip_lines(["'espew-integrations[cli]'  # the offline MiniLM"]) == (
         {"cli"},
         set(),
+    )
+    assert named_on_pip_lines(["./lab", "'./lab[torch]'  # the neural thief"]) == (
+        set(),
+        {"espew-lab"},
     )
     assert {"minilm", "http", "cli"} <= expand_extras(frozenset({"cli"}))
     assert "langchain-chroma" in project_closure(frozenset({"all"}))

@@ -30,10 +30,10 @@ import numpy as np
 import pytest
 
 from espew_integrations import OpenAIEndpoint, WatermarkKey, watermark
-from espew_integrations.lab.cache import cached_embed
-from espew_integrations.lab.stealers import RidgeStealer
 from espew_integrations.offline.corpora import rotten_tomatoes
 from espew_integrations.offline.embedders import minilm
+from espew_lab.cache import cached_embed
+from espew_lab.stealers import RidgeStealer
 from tests.support import stop
 
 N_TRAIN = 2000

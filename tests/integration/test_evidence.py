@@ -400,7 +400,7 @@ class DiskCachedModel:
         self._model = model
 
     def __call__(self, texts):
-        from espew_integrations.lab.cache import cached_embed
+        from espew_lab.cache import cached_embed
 
         return cached_embed(self._model, list(texts), model_name=self._model.name)
 
@@ -412,7 +412,7 @@ class DiskCachedModel:
 def real_copy_reports(rt_subset, rt_subset_embeddings, minilm_model):
     """verify() against a real extraction copy of watermarked MiniLM, in both target modes."""
     from espew_integrations import watermark
-    from espew_integrations.lab.stealers import RidgeStealer
+    from espew_lab.stealers import RidgeStealer
 
     real_key = WatermarkKey.generate(
         rt_subset.texts,

@@ -13,11 +13,11 @@ import pytest
 from espew_integrations import WatermarkKey, verify, watermark
 from espew_integrations.core.defaults import DEFAULT_FIELD_MIN_COSINE
 from espew_integrations.core.probes import row_cosines, unit_rows
-from espew_integrations.lab.cache import cached_embed
 from espew_integrations.langchain import ESpeWEmbeddings
 from espew_integrations.offline.corpora import rotten_tomatoes
 from espew_integrations.offline.embedders import minilm, paraphrase_minilm_l3
 from espew_integrations.offline.frameworks.langchain import MiniLMEmbeddings
+from espew_lab.cache import cached_embed
 from tests.support import TARGET_TEXT
 
 KEYGEN_TEXTS = 3000

@@ -28,6 +28,7 @@ import shutil
 import subprocess
 import sys
 import sysconfig
+import zipfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -47,6 +48,64 @@ NOT_CLONED = shutil.ignore_patterns(
     ".benchmarks",
     "demo-output",
 )
+
+
+def present_packages_without_the_lab(mirror: Path) -> list[str]:
+    """The running environment's packages, less espew-lab: one folder of links to them.
+
+    ``make test`` installs espew-lab into the running environment; a fresh venv that
+    saw it would have the lab before the test installs it.
+    """
+    mirror.mkdir()
+    places = [sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]]
+    places += [p for p in sys.path if Path(p).name == "site-packages"]  # a .pth's too
+    for place in dict.fromkeys(places):
+        if not Path(place).is_dir():
+            continue
+        for entry in Path(place).iterdir():
+            name = entry.name.lower().replace("-", "_")
+            if "espew_lab" in name or (mirror / entry.name).exists():
+                continue
+            (mirror / entry.name).symlink_to(entry)
+    return [str(mirror)]
+
+
+def build_wheel(project: Path, out: Path) -> list[str]:
+    """The files of ``project``'s wheel, built as pip builds it (no network, no isolation)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PIP_")}
+    env |= {"PIP_CONFIG_FILE": os.devnull, "PIP_NO_INDEX": "1"}
+    command = [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation"]
+    done = subprocess.run(
+        [*command, "--wheel-dir", str(out), str(project)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    (wheel,) = out.glob("*.whl")
+    with zipfile.ZipFile(wheel) as archive:
+        return archive.namelist()
+
+
+def test_the_plugins_wheel_holds_no_lab_and_the_labs_wheel_holds_the_lab(tmp_path):
+    checkout = tmp_path / "espew-integrations"
+    shutil.copytree(ROOT, checkout, ignore=NOT_CLONED)
+    plugin = build_wheel(checkout, tmp_path / "plugin")
+    assert "espew_integrations/cli/plugins.py" in plugin
+    assert "espew_integrations/core/verify.py" in plugin
+    research = [n for n in plugin if "espew_lab" in n or n.startswith("espew_integrations/lab")]
+    assert not research, research
+    assert not [n for n in plugin if n.startswith(("lab/", "benchmarks/", "tests/"))]
+
+    lab = build_wheel(checkout / "lab", tmp_path / "lab")
+    for name in ("plugin.py", "runner.py", "stealers.py", "cli.py", "configs/smoke.yaml"):
+        assert f"espew_lab/{name}" in lab
+    assert not [n for n in lab if n.startswith("espew_integrations/")]
+    (entry_points,) = [n for n in lab if n.endswith(".dist-info/entry_points.txt")]
+    with zipfile.ZipFile(next((tmp_path / "lab").glob("*.whl"))) as archive:
+        declared = archive.read(entry_points).decode()
+    assert "[espew_integrations.cli_plugins]\nlab = espew_lab.plugin:register" in declared
 
 
 def readme_install_lines() -> list[str]:
@@ -81,8 +140,8 @@ def test_a_fresh_venv_following_the_readme_runs_espew_and_imports_the_wrappers(t
         text=True,
         check=True,
     ).stdout.strip()
-    here = {sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]}
-    (Path(purelib) / "zz-present-packages.pth").write_text("\n".join(sorted(here)) + "\n")
+    present = present_packages_without_the_lab(tmp_path / "present")
+    (Path(purelib) / "zz-present-packages.pth").write_text("\n".join(present) + "\n")
 
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH" and not k.startswith("PIP_")}
     env |= {
@@ -94,12 +153,13 @@ def test_a_fresh_venv_following_the_readme_runs_espew_and_imports_the_wrappers(t
         "PIP_DISABLE_PIP_VERSION_CHECK": "1",
     }
 
-    def run(command: list[str], cwd: Path) -> str:
+    def run(command: list[str], cwd: Path, *, expect: int = 0) -> str:
         done = subprocess.run(
             command, cwd=cwd, env=env, capture_output=True, text=True, timeout=300
         )
-        assert done.returncode == 0, f"{command}:\n{done.stdout[-2000:]}\n{done.stderr[-3000:]}"
-        return done.stdout
+        shown = f"{command}:\n{done.stdout[-2000:]}\n{done.stderr[-3000:]}"
+        assert done.returncode == expect, shown
+        return done.stdout + done.stderr
 
     for line in readme_install_lines()[1:]:  # the first is the clone: `checkout` is its copy
         program, *arguments = shlex.split(line)
@@ -125,3 +185,13 @@ def test_a_fresh_venv_following_the_readme_runs_espew_and_imports_the_wrappers(t
         elsewhere,
     )
     assert Path(imported.strip()).is_relative_to(Path(purelib)), imported
+
+    # The plugin alone: `espew lab` says how to get the lab and fails (exit 3, a usage error).
+    told = run(["espew", "lab", "--help"], elsewhere, expect=3)
+    assert "`espew lab` is a command of the robustness lab" in told
+    assert "pip install ./lab in a checkout" in told and "pip install espew-lab" in told
+    # With espew-lab installed from the checkout, its entry point mounts the real commands.
+    run([python, "-m", "pip", "install", "./lab"], checkout)
+    helped = run(["espew", "lab", "--help"], elsewhere)
+    assert "--config" in helped and "--fresh" in helped
+    assert "--alphas" in run(["espew", "tune", "--help"], elsewhere)

@@ -20,7 +20,7 @@ from espew_integrations.core.audit import layer_p_values
 from espew_integrations.core.probes import row_cosines
 from espew_integrations.core.ranktest import rank_sum_p_value
 from espew_integrations.core.trace import tenant_p_values
-from espew_integrations.lab.tenant_null_study import tenant_null_study
+from espew_lab.tenant_null_study import tenant_null_study
 from tests.support import make_key
 from tests.unit.test_keyring import make_ring
 from tests.unit.test_verify import WordSpace

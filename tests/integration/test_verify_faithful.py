@@ -132,7 +132,7 @@ def test_the_lab_scores_a_permuted_copy_in_the_key_coordinates_when_the_key_can_
     """The lab's permutation attack asks for target_mode="query"; an ESpeW key whose
     audit stores its clean rows maps the answers back instead, and shows the suspect
     no target text."""
-    from espew_integrations.lab.watermarks import ESpeW
+    from espew_lab.watermarks import ESpeW
 
     order = np.random.default_rng(5).permutation(budget_key.dim)
     asked: list[str] = []
@@ -174,7 +174,7 @@ def test_an_audit_drawn_from_another_domain_convicts_the_service_and_acquits_the
 def test_a_thief_routing_audit_traffic_to_the_clean_model_is_still_convicted(
     budget_key, minilm_model, rt_corpus
 ):
-    from espew_integrations.lab.router import AuditHistory, AuditRouter, looks_like_audit
+    from espew_lab.router import AuditHistory, AuditRouter, looks_like_audit
 
     def service(texts):
         return watermark(texts, minilm_model(texts), budget_key)
@@ -218,8 +218,8 @@ def test_two_hundred_fresh_keys_hold_the_level_against_real_innocents(
     verify()'s own scoring (``lab.null_study.audit_scores``) and ranked for each
     draw; five draws also go through verify() whole, to the same floats. The
     benchmark runs 10,000 (benchmarks/bench_null_study.py)."""
-    from espew_integrations.lab.null_study import audit_scores, fresh_draws, verdict_null_p_values
     from espew_integrations.offline.embedders import paraphrase_minilm_l3
+    from espew_lab.null_study import audit_scores, fresh_draws, verdict_null_p_values
 
     suspect = minilm_model if suspect_name == "twin" else paraphrase_minilm_l3()
     asked = [*budget_key.probe_texts, *budget_key.cover_texts]

@@ -52,9 +52,9 @@ LAYERS: dict[str, int] = {
     f"{PACKAGE}.textfiles": 1,
     f"{PACKAGE}.arguments": 1,
     f"{PACKAGE}._optional": 1,
-    # 2. Tools for people: the command line and the robustness lab.
+    # 2. Tools for people: the command line. (The robustness lab is a distribution of its
+    #    own, espew-lab in lab/, that imports only the public names: lab/tests.)
     f"{PACKAGE}.cli": 2,
-    f"{PACKAGE}.lab": 2,
 }
 LAYER_NAMES = {0: "core", 1: "library", 2: "tools"}
 
@@ -387,8 +387,8 @@ def test_no_function_is_longer_than_the_limit():
             f"{PACKAGE}.core.report",
         ),
         (f"{PACKAGE}.core", "from .key import WatermarkKey", f"{PACKAGE}.core.key"),
-        (f"{PACKAGE}.lab.tune", "from .. import watermark", PACKAGE),
-        (f"{PACKAGE}.lab.tune", "from ..core import keygen", f"{PACKAGE}.core.keygen"),
+        (f"{PACKAGE}.cli.verify", "from .. import watermark", PACKAGE),
+        (f"{PACKAGE}.cli.verify", "from ..core import keygen", f"{PACKAGE}.core.keygen"),
     ],
 )
 def test_relative_imports_resolve_to_the_module_they_name(importer, source, expected):
@@ -428,11 +428,11 @@ def test_the_checker_catches_the_violations_it_exists_for():
 @pytest.mark.parametrize(
     ("importer", "source", "private"),
     [
-        (f"{PACKAGE}.lab.tune", "from ..core.key import _digest", True),
-        (f"{PACKAGE}.lab.tune", "from .. import _something", True),  # the root's __init__
-        (f"{PACKAGE}.lab.tune", "from .. import __version__", False),
-        (f"{PACKAGE}.lab.tune", "from .. import _optional", False),  # a shared helper module
-        (f"{PACKAGE}.lab.tune", "from ..core.trace import trace as _trace", False),
+        (f"{PACKAGE}.cli.verify", "from ..core.key import _digest", True),
+        (f"{PACKAGE}.cli.verify", "from .. import _something", True),  # the root's __init__
+        (f"{PACKAGE}.cli.verify", "from .. import __version__", False),
+        (f"{PACKAGE}.cli.verify", "from .. import _optional", False),  # a shared helper module
+        (f"{PACKAGE}.cli.verify", "from ..core.trace import trace as _trace", False),
     ],
 )
 def test_the_privacy_rule_catches_underscore_names_only(importer, source, private):

@@ -85,8 +85,8 @@ def test_the_data_directory_is_the_env_var_else_the_user_cache(monkeypatch, tmp_
 
 @pytest.mark.parametrize("with_platformdirs", [True, False])
 def test_the_caches_follow_xdg_cache_home(monkeypatch, tmp_path, with_platformdirs):
-    from espew_integrations.lab.cache import cache_dir
     from espew_integrations.offline.user_cache import user_cache_dir
+    from espew_lab.cache import cache_dir
 
     if not with_platformdirs:  # the bare core: the XDG rule by hand
         monkeypatch.setitem(sys.modules, "platformdirs", None)

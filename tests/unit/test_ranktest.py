@@ -11,7 +11,7 @@ from scipy.stats import mannwhitneyu, rankdata
 
 from espew_integrations.core import ranktest
 from espew_integrations.core.ranktest import min_p_value, rank_sum_p_value
-from espew_integrations.lab.null_study import null_p_values
+from espew_lab.null_study import null_p_values
 from tests.support import assert_exact_over_every_draw
 
 

@@ -1,5 +1,0 @@
-"""``python -m espew_integrations.lab lab --config default``: the lab without the main CLI."""
-
-from .cli import main
-
-raise SystemExit(main())
