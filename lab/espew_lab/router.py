@@ -48,7 +48,7 @@ from typing import Any
 
 import numpy as np
 
-from espew_integrations.core.key import DEFAULT_FREQ_BAND
+from espew_integrations.core.defaults import DEFAULT_FREQ_BAND
 from espew_integrations.core.words import tokenize
 
 __all__ = [

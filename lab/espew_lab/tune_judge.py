@@ -15,8 +15,9 @@ from typing import Any
 
 import numpy as np
 
+from espew_integrations.core.defaults import DEFAULT_TWIN_LEVEL
 from espew_integrations.core.inject import watermark
-from espew_integrations.core.key import DEFAULT_TWIN_LEVEL, WatermarkKey
+from espew_integrations.core.key import WatermarkKey
 from espew_integrations.core.keygen import fit_strength, twin_p_value
 from espew_integrations.core.probes import reference_cosines, row_cosines, unit_rows
 from espew_integrations.core.verify import verify
