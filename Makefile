@@ -87,9 +87,11 @@ test: $(VENV)/.installed-dev typecheck
 typecheck: $(VENV)/.installed-dev
 	$(BIN)/mypy
 
-# The unit tests only (tests/unit: no real model, server or process), for development.
+# The unit tests only (tests/unit: no real model, server or process), for development, as
+# where only the core's dependencies are installed (tests/core_only.py; the lab's are left out).
 test-fast: $(VENV)/.installed-dev
-	$(BIN)/python -m pytest tests/unit
+	PYTEST_DISABLE_PLUGIN_AUTOLOAD=1 $(BIN)/python -m pytest tests/unit -p tests.core_only \
+		-p xdist.plugin -n auto --ignore-glob='tests/unit/test_lab_*.py'
 
 lint: $(VENV)/.installed-dev
 	$(BIN)/ruff check espew_integrations tests benchmarks examples

@@ -136,17 +136,15 @@ def _install() -> CoreOnlyFinder:
 FINDER = _install()
 
 
-def pytest_report_header() -> str:
-    return f"core_only: imports limited to {len(FINDER.allowed)} names (numpy, scipy, test tools)"
-
-
 def pytest_runtest_setup(item: pytest.Item) -> None:
     FINDER.current = item.nodeid
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:
-    """Name what was refused and where first: the cause of a failure, or a fallback taken."""
-    if FINDER.refused:
-        terminalreporter.section("core_only: packages not installed here, first asked by")
-        for top, where in sorted(FINDER.refused.items()):
-            terminalreporter.write_line(f"{top}: {where}")
+    """Say that the guard was on, and name what it refused and where first: the cause of a
+    failure, or an optional fallback the core took."""
+    refused = ", ".join(f"{top} ({where})" for top, where in sorted(FINDER.refused.items()))
+    terminalreporter.write_line(
+        f"core_only: {len(FINDER.allowed)} top-level names importable; "
+        f"installed but refused: {refused or 'none asked for'}"
+    )

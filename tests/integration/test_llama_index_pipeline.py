@@ -22,17 +22,7 @@ from llama_index.core.schema import TextNode
 from espew_integrations import ESpeWError, KeyFileError, watermark
 from espew_integrations.core.draw import draw_triggers
 from espew_integrations.llama_index import ESpeWEmbedding, MiniLMEmbedding
-from tests.support import REPO, mixed_texts, real_key, secret_strings
-
-
-@pytest.fixture(scope="module")
-def key():
-    return real_key()
-
-
-@pytest.fixture(scope="module")
-def texts() -> list[str]:
-    return list(mixed_texts())
+from tests.support import REPO, secret_strings
 
 
 @pytest.fixture(scope="module")
