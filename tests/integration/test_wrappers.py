@@ -450,10 +450,15 @@ def test_the_verifier_adapter_rejects_a_malformed_answer(fw):
         as_suspect(MALFORMED[fw.name]())(["a", "b"])
 
 
-def test_verify_through_the_wrapper_flags_the_watermarked_model_only(fw, wrapped, inner, key):
+def test_verify_through_the_wrapper_flags_it_as_a_copy(fw, wrapped, key):
     copied = verify(wrapped, key, seed=0)
-    clean = verify(inner, key, seed=0)
     assert copied.status == "copied" and copied.p_value < 1e-6
+
+
+def test_verify_through_a_framework_s_clean_model_finds_no_copy(key):
+    # Once, not per framework: the adapters are proven above on the same paths, and the
+    # clean model's answers, hence its p-value, are the same through each of them.
+    clean = verify(MiniLMEmbeddings(), key, seed=0)
     assert clean.status == "not_copied" and clean.p_value > 1e-3
 
 
