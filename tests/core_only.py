@@ -77,12 +77,16 @@ class CoreOnlyFinder(importlib.abc.MetaPathFinder):
     A refused package is not found at all (``find_spec`` answers None, ``import`` raises
     ``ModuleNotFoundError``), as where it is not installed, rather than found and made
     to fail: code that looks before it imports takes its core-only path, as it would.
-    Modules outside site-packages (the standard library, this repository, a module a
-    test writes to a temporary directory) are found as usual.
+    What no installed distribution provides and site-packages does not hold (the
+    standard library, this repository, a module a test writes to a temporary directory)
+    is found as usual.
     """
 
     def __init__(self, allowed: frozenset[str], finders: Sequence[Any]) -> None:
         self.allowed = set(allowed)
+        # Names an installed distribution provides, wherever it lives (an editable install
+        # of another distribution of this repository is refused too).
+        self.distributed = frozenset(importlib.metadata.packages_distributions())
         self.finders = list(finders)
         self.refused: dict[str, str] = {}  # top-level name -> the first test that asked
         self.current = "(collection)"
@@ -100,7 +104,8 @@ class CoreOnlyFinder(importlib.abc.MetaPathFinder):
         else:
             return None
         top = fullname.partition(".")[0]
-        if top in self.allowed or not self._installed_package(spec):
+        installed = top in self.distributed or self._installed_package(spec)
+        if top in self.allowed or not installed:
             return spec  # the core's own, the standard library's, or a test's module file
         self.refused.setdefault(top, self.current)
         return None

@@ -47,17 +47,46 @@ def _unit_items_collected_here(session: pytest.Session) -> int | None:
     return sum(path in everything for path in items)
 
 
-def test_the_unit_tier_passes_with_only_the_core_s_dependencies(request):
+def _run(command: list[str]) -> tuple[int, str]:
     done = subprocess.run(
-        COMMAND,
+        command,
         cwd=REPO,
         capture_output=True,
         text=True,
         timeout=600,
         env={**os.environ, "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"},
     )
-    output = done.stdout + done.stderr
-    assert done.returncode == 0, output[-6000:]
+    return done.returncode, done.stdout + done.stderr
+
+
+GUARDED = """
+import importlib.util
+import numpy, scipy.stats  # the core's dependencies
+
+def test_a_framework_is_not_installed_here():
+    assert importlib.util.find_spec("httpx") is None  # looked up: absent, as it would be
+    import httpx  # imported: ModuleNotFoundError, this test's failure
+
+def test_the_core_and_its_dependencies_are():
+    import espew_integrations, tests.support
+    assert espew_integrations.WatermarkKey and tests.support.make_key and numpy and scipy
+"""
+
+
+def test_the_guard_refuses_a_framework_and_allows_the_core(tmp_path):
+    """The guard is not a no-op: a test that imports httpx fails under it, the core loads."""
+    (tmp_path / "test_guarded.py").write_text(GUARDED)
+    returncode, output = _run([*COMMAND[:3], str(tmp_path), *COMMAND[4:]])
+    assert returncode == 1, output[-3000:]
+    assert "1 failed, 1 passed" in output, output[-3000:]
+    assert "No module named 'httpx'" in output
+    first_asked_by = r"refused: .*httpx \(\S*::test_a_framework_is_not_installed_here\)"
+    assert re.search(first_asked_by, output), output[-3000:]
+
+
+def test_the_unit_tier_passes_with_only_the_core_s_dependencies(request):
+    returncode, output = _run(COMMAND)
+    assert returncode == 0, output[-6000:]
     assert "core_only: " in output  # the guard was on
     summary = output.strip().splitlines()[-1]
     assert re.fullmatch(r"=* ?\d+ passed(, \d+ warnings?)? in .*", summary), output[-3000:]
