@@ -44,6 +44,7 @@ $(VENV)/.installed-all: pyproject.toml | $(BIN)/python
 #   otherwise a +cpu torch wheel in pip's find-links (this project's machines carry one in
 #   /opt/wheels), looked up with the index off so that nothing is downloaded to find it;
 #   otherwise none: the line above is printed, and the torch tests skip saying the same.
+# It goes in first, so that nothing installed after it can pull torch from the default index.
 TORCH_SPEC ?=
 CPU_TORCH_HINT := make test TORCH_SPEC=\"torch --index-url https://download.pytorch.org/whl/cpu\"
 LOCAL_CPU_TORCH := $(BIN)/python -m pip install -q --dry-run --no-index --no-deps \
@@ -53,8 +54,6 @@ LOCAL_CPU_TORCH := $(BIN)/python -m pip install -q --dry-run --no-index --no-dep
 	print(u.urlparse(url).path if url.endswith(".whl") and "+cpu-" in url else "")'
 
 $(VENV)/.installed-dev: pyproject.toml | $(BIN)/python
-	@echo "==> installing the package and the dev tools into $(VENV) (several minutes the first time)"
-	$(PIP) --progress-bar on -e '.[dev]'
 	@if [ -n "$(TORCH_SPEC)" ]; then \
 		echo "==> installing $(TORCH_SPEC) (TORCH_SPEC), for the lab's torch tests"; \
 		$(PIP) $(TORCH_SPEC); \
@@ -67,6 +66,8 @@ $(VENV)/.installed-dev: pyproject.toml | $(BIN)/python
 			echo "==> no CPU torch at hand: the lab's torch tests will skip; to run them: $(CPU_TORCH_HINT)"; \
 		fi; \
 	fi
+	@echo "==> installing the package and the dev tools into $(VENV) (several minutes the first time)"
+	$(PIP) --progress-bar on -e '.[dev]'
 	$(COMPILE)
 	@echo "==> downloading the offline corpora, second model and all-mpnet-base-v2 (espew data install --mpnet)"
 	$(BIN)/espew data install --quiet --mpnet
