@@ -38,16 +38,38 @@ $(VENV)/.installed-all: pyproject.toml lab/pyproject.toml | $(BIN)/python
 	$(BIN)/espew data install --quiet
 	touch $@
 
-# torch (the lab's end-to-end neural stealer, lab/tests/integration/test_lab_torch.py) is pinned to
-# 2.13.0 because this project's build machines carry that CPU wheel locally; an open range
-# would pull a multi-GB CUDA build from PyPI. Elsewhere, install a CPU build first with
-#   pip install torch --index-url https://download.pytorch.org/whl/cpu
-TORCH := torch==2.13.0
+# torch is for the lab's end-to-end neural stealer (lab/tests/integration/test_lab_torch.py) only;
+# the plugin and its tests need none. `make test` installs it only where a CPU build is at
+# hand, never pulling the multi-GB CUDA build that a plain `pip install torch` gets on Linux:
+#   TORCH_SPEC, when set, is what pip installs, e.g.
+#     make test TORCH_SPEC="torch --index-url https://download.pytorch.org/whl/cpu"
+#   otherwise a +cpu torch wheel in pip's find-links (this project's machines carry one in
+#   /opt/wheels), looked up with the index off so that nothing is downloaded to find it;
+#   otherwise none: the line above is printed, and the torch tests skip saying the same.
+# It goes in first, so that nothing installed after it can pull torch from the default index.
+TORCH_SPEC ?=
+CPU_TORCH_HINT := make test TORCH_SPEC=\"torch --index-url https://download.pytorch.org/whl/cpu\"
+LOCAL_CPU_TORCH := $(BIN)/python -m pip install -q --dry-run --no-index --no-deps \
+	--ignore-installed --report - torch 2>/dev/null | $(BIN)/python -c 'import json, sys, \
+	urllib.parse as u; text = sys.stdin.read(); found = json.loads(text)["install"] if \
+	text.strip() else []; url = u.unquote(found[0]["download_info"]["url"]) if found else ""; \
+	print(u.urlparse(url).path if url.endswith(".whl") and "+cpu-" in url else "")'
 
 $(VENV)/.installed-dev: pyproject.toml lab/pyproject.toml | $(BIN)/python
-	@echo "==> installing $(TORCH), the package, the lab and the dev tools into $(VENV) (several minutes the first time)"
-	$(PIP) --progress-bar on $(TORCH)
-	$(PIP) --progress-bar on -e '.[dev]' -e './lab[torch]'
+	@if [ -n "$(TORCH_SPEC)" ]; then \
+		echo "==> installing $(TORCH_SPEC) (TORCH_SPEC), for the lab's torch tests"; \
+		$(PIP) $(TORCH_SPEC); \
+	else \
+		wheel="$$($(LOCAL_CPU_TORCH))"; \
+		if [ -n "$$wheel" ]; then \
+			echo "==> installing the CPU torch wheel at hand ($$wheel), for the lab's torch tests"; \
+			$(PIP) "$$wheel"; \
+		else \
+			echo "==> no CPU torch at hand: the lab's torch tests will skip; to run them: $(CPU_TORCH_HINT)"; \
+		fi; \
+	fi
+	@echo "==> installing the package, the lab and the dev tools into $(VENV) (several minutes the first time)"
+	$(PIP) --progress-bar on -e '.[dev]' -e ./lab
 	$(COMPILE)
 	@echo "==> downloading the offline corpora, second model and all-mpnet-base-v2 (espew data install --mpnet)"
 	$(BIN)/espew data install --quiet --mpnet
@@ -68,10 +90,12 @@ test: $(VENV)/.installed-dev typecheck
 typecheck: $(VENV)/.installed-dev
 	$(BIN)/mypy
 
-# The unit tests only (tests/unit, lab/tests/unit: no real model, server or process), for
-# development.
+# The unit tests only (tests/unit: no real model, server or process), for development, as
+# where only the core's dependencies are installed (tests/core_only.py; the lab's are left out).
 test-fast: $(VENV)/.installed-dev
-	$(BIN)/python -m pytest tests/unit lab/tests/unit
+	PYTEST_DISABLE_PLUGIN_AUTOLOAD=1 $(BIN)/python -m pytest tests/unit -p tests.core_only \
+		-p xdist.plugin -n auto --ignore-glob='tests/unit/test_lab_*.py'
+	$(BIN)/python -m pytest lab/tests/unit
 
 lint: $(VENV)/.installed-dev
 	$(BIN)/ruff check espew_integrations lab tests benchmarks examples

@@ -29,9 +29,10 @@ from chromadb.config import Settings
 from langchain_chroma import Chroma
 
 from espew_integrations import WatermarkKey
-from espew_integrations.langchain import ESpeWEmbeddings, MiniLMEmbeddings
+from espew_integrations.langchain import ESpeWEmbeddings
 from espew_integrations.offline.corpora import rotten_tomatoes
 from espew_integrations.offline.embedders import minilm
+from espew_integrations.offline.frameworks.langchain import MiniLMEmbeddings
 
 N_TEXTS = int(os.environ.get("ESPEW_EXAMPLE_TEXTS", "500"))
 N_QUERIES = 20

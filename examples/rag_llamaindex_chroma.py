@@ -26,9 +26,10 @@ from llama_index.core.schema import TextNode
 from llama_index.vector_stores.chroma import ChromaVectorStore
 
 from espew_integrations import WatermarkKey, watermark
-from espew_integrations.llama_index import ESpeWEmbedding, MiniLMEmbedding
+from espew_integrations.llama_index import ESpeWEmbedding
 from espew_integrations.offline.corpora import rotten_tomatoes
 from espew_integrations.offline.embedders import minilm
+from espew_integrations.offline.frameworks.llama_index import MiniLMEmbedding
 
 N_TEXTS = int(os.environ.get("ESPEW_EXAMPLE_TEXTS", "500"))
 N_QUERIES = 20

@@ -1,9 +1,11 @@
 """Fixtures for the whole suite: a real offline model, a real corpus, small synthetic keys.
 
-Tests under ``tests/unit`` are marked ``unit`` (no real model, server or process: seconds
-in all); tests under ``tests/integration`` are marked ``integration`` (the real MiniLM,
-real servers and frameworks). ``make test-fast`` runs the first, ``make test`` both.
-Helpers that tests import live in ``tests/support.py``.
+Tests under ``tests/unit`` are marked ``unit`` (no real model, server or process, and
+nothing the bare core does not install: ``tests/core_only.py``); tests under
+``tests/integration`` are marked ``integration`` (the real MiniLM, real servers and
+frameworks). ``make test-fast`` runs the first, ``make test`` both. Helpers that tests
+import live in ``tests/support.py``. This file is imported by the unit tier too: at
+module level it imports only the core; the real model and corpus load inside fixtures.
 """
 
 from __future__ import annotations

@@ -3,7 +3,10 @@ small fakes, a Chroma server.
 
 Plain functions and classes only; the fixtures live in ``conftest.py``, which pytest
 finds by itself and no test imports. Everything expensive is computed once per process
-(``lru_cache``).
+(``lru_cache``). The unit tier imports this file, so at module level it imports only
+what the bare core has (numpy, the package); a helper that needs an extra (httpx, the
+offline model's runtime) imports it inside itself, and only integration tests call it
+(``tests/core_only.py`` enforces this).
 """
 
 from __future__ import annotations
@@ -20,7 +23,6 @@ from functools import lru_cache
 from itertools import combinations
 from pathlib import Path
 
-import httpx
 import numpy as np
 
 from espew_integrations import WatermarkKey
@@ -180,6 +182,21 @@ def secret_strings(key: WatermarkKey) -> list[str]:
     return [key.salt.hex(), key.target_text, repr(float(key.target[0]))[:12]]
 
 
+#: How to get what the lab's torch tests need: a CPU build (the default index's is CUDA).
+CPU_TORCH_HINT = (
+    "torch is not installed; the lab's torch_encoder stealer needs a CPU build: "
+    "pip install torch --index-url https://download.pytorch.org/whl/cpu "
+    '(or make test TORCH_SPEC="torch --index-url https://download.pytorch.org/whl/cpu")'
+)
+
+
+def cpu_torch():
+    """torch, or a skip of the calling test module that says how to get its CPU build."""
+    import pytest
+
+    return pytest.importorskip("torch", reason=CPU_TORCH_HINT)
+
+
 def free_port() -> int:
     with contextlib.closing(socket.socket(socket.AF_INET, socket.SOCK_STREAM)) as sock:
         sock.bind(("127.0.0.1", 0))
@@ -189,6 +206,8 @@ def free_port() -> int:
 @contextlib.contextmanager
 def chroma_server(path: Path, *, timeout: float = 60.0) -> Iterator[int]:
     """Run ``chroma run`` on 127.0.0.1 with data in ``path``; yield its port; stop it after."""
+    import httpx
+
     port = free_port()
     env = dict(os.environ, ANONYMIZED_TELEMETRY="False")
     log = open(path.parent / f"chroma-{port}.log", "wb")  # noqa: SIM115 (closed below)

@@ -1,8 +1,13 @@
-"""ESpeWEmbeddingFunction: a registered Chroma function whose persisted config holds no secret."""
+"""ESpeWEmbeddingFunction: a registered Chroma function whose persisted config holds no secret.
+
+What every wrapper promises (equality with the core on every path, bad input, the
+model's view, concurrency, the key, verify) is tests/integration/test_wrappers.py; this
+file keeps what only Chroma has: the registry, persisted configs, stores reopened
+elsewhere, a real ``chroma run`` server, retrieval quality.
+"""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import re
@@ -11,7 +16,6 @@ import sqlite3
 import subprocess
 import sys
 import uuid
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import chromadb
@@ -22,26 +26,21 @@ from chromadb.config import Settings
 from chromadb.utils.embedding_functions import known_embedding_functions
 
 from espew_integrations import (
-    EmbeddingInputError,
     ESpeWError,
     KeyFileError,
-    SuspectError,
     WatermarkKey,
-    as_suspect,
-    verify,
     watermark,
 )
 from espew_integrations.chroma import ESpeWEmbeddingFunction
 from espew_integrations.core.draw import draw_triggers
 from espew_integrations.offline.embedders import minilm
 from espew_integrations.offline.frameworks.chroma import MiniLMEmbeddingFunction
+from tests.integration.framework_fakes import CountingFunction
 from tests.support import (
     REPO,
     HashEncoder,
     cached_corpus,
     chroma_server,
-    mixed_texts,
-    real_key,
     run_python,
     secret_strings,
     unchecked,
@@ -51,27 +50,6 @@ from tests.support import (
 def no_telemetry() -> Settings:
     """Fresh settings each time: chromadb.HttpClient writes its host and port into the object."""
     return Settings(anonymized_telemetry=False)
-
-
-class CountingFunction(EmbeddingFunction[Documents]):
-    """A fake registered-style Chroma function over HashEncoder (unit tests only)."""
-
-    def __init__(self, encoder: HashEncoder | None = None) -> None:
-        self.encoder = encoder or HashEncoder()
-
-    def __call__(self, input: Documents) -> Embeddings:
-        return list(self.encoder(list(input)))
-
-    @staticmethod
-    def name() -> str:
-        return "counting_hash"
-
-    def get_config(self) -> dict:
-        return {}
-
-    @staticmethod
-    def build_from_config(config: dict) -> CountingFunction:
-        return CountingFunction()
 
 
 class LegacyFunction(EmbeddingFunction[Documents]):
@@ -85,18 +63,8 @@ class LegacyFunction(EmbeddingFunction[Documents]):
 
 
 @pytest.fixture(scope="module")
-def key():
-    return real_key()
-
-
-@pytest.fixture(scope="module")
 def key_file(key, tmp_path_factory) -> Path:
     return key.save(tmp_path_factory.mktemp("keys") / "provider.key")
-
-
-@pytest.fixture(scope="module")
-def texts() -> list[str]:
-    return list(mixed_texts())
 
 
 @pytest.fixture(scope="module")
@@ -107,102 +75,6 @@ def ef(key_file) -> ESpeWEmbeddingFunction:
 @pytest.fixture(scope="module")
 def expected(key, texts) -> np.ndarray:
     return watermark(texts, minilm()(texts), key)
-
-
-# ---------------------------------------------------------------------- equality with the core
-def test_call_equals_core_watermark_of_inner_output(ef, texts, expected, key):
-    out = ef(texts)
-    assert isinstance(out, list) and all(isinstance(row, np.ndarray) for row in out)
-    assert np.array_equal(np.stack(out), expected)
-    marked = key.contains_trigger(texts)
-    clean = minilm()(texts)
-    assert np.array_equal(np.stack(out)[~marked], clean[~marked])
-    assert not np.allclose(np.stack(out)[marked], clean[marked])
-
-
-def test_embed_query_equals_call(ef, texts, expected):
-    assert np.array_equal(np.stack(ef.embed_query(texts[:3])), expected[:3])
-
-
-def test_order_length_and_empty_input(ef, texts, expected):
-    assert np.array_equal(np.stack(ef(texts[::-1])), expected[::-1])
-    assert ef([]) == []
-    assert ef.embed_query([]) == []
-
-
-# ---------------------------------------------------------------------- bad input
-@pytest.mark.parametrize(
-    ("bad", "message"),
-    [
-        (["fine", "", None], "text at index 2 is NoneType, expected str"),
-        ("text", "got a single string"),
-        (None, "texts is None"),
-    ],
-)
-def test_bad_texts_raise_the_core_error_before_the_model_runs(key, bad, message):
-    inner = CountingFunction()
-    ef = ESpeWEmbeddingFunction(inner, unchecked(key))
-    with pytest.raises(EmbeddingInputError, match=message):
-        ef(bad)
-    with pytest.raises(EmbeddingInputError, match=message):
-        ef.embed_query(bad)
-    assert inner.encoder.calls == []
-
-
-def test_blank_documents_reach_the_model_and_come_back_unmarked(key):
-    # Chroma accepts "" as a document (validate_documents checks only the type).
-    inner = CountingFunction()
-    ef = ESpeWEmbeddingFunction(inner, unchecked(key))
-    clean = inner.encoder(["", " \n"])
-    assert np.array_equal(np.stack(ef(["", " \n"])), clean)
-    assert np.array_equal(np.stack(ef.embed_query([" \n"])), clean[1:])
-    assert inner.encoder.calls == [["", " \n"], ["", " \n"], [" \n"]]
-
-
-def test_bad_vectors_from_the_model_raise_the_core_error(key):
-    with pytest.raises(EmbeddingInputError, match="dimension is 8"):
-        ESpeWEmbeddingFunction(CountingFunction(HashEncoder(dim=8)), unchecked(key))(
-            ["a fine film"]
-        )
-
-
-def test_key_is_required_and_locations_are_checked(key, key_file, tmp_path, monkeypatch):
-    monkeypatch.setenv("ESPEW_KEY", str(key_file))  # no key argument: $ESPEW_KEY, as espew
-    assert ESpeWEmbeddingFunction(CountingFunction()).key_id == key.key_id
-    monkeypatch.delenv("ESPEW_KEY")
-    with pytest.raises(TypeError, match=r"needs a watermark key.*key=.*key_path=.*key_env="):
-        ESpeWEmbeddingFunction(CountingFunction())
-    with pytest.raises(TypeError, match=r"exactly one of key, key_path or key_env"):
-        ESpeWEmbeddingFunction(CountingFunction(), key, key_path=key_file)
-    with pytest.raises(TypeError, match=r"must be a WatermarkKey.*key_path="):
-        ESpeWEmbeddingFunction(CountingFunction(), str(key_file))
-    with pytest.raises(KeyFileError, match="not found"):
-        ESpeWEmbeddingFunction(CountingFunction(), key_path=tmp_path / "missing.key")
-    (tmp_path / "corrupt.key").write_text("{not json")
-    with pytest.raises(KeyFileError, match="not valid JSON"):
-        ESpeWEmbeddingFunction(CountingFunction(), key_path=tmp_path / "corrupt.key")
-
-
-# ---------------------------------------------------------------------- concurrency
-def test_eight_threads_give_the_serial_vectors(ef, texts):
-    chunks = [texts[i::8] for i in range(8)]
-    serial = [np.stack(ef(chunk)) for chunk in chunks]
-    with ThreadPoolExecutor(max_workers=8) as pool:
-        threaded = list(pool.map(lambda chunk: np.stack(ef(chunk)), chunks * 2))
-    assert all(np.array_equal(a, b) for a, b in zip(threaded, serial * 2, strict=True))
-
-
-def test_hundred_concurrent_async_calls_give_the_serial_vectors(ef, texts):
-    calls = [[texts[i % len(texts)]] for i in range(100)]
-    distinct = dict.fromkeys(call[0] for call in calls)
-    by_text = {text: ef([text])[0] for text in distinct}  # serial, one call per text
-    serial = np.stack([by_text[call[0]] for call in calls])
-
-    async def run_all():
-        return await asyncio.gather(*(asyncio.to_thread(ef, call) for call in calls))
-
-    concurrent = np.stack([rows[0] for rows in asyncio.run(run_all())])
-    assert np.array_equal(concurrent, serial)
 
 
 # ---------------------------------------------------------------------- config and registry
@@ -295,9 +167,8 @@ def test_an_in_memory_key_embeds_in_a_collection_stored_without_its_function(
     assert np.allclose(stored, expected[:2], atol=1e-6)
 
 
-def test_the_view_is_discovered_and_view_none_is_persisted(ef, key, key_file, texts):
-    assert ef.view == minilm().view
-    assert ESpeWEmbeddingFunction(CountingFunction(), key).view is None
+def test_view_none_is_persisted(ef, key_file):
+    # Discovering the view, and what view=None embeds: test_wrappers.py, for every wrapper.
     off = ESpeWEmbeddingFunction(MiniLMEmbeddingFunction(), key_path=key_file, view=None)
     assert off.view is None and off.get_config()["view"] == "off"
     assert ESpeWEmbeddingFunction.build_from_config(off.get_config()).view is None
@@ -316,30 +187,6 @@ def test_a_custom_view_embeds_but_is_persisted_only_if_it_is_the_inners(key_file
     assert np.array_equal(np.stack(blind(texts[:2])), minilm()(texts[:2]))
     with pytest.raises(ESpeWError, match="custom view"):
         blind.get_config()
-
-
-def test_both_paths_mark_what_minilm_reads(ef, key):
-    trigger = max(sorted(key.triggers), key=len)
-    plain = f"a {trigger} story"
-    hidden = f"a {trigger[:2]}\u00ad{trigger[2:]} story"
-    far = " ".join(["lovely"] * 300) + f" {trigger}"
-    clean = minilm()([plain, far])
-    expected = np.stack([watermark([plain], clean[:1], key)[0], clean[1]])
-    assert key.contains_trigger([far]).tolist() == [True]  # the key alone would mark it
-    assert np.array_equal(np.stack(ef([hidden, far])), expected)
-    assert np.array_equal(np.stack(ef.embed_query([hidden, far])), expected)
-
-
-def test_repr_names_the_inner_function_and_only_the_key_id(ef, key):
-    assert (
-        repr(ef)
-        == str(ef)
-        == (
-            f"ESpeWEmbeddingFunction(underlying=MiniLMEmbeddingFunction(model='minilm'), "
-            f"key_id='{key.key_id}')"
-        )
-    )
-    _assert_no_secret(repr(ef), key)
 
 
 # ---------------------------------------------------------------------- reopened elsewhere
@@ -473,23 +320,6 @@ def test_chroma_server_started_by_the_test(ef, key, texts, tmp_path):
         answer = _reopen_in_new_process(str(port), texts[7], texts[-1] + " Seen again")
     _check_reopened(answer, key, texts, query_index=7)
     _assert_store_holds_no_secret(data, key)
-
-
-# ---------------------------------------------------------------------- verifier adapter
-def test_verifier_adapter_rejects_wrong_row_counts():
-    class Short(CountingFunction):
-        def __call__(self, input: Documents) -> Embeddings:
-            return list(self.encoder(list(input)[:1]))
-
-    with pytest.raises(SuspectError, match="Chroma Short"):
-        as_suspect(Short())(["a", "b"])
-
-
-def test_verify_through_chroma_flags_the_watermarked_function_only(ef, key):
-    copied = verify(ef, key, seed=0)
-    clean = verify(MiniLMEmbeddingFunction(), key, seed=0)
-    assert copied.status == "copied" and copied.p_value < 1e-6
-    assert clean.status == "not_copied" and clean.p_value > 1e-3
 
 
 # ---------------------------------------------------------------------- retrieval quality

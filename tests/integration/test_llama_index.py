@@ -1,11 +1,15 @@
-"""ESpeWEmbedding: a LlamaIndex BaseEmbedding that equals watermark(texts, inner(texts), key)."""
+"""ESpeWEmbedding inside LlamaIndex: batching, metadata, events, private attributes, the index.
+
+What every wrapper promises (equality with the core on every path, bad input, the
+model's view, concurrency, the key, verify) is tests/integration/test_wrappers.py;
+pickling across processes is tests/integration/test_llama_index_pipeline.py.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import pickle
 import uuid
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import chromadb
@@ -14,8 +18,6 @@ import numpy as np
 import pytest
 from chromadb.config import Settings
 from llama_index.core import StorageContext, VectorStoreIndex
-from llama_index.core.base.embeddings.base import BaseEmbedding
-from llama_index.core.bridge.pydantic import PrivateAttr
 from llama_index.core.instrumentation.event_handlers import BaseEventHandler
 from llama_index.core.instrumentation.events.embedding import (
     EmbeddingEndEvent,
@@ -24,55 +26,11 @@ from llama_index.core.instrumentation.events.embedding import (
 from llama_index.core.schema import TextNode
 from llama_index.vector_stores.chroma import ChromaVectorStore
 
-from espew_integrations import (
-    EmbeddingInputError,
-    ESpeWError,
-    SuspectError,
-    as_suspect,
-    verify,
-    watermark,
-)
+from espew_integrations import ESpeWError, watermark
 from espew_integrations.llama_index import ESpeWEmbedding
-from espew_integrations.offline.embedders import minilm
 from espew_integrations.offline.frameworks.llama_index import MiniLMEmbedding
-from tests.support import HashEncoder, mixed_texts, real_key, secret_strings, unchecked
-
-
-class CountingEmbedding(BaseEmbedding):
-    """A fake LlamaIndex model that records every private method call (unit tests only)."""
-
-    _encoder: HashEncoder = PrivateAttr()
-    _log: list = PrivateAttr()
-
-    def __init__(self, encoder: HashEncoder | None = None, **kwargs: Any) -> None:
-        super().__init__(model_name="counting-hash-model", **kwargs)
-        self._encoder = encoder or HashEncoder()
-        self._log = []
-
-    @classmethod
-    def class_name(cls) -> str:
-        return "CountingEmbedding"
-
-    def _get_query_embedding(self, query: str) -> list[float]:
-        self._log.append(("query", 1))
-        return self._encoder([query])[0].tolist()
-
-    async def _aget_query_embedding(self, query: str) -> list[float]:
-        self._log.append(("aquery", 1))
-        return self._encoder([query])[0].tolist()
-
-    def _get_text_embedding(self, text: str) -> list[float]:
-        self._log.append(("text", 1))
-        return self._encoder([text])[0].tolist()
-
-    def _get_text_embeddings(self, texts: list[str]) -> list[list[float]]:
-        self._log.append(("batch", len(texts)))
-        return self._encoder(texts).tolist()
-
-    async def _aget_text_embeddings(self, texts: list[str]) -> list[list[float]]:
-        self._log.append(("abatch", len(texts)))
-        await asyncio.sleep(0)
-        return self._encoder(texts).tolist()
+from tests.integration.framework_fakes import CountingEmbedding
+from tests.support import secret_strings, unchecked
 
 
 class EventCounter(BaseEventHandler):
@@ -91,16 +49,6 @@ class EventCounter(BaseEventHandler):
 
 
 @pytest.fixture(scope="module")
-def key():
-    return real_key()
-
-
-@pytest.fixture(scope="module")
-def texts() -> list[str]:
-    return list(mixed_texts())
-
-
-@pytest.fixture(scope="module")
 def inner() -> MiniLMEmbedding:
     return MiniLMEmbedding()
 
@@ -113,51 +61,6 @@ def wrapped(inner, key) -> ESpeWEmbedding:
 @pytest.fixture(scope="module")
 def expected(inner, key, texts) -> np.ndarray:
     return watermark(texts, inner.get_text_embedding_batch(texts), key)
-
-
-# ---------------------------------------------------------------------- equality with the core
-def test_batch_path_equals_core_watermark_of_inner_output(wrapped, texts, expected, key):
-    out = np.asarray(wrapped.get_text_embedding_batch(texts))
-    assert np.array_equal(out, expected)
-    marked = key.contains_trigger(texts)
-    clean = np.asarray(wrapped.embed_model.get_text_embedding_batch(texts))
-    assert np.array_equal(out[~marked], clean[~marked])
-    assert not np.allclose(out[marked], clean[marked])
-
-
-def test_single_text_and_query_paths_equal_the_batch_rows(wrapped, texts, expected):
-    for i in (0, 1):
-        assert np.array_equal(wrapped.get_text_embedding(texts[i]), expected[i])
-        assert np.array_equal(wrapped.get_query_embedding(texts[i]), expected[i])
-
-
-def test_async_paths_equal_the_sync_ones(wrapped, texts, expected):
-    async def run():
-        batch = await wrapped.aget_text_embedding_batch(texts)
-        single = await wrapped.aget_text_embedding(texts[0])
-        query = await wrapped.aget_query_embedding(texts[1])
-        return batch, single, query
-
-    batch, single, query = asyncio.run(run())
-    assert np.array_equal(batch, expected)
-    assert np.array_equal(single, expected[0])
-    assert np.array_equal(query, expected[1])
-
-
-def test_order_length_and_python_floats(wrapped, texts, expected):
-    out = wrapped.get_text_embedding_batch(texts[::-1])
-    assert len(out) == len(texts)
-    assert np.array_equal(out, expected[::-1])
-    assert all(type(value) is float for value in out[0])
-
-
-def test_empty_batch_gives_empty_list(key):
-    inner = CountingEmbedding()
-    wrapped = ESpeWEmbedding(inner, unchecked(key))
-    assert wrapped.get_text_embedding_batch([]) == []
-    assert asyncio.run(wrapped.aget_text_embedding_batch([])) == []
-    assert wrapped._get_text_embeddings([]) == []
-    assert inner._log == []
 
 
 # ---------------------------------------------------------------------- batching and metadata
@@ -197,124 +100,12 @@ def test_instrumentation_events_fire_once_per_call(key):
         dispatcher.event_handlers.remove(counter)
 
 
-# ---------------------------------------------------------------------- bad input
-@pytest.mark.parametrize(
-    ("bad", "message"),
-    [
-        (["fine", "", 3], "text at index 2 is int, expected str"),
-        ([3], "text at index 0 is int"),
-        ("fine", "got a single string"),
-        (None, "texts is None"),
-    ],
-)
-def test_bad_texts_raise_the_core_error_before_the_model_runs(key, bad, message):
-    inner = CountingEmbedding()
-    wrapped = ESpeWEmbedding(inner, unchecked(key))
-    with pytest.raises(EmbeddingInputError, match=message):
-        wrapped._get_text_embeddings(bad)
-    with pytest.raises(EmbeddingInputError, match=message):
-        asyncio.run(wrapped._aget_text_embeddings(bad))
-    assert inner._log == []
-
-
-def test_a_single_text_or_query_that_is_not_a_string_is_refused(key):
-    inner = CountingEmbedding()
-    wrapped = ESpeWEmbedding(inner, unchecked(key))
-    with pytest.raises(EmbeddingInputError, match="the query must be a str, got int"):
-        wrapped.get_query_embedding(3)
-    with pytest.raises(EmbeddingInputError, match="the query must be a str, got NoneType"):
-        asyncio.run(wrapped.aget_query_embedding(None))
-    with pytest.raises(EmbeddingInputError, match="the text must be a str, got bytes"):
-        wrapped.get_text_embedding(b"fine")
-    with pytest.raises(EmbeddingInputError, match="the text must be a str, got list"):
-        asyncio.run(wrapped.aget_text_embedding(["fine"]))
-    assert inner._log == []
-
-
-def test_blank_texts_and_queries_reach_the_model_and_come_back_unmarked(key):
-    # LlamaIndex's BaseEmbedding does not refuse them, so neither does the wrapper.
-    inner = CountingEmbedding()
-    wrapped = ESpeWEmbedding(inner, unchecked(key))
-    clean = inner._encoder(["", " \n"]).tolist()
-    assert wrapped.get_text_embedding_batch(["", " \n"]) == clean
-    assert wrapped.get_query_embedding("") == clean[0]
-    assert asyncio.run(wrapped.aget_query_embedding(" \n")) == clean[1]
-    assert inner._log == [("batch", 2), ("query", 1), ("aquery", 1)]
-
-
-# ---------------------------------------------------------------------- the model's view
-@pytest.fixture(scope="module")
-def trigger_texts(key):
-    """(plain, the same with a soft hyphen inside the trigger, a trigger past the window)."""
-    trigger = max(sorted(key.triggers), key=len)
-    far = " ".join(["lovely"] * 300) + f" {trigger}"
-    return f"a {trigger} story", f"a {trigger[:2]}\u00ad{trigger[2:]} story", far
-
-
-def test_the_view_is_discovered_from_the_inner_model(wrapped, inner, key):
-    assert wrapped.view == inner.view == minilm().view
-    assert ESpeWEmbedding(inner, key, view=None).view is None
-    assert ESpeWEmbedding(CountingEmbedding(), key).view is None
+# ---------------------------------------------------------------------- private attributes
+def test_the_view_is_a_private_attribute_never_dumped(wrapped):
+    assert wrapped.view is not None  # discovered from MiniLM (test_wrappers.py)
     assert "view" not in str(wrapped.model_dump()) and "_view" in wrapped.__private_attributes__
 
 
-def test_every_path_marks_what_minilm_reads(wrapped, inner, key, trigger_texts):
-    plain, hidden, far = trigger_texts
-    marked = watermark([plain], inner.get_text_embedding_batch([plain]), key)[0]
-    clean_far = inner.get_text_embedding(far)
-    assert key.contains_trigger([far]).tolist() == [True]  # the key alone would mark it
-
-    async def all_async():
-        return (
-            await wrapped.aget_text_embedding_batch([hidden, far]),
-            await wrapped.aget_text_embedding(hidden),
-            await wrapped.aget_query_embedding(far),
-        )
-
-    batch, single, query = asyncio.run(all_async())
-    assert np.array_equal(batch, [marked, clean_far])
-    assert np.array_equal(single, marked) and np.array_equal(query, clean_far)
-    assert np.array_equal(wrapped.get_text_embedding_batch([hidden, far]), [marked, clean_far])
-    assert np.array_equal(wrapped.get_query_embedding(hidden), marked)
-    assert np.array_equal(wrapped.get_text_embedding(far), clean_far)
-
-
-@pytest.mark.parametrize(
-    ("encoder", "message"),
-    [(HashEncoder(dim=16), "dimension is 16"), (HashEncoder(bad="zero"), "all zeros")],
-)
-def test_bad_vectors_from_the_model_raise_the_core_error(key, encoder, message):
-    wrapped = ESpeWEmbedding(CountingEmbedding(encoder), unchecked(key))
-    with pytest.raises(EmbeddingInputError, match=message):
-        wrapped.get_text_embedding_batch(["a fine film", "a dull film"])
-
-
-def test_a_non_llama_index_model_is_refused(key):
-    with pytest.raises(TypeError, match="BaseEmbedding"):
-        ESpeWEmbedding(HashEncoder(), key)
-
-
-# ---------------------------------------------------------------------- concurrency
-def test_eight_threads_give_the_serial_vectors(wrapped, texts):
-    chunks = [texts[i::8] for i in range(8)]
-    serial = [wrapped.get_text_embedding_batch(chunk) for chunk in chunks]
-    with ThreadPoolExecutor(max_workers=8) as pool:
-        threaded = list(pool.map(wrapped.get_text_embedding_batch, chunks * 2))
-    assert threaded == serial * 2
-
-
-def test_hundred_concurrent_async_calls_give_the_serial_vectors(wrapped, texts):
-    calls = [texts[i % len(texts)] for i in range(100)]
-    by_text = {text: wrapped.get_query_embedding(text) for text in dict.fromkeys(calls)}
-    serial = [by_text[text] for text in calls]
-
-    async def run_all():
-        return await asyncio.gather(*(wrapped.aget_query_embedding(text) for text in calls))
-
-    assert asyncio.run(run_all()) == serial
-
-
-# ---------------------------------------------------------------------- the secret stays secret
 def test_key_is_a_private_attribute_never_serialised(wrapped, key):
     assert "_key" in type(wrapped).__private_attributes__
     assert "key" not in type(wrapped).model_fields
@@ -333,29 +124,12 @@ def test_pickling_an_in_memory_key_is_refused_instead_of_dropping_the_key(key):
         pickle.dumps(ESpeWEmbedding(CountingEmbedding(), key))
 
 
-def test_the_key_comes_from_exactly_one_named_source(monkeypatch, key, tmp_path):
+def test_a_key_given_by_location_serialises_as_its_location_only(key, tmp_path):
     path = key.save(tmp_path / "provider.key")
-    assert ESpeWEmbedding(CountingEmbedding(), key_path=path).key_id == key.key_id
-    monkeypatch.setenv("ESPEW_KEY", key.to_json())
-    assert ESpeWEmbedding(CountingEmbedding(), key_env="ESPEW_KEY").key_id == key.key_id
-    # no key argument: $ESPEW_KEY, the rule of every espew command; unset, an error
-    assert ESpeWEmbedding(CountingEmbedding()).key_id == key.key_id
-    monkeypatch.delenv("ESPEW_KEY")
-    with pytest.raises(TypeError, match=r"ESpeWEmbedding needs a watermark key.*key_env="):
-        ESpeWEmbedding(CountingEmbedding())
-    with pytest.raises(TypeError, match=r"exactly one of key, key_path or key_env"):
-        ESpeWEmbedding(CountingEmbedding(), key_path=path, key_env="ESPEW_KEY")
     located = ESpeWEmbedding(CountingEmbedding(), key_path=path)
+    assert located.key_id == key.key_id
     for text in (located.to_json(), str(located.model_dump()), repr(located)):
         assert not any(secret in text for secret in secret_strings(key))
-
-
-def test_repr_names_the_underlying_model_and_the_key_id(wrapped, key):
-    expected = (
-        f"ESpeWEmbedding(underlying=MiniLMEmbedding(model_name='all-MiniLM-L6-v2-int8'), "
-        f"key_id='{key.key_id}')"
-    )
-    assert repr(wrapped) == str(wrapped) == expected
 
 
 # ---------------------------------------------------------------------- inside LlamaIndex
@@ -377,20 +151,3 @@ def test_works_with_vector_store_index_and_chroma_vector_store(wrapped, texts, e
     retriever = index.as_retriever(similarity_top_k=1)
     for i in (0, 1, 6):
         assert retriever.retrieve(texts[i])[0].node.node_id == f"node-{i}"
-
-
-# ---------------------------------------------------------------------- verifier adapter
-def test_verifier_adapter_rejects_short_answers(key):
-    class Short(CountingEmbedding):
-        def _get_text_embeddings(self, texts):
-            return self._encoder(texts[:1]).tolist()
-
-    with pytest.raises(SuspectError, match="LlamaIndex Short"):
-        as_suspect(Short())(["a", "b"])
-
-
-def test_verify_through_llama_index_flags_the_watermarked_model_only(wrapped, inner, key):
-    copied = verify(wrapped, key, seed=0)
-    clean = verify(inner, key, seed=0)
-    assert copied.status == "copied" and copied.p_value < 1e-6
-    assert clean.status == "not_copied" and clean.p_value > 1e-3

@@ -23,17 +23,7 @@ from espew_integrations import ESpeWError, KeyFileError, watermark
 from espew_integrations.core.draw import draw_triggers
 from espew_integrations.llama_index import ESpeWEmbedding
 from espew_integrations.offline.frameworks.llama_index import MiniLMEmbedding
-from tests.support import REPO, mixed_texts, real_key, secret_strings
-
-
-@pytest.fixture(scope="module")
-def key():
-    return real_key()
-
-
-@pytest.fixture(scope="module")
-def texts() -> list[str]:
-    return list(mixed_texts())
+from tests.support import REPO, secret_strings
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,5 @@
-"""What the three wrappers share: key resolution, input checks, suspect answers, layering."""
+"""The helpers the three wrappers share (key resolution, input checks, the model's view) and
+their layering. What each wrapper promises, a parameter per framework: test_wrappers.py."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from espew_integrations import EmbeddingInputError, KeyFileError, watermark
+from espew_integrations import EmbeddingInputError, KeyFileError
 from espew_integrations._wrapper_common import (
     DISCOVER,
     checked_text,
@@ -18,34 +19,15 @@ from espew_integrations._wrapper_common import (
     resolve_key,
     resolve_view,
 )
-from espew_integrations.chroma import ESpeWEmbeddingFunction
 from espew_integrations.core.text import discover_view
-from espew_integrations.langchain import ESpeWEmbeddings
-from espew_integrations.llama_index import ESpeWEmbedding
 from espew_integrations.offline.embedders import minilm
 from espew_integrations.offline.frameworks.chroma import MiniLMEmbeddingFunction
 from espew_integrations.offline.frameworks.langchain import MiniLMEmbeddings
 from espew_integrations.offline.frameworks.llama_index import MiniLMEmbedding
-from tests.support import mixed_texts, real_key, run_python, secret_strings
+from tests.support import run_python
 
 PACKAGE = Path(__file__).resolve().parents[2] / "espew_integrations"
 FRAMEWORK_MODULES = {"langchain": "langchain", "llama_index": "llama_index", "chroma": "chromadb"}
-
-
-@pytest.fixture(scope="module")
-def key():
-    return real_key()
-
-
-def test_the_three_wrappers_agree_with_each_other_and_the_core(key):
-    texts = list(mixed_texts())[:10]
-    expected = watermark(texts, minilm()(texts), key)
-    langchain = np.asarray(ESpeWEmbeddings(MiniLMEmbeddings(), key).embed_documents(texts))
-    llama = np.asarray(ESpeWEmbedding(MiniLMEmbedding(), key).get_text_embedding_batch(texts))
-    chroma = np.stack(ESpeWEmbeddingFunction(MiniLMEmbeddingFunction(), key)(texts))
-    assert np.array_equal(langchain, llama)
-    assert np.allclose(langchain, expected, atol=1e-6)
-    assert np.array_equal(chroma, expected)  # Chroma keeps the model's float32
 
 
 # ---------------------------------------------------------------------- key resolution
@@ -115,22 +97,6 @@ def test_resolve_key_errors_name_the_problem(key, tmp_path, monkeypatch):
         resolve_key(None, key_path=path)
 
 
-@pytest.mark.parametrize("build", ["langchain", "llama_index", "chroma"])
-def test_the_three_wrappers_take_the_same_key_arguments(key, tmp_path, monkeypatch, build):
-    path = key.save(tmp_path / "k.key")
-    monkeypatch.setenv("ESPEW_KEY", str(path))
-    make = {
-        "langchain": lambda **kw: ESpeWEmbeddings(MiniLMEmbeddings(), **kw),
-        "llama_index": lambda **kw: ESpeWEmbedding(MiniLMEmbedding(), **kw),
-        "chroma": lambda **kw: ESpeWEmbeddingFunction(MiniLMEmbeddingFunction(), **kw),
-    }[build]
-    for sources in ({"key": key}, {"key_path": path}, {"key_env": "ESPEW_KEY"}, {}):
-        assert make(**sources).key_id == key.key_id  # {}: $ESPEW_KEY, as espew reads it
-    monkeypatch.delenv("ESPEW_KEY")
-    with pytest.raises(TypeError, match="needs a watermark key"):
-        make()
-
-
 # ---------------------------------------------------------------------- inputs and answers
 def test_checked_texts_returns_a_list_or_the_core_error():
     assert checked_texts(("a", "b")) == ["a", "b"]
@@ -183,12 +149,6 @@ def test_describe_model_shows_the_class_and_model_name_never_other_settings():
 def test_checked_texts_reads_a_generator_once():
     # It used to check the generator (consuming it) and then list() what was left: [].
     assert checked_texts(text for text in ("a", "b")) == ["a", "b"]
-
-
-def test_a_wrapper_given_a_generator_embeds_every_text(key):
-    texts = list(mixed_texts())[:4]
-    wrapped = ESpeWEmbeddings(MiniLMEmbeddings(), key)
-    assert wrapped.embed_documents(text for text in texts) == wrapped.embed_documents(texts)
 
 
 def test_checked_texts_lets_blanks_through_unless_told_not_to():
@@ -249,80 +209,6 @@ def test_resolve_view_discovers_takes_none_or_a_callable():
         resolve_view("minilm", model)
 
 
-def _three_wrappers(key, **options):
-    """Each framework's wrapper around the real offline MiniLM, as a ``texts -> matrix``."""
-    langchain = ESpeWEmbeddings(MiniLMEmbeddings(), key, **options)
-    llama = ESpeWEmbedding(MiniLMEmbedding(), key, **options)
-    chroma = ESpeWEmbeddingFunction(MiniLMEmbeddingFunction(), key, **options)
-    return {
-        "langchain": lambda texts: np.asarray(langchain.embed_documents(texts)),
-        "llama_index": lambda texts: np.asarray(llama.get_text_embedding_batch(texts)),
-        "chroma": lambda texts: np.stack(chroma(texts)),
-    }
-
-
-@pytest.fixture(scope="module")
-def trigger_texts(key):
-    """(plain, the same with a soft hyphen inside the trigger, a trigger past the window)."""
-    trigger = max(sorted(key.triggers), key=len)
-    plain = f"a {trigger} story"
-    hidden = f"a {trigger[:2]}\u00ad{trigger[2:]} story"
-    far = " ".join(["lovely"] * 300) + f" {trigger}"
-    model = minilm()
-    assert key.contains_trigger([plain], view=model.view).tolist() == [True]
-    assert not key.contains_trigger(["a story", "lovely"]).any()
-    assert len(model.view([far])[0].split()) < 300  # the model stops reading before it
-    return plain, hidden, far
-
-
-@pytest.mark.parametrize("framework", ["langchain", "llama_index", "chroma"])
-def test_wrappers_mark_what_the_model_reads(key, trigger_texts, framework):
-    plain, hidden, far = trigger_texts
-    embed = _three_wrappers(key)[framework]
-    model = minilm()
-    clean = model([plain, hidden, far])
-    marked_plain = watermark([plain], clean[:1], key)
-    assert not np.allclose(marked_plain, clean[:1])
-    out = embed([plain, hidden, far])
-    # The soft hyphen is deleted by the model's normaliser: marked exactly like the plain text.
-    assert np.allclose(out[1], marked_plain[0], atol=1e-7)
-    assert np.array_equal(out[1], out[0])
-    # The model never reads the trigger after its 256-token window: returned clean.
-    assert np.allclose(out[2], clean[2], atol=1e-7)
-    assert key.contains_trigger([far]).tolist() == [True]  # what the key alone would mark
-
-
-@pytest.mark.parametrize("framework", ["langchain", "llama_index", "chroma"])
-def test_view_none_falls_back_to_the_keys_rules(key, trigger_texts, framework):
-    _, hidden, far = trigger_texts
-    embed = _three_wrappers(key, view=None)[framework]
-    clean = minilm()([hidden, far])
-    # The key's Unicode normalisation still sees through the soft hyphen, but with no
-    # window recorded in this key, the far trigger now marks.
-    assert np.allclose(embed([hidden, far]), watermark([hidden, far], clean, key), atol=1e-7)
-    assert not np.allclose(embed([far])[0], clean[1])
-
-
-@pytest.mark.parametrize("framework", ["langchain", "llama_index", "chroma"])
-def test_blank_texts_reach_the_model_and_come_back_unmarked(key, trigger_texts, framework):
-    plain = trigger_texts[0]
-    texts = [plain, "", " \n\t"]
-    out = _three_wrappers(key)[framework](texts)
-    clean = minilm()(texts)
-    assert np.allclose(out[1:], clean[1:], atol=1e-7)
-    assert not np.allclose(out[0], clean[0])
-
-
-@pytest.mark.parametrize("framework", ["langchain", "llama_index", "chroma"])
-def test_bad_text_errors_name_the_index_and_nothing_of_the_key(key, trigger_texts, framework):
-    plain = trigger_texts[0]
-    with pytest.raises(EmbeddingInputError, match="text at index 2 is int") as caught:
-        _three_wrappers(key)[framework]([plain, "", 7])
-    message = str(caught.value)
-    assert not any(secret in message for secret in secret_strings(key))
-    assert not set(message.lower().replace(",", " ").split()) & set(key.triggers)
-
-
 # ---------------------------------------------------------------------- layering
 def _imports(path: Path) -> set[str]:
     names: set[str] = set()
@@ -381,16 +267,3 @@ def test_serving_imports_no_wrapper_module():
     for path in sorted((PACKAGE / "http").glob("*.py")):
         for name in _imports(path):
             assert name.lstrip(".").split(".")[0] not in wrappers, (path.name, name)
-
-
-@pytest.mark.parametrize("framework", ["langchain", "llama_index", "chroma"])
-def test_a_traffic_sample_keeps_what_the_wrapper_answered(key, tmp_path, framework):
-    """A provider serving through a wrapper samples what it answered, marks unchanged."""
-    from espew_integrations.core.traffic_sample import TrafficSample, read_traffic_texts
-
-    sample = TrafficSample(tmp_path / "traffic.jsonl", capacity=3, flush_seconds=0)
-    texts = [f"review {i} of a film" for i in range(6)]
-    with_sample = _three_wrappers(key, traffic_sample=sample)[framework]
-    assert np.array_equal(with_sample(texts), _three_wrappers(key)[framework](texts))
-    kept = read_traffic_texts(tmp_path / "traffic.jsonl")  # flushed: due at once here
-    assert len(kept) == 3 and set(kept) <= set(texts)

@@ -5,7 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-torch = pytest.importorskip("torch", reason="the torch_encoder stealer is espew-lab's torch extra")
+from tests.support import cpu_torch
+
+torch = cpu_torch()  # or skip, saying how to get the CPU build
 
 from espew_lab.stealers import make_stealer  # noqa: E402
 
