@@ -86,7 +86,6 @@ def test_the_data_directory_is_the_env_var_else_the_user_cache(monkeypatch, tmp_
 @pytest.mark.parametrize("with_platformdirs", [True, False])
 def test_the_caches_follow_xdg_cache_home(monkeypatch, tmp_path, with_platformdirs):
     from espew_integrations.offline.user_cache import user_cache_dir
-    from espew_lab.cache import cache_dir
 
     if not with_platformdirs:  # the bare core: the XDG rule by hand
         monkeypatch.setitem(sys.modules, "platformdirs", None)
@@ -97,9 +96,6 @@ def test_the_caches_follow_xdg_cache_home(monkeypatch, tmp_path, with_platformdi
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
     assert user_cache_dir() == tmp_path / "xdg" / "espew-integrations"
     assert data.data_dir() == tmp_path / "xdg" / "espew-integrations" / "data"
-    assert cache_dir() == tmp_path / "xdg" / "espew-integrations"
-    monkeypatch.setenv("ESPEW_CACHE_DIR", str(tmp_path / "mine"))
-    assert cache_dir() == tmp_path / "mine"
     # A relative XDG_CACHE_HOME is invalid by the specification: the default is used.
     monkeypatch.setenv("XDG_CACHE_HOME", "relative/cache")
     monkeypatch.setenv("HOME", str(tmp_path))
