@@ -45,7 +45,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_faithful_copy import TARGET_TEXT, corpus_lookups
 
 from espew_integrations import WatermarkKey, verify, watermark
-from espew_integrations.core.words import tokenize
+from espew_integrations.core.mark.words import tokenize
 
 FEATURES = (
     "words",

@@ -52,8 +52,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_faithful_copy import TARGET_TEXT, corpus_lookups
 
 from espew_integrations import WatermarkKey
-from espew_integrations.core.probes import MAX_PROBE_CHARS, MIN_PROBE_WORDS
-from espew_integrations.core.words import tokenize
+from espew_integrations.core.mark.probes import MAX_PROBE_CHARS, MIN_PROBE_WORDS
+from espew_integrations.core.mark.words import tokenize
 
 STATISTICS = (
     f"share < {MIN_PROBE_WORDS} words",

@@ -23,7 +23,7 @@ import time
 import numpy as np
 
 from espew_integrations import WatermarkKey, watermark
-from espew_integrations.core.words import tokenize
+from espew_integrations.core.mark.words import tokenize
 from espew_integrations.offline.corpora import rotten_tomatoes
 from espew_integrations.offline.embedders import minilm
 from espew_lab.cache import cached_embed

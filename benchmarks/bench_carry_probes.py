@@ -14,7 +14,7 @@ import sys
 
 import numpy as np
 
-from espew_integrations.core.ranktest import rank_sum_p_value
+from espew_integrations.core.stats.ranktest import rank_sum_p_value
 
 
 def main() -> None:

@@ -17,7 +17,7 @@ import torch
 
 torch.set_num_threads(1)
 from espew_integrations import WatermarkKey
-from espew_integrations.core.ranktest import rank_sum_p_value
+from espew_integrations.core.stats.ranktest import rank_sum_p_value
 from espew_integrations.offline.corpora import rotten_tomatoes
 from espew_integrations.offline.embedders import minilm
 from espew_lab.cache import cached_embed

@@ -34,8 +34,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_faithful_copy import corpus_lookups
 from bench_frontier import build, parse_config
 
-from espew_integrations.core.directed import directed_scores, mark_directions
-from espew_integrations.core.ranktest import rank_sum_p_value
+from espew_integrations.core.audit.directed import directed_scores, mark_directions
+from espew_integrations.core.stats.ranktest import rank_sum_p_value
 
 DEFAULT_CONFIG = "base-a075:n=20,band=0.005-0.01,alpha=0.75"
 SUSPECTS = (

@@ -28,8 +28,8 @@ from bench_clean_fit import SUSPECTS
 from bench_faithful_copy import corpus_lookups
 from bench_frontier import build, make_key, parse_config
 
-from espew_integrations.core.directed import directed_scores, mark_directions
-from espew_integrations.core.ranktest import rank_sum_p_value
+from espew_integrations.core.audit.directed import directed_scores, mark_directions
+from espew_integrations.core.stats.ranktest import rank_sum_p_value
 
 CONFIG = "default-cover:n=35,band=0.01-0.015,alpha=0.75"
 

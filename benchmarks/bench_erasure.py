@@ -37,7 +37,7 @@ from bench_faithful_copy import corpus_lookups
 from bench_frontier import build, parse_config
 
 from espew_integrations import verify
-from espew_integrations.core.probes import row_cosines
+from espew_integrations.core.mark.probes import row_cosines
 from espew_lab.erasure import ErasingSuspect, erase_smallest
 from espew_lab.metrics import retrieval_overlap
 

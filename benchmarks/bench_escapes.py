@@ -28,8 +28,8 @@ from collections.abc import Callable
 
 import numpy as np
 
-from espew_integrations.core.text import LEGACY_LOWER, UNICODE_V1, canonicalize
-from espew_integrations.core.words import (
+from espew_integrations.core.ground.text import LEGACY_LOWER, UNICODE_V1, canonicalize
+from espew_integrations.core.mark.words import (
     TriggerMatcher,
     band_words,
     document_frequencies,

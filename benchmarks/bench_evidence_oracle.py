@@ -44,8 +44,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_faithful_copy import TARGET_TEXT, corpus_lookups
 
 from espew_integrations import VerificationReport, WatermarkKey, verify, watermark
-from espew_integrations.core.evidence_files import public_report, render_summary
-from espew_integrations.core.words import TriggerMatcher
+from espew_integrations.core.audit.evidence_files import public_report, render_summary
+from espew_integrations.core.mark.words import TriggerMatcher
 
 
 def withholding(suspect: Callable, key: WatermarkKey, word: str) -> Callable:

@@ -7,7 +7,7 @@ scored ones and ``P(p <= a) <= a``. This script checks the implementation agains
 claim. It makes one field key (offline MiniLM, Rotten Tomatoes) for the quality
 settings and the audit, then for each of ``--keys`` fresh salts draws a new field
 (matrix and units) and scores fixed innocent answers exactly as ``verify`` does
-(:func:`espew_integrations.core.field.scoring_projections`, ``field_scores``, the
+(:func:`espew_integrations.core.mark.field.scoring_projections`, ``field_scores``, the
 exact rank test), for two audits:
 
 - ``keygen``: the key's own 1,950-text audit;
@@ -39,10 +39,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_faithful_copy import corpus_lookups, victim_key
 
-from espew_integrations.core.align import fit_alignment
-from espew_integrations.core.directed import mark_directions
-from espew_integrations.core.draw import draw_triggers
-from espew_integrations.core.field import (
+from espew_integrations.core.audit.directed import mark_directions
+from espew_integrations.core.ground.draw import draw_triggers
+from espew_integrations.core.ground.rows import unit_rows
+from espew_integrations.core.mark.field import (
     drawn_mask,
     field_scores,
     keyed_gaussian,
@@ -50,8 +50,8 @@ from espew_integrations.core.field import (
     unit_names,
     whitened_rows,
 )
-from espew_integrations.core.ranktest import rank_sum_p_value
-from espew_integrations.core.rows import unit_rows
+from espew_integrations.core.stats.align import fit_alignment
+from espew_integrations.core.stats.ranktest import rank_sum_p_value
 from espew_lab.stealers import EncoderRidgeStealer
 
 LEVELS = (1e-2, 1e-3, 1e-4, 1e-6)

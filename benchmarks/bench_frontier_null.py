@@ -37,7 +37,7 @@ from bench_null_study import (
 )
 
 from espew_integrations import WatermarkKey
-from espew_integrations.core.ranktest import subset_p_values
+from espew_integrations.core.stats.ranktest import subset_p_values
 from espew_lab.null_study import audit_scores, fresh_draws
 from espew_lab.stealers import RidgeStealer
 

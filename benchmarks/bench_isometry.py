@@ -3,7 +3,7 @@
 A thief can serve ``Q @ copy(text)`` for a secret orthogonal ``Q``, or embed
 its answers in more dimensions with orthonormal columns: every cosine between
 its answers is unchanged, so its customers lose nothing. Before
-``core/align.py`` the default ``verify`` scored the answers in the key's
+``core/stats/align.py`` the default ``verify`` scored the answers in the key's
 coordinates as they came, and the rotated service itself walked free (p = 1.0).
 
 For each key (the default key at the 0.995 budget) this trains the copies once
@@ -47,7 +47,7 @@ from bench_faithful_copy import corpus_lookups, frozen_mlp_after_cse, train_rows
 from bench_spectral import make_key
 
 from espew_integrations import verify, watermark
-from espew_integrations.core.probes import unit_rows
+from espew_integrations.core.mark.probes import unit_rows
 from espew_lab.stealers import RidgeStealer
 
 PARTIAL_ANGLE = 0.45

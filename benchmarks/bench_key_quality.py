@@ -31,8 +31,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_faithful_copy import TARGET_TEXT, corpus_lookups
 
 from espew_integrations import WatermarkKey, watermark
-from espew_integrations.core.inject import marks
-from espew_integrations.core.probes import row_cosines
+from espew_integrations.core.mark.inject import marks
+from espew_integrations.core.mark.probes import row_cosines
 from espew_lab.metrics import retrieval_overlap
 
 CONFIGS = {

@@ -3,7 +3,7 @@
 A client that times its requests could rank band words by latency if marking a
 text cost measurable time, and so learn the triggers without ever seeing a mark.
 The watermark does the same work for every row of a batch (compute, then select:
-``core/inject.py``), so the answer's latency must not depend on whether the text
+``core/mark/inject.py``), so the answer's latency must not depend on whether the text
 was marked.
 
 The script generates a word key on the offline corpus, starts a real
@@ -36,7 +36,7 @@ import numpy as np
 from scipy.stats import mannwhitneyu, wilcoxon
 
 from espew_integrations import WatermarkKey
-from espew_integrations.core.text import canonicalize
+from espew_integrations.core.ground.text import canonicalize
 from espew_integrations.offline.corpora import rotten_tomatoes
 from espew_integrations.offline.embedders import minilm
 

@@ -45,7 +45,7 @@ import numpy as np
 
 import espew_integrations
 from espew_integrations import WatermarkKey
-from espew_integrations.core.defaults import (
+from espew_integrations.core.ground.defaults import (
     DEFAULT_FREQ_BAND,
     DEFAULT_N_TRIGGERS,
     DEFAULT_PROBE_MIX,

@@ -34,7 +34,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 from bench_proxy import cpu_seconds, percentile, start  # noqa: E402
 
 from espew_integrations import WatermarkKey  # noqa: E402
-from espew_integrations.core.draw import draw_triggers  # noqa: E402
+from espew_integrations.core.ground.draw import draw_triggers  # noqa: E402
 from espew_integrations.offline.corpora import rotten_tomatoes  # noqa: E402
 
 

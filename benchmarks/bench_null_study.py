@@ -52,8 +52,8 @@ from espew_integrations.core.audit import (
     build_probes,
     score_words,
 )
-from espew_integrations.core.draw import draw_triggers
-from espew_integrations.core.ranktest import doubled_mid_ranks, min_p_value, rank_sum_p_value
+from espew_integrations.core.ground.draw import draw_triggers
+from espew_integrations.core.stats.ranktest import doubled_mid_ranks, min_p_value, rank_sum_p_value
 from espew_integrations.offline.corpora import health_tweets, load_corpus
 from espew_integrations.offline.embedders import minilm, paraphrase_minilm_l3
 from espew_lab.cache import cached_embed

@@ -37,7 +37,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from espew_integrations import WatermarkKey  # noqa: E402
-from espew_integrations.core.draw import draw_triggers  # noqa: E402
+from espew_integrations.core.ground.draw import draw_triggers  # noqa: E402
 
 DIM = 1024
 BATCH = 32

@@ -21,8 +21,8 @@ from pathlib import Path
 
 import numpy as np
 
-from espew_integrations.core import ranktest
-from espew_integrations.core.ranktest import rank_sum_p_value
+from espew_integrations.core.stats import ranktest
+from espew_integrations.core.stats.ranktest import rank_sum_p_value
 from espew_lab.null_study import null_p_values
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))

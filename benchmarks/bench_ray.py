@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from espew_integrations import WatermarkKey  # noqa: E402
-from espew_integrations.core.draw import draw_triggers  # noqa: E402
+from espew_integrations.core.ground.draw import draw_triggers  # noqa: E402
 from espew_integrations.ray import WatermarkBatches  # noqa: E402
 
 BAND = [f"{i:03d}band" for i in range(200)]

@@ -59,7 +59,7 @@ from reach_splits import article_splits
 from thieves import N_STEAL, disjoint_rows
 
 from espew_integrations import WatermarkKey, verify, watermark
-from espew_integrations.core.inject import watermark_and_mask
+from espew_integrations.core.mark.inject import watermark_and_mask
 from espew_lab.metrics import labelled_retrieval
 from espew_lab.stealers import RidgeStealer
 

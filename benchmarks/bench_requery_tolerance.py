@@ -29,7 +29,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from espew_integrations import OpenAIEndpoint, WatermarkKey, watermark
-from espew_integrations.core.requery import answer_distances
+from espew_integrations.core.records.requery import answer_distances
 from espew_integrations.http.background import running_server
 from espew_integrations.http.server import create_app
 from espew_integrations.offline.corpora import rotten_tomatoes

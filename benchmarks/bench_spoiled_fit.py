@@ -34,7 +34,7 @@ from bench_faithful_copy import corpus_lookups, frozen_mlp_after_cse
 from bench_spectral import make_key
 
 from espew_integrations import verify, watermark
-from espew_integrations.core.words import tokenize
+from espew_integrations.core.mark.words import tokenize
 
 COSINES = (0.99, 0.95, 0.9)
 

@@ -48,9 +48,9 @@ from bench_faithful_copy import corpus_lookups, victim_key
 from thieves import Thief, thief_for
 
 from espew_integrations import WatermarkKey, verify, watermark
-from espew_integrations.core.defaults import DEFAULT_FREQ_BAND
-from espew_integrations.core.text import canonicalize
-from espew_integrations.core.words import band_words, document_frequencies
+from espew_integrations.core.ground.defaults import DEFAULT_FREQ_BAND
+from espew_integrations.core.ground.text import canonicalize
+from espew_integrations.core.mark.words import band_words, document_frequencies
 from espew_lab.cache import cached_embed
 from espew_lab.stealers import RidgeStealer
 

@@ -32,7 +32,7 @@ from pathlib import Path
 import numpy as np
 
 from espew_integrations import KeyRing, trace, watermark
-from espew_integrations.core.probes import row_cosines
+from espew_integrations.core.mark.probes import row_cosines
 from espew_integrations.offline.corpora import rotten_tomatoes
 from espew_integrations.offline.embedders import minilm, paraphrase_minilm_l3
 from espew_lab.attacks import apply_attack

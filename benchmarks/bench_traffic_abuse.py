@@ -26,7 +26,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from espew_integrations.core.traffic_sample import TrafficSample, read_traffic_texts
+from espew_integrations.core.records.traffic_sample import TrafficSample, read_traffic_texts
 from espew_integrations.offline.corpora import rotten_tomatoes
 
 WINDOW = 256  # MiniLM's, as espew serve --embedder minilm passes it

@@ -36,7 +36,7 @@ from pathlib import Path
 import numpy as np
 
 from espew_integrations import OpenAIEndpoint, WatermarkKey, verify, watermark
-from espew_integrations.core.traffic_sample import TrafficSample
+from espew_integrations.core.records.traffic_sample import TrafficSample
 from espew_integrations.offline.corpora import rotten_tomatoes
 from espew_lab.stealers import EncoderRidgeStealer
 

@@ -35,7 +35,7 @@ from bench_frontier_null import innocent_study, write_study
 from bench_traffic_audit import split_corpus
 
 from espew_integrations import WatermarkKey
-from espew_integrations.core.traffic_sample import TrafficSample
+from espew_integrations.core.records.traffic_sample import TrafficSample
 from espew_lab.stealers import EncoderRidgeStealer, RidgeStealer
 
 

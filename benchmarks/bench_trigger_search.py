@@ -35,7 +35,7 @@ from bench_strip_band import add_key_arguments, key_from_args, run_strategy
 from thieves import thief_for
 
 from espew_integrations import watermark
-from espew_integrations.core.words import band_words, document_frequencies, tokenize
+from espew_integrations.core.mark.words import band_words, document_frequencies, tokenize
 
 RIDGE = 1.0
 

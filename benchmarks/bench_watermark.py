@@ -29,9 +29,9 @@ import time
 import numpy as np
 
 from espew_integrations import WatermarkKey, watermark
-from espew_integrations.core.defaults import DEFAULT_ALPHA
-from espew_integrations.core.inject import as_embedding_matrix, mark_masked
-from espew_integrations.core.words import tokenize
+from espew_integrations.core.ground.defaults import DEFAULT_ALPHA
+from espew_integrations.core.mark.inject import as_embedding_matrix, mark_masked
+from espew_integrations.core.mark.words import tokenize
 
 N_ROWS = 2000
 DIMS = (384, 1024, 4096)

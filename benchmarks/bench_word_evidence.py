@@ -34,8 +34,8 @@ from bench_faithful_copy import corpus_lookups
 from bench_frontier import build, parse_config
 
 from espew_integrations.core.audit import mean_per_word, plan_audit
-from espew_integrations.core.directed import directed_scores
-from espew_integrations.core.ranktest import rank_sum_p_value
+from espew_integrations.core.audit.directed import directed_scores
+from espew_integrations.core.stats.ranktest import rank_sum_p_value
 from espew_lab.null_study import audit_scores
 
 CONFIG = "default:n=35,band=0.01-0.015,alpha=0.75"

@@ -7,7 +7,7 @@ by mkdocstrings (see ``mkdocs.yml``), rewrites each docstring just for the site:
 
 - a run of doctest lines (``>>>``, ``...`` and their output) becomes a fenced
   ``pycon`` code block, without ``# doctest:`` directives;
-- a role such as ``:class:`~espew_integrations.core.key.WatermarkKey``` becomes
+- a role such as ``:class:`~espew_integrations.core.keys.key.WatermarkKey``` becomes
   inline code (the last dotted name when the reST ``~`` asks for it);
 - a paragraph ending in ``::`` (a reST literal block follows) ends in ``:``.
 

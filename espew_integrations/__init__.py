@@ -9,8 +9,9 @@ modules under :mod:`espew_integrations.core`.
 """
 
 from .core.audit.options import AuditOptions
-from .core.defaults import DEFAULT_LEVEL
-from .core.errors import (
+from .core.audit.report import VerificationReport
+from .core.ground.defaults import DEFAULT_LEVEL
+from .core.ground.errors import (
     EmbeddingInputError,
     ESpeWError,
     KeyFileError,
@@ -18,10 +19,9 @@ from .core.errors import (
     KeyModelMismatchError,
     SuspectError,
 )
-from .core.inject import watermark
-from .core.key import WatermarkKey
-from .core.keyring import KeyRing
-from .core.report import VerificationReport
+from .core.keys.key import WatermarkKey
+from .core.keys.keyring import KeyRing
+from .core.mark.inject import watermark
 from .core.trace import TraceReport
 from .suspects import as_suspect, trace, verify
 
@@ -34,11 +34,11 @@ _MOVED = {
     "DEFAULT_TEMPLATES": "espew_integrations.core.audit",
     "MAX_ANSWER_DIM": "espew_integrations.core.audit",
     "build_probes": "espew_integrations.core.audit",
-    "min_p_value": "espew_integrations.core.ranktest",
-    "rank_sum_p_value": "espew_integrations.core.ranktest",
-    "select_positions": "espew_integrations.core.inject",
-    "tokenize": "espew_integrations.core.words",
-    "TriggerMatcher": "espew_integrations.core.words",
+    "min_p_value": "espew_integrations.core.stats.ranktest",
+    "rank_sum_p_value": "espew_integrations.core.stats.ranktest",
+    "select_positions": "espew_integrations.core.mark.inject",
+    "tokenize": "espew_integrations.core.mark.words",
+    "TriggerMatcher": "espew_integrations.core.mark.words",
 }
 
 

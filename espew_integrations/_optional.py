@@ -24,7 +24,7 @@ import importlib
 import importlib.util
 from types import ModuleType
 
-from .core.errors import ESpeWError
+from .core.ground.errors import ESpeWError
 
 __all__ = [
     "LAB_INSTALL",

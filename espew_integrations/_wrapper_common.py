@@ -9,9 +9,9 @@ else lives here once, so they cannot drift apart:
   three when that is unset too;
 - **checking texts** (:func:`checked_texts`, :func:`checked_text`) at the
   wrapper boundary, before the (possibly paid) inner model sees them, with one
-  error type, :class:`~espew_integrations.core.errors.EmbeddingInputError`;
+  error type, :class:`~espew_integrations.core.ground.errors.EmbeddingInputError`;
 - **the model's text view** (:func:`resolve_view`, with
-  :func:`~espew_integrations.core.text.discover_view`, which the server shares):
+  :func:`~espew_integrations.core.ground.text.discover_view`, which the server shares):
   triggers are matched on the text as the model reads it, so an edit the
   model's normaliser undoes (a soft hyphen inside a trigger) cannot dodge the
   mark, and a trigger past the model's token window, which the model never
@@ -36,14 +36,14 @@ from typing import Any, Final, Literal, TypeAlias
 
 import numpy as np
 
-from .core.defaults import DEFAULT_KEY_VARIABLE
-from .core.errors import EmbeddingInputError, InputTypeError
-from .core.inject import check_texts, watermark
-from .core.key import WatermarkKey
-from .core.key_source import find_key_source
-from .core.model_check import ModelGuard
-from .core.text import TextView, discover_view
-from .core.traffic_sample import TrafficSample
+from .core.ground.defaults import DEFAULT_KEY_VARIABLE
+from .core.ground.errors import EmbeddingInputError, InputTypeError
+from .core.ground.text import TextView, discover_view
+from .core.keys.key import WatermarkKey
+from .core.keys.key_source import find_key_source
+from .core.keys.model_check import ModelGuard
+from .core.mark.inject import check_texts, watermark
+from .core.records.traffic_sample import TrafficSample
 
 #: The day the wrappers' old addresses of the offline demo models stop answering
 #: (``espew_integrations.langchain.MiniLMEmbeddings`` and the like; CHANGELOG.md).

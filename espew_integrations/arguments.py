@@ -24,8 +24,8 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from .core.defaults import DEFAULT_FREQ_BAND, DEFAULT_MIN_COSINE
-from .core.errors import InputError
+from .core.ground.defaults import DEFAULT_FREQ_BAND, DEFAULT_MIN_COSINE
+from .core.ground.errors import InputError
 
 __all__ = [
     "EMBEDDER_HELP",

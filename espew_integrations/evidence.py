@@ -11,7 +11,7 @@ learns whether that word is a trigger. Hence two bundles:
 
 :func:`save_evidence` writes the **public** files, safe to share
 (``report.json`` and a plain-language ``summary.md``); it lives in the core
-(:mod:`espew_integrations.core.evidence_files`) so that ``report.save()``
+(:mod:`espew_integrations.core.audit.evidence_files`) so that ``report.save()``
 needs nothing above it, and is re-exported here.
 
 :func:`save_private_evidence` writes the **private** files, for the
@@ -26,13 +26,13 @@ side (their names start with ``PRIVATE-``):
 - ``PRIVATE-transcript.jsonl``, written by the audit itself when asked
   (``verify(..., transcript=DIR)``, ``espew verify --private-report-dir``): every
   text sent and every answer received, SHA-256 chained
-  (:mod:`espew_integrations.core.transcript`); :func:`check_evidence` replays it
+  (:mod:`espew_integrations.core.records.transcript`); :func:`check_evidence` replays it
   offline and re-derives the verdict (``espew evidence check``), re-asks the
   suspect a keyed random subset of its texts (``requery=``), and verifies the
   RFC 3161 timestamp taken over it before the verdict (``tsa_ca=``,
   :mod:`espew_integrations.timestamp`).
 
-Both write through :class:`~espew_integrations.core.safe_dir.SafeDirectory`:
+Both write through :class:`~espew_integrations.core.ground.safe_dir.SafeDirectory`:
 existing files are never replaced unless ``force=True``, the directory must
 not be a symbolic link, and a link planted in it is replaced, never followed.
 
@@ -55,9 +55,7 @@ from typing import Any
 import numpy as np
 
 from ._optional import require
-from .core.evidence_check import EvidenceCheck
-from .core.evidence_check import check_evidence as _check_transcript
-from .core.evidence_files import (
+from .core.audit.evidence_files import (
     EVIDENCE_FILES,
     PRIVATE_REPORT_KEYS,
     PUBLIC_P_FLOOR,
@@ -67,11 +65,13 @@ from .core.evidence_files import (
     render_summary,
     save_evidence,
 )
-from .core.report import VerificationReport
-from .core.requery import DEFAULT_REQUERY_SIZE, DEFAULT_REQUERY_TOLERANCE
-from .core.safe_dir import SafeDirectory
-from .core.transcript import TRANSCRIPT_FILE
-from .core.untrusted import printable
+from .core.audit.report import VerificationReport
+from .core.evidence_check import EvidenceCheck
+from .core.evidence_check import check_evidence as _check_transcript
+from .core.ground.safe_dir import SafeDirectory
+from .core.ground.untrusted import printable
+from .core.records.requery import DEFAULT_REQUERY_SIZE, DEFAULT_REQUERY_TOLERANCE
+from .core.records.transcript import TRANSCRIPT_FILE
 
 __all__ = [
     "DEFAULT_REQUERY_SIZE",

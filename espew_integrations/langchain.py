@@ -36,9 +36,9 @@ from ._wrapper_common import (
     resolve_key,
     resolve_view,
 )
-from .core.errors import InputTypeError
-from .core.key import WatermarkKey
-from .core.traffic_sample import TrafficSample
+from .core.ground.errors import InputTypeError
+from .core.keys.key import WatermarkKey
+from .core.records.traffic_sample import TrafficSample
 
 __all__ = ["ESpeWEmbeddings"]
 

@@ -52,10 +52,10 @@ from ._wrapper_common import (
     resolve_key,
     resolve_view,
 )
-from .core.errors import ESpeWError, InputTypeError, KeyFileError
-from .core.key import WatermarkKey
-from .core.text import TextView
-from .core.traffic_sample import TrafficSample
+from .core.ground.errors import ESpeWError, InputTypeError, KeyFileError
+from .core.ground.text import TextView
+from .core.keys.key import WatermarkKey
+from .core.records.traffic_sample import TrafficSample
 
 __all__ = ["ESpeWEmbedding"]
 

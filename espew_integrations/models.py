@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from ._optional import MissingExtraError, install_line
-from .core.errors import ESpeWError
+from .core.ground.errors import ESpeWError
 
 __all__ = [
     "MODEL_NAMES",

@@ -32,10 +32,10 @@ from typing import Any
 
 import numpy as np
 
-from .core.errors import InputError, InputTypeError
-from .core.inject import watermark
-from .core.key import WatermarkKey
-from .core.model_check import ModelGuard
+from .core.ground.errors import InputError, InputTypeError
+from .core.keys.key import WatermarkKey
+from .core.keys.model_check import ModelGuard
+from .core.mark.inject import watermark
 
 __all__ = ["EmbedAndWatermark", "WatermarkBatches", "load_worker_key"]
 

@@ -15,7 +15,7 @@ Each kind is recognised by duck typing (no framework is imported here) and
 listed once, in order, in :data:`ADAPTERS`, an immutable tuple: nothing
 registers itself as a side effect of being imported. Every answer passes the
 same check (:func:`answer_matrix`), so a malformed answer becomes a
-:class:`~espew_integrations.core.errors.SuspectError` naming the suspect,
+:class:`~espew_integrations.core.ground.errors.SuspectError` naming the suspect,
 which the verifier counts as missing data, never as evidence.
 
 :func:`verify` and :func:`trace` here are what ``from espew_integrations
@@ -33,7 +33,7 @@ from typing import Any, Concatenate, ParamSpec, TypeVar
 import numpy as np
 
 from .core.audit.settings import SuspectFn
-from .core.errors import InputTypeError, SuspectError
+from .core.ground.errors import InputTypeError, SuspectError
 from .core.trace import trace as _core_trace
 from .core.verify import verify as _core_verify
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .core.errors import ESpeWError, PathMissingError
+from .core.ground.errors import ESpeWError, PathMissingError
 
 __all__ = ["TEXT_FILE_SUFFIXES", "TextFile", "TextFileError", "read_text_file"]
 

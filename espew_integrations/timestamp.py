@@ -20,7 +20,7 @@ commitment, and no token for the new one can carry the old time.
 
 What a timestamp does *not* prove: that the answers are the suspect's (an
 auditor could timestamp a forgery made during the audit; re-asking the suspect,
-:mod:`espew_integrations.core.requery`, checks that), nor that T is the
+:mod:`espew_integrations.core.records.requery`, checks that), nor that T is the
 audit's date rather than a later one (compare T with what the suspect's side
 knows of the audit).
 
@@ -44,9 +44,9 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from .core.errors import ESpeWError, InputError, PathMissingError
 from .core.evidence_check import Findings
-from .core.untrusted import printable
+from .core.ground.errors import ESpeWError, InputError, PathMissingError
+from .core.ground.untrusted import printable
 
 __all__ = [
     "OpenSSLMissingError",
@@ -184,7 +184,7 @@ def _generalized_time(content: bytes) -> str:
 
 # ---------------------------------------------------------------------- the anchor
 class TimestampAnchor:
-    """An anchor for :class:`~espew_integrations.core.transcript.TranscriptRecorder`:
+    """An anchor for :class:`~espew_integrations.core.records.transcript.TranscriptRecorder`:
     the commitment timestamped by the RFC 3161 TSA at ``url``.
 
     Called once, before the verdict is computed; records the token (base64 DER),

@@ -39,8 +39,8 @@ import numpy as np
 
 from espew_integrations import WatermarkKey, verify, watermark
 from espew_integrations._optional import LAB_INSTALL, missing, require
-from espew_integrations.core.key import DEFAULT_ALPHA, DEFAULT_MIN_COSINE
-from espew_integrations.core.probes import row_cosines
+from espew_integrations.core.keys.key import DEFAULT_ALPHA, DEFAULT_MIN_COSINE
+from espew_integrations.core.mark.probes import row_cosines
 from espew_integrations.evidence import save_private_evidence
 from espew_integrations.offline.corpora import rotten_tomatoes
 from espew_integrations.offline.embedders import minilm

@@ -19,7 +19,7 @@ import numpy as np
 from langchain_core.embeddings import Embeddings
 
 from espew_integrations import WatermarkKey
-from espew_integrations.core.probes import row_cosines
+from espew_integrations.core.mark.probes import row_cosines
 from espew_integrations.langchain import ESpeWEmbeddings, MiniLMEmbeddings
 
 __all__ = ["run_rag_demo"]

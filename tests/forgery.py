@@ -5,7 +5,7 @@ Take the transcript of an audit that cleared a suspect, replace every recorded a
 with another service's answers to the same texts (the auditor's own watermarked
 service), compute the verdict those answers give with ``verify`` itself (as the
 evidence check's replay will), write the end record, re-chain with
-:func:`~espew_integrations.core.transcript.chain_records`, and rewrite the digest the
+:func:`~espew_integrations.core.records.transcript.chain_records`, and rewrite the digest the
 private report names (and, optionally, a public report to match). Nothing here is
 secret or hard: that is the point the requery and the anchors answer.
 """
@@ -22,7 +22,7 @@ import numpy as np
 from espew_integrations import verify
 from espew_integrations.core.audit import REPLAYED_SETTINGS
 from espew_integrations.core.audit.recorder import utc_now
-from espew_integrations.core.transcript import (
+from espew_integrations.core.records.transcript import (
     TRANSCRIPT_FILE,
     chain_records,
     decode_answer,

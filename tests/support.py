@@ -26,8 +26,8 @@ from pathlib import Path
 import numpy as np
 
 from espew_integrations import WatermarkKey
-from espew_integrations.core.draw import draw_triggers
-from espew_integrations.core.ranktest import rank_sum_p_value
+from espew_integrations.core.ground.draw import draw_triggers
+from espew_integrations.core.stats.ranktest import rank_sum_p_value
 from espew_integrations.offline.corpora import rotten_tomatoes
 from espew_integrations.offline.embedders import minilm
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 
 from ..core.audit.options import TARGET_MODES, AuditOptions
-from ..core.errors import OptionsError
+from ..core.ground.errors import OptionsError
 from .common import UsageError, positive_int, positive_seconds
 
 __all__ = ["FLAGS", "add_audit_flags", "add_target_flag", "audit_options_from"]

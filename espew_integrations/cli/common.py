@@ -10,8 +10,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from ..core.defaults import DEFAULT_BATCH_SIZE, DEFAULT_KEY_VARIABLE
-from ..core.errors import ESpeWError
+from ..core.ground.defaults import DEFAULT_BATCH_SIZE, DEFAULT_KEY_VARIABLE
+from ..core.ground.errors import ESpeWError
 from ..models import install_line, resolve_embedder
 
 __all__ = [
@@ -61,7 +61,7 @@ class Parser(argparse.ArgumentParser):
 def load_key(source: str | None, *, audit: str | None = None, need_audit: bool = False) -> Any:
     """A key from a file path, or from an environment variable with ``env:VAR``.
 
-    The rule of :mod:`~espew_integrations.core.key_source`, shared with ``espew
+    The rule of :mod:`~espew_integrations.core.keys.key_source`, shared with ``espew
     serve`` and the wrappers: ``source`` is ``None`` when ``--key`` was not given,
     and then ``$ESPEW_KEY`` is read; if it is unset the error names ``--key``
     first, since a newcomer who forgot the flag has never heard of the variable.
@@ -72,7 +72,7 @@ def load_key(source: str | None, *, audit: str | None = None, need_audit: bool =
     >>> load_key("provider.key")       # doctest: +SKIP
     >>> load_key("env:ESPEW_KEY", audit="provider.key.audit", need_audit=True)  # doctest: +SKIP
     """
-    from ..core.key_source import resolve_key_source
+    from ..core.keys.key_source import resolve_key_source
 
     resolved = resolve_key_source(source, audit_path=audit)
     if resolved is None:

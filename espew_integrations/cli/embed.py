@@ -10,7 +10,7 @@ from typing import IO, Any
 import numpy as np
 
 from ..arguments import add_embedder_argument
-from ..core.model_check import ModelGuard
+from ..core.keys.model_check import ModelGuard
 from ..models import resolve_embedder
 from ..textfiles import read_text_file
 from .common import UsageError, endpoint_options, load_key, positive_int, progress
@@ -55,7 +55,7 @@ def register(subparsers: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Embed ``--input`` batch by batch, watermark, write ``--out`` atomically."""
-    from ..core.inject import watermark
+    from ..core.mark.inject import watermark
 
     out = Path(args.out)
     if out.suffix.lower() not in (".npy", ".jsonl"):

@@ -25,7 +25,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from ..core.defaults import DEFAULT_BATCH_SIZE
+from ..core.ground.defaults import DEFAULT_BATCH_SIZE
 from .common import (
     UsageError,
     add_audit_argument,
@@ -105,7 +105,7 @@ def _tolerance(text: str) -> float:
 
 def _add_arbiter_flags(check: argparse.ArgumentParser) -> None:
     """The checks that do not rest on the auditor: re-asking the suspect, the timestamp."""
-    from ..core.requery import DEFAULT_REQUERY_SIZE, DEFAULT_REQUERY_TOLERANCE
+    from ..core.records.requery import DEFAULT_REQUERY_SIZE, DEFAULT_REQUERY_TOLERANCE
 
     check.add_argument(
         "--requery",
@@ -157,8 +157,8 @@ def _add_arbiter_flags(check: argparse.ArgumentParser) -> None:
 
 def run_check(args: argparse.Namespace) -> int:
     """Check the transcript, print what was found; exit 0 if the evidence holds."""
-    from ..core.keyring import KeyRing
-    from ..core.transcript import TRANSCRIPT_FILE
+    from ..core.keys.keyring import KeyRing
+    from ..core.records.transcript import TRANSCRIPT_FILE
     from ..evidence import check_evidence
 
     if args.ring:
@@ -238,7 +238,7 @@ def public_report_problem(public: str | Path) -> str | None:
     error = jsonschema.exceptions.best_match(validator.iter_errors(data))
     if error is None:
         return None
-    from ..core.untrusted import printable
+    from ..core.ground.untrusted import printable
 
     where = "/".join(str(part) for part in error.absolute_path) or "(the report)"
     return f"{path.name} at {printable(where)}: {printable(error.message)}"  # hostile text

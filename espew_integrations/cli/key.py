@@ -132,7 +132,7 @@ def _add_reaudit_shape_flags(reaudit: argparse.ArgumentParser) -> None:
 
 def run_check(args: argparse.Namespace) -> int:
     """Re-check a key file and print its commitment (for an arbiter, or before publishing)."""
-    from ..core.errors import KeyAuditMissingError
+    from ..core.ground.errors import KeyAuditMissingError
 
     key = load_key(args.key, audit=args.audit)
     try:
@@ -163,7 +163,7 @@ def audit_corpus(args: argparse.Namespace) -> Any:
 
     if args.account is None:
         return corpus_texts(args)
-    from ..core.traffic_sample import TrafficSampleError, read_traffic_texts
+    from ..core.records.traffic_sample import TrafficSampleError, read_traffic_texts
 
     try:
         return read_traffic_texts(args.corpus, account=args.account)

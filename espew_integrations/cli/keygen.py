@@ -15,13 +15,13 @@ from ..arguments import (
     add_target_text_arguments,
     target_text_from,
 )
-from ..core.defaults import DEFAULT_FREQ_BAND, DEFAULT_N_TRIGGERS, DEFAULT_PROBE_BUDGET
-from ..core.key import WatermarkKey
-from ..core.key_audit import default_audit_path
-from ..core.key_options import MARKINGS, KeyOptions
-from ..core.key_quality import FIT_SAMPLE
-from ..core.model_check import CANARY_TEXTS
-from ..core.probes import PROBE_MIXES
+from ..core.ground.defaults import DEFAULT_FREQ_BAND, DEFAULT_N_TRIGGERS, DEFAULT_PROBE_BUDGET
+from ..core.keys.key import WatermarkKey
+from ..core.keys.key_audit import default_audit_path
+from ..core.keys.key_options import MARKINGS, KeyOptions
+from ..core.keys.key_quality import FIT_SAMPLE
+from ..core.keys.model_check import CANARY_TEXTS
+from ..core.mark.probes import PROBE_MIXES
 from ..models import resolve_embedder
 from ..textfiles import read_text_file
 from .common import (

@@ -31,7 +31,7 @@ from ..arguments import (
     add_min_cosine_argument,
     add_target_text_arguments,
 )
-from ..core.defaults import (
+from ..core.ground.defaults import (
     DEFAULT_FIELD_SHARED_UNITS,
     DEFAULT_FIELD_TENANT_UNITS,
     DEFAULT_RING_AUDIT_BUDGET,
@@ -179,7 +179,7 @@ def _register_trace(subparsers: Any) -> None:
 # ---------------------------------------------------------------------- commands
 def run_generate(args: argparse.Namespace) -> int:
     """Generate the ring, write it (mode 0600) and print what it holds."""
-    from ..core.keyring import KeyRing
+    from ..core.keys.keyring import KeyRing
 
     def make(corpus: Any, embed: Any, **common: Any) -> Any:
         return KeyRing.generate(
@@ -209,7 +209,7 @@ def run_generate(args: argparse.Namespace) -> int:
 
 def run_reaudit(args: argparse.Namespace) -> int:
     """Draw the ring's audit from ``--corpus`` with the clean model; write it (mode 0600)."""
-    from ..core.keyring import KeyRing
+    from ..core.keys.keyring import KeyRing
 
     out = Path(args.out)
     if out.exists() and not args.overwrite:  # before any slow work
@@ -231,7 +231,7 @@ def run_reaudit(args: argparse.Namespace) -> int:
 
 def run_key(args: argparse.Namespace) -> int:
     """Write one tenant's key."""
-    from ..core.keyring import KeyRing
+    from ..core.keys.keyring import KeyRing
 
     ring = KeyRing.load(args.ring)
     key = ring.key_for(args.tenant)
@@ -242,7 +242,7 @@ def run_key(args: argparse.Namespace) -> int:
 
 def run_trace(args: argparse.Namespace) -> int:
     """Query the suspect once, print the trace, write the evidence; exit code from the verdict."""
-    from ..core.keyring import KeyRing
+    from ..core.keys.keyring import KeyRing
     from ..suspects import trace
 
     audit_options_from(args)  # every audit flag, checked by the options' own validator
@@ -277,7 +277,7 @@ def run_trace(args: argparse.Namespace) -> int:
 
 def _save_private_trace(report: Any, directory: str, *, force: bool) -> None:
     """PRIVATE-trace.json (every figure exactly, every account tested) beside the transcript."""
-    from ..core.safe_dir import SafeDirectory
+    from ..core.ground.safe_dir import SafeDirectory
 
     content = (json.dumps(report.to_private_dict(), indent=2) + "\n").encode("utf-8")
     try:
@@ -295,8 +295,8 @@ def read_tenants(path: str) -> list[str]:
 
     Only a regular file of bounded size is read (the tenant map's cap: it may be the map).
     """
-    from ..core.errors import KeyFileError
-    from ..core.secret_files import read_bounded_file
+    from ..core.ground.errors import KeyFileError
+    from ..core.ground.secret_files import read_bounded_file
     from ..http.tenants import MAX_TENANT_MAP_BYTES
 
     file = Path(path)

@@ -8,7 +8,7 @@ import sys
 from typing import Any
 
 from ..arguments import add_embedder_argument
-from ..core.defaults import DEFAULT_BATCH_SIZE, DEFAULT_HOST, DEFAULT_KEY_VARIABLE
+from ..core.ground.defaults import DEFAULT_BATCH_SIZE, DEFAULT_HOST, DEFAULT_KEY_VARIABLE
 from ..models import resolve_embedder
 from .common import (
     UsageError,
@@ -87,7 +87,7 @@ def register(subparsers: Any) -> None:
 
 
 def _add_traffic_flags(serve: argparse.ArgumentParser) -> None:
-    from ..core.traffic_sample import (
+    from ..core.records.traffic_sample import (
         DEFAULT_SAMPLE_ACCOUNT_BYTES,
         DEFAULT_SAMPLE_CAPACITY,
         DEFAULT_SAMPLE_FILE_BYTES,
@@ -141,7 +141,7 @@ def _traffic_sample(args: argparse.Namespace, window: int | None) -> Any:
     """
     if args.traffic_sample is None:
         return None
-    from ..core.traffic_sample import TrafficSample, TrafficSampleError
+    from ..core.records.traffic_sample import TrafficSample, TrafficSampleError
 
     try:
         return TrafficSample(
@@ -305,13 +305,13 @@ def _tenant_keys(args: argparse.Namespace) -> Any:
 def _serving_key(args: argparse.Namespace, ring: bool) -> tuple[Any, str]:
     """The key to watermark with and where it came from; (None, why) when unmarked.
 
-    The rule every command shares (:mod:`~espew_integrations.core.key_source`):
+    The rule every command shares (:mod:`~espew_integrations.core.keys.key_source`):
     ``--key FILE``, ``--key env:VAR``, or ``$ESPEW_KEY`` when ``--key`` is not
     given. Unmarked serving is only ever asked for (``--no-watermark``): a key
     given in any form is used, or refused with an error naming the form, so a
     provider who set the variable never serves unmarked vectors by mistake.
     """
-    from ..core.key_source import find_key_source
+    from ..core.keys.key_source import find_key_source
 
     if args.no_watermark:
         if args.key:

@@ -2,7 +2,7 @@
 
 - ``espew traffic merge A.jsonl B.jsonl ... --out S.jsonl`` merges the samples
   of replicas that share one salt into the sample one process would have kept
-  (:func:`~espew_integrations.core.traffic_sample.merge_traffic_samples`), to
+  (:func:`~espew_integrations.core.records.traffic_sample.merge_traffic_samples`), to
   draw a re-audit from;
 - ``espew traffic account S.jsonl --api-key-env VAR`` prints the account id a
   server without a key ring gave the client that sends the API key in ``$VAR``
@@ -32,7 +32,7 @@ example:
 
 def register(subparsers: Any) -> None:
     """Add ``traffic`` (``merge``, ``account``) to the ``espew`` subcommands."""
-    from ..core.traffic_sample import (
+    from ..core.records.traffic_sample import (
         DEFAULT_SAMPLE_ACCOUNT_BYTES,
         DEFAULT_SAMPLE_CAPACITY,
         DEFAULT_SAMPLE_FILE_BYTES,
@@ -91,7 +91,7 @@ def register(subparsers: Any) -> None:
 
 def run_merge(args: argparse.Namespace) -> int:
     """Merge ``args.samples`` into ``args.out``; a salt mismatch or a full file is exit 3."""
-    from ..core.traffic_sample import TrafficSampleError, merge_traffic_samples
+    from ..core.records.traffic_sample import TrafficSampleError, merge_traffic_samples
 
     try:
         merged = merge_traffic_samples(
@@ -113,7 +113,7 @@ def run_merge(args: argparse.Namespace) -> int:
 
 def run_account(args: argparse.Namespace) -> int:
     """Print the account id of the API key in ``$VAR`` under the sample's salt."""
-    from ..core.traffic_sample import TrafficSampleError, traffic_account_id
+    from ..core.records.traffic_sample import TrafficSampleError, traffic_account_id
 
     credential = os.environ.get(args.api_key_env)
     if not credential:

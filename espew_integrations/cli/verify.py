@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ..core.untrusted import tally
+from ..core.ground.untrusted import tally
 from .audit_flags import add_audit_flags, add_target_flag, audit_options_from
 from .common import (
     EXIT_COPIED,
@@ -81,7 +81,7 @@ def add_private_dir_flags(parser: argparse.ArgumentParser) -> None:
     """``--private-report-dir`` and ``--suspect-label``, shared by verify and trace.
 
     The private directory receives the per-word detail and the audit's transcript
-    (:mod:`~espew_integrations.core.transcript`), which ``espew evidence check``
+    (:mod:`~espew_integrations.core.records.transcript`), which ``espew evidence check``
     replays; the label is the suspect's human name in the reports.
     """
     parser.add_argument(
@@ -117,7 +117,7 @@ def recording_options(args: argparse.Namespace) -> dict[str, Any]:
     """The audit's naming and transcript options from the command line: the suspect as
     given, its label, and a transcript in --private-report-dir when there is one (with
     its anchors: --timestamp-url, --send-digest)."""
-    from ..core.transcript import TranscriptRecorder
+    from ..core.records.transcript import TranscriptRecorder
 
     options: dict[str, Any] = {
         "suspect_name": suspect_spec(args),
@@ -178,7 +178,7 @@ def _check_before_querying(args: argparse.Namespace, key: Any) -> int:
 
 def refuse_old_transcript(directory: str, *, force: bool) -> None:
     """An earlier audit's transcript is replaced only with --force (checked before asking)."""
-    from ..core.transcript import TRANSCRIPT_FILE
+    from ..core.records.transcript import TRANSCRIPT_FILE
 
     old = Path(directory) / TRANSCRIPT_FILE
     if (old.exists() or old.is_symlink()) and not force:

@@ -49,13 +49,12 @@ import numpy as np
 
 from .audit import REPLAYED_SETTINGS, DeadlinePassed
 from .audit.options import AuditOptions
-from .defaults import DEFAULT_BATCH_SIZE
-from .errors import SuspectError
-from .key import WatermarkKey
-from .keyring import KeyRing
-from .requery import DEFAULT_REQUERY_SIZE, DEFAULT_REQUERY_TOLERANCE, Requery, requery
-from .trace import trace
-from .transcript import (
+from .ground.defaults import DEFAULT_BATCH_SIZE
+from .ground.errors import SuspectError
+from .keys.key import WatermarkKey
+from .keys.keyring import KeyRing
+from .records.requery import DEFAULT_REQUERY_SIZE, DEFAULT_REQUERY_TOLERANCE, Requery, requery
+from .records.transcript import (
     TRANSCRIPT_FILE,
     Transcript,
     TranscriptError,
@@ -63,6 +62,7 @@ from .transcript import (
     read_transcript,
     recorded_float,
 )
+from .trace import trace
 from .verify import verify
 
 __all__ = ["P_VALUE_TOLERANCE", "EvidenceCheck", "Findings", "check_evidence"]

@@ -67,15 +67,15 @@ from .audit import (
     unit_scores,
     word_scores,
 )
+from .audit.evidence_files import EVIDENCE_FILES, PUBLIC_P_FLOOR, format_public_p, public_p_value
 from .audit.options import AuditOptions
-from .errors import InputError, OptionsError
-from .evidence_files import EVIDENCE_FILES, PUBLIC_P_FLOOR, format_public_p, public_p_value
-from .keyring import KeyRing
-from .layers import check_tenant_id
-from .progress import Progress, check_progress
-from .report import VerificationReport
-from .safe_dir import SafeDirectory
-from .transcript import as_recorder
+from .audit.report import VerificationReport
+from .ground.errors import InputError, OptionsError
+from .ground.progress import Progress, check_progress
+from .ground.safe_dir import SafeDirectory
+from .keys.keyring import KeyRing
+from .keys.layers import check_tenant_id
+from .records.transcript import as_recorder
 
 __all__ = ["FIELD_TRACE_RULE", "TRACE_FILE", "TRACE_RULE", "TraceReport", "trace"]
 

@@ -60,10 +60,10 @@ from .audit import (
     word_scores,
 )
 from .audit.options import AuditOptions
-from .key import WatermarkKey
-from .progress import Progress, check_progress
-from .report import VerificationReport
-from .transcript import as_recorder
+from .audit.report import VerificationReport
+from .ground.progress import Progress, check_progress
+from .keys.key import WatermarkKey
+from .records.transcript import as_recorder
 
 #: :func:`verify` alone: the audit pipeline's names are :mod:`.audit`'s.
 __all__ = ["verify"]

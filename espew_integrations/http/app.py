@@ -33,12 +33,12 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..core.errors import InputError, InputTypeError, ServingError
-from ..core.inject import watermark, watermark_and_mask
-from ..core.key import WatermarkKey
-from ..core.key_types import EmbedFn
-from ..core.model_check import ModelGuard
-from ..core.traffic_sample import TrafficSample
+from ..core.ground.errors import InputError, InputTypeError, ServingError
+from ..core.keys.key import WatermarkKey
+from ..core.keys.model_check import ModelGuard
+from ..core.mark.inject import watermark, watermark_and_mask
+from ..core.mark.key_types import EmbedFn
+from ..core.records.traffic_sample import TrafficSample
 from .body import BodyAbandoned, ClientGone, read_body
 from .client import OpenAIEndpoint
 from .protocol import (
@@ -186,7 +186,7 @@ def _resolve_view(view: Any, embed: EmbedFn) -> Any:
         return view
     if view != "auto":
         raise InputError(f"view must be 'auto', None or a callable, got {view!r}")
-    from ..core.text import discover_view
+    from ..core.ground.text import discover_view
 
     return discover_view(embed)
 

@@ -15,7 +15,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from ..core.errors import ServingError
+from ..core.ground.errors import ServingError
 from .listen import DEFAULT_HOST, base_url, bind_socket
 
 __all__ = ["running_server", "serving_in_thread"]

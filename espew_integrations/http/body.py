@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..core.errors import ESpeWError
+from ..core.ground.errors import ESpeWError
 from .protocol import RequestError, RequestLimits
 
 __all__ = ["BodyAbandoned", "ClientGone", "read_body"]

@@ -4,7 +4,7 @@ A suspect's public endpoint is someone else's server: it rate-limits, fails,
 and bills. The client therefore batches, retries with exponential backoff on
 429/5xx/connection errors (honouring ``Retry-After``), paces its requests,
 and stops before a query budget is exceeded. Every fault is raised as a
-:class:`~espew_integrations.core.errors.SuspectError` subclass, which
+:class:`~espew_integrations.core.ground.errors.SuspectError` subclass, which
 ``verify()`` turns into missing data, never into evidence.
 
 The API key is kept in a wrapper whose ``repr`` is ``'***'``; it is sent only
@@ -16,7 +16,7 @@ its answer (an error message, an ``embedding``, an ``index``), send terminal
 escape sequences, swap rows with odd indices or stream an endless body. So:
 
 - every message built from an answer goes through
-  :func:`~espew_integrations.core.untrusted.printable` with the API key (and
+  :func:`~espew_integrations.core.ground.untrusted.printable` with the API key (and
   credential-like custom headers) redacted, and is raised outside any
   ``except`` block, so no exception chain carries the raw answer;
 - an answer is accepted only if it is exactly what the OpenAI API sends: one
@@ -41,9 +41,9 @@ from typing import Any, Literal, NamedTuple
 import numpy as np
 
 from .._optional import ensure
-from ..core.defaults import DEFAULT_BATCH_SIZE
-from ..core.errors import InputError, InputTypeError, SuspectError
-from ..core.untrusted import printable
+from ..core.ground.defaults import DEFAULT_BATCH_SIZE
+from ..core.ground.errors import InputError, InputTypeError, SuspectError
+from ..core.ground.untrusted import printable
 from .protocol import MalformedAnswer, decode_embeddings, error_message
 from .settings import check_endpoint, check_positive_int, check_seconds
 
@@ -255,7 +255,7 @@ class OpenAIEndpoint:
         row. The digest must be ``sha256:`` and 64 hex digits (nothing else is
         ever put in a header).
         """
-        from ..core.transcript import TRANSCRIPT_DIGEST_HEADER
+        from ..core.records.transcript import TRANSCRIPT_DIGEST_HEADER
 
         if not _DIGEST.fullmatch(digest):
             raise InputError(f"a transcript digest is 'sha256:<64 hex digits>', got {digest!r}")

@@ -10,8 +10,8 @@ from __future__ import annotations
 import ipaddress
 import socket
 
-from ..core.defaults import DEFAULT_HOST
-from ..core.errors import InputError, ListenError
+from ..core.ground.defaults import DEFAULT_HOST
+from ..core.ground.errors import InputError, ListenError
 from .protocol import shown
 
 __all__ = [

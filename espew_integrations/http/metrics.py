@@ -48,7 +48,7 @@ from typing import Any
 
 import numpy as np
 
-from ..core.errors import InputError, InputTypeError
+from ..core.ground.errors import InputError, InputTypeError
 
 __all__ = ["WatermarkMetrics", "create_metrics_app", "default_metrics"]
 

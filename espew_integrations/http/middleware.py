@@ -40,10 +40,10 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
-from ..core.errors import InputError, InputTypeError, ServingError
-from ..core.inject import watermark_and_mask
-from ..core.key import WatermarkKey
-from ..core.traffic_sample import TrafficSample
+from ..core.ground.errors import InputError, InputTypeError, ServingError
+from ..core.keys.key import WatermarkKey
+from ..core.mark.inject import watermark_and_mask
+from ..core.records.traffic_sample import TrafficSample
 from .protocol import (
     MalformedAnswer,
     RequestError,

@@ -21,7 +21,7 @@ one error body had ``param``, another not). Here each rule exists once:
 
 Messages built here from what the other side sent quote scalars whole and
 containers by type only; the caller redacts its own secrets and cuts them
-(see :func:`~espew_integrations.core.untrusted.printable`).
+(see :func:`~espew_integrations.core.ground.untrusted.printable`).
 """
 
 from __future__ import annotations
@@ -34,8 +34,8 @@ from typing import Any
 
 import numpy as np
 
-from ..core.defaults import DEFAULT_BODY_TIMEOUT, DEFAULT_MAX_REQUEST_CHARS
-from ..core.errors import ESpeWError, InputError
+from ..core.ground.defaults import DEFAULT_BODY_TIMEOUT, DEFAULT_MAX_REQUEST_CHARS
+from ..core.ground.errors import ESpeWError, InputError
 
 __all__ = [
     "MAX_BODY_BYTES",

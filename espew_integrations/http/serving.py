@@ -15,7 +15,7 @@ import socket
 from collections.abc import Callable
 from typing import Any
 
-from ..core.errors import InputError
+from ..core.ground.errors import InputError
 from .background import serving_in_thread
 from .listen import DEFAULT_HOST, base_url, bind_socket, check_serve_settings, is_loopback, origin
 

@@ -7,7 +7,7 @@ model name and encoding; a bad one must be refused up front, with a
 
 from __future__ import annotations
 
-from ..core.errors import InputError
+from ..core.ground.errors import InputError
 
 __all__ = ["check_endpoint", "check_positive_int", "check_seconds"]
 

@@ -25,9 +25,9 @@ import threading
 from collections.abc import Mapping
 from typing import Any
 
-from ..core.errors import InputError, InputTypeError
-from ..core.key import WatermarkKey
-from ..core.secret_files import read_bounded_file
+from ..core.ground.errors import InputError, InputTypeError
+from ..core.ground.secret_files import read_bounded_file
+from ..core.keys.key import WatermarkKey
 
 __all__ = ["MAX_TENANT_MAP_BYTES", "TenantKeys"]
 
@@ -73,7 +73,7 @@ class TenantKeys:
         The map is read only if it is a regular file of at most
         :data:`MAX_TENANT_MAP_BYTES` (a :class:`KeyFileError`, a ``ValueError``, if not).
         """
-        from ..core.keyring import KeyRing
+        from ..core.keys.keyring import KeyRing
 
         ring = KeyRing.load(ring_path)
         data, _ = read_bounded_file(map_path, what="tenant map", limit=MAX_TENANT_MAP_BYTES)

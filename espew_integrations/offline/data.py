@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import IO
 
 from .._optional import MissingExtraError
-from ..core.errors import ESpeWError
+from ..core.ground.errors import ESpeWError
 from .user_cache import user_cache_dir
 
 __all__ = [

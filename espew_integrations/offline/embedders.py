@@ -33,7 +33,7 @@ from pathlib import Path
 import numpy as np
 
 from .._optional import install_line
-from ..core.errors import InputTypeError
+from ..core.ground.errors import InputTypeError
 from .data import PARAPHRASE_MINILM, data_file, mpnet_files
 from .embedding_store import EmbeddingStore, file_fingerprint
 from .package_files import package_file

@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 from scipy.special import erf
 
-from ..core.errors import InputError
+from ..core.ground.errors import InputError
 
 __all__ = ["MPNetForward", "read_safetensors", "relative_position_buckets"]
 

@@ -12,7 +12,7 @@ import importlib.util
 from pathlib import Path
 
 from .._optional import MissingExtraError
-from ..core.errors import PathMissingError
+from ..core.ground.errors import PathMissingError
 
 __all__ = ["package_file"]
 

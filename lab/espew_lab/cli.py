@@ -17,7 +17,7 @@ from espew_integrations.arguments import (
     add_freq_band_argument,
     add_min_cosine_argument,
 )
-from espew_integrations.core.defaults import DEFAULT_N_TRIGGERS
+from espew_integrations.core.ground.defaults import DEFAULT_N_TRIGGERS
 
 from .tune import ERASURE_JUDGE_FRACTION
 

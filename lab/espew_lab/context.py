@@ -132,7 +132,7 @@ def resolve_models(config: LabConfig) -> tuple[Any, Any]:
 
 def draw_key(config: LabConfig, texts: Sequence[str], victim: Any):
     """The lab's ESpeW key for ``config.seed``: drawn from ``texts`` with the victim model."""
-    from espew_integrations.core.key import WatermarkKey
+    from espew_integrations.core.keys.key import WatermarkKey
 
     settings = config.key
 

@@ -18,7 +18,10 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from espew_integrations.core.probes import row_cosines, unit_rows  # the one row-cosine, re-exported
+from espew_integrations.core.mark.probes import (  # the one row-cosine, re-exported
+    row_cosines,
+    unit_rows,
+)
 
 from ._optional import require
 

@@ -4,7 +4,7 @@ Under the null the trigger draw is independent of the suspect, so a suspect's
 per-word scores for one target can be computed once and reused across many
 trigger draws: each draw is one fresh key (same band and target, new
 triggers), and its p-value is the rank test on the same scores
-(:func:`~espew_integrations.core.ranktest.subset_p_values`). This makes
+(:func:`~espew_integrations.core.stats.ranktest.subset_p_values`). This makes
 10,000+ null trials a matter of seconds, and it is exactly the computation
 :func:`~espew_integrations.core.verify.verify` performs for each of those keys.
 A measuring tool, not part of a verdict, hence the lab.
@@ -17,9 +17,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from espew_integrations.core.audit import align_answers, plan_audit, reference_slope, word_scores
-from espew_integrations.core.draw import draw_triggers
-from espew_integrations.core.key import WatermarkKey
-from espew_integrations.core.ranktest import subset_p_values
+from espew_integrations.core.ground.draw import draw_triggers
+from espew_integrations.core.keys.key import WatermarkKey
+from espew_integrations.core.stats.ranktest import subset_p_values
 
 __all__ = [
     "NullStudy",

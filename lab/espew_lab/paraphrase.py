@@ -34,8 +34,8 @@ from typing import Any
 
 import numpy as np
 
-from espew_integrations.core.probes import unit_rows
-from espew_integrations.core.words import tokenize
+from espew_integrations.core.mark.probes import unit_rows
+from espew_integrations.core.mark.words import tokenize
 
 __all__ = ["MODES", "NeighbourParaphraser", "ParaphraseThief", "nearest_neighbours"]
 

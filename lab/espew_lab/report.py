@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from espew_integrations.core.probes import row_cosines, unit_rows
+from espew_integrations.core.mark.probes import row_cosines, unit_rows
 
 from ._optional import require
 from .context import LabContext, watermark_for

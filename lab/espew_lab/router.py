@@ -48,8 +48,8 @@ from typing import Any
 
 import numpy as np
 
-from espew_integrations.core.defaults import DEFAULT_FREQ_BAND
-from espew_integrations.core.words import tokenize
+from espew_integrations.core.ground.defaults import DEFAULT_FREQ_BAND
+from espew_integrations.core.mark.words import tokenize
 
 __all__ = [
     "AuditHistory",

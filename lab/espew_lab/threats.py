@@ -33,8 +33,8 @@ from typing import Any
 
 import numpy as np
 
-from espew_integrations.core.inject import marks, watermark
-from espew_integrations.core.probes import row_cosines, unit_rows
+from espew_integrations.core.mark.inject import marks, watermark
+from espew_integrations.core.mark.probes import row_cosines, unit_rows
 
 from .context import LabContext, draw_key, seed_for, watermark_for
 

@@ -50,7 +50,7 @@ import json
 from collections.abc import Sequence
 from pathlib import Path
 
-from espew_integrations.core.defaults import DEFAULT_N_TRIGGERS
+from espew_integrations.core.ground.defaults import DEFAULT_N_TRIGGERS
 
 from .tune_judge import (
     MarkedRows,

@@ -15,11 +15,11 @@ from typing import Any
 
 import numpy as np
 
-from espew_integrations.core.defaults import DEFAULT_TWIN_LEVEL
-from espew_integrations.core.inject import watermark
-from espew_integrations.core.key import WatermarkKey
-from espew_integrations.core.keygen import fit_strength, twin_p_value
-from espew_integrations.core.probes import reference_cosines, row_cosines, unit_rows
+from espew_integrations.core.ground.defaults import DEFAULT_TWIN_LEVEL
+from espew_integrations.core.keys.key import WatermarkKey
+from espew_integrations.core.keys.keygen import fit_strength, twin_p_value
+from espew_integrations.core.mark.inject import watermark
+from espew_integrations.core.mark.probes import reference_cosines, row_cosines, unit_rows
 from espew_integrations.core.verify import verify
 
 __all__ = [
@@ -45,7 +45,7 @@ class MarkedRows:
 
     Every quality figure of the tuner is measured on these rows with the
     core's own :func:`~espew_integrations.watermark` and
-    :func:`~espew_integrations.core.probes.row_cosines`, so a tuned cosine is
+    :func:`~espew_integrations.core.mark.probes.row_cosines`, so a tuned cosine is
     exactly what the service will cost.
     """
 
@@ -63,7 +63,7 @@ class MarkedRows:
 def strength_for_budget(marked: MarkedRows, key: WatermarkKey, min_cos: float) -> float:
     """The largest strength whose mean cos(clean, watermarked) on marked rows is >= min_cos.
 
-    The core's one bisection (:func:`~espew_integrations.core.keygen.fit_strength`),
+    The core's one bisection (:func:`~espew_integrations.core.keys.keygen.fit_strength`),
     measured on this corpus's marked rows; 1.0 if the paper's full write fits.
     """
     return fit_strength(lambda s: marked.mean_cosine(key.replace(strength=s)), min_cos)

@@ -14,9 +14,9 @@ from typing import Any
 
 import numpy as np
 
-from espew_integrations.core.inject import marks, watermark
-from espew_integrations.core.key import WatermarkKey
-from espew_integrations.core.probes import row_cosines
+from espew_integrations.core.keys.key import WatermarkKey
+from espew_integrations.core.mark.inject import marks, watermark
+from espew_integrations.core.mark.probes import row_cosines
 
 from .tune_judge import Embedder, MarkedRows, strength_for_budget
 from .tune_result import TunePoint

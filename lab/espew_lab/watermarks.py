@@ -19,7 +19,7 @@ the COPY verdicts are calibrated the same way and comparable across methods:
 
 Baseline triggers are drawn uniformly from the same frequency band as the
 ESpeW key, as the draw a seeded salt of their own dictates (the core's
-:func:`~espew_integrations.core.draw.draw_triggers`): that is what makes the
+:func:`~espew_integrations.core.ground.draw.draw_triggers`): that is what makes the
 core's rank test valid for them too, and what its verify checks. A baseline
 built by hand with other triggers keeps the zero salt and verifies as
 inconclusive.
@@ -36,13 +36,13 @@ import numpy as np
 
 from espew_integrations import watermark as espew_watermark
 from espew_integrations.core.audit import maps_answers
-from espew_integrations.core.defaults import DEFAULT_LEVEL
-from espew_integrations.core.draw import draw_triggers
-from espew_integrations.core.inject import marks
-from espew_integrations.core.key import WatermarkKey
-from espew_integrations.core.probes import unit_rows
-from espew_integrations.core.report import VerificationReport
-from espew_integrations.core.words import TriggerMatcher, tokenize
+from espew_integrations.core.audit.report import VerificationReport
+from espew_integrations.core.ground.defaults import DEFAULT_LEVEL
+from espew_integrations.core.ground.draw import draw_triggers
+from espew_integrations.core.keys.key import WatermarkKey
+from espew_integrations.core.mark.inject import marks
+from espew_integrations.core.mark.probes import unit_rows
+from espew_integrations.core.mark.words import TriggerMatcher, tokenize
 from espew_integrations.suspects import verify
 
 __all__ = [
@@ -137,7 +137,7 @@ class LabWatermark(abc.ABC):
 
         An attack that scrambles the copy's coordinates asks for ``target_mode="query"``;
         a key whose audit stores its clean rows maps the answers back instead
-        (``core/align.py``) and never shows the suspect its target text.
+        (``core/stats/align.py``) and never shows the suspect its target text.
         """
         scrambled = target_mode == "query" and templates is None and probes != "words"
         if scrambled and maps_answers(self.key):

@@ -25,8 +25,8 @@ import pytest
 
 from espew_integrations import KeyRing, WatermarkKey, watermark
 from espew_integrations.cli import EXIT_COPIED, EXIT_NOT_COPIED, main
-from espew_integrations.core.requery import draw_requery, recorded_answers
-from espew_integrations.core.transcript import (
+from espew_integrations.core.records.requery import draw_requery, recorded_answers
+from espew_integrations.core.records.transcript import (
     TRANSCRIPT_FILE,
     chain_records,
     decode_answer,

@@ -32,7 +32,7 @@ from espew_integrations import (
     watermark,
 )
 from espew_integrations.chroma import ESpeWEmbeddingFunction
-from espew_integrations.core.draw import draw_triggers
+from espew_integrations.core.ground.draw import draw_triggers
 from espew_integrations.offline.embedders import minilm
 from espew_integrations.offline.frameworks.chroma import MiniLMEmbeddingFunction
 from tests.integration.framework_fakes import CountingFunction

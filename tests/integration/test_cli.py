@@ -669,7 +669,7 @@ def test_key_check_flags_an_unverifiable_version_1_key(tmp_path, key, capsys):
     import hashlib
     import json
 
-    from espew_integrations.core.secret_files import canonical_json as _canonical
+    from espew_integrations.core.ground.secret_files import canonical_json as _canonical
 
     document = json.loads(key.replace(audit_layout="inline").to_json())  # one file, version 2
     payload = document["key"]
@@ -747,7 +747,7 @@ def test_model_and_min_cos_are_hidden_aliases(capsys):
 
 def test_keygen_defaults_are_the_library_defaults():
     """`espew keygen` and WatermarkKey.generate make the same key from the same inputs."""
-    from espew_integrations.core.key_options import KeyOptions
+    from espew_integrations.core.keys.key_options import KeyOptions
 
     args = build_parser().parse_args(KEYGEN_REQUIRED)
     defaults = {name: KeyOptions.default(name) for name in KeyOptions.names()[1:]}
@@ -891,7 +891,7 @@ def test_key_reaudit_draws_the_audit_from_one_accounts_traffic_sample(
 ):
     """``--account``: a later round drawn only from the texts that account sent, as sampled
     by ``espew serve --traffic-sample``; an account the sample lacks is named, not guessed."""
-    from espew_integrations.core.traffic_sample import TrafficSample
+    from espew_integrations.core.records.traffic_sample import TrafficSample
     from espew_integrations.offline.corpora import health_tweets
 
     tweets = list(health_tweets().subset(3000, seed=5).texts)
@@ -922,7 +922,7 @@ def test_traffic_merge_of_three_replicas_then_reaudit_from_the_merge(
     account of the merge works end to end; samples with another salt are refused."""
     import shutil
 
-    from espew_integrations.core.traffic_sample import TrafficSample
+    from espew_integrations.core.records.traffic_sample import TrafficSample
 
     tweets = list(health_tweets_subset(1200))
     first = TrafficSample(tmp_path / "replica-0.jsonl", capacity=400)

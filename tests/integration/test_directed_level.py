@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from espew_integrations import verify
-from espew_integrations.core.draw import draw_triggers
+from espew_integrations.core.ground.draw import draw_triggers
 from tests.unit.test_directed import FaintCopy, sentence_key
 
 

@@ -14,13 +14,13 @@ import numpy as np
 import pytest
 
 from espew_integrations import VerificationReport, WatermarkKey, verify
-from espew_integrations.core.evidence_files import (
+from espew_integrations.core.audit.evidence_files import (
     PUBLIC_P_KEYS,
     PUBLIC_REPORT_KEYS,
     WITHHELD_REPORT_KEYS,
     public_p_value,
 )
-from espew_integrations.core.words import TriggerMatcher, tokenize
+from espew_integrations.core.mark.words import TriggerMatcher, tokenize
 from espew_integrations.evidence import (
     PRIVATE_REPORT_KEYS,
     PUBLIC_P_FLOOR,

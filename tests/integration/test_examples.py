@@ -300,7 +300,7 @@ def test_rag_demo_compares_watermarked_and_clean_langchain_chroma_indexes(capsys
 
 def test_rag_demo_reuses_known_vectors_instead_of_embedding_again():
     """make demo hands the RAG step the service's clean vectors: indexing costs no model time."""
-    from espew_integrations.core.model_check import CANARY_TEXTS
+    from espew_integrations.core.keys.model_check import CANARY_TEXTS
     from espew_integrations.offline.corpora import rotten_tomatoes
     from espew_integrations.offline.embedders import minilm
     from tests.support import real_key

@@ -23,7 +23,7 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from espew_integrations import OpenAIEndpoint, verify
-from espew_integrations.core.errors import SuspectError
+from espew_integrations.core.ground.errors import SuspectError
 from espew_integrations.http import (
     EndpointError,
     EndpointUnreachableError,

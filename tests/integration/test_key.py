@@ -6,7 +6,7 @@ The rest of the key's tests run on synthetic embedders in tests/unit/test_key.py
 from __future__ import annotations
 
 from espew_integrations import WatermarkKey
-from espew_integrations.core import keygen
+from espew_integrations.core.keys import keygen
 
 
 def test_generate_redraws_a_key_its_innocent_twin_would_convict(minilm_model, rt_subset):

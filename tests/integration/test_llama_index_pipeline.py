@@ -20,7 +20,7 @@ from llama_index.core.ingestion.pipeline import get_transformation_hash
 from llama_index.core.schema import TextNode
 
 from espew_integrations import ESpeWError, KeyFileError, watermark
-from espew_integrations.core.draw import draw_triggers
+from espew_integrations.core.ground.draw import draw_triggers
 from espew_integrations.llama_index import ESpeWEmbedding
 from espew_integrations.offline.frameworks.llama_index import MiniLMEmbedding
 from tests.support import REPO, secret_strings

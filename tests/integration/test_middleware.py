@@ -196,7 +196,7 @@ def test_traffic_sample_records_answered_texts_per_account_and_flushes_on_shutdo
     """The app's own accounts (here a header) each get a sample; shutdown writes the file."""
     from starlette.testclient import TestClient
 
-    from espew_integrations.core.traffic_sample import TrafficSample, read_traffic_texts
+    from espew_integrations.core.records.traffic_sample import TrafficSample, read_traffic_texts
     from tests.middleware_app import build
 
     sample_path = tmp_path / "traffic.jsonl"
@@ -237,7 +237,7 @@ def test_without_traffic_account_each_credential_is_sampled_apart(tmp_path, key)
     client's flood of texts never pushes out another's."""
     from starlette.testclient import TestClient
 
-    from espew_integrations.core.traffic_sample import TrafficSample, read_traffic_texts
+    from espew_integrations.core.records.traffic_sample import TrafficSample, read_traffic_texts
     from tests.middleware_app import build
 
     sample = TrafficSample(tmp_path / "traffic.jsonl", capacity=5)

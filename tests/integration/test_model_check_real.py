@@ -10,8 +10,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from espew_integrations.core import errors
-from espew_integrations.core.model_check import CANARY_TEXTS, ModelGuard
+from espew_integrations.core.ground import errors
+from espew_integrations.core.keys.model_check import CANARY_TEXTS, ModelGuard
 from espew_integrations.offline.embedders import minilm, paraphrase_minilm_l3
 from tests.unit.test_model_check import _canaries, _key
 

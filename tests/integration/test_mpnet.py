@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from espew_integrations.core.words import TriggerMatcher
+from espew_integrations.core.mark.words import TriggerMatcher
 from espew_integrations.offline.embedders import all_mpnet_base_v2, minilm
 
 HELLO_WORLD = [0.0262497, 0.0133956, -0.0045332, -0.0217914, 0.0545519]

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from espew_integrations import WatermarkKey, watermark
-from espew_integrations.core.words import tokenize
+from espew_integrations.core.mark.words import tokenize
 from espew_integrations.offline.corpora import news_passages
 from espew_integrations.offline.embedders import minilm
 

@@ -11,12 +11,12 @@ import numpy as np
 import pytest
 
 from espew_integrations import OpenAIEndpoint, verify
-from espew_integrations.core.requery import (
+from espew_integrations.core.records.requery import (
     answer_distances,
     draw_requery,
     recorded_answers,
 )
-from espew_integrations.core.transcript import (
+from espew_integrations.core.records.transcript import (
     TRANSCRIPT_DIGEST_HEADER,
     TRANSCRIPT_FILE,
     TranscriptRecorder,
@@ -90,7 +90,7 @@ def test_one_answer_edited_within_noise_passes_and_beyond_the_tolerance_fails(cl
     def nudge(scale):
         def edit(batches):
             record = batches[2]
-            from espew_integrations.core.transcript import decode_answer, encode_answer
+            from espew_integrations.core.records.transcript import decode_answer, encode_answer
 
             values = decode_answer(record["answer"]).copy()
             values[0] *= 1 + scale

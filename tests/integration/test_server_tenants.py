@@ -207,7 +207,7 @@ def test_without_a_ring_each_api_key_is_an_account_of_its_own(ring, upstream_url
     """A real espew serve with one key and no ring: each client's credential is an account
     (a keyed hash, never the key), requests without one share "anonymous", and a client's
     huge inputs are stored cut to the text cap."""
-    from espew_integrations.core.traffic_sample import traffic_account_id
+    from espew_integrations.core.records.traffic_sample import traffic_account_id
 
     key_path, sample_path = tmp_path / "provider.key", tmp_path / "traffic.jsonl"
     ring.shared_key.save(key_path)

@@ -16,14 +16,14 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from espew_integrations.core.text import (
+from espew_integrations.core.ground.text import (
     LEGACY_LOWER,
     NORMALIZATIONS,
     UNICODE_V1,
     canonicalize,
     window_view,
 )
-from espew_integrations.core.words import TriggerMatcher, tokenize
+from espew_integrations.core.mark.words import TriggerMatcher, tokenize
 
 IGNORABLES = ("\u00ad", "\u200b", "\u200c", "\u200d", "\u2060", "\ufeff")
 ACUTE = "\u0301"
@@ -319,7 +319,7 @@ def test_the_window_prefix_is_all_the_model_reads():
     """What a traffic sample stores of a long text embeds exactly as the whole text did:
     the cut keeps every token the model reads, whatever the padding (invisible chunks,
     punctuation, long words) in front of the cut."""
-    from espew_integrations.core.text import window_prefix
+    from espew_integrations.core.ground.text import window_prefix
 
     encoder = model()
     rng = random.Random(7)

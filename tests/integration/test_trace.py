@@ -17,8 +17,8 @@ import pytest
 
 from espew_integrations import KeyRing, TraceReport, trace, watermark
 from espew_integrations.core.audit import layer_p_values
-from espew_integrations.core.probes import row_cosines
-from espew_integrations.core.ranktest import rank_sum_p_value
+from espew_integrations.core.mark.probes import row_cosines
+from espew_integrations.core.stats.ranktest import rank_sum_p_value
 from espew_integrations.core.trace import tenant_p_values
 from espew_lab.tenant_null_study import tenant_null_study
 from tests.support import make_key
@@ -278,7 +278,7 @@ def test_real_faithful_copy_colluders_and_twin(real_ring, minilm_model, monkeypa
 def test_the_public_trace_leaves_out_what_moves_with_the_scored_words(big_ring):
     """Issue 36: trace.json holds no count of scored words and no per-account p-value;
     its p-values are floored as report.json's; the private form keeps them exactly."""
-    from espew_integrations.core.evidence_files import PUBLIC_P_FLOOR
+    from espew_integrations.core.audit.evidence_files import PUBLIC_P_FLOOR
 
     copy = WordSpace(big_ring.key_for("acct-007"), pull=3.0)
     report = trace(copy, big_ring, TENANTS, seed=0)

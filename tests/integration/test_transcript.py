@@ -13,7 +13,7 @@ import pytest
 
 from espew_integrations import OpenAIEndpoint, verify
 from espew_integrations.core.evidence_check import check_evidence
-from espew_integrations.core.transcript import (
+from espew_integrations.core.records.transcript import (
     TRANSCRIPT_FILE,
     TranscriptError,
     TranscriptRecorder,

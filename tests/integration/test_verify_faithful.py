@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from espew_integrations import WatermarkKey, verify, watermark
-from espew_integrations.core.draw import draw_triggers
+from espew_integrations.core.ground.draw import draw_triggers
 from tests.support import assert_exact_over_every_draw, make_key
 from tests.unit.test_verify import WordSpace
 
@@ -83,12 +83,12 @@ def _orthonormal(rows: int, cols: int, seed: int) -> np.ndarray:
 def test_a_thief_serving_through_a_secret_isometry_is_still_convicted(budget_key, minilm_model):
     """A rotation, or an isometry into more dimensions, keeps every cosine the thief's
     customers see, and left the service itself at p = 1.0 before verify mapped the
-    answers back (core/align.py; benchmarks/bench_isometry.py measures the copies)."""
+    answers back (core/stats/align.py; benchmarks/bench_isometry.py measures the copies)."""
 
     def service(texts):
         return watermark(texts, minilm_model(texts), budget_key)
 
-    from espew_integrations.core.evidence_files import render_summary
+    from espew_integrations.core.audit.evidence_files import render_summary
 
     plain = verify(service, budget_key, seed=0)
     assert plain.copied and plain.alignment.startswith("not applied")
@@ -232,7 +232,7 @@ def test_two_hundred_fresh_keys_hold_the_level_against_real_innocents(
     n_probes = len(budget_key.probe_texts)
     scores = audit_scores(rows[:n_probes], budget_key, rows[n_probes:])
     # The independent model's answers fit the clean rows far better through the map
-    # of core/align.py, so verify (and audit_scores, as verify) score them mapped:
+    # of core/stats/align.py, so verify (and audit_scores, as verify) score them mapped:
     # these trials hold the level with the map applied too.
     mapped = verify(cached, budget_key, seed=0).alignment
     assert mapped.startswith("applied" if suspect_name == "independent" else "not applied")

@@ -29,8 +29,8 @@ from espew_integrations import (
     watermark,
 )
 from espew_integrations.chroma import ESpeWEmbeddingFunction
-from espew_integrations.core.text import discover_view
-from espew_integrations.core.traffic_sample import TrafficSample, read_traffic_texts
+from espew_integrations.core.ground.text import discover_view
+from espew_integrations.core.records.traffic_sample import TrafficSample, read_traffic_texts
 from espew_integrations.langchain import ESpeWEmbeddings
 from espew_integrations.llama_index import ESpeWEmbedding
 from espew_integrations.offline.embedders import minilm

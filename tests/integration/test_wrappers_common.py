@@ -19,7 +19,7 @@ from espew_integrations._wrapper_common import (
     resolve_key,
     resolve_view,
 )
-from espew_integrations.core.text import discover_view
+from espew_integrations.core.ground.text import discover_view
 from espew_integrations.offline.embedders import minilm
 from espew_integrations.offline.frameworks.chroma import MiniLMEmbeddingFunction
 from espew_integrations.offline.frameworks.langchain import MiniLMEmbeddings

@@ -1,12 +1,12 @@
-"""The map that undoes a thief's isometry (core/align.py), on synthetic rows."""
+"""The map that undoes a thief's isometry (core/stats/align.py), on synthetic rows."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from espew_integrations.core.align import ALIGN_RATIO, fit_alignment
-from espew_integrations.core.probes import unit_rows
+from espew_integrations.core.mark.probes import unit_rows
+from espew_integrations.core.stats.align import ALIGN_RATIO, fit_alignment
 
 
 def rows(n: int = 800, d: int = 32, seed: int = 0) -> np.ndarray:

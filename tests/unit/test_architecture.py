@@ -337,22 +337,58 @@ def test_every_module_has_a_layer_and_known_exceptions_are_not_stale():
         assert any((e.importer, e.imported) == pair for e in EDGES), f"stale: {pair} ({owner})"
 
 
-#: What the audit (``core/audit``) never imports: it decides and writes no file, handing
-#: what it asked and heard to a :class:`~espew_integrations.core.audit.recorder.Recorder`
-#: that the records (the transcript) implement.
-AUDIT_NEVER_IMPORTS = (
-    f"{PACKAGE}.core.transcript",
-    f"{PACKAGE}.core.evidence_files",
-    f"{PACKAGE}.core.traffic_",
-)
+#: The core's rooms, lowest first: a room may import its own modules or a lower room's,
+#: never a higher one's. The core's own top (``core/__init__``, ``verify``, ``trace``,
+#: ``evidence_check``: the front ends that put an audit and its records together) may
+#: import every room. docs/architecture.md draws them.
+ROOMS: dict[str, int] = {
+    "ground": 0,  # text, rows, defaults, errors, secret files, the keyed draw
+    "mark": 1,  # which texts a key marks, and the watermark itself
+    "stats": 2,  # the exact rank test, the alignment, the word evidence
+    "keys": 3,  # the key: options, generation, audit sample, storage, rings
+    "audit": 4,  # plan, asking, scores, decision, the report and its public evidence
+    "records": 5,  # transcripts, requery, the traffic sample: written to disk
+}
+CORE_TOP = len(ROOMS)
+
+
+def room(module: str) -> int:
+    parts = module.split(".")
+    if parts[:2] != [PACKAGE, "core"] or len(parts) == 2:
+        return CORE_TOP
+    assert parts[2] in ROOMS or f"{PACKAGE}.core.{parts[2]}" in MODULES, module
+    return ROOMS.get(parts[2], CORE_TOP)
+
+
+def test_the_cores_rooms_import_only_their_own_or_a_lower_room():
+    core = f"{PACKAGE}.core"
+    wrong = [
+        f"{e.importer} ({sorted(ROOMS, key=ROOMS.get)[room(e.importer)]}) -> {e.imported}"
+        for e in EDGES
+        if e.importer.startswith(core)
+        and e.imported.startswith(core)
+        and room(e.importer) < room(e.imported)
+    ]
+    assert not wrong, "a room imports a higher room:\n" + "\n".join(wrong)
+
+
+def test_every_core_module_lives_in_a_room_or_is_a_front_end():
+    flat = {
+        name.rsplit(".", 1)[1]
+        for name in MODULES
+        if name.count(".") == 2 and name.startswith(f"{PACKAGE}.core.")
+    }
+    assert flat - set(ROOMS) == {"verify", "trace", "evidence_check"}
 
 
 def test_the_audit_writes_only_through_its_recorder_protocol():
+    """The audit decides and writes no record: it hands what it asked and heard to a
+    :class:`~espew_integrations.core.audit.recorder.Recorder` that the records implement."""
     wrong = [
         str(e)
         for e in EDGES
         if e.importer.startswith(f"{PACKAGE}.core.audit")
-        and e.imported.startswith(AUDIT_NEVER_IMPORTS)
+        and e.imported.startswith(f"{PACKAGE}.core.records")
     ]
     assert not wrong, "the audit imports the records it must only call:\n" + "\n".join(wrong)
 
@@ -383,12 +419,12 @@ def test_no_function_is_longer_than_the_limit():
         (f"{PACKAGE}.core.verify", "from ..evidence import save_evidence", f"{PACKAGE}.evidence"),
         (
             f"{PACKAGE}.core.verify",
-            "from .report import VerificationReport",
-            f"{PACKAGE}.core.report",
+            "from .audit.report import VerificationReport",
+            f"{PACKAGE}.core.audit.report",
         ),
-        (f"{PACKAGE}.core", "from .key import WatermarkKey", f"{PACKAGE}.core.key"),
+        (f"{PACKAGE}.core", "from .keys.key import WatermarkKey", f"{PACKAGE}.core.keys.key"),
         (f"{PACKAGE}.cli.verify", "from .. import watermark", PACKAGE),
-        (f"{PACKAGE}.cli.verify", "from ..core import keygen", f"{PACKAGE}.core.keygen"),
+        (f"{PACKAGE}.cli.verify", "from ..core.keys import keygen", f"{PACKAGE}.core.keys.keygen"),
     ],
 )
 def test_relative_imports_resolve_to_the_module_they_name(importer, source, expected):
@@ -407,16 +443,16 @@ def test_the_checker_catches_the_violations_it_exists_for():
     assert find_cycle(cycle) is not None
     source = (
         "import numpy\n"
-        "if TYPE_CHECKING:\n    from .report import VerificationReport\n"
-        "def f():\n    from .key import WatermarkKey\n"
+        "if TYPE_CHECKING:\n    from .audit.report import VerificationReport\n"
+        "def f():\n    from .keys.key import WatermarkKey\n"
     )
     collector = ImportCollector(f"{PACKAGE}.core")
     collector.visit(ast.parse(source))
     assert collector.external == [("numpy", 1)]
     kinds = {(e.imported, e.type_checking, e.call_time) for e in collector.internal}
     assert kinds == {
-        (f"{PACKAGE}.core.report", True, False),
-        (f"{PACKAGE}.core.key", False, True),
+        (f"{PACKAGE}.core.audit.report", True, False),
+        (f"{PACKAGE}.core.keys.key", False, True),
     }
     hidden = [
         Edge(f"{PACKAGE}.core.report", f"{PACKAGE}.core.evidence_files", False, 1),
@@ -428,7 +464,7 @@ def test_the_checker_catches_the_violations_it_exists_for():
 @pytest.mark.parametrize(
     ("importer", "source", "private"),
     [
-        (f"{PACKAGE}.cli.verify", "from ..core.key import _digest", True),
+        (f"{PACKAGE}.cli.verify", "from ..core.keys.key import _digest", True),
         (f"{PACKAGE}.cli.verify", "from .. import _something", True),  # the root's __init__
         (f"{PACKAGE}.cli.verify", "from .. import __version__", False),
         (f"{PACKAGE}.cli.verify", "from .. import _optional", False),  # a shared helper module

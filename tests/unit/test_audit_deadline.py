@@ -18,7 +18,7 @@ import pytest
 from espew_integrations import verify
 from espew_integrations.cli import main
 from espew_integrations.cli.common import EXIT_INCONCLUSIVE, EXIT_USAGE
-from espew_integrations.core.defaults import DEFAULT_DEADLINE, DEFAULT_STALL_TIMEOUT
+from espew_integrations.core.ground.defaults import DEFAULT_DEADLINE, DEFAULT_STALL_TIMEOUT
 from espew_integrations.core.trace import trace
 from tests.support import make_key
 from tests.unit.test_keyring import make_ring

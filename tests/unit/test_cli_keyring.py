@@ -140,7 +140,7 @@ def test_keyring_reaudit_from_one_accounts_traffic_then_trace(
 ):
     """``keyring reaudit --corpus SAMPLE --account``: trace asks the copy about the texts that
     account sent, and still names the account whose layer the copy carries."""
-    from espew_integrations.core.traffic_sample import TrafficSample
+    from espew_integrations.core.records.traffic_sample import TrafficSample
 
     ring, path = ring_file
     (tmp_path / "ring_clean_model.py").write_text(

@@ -15,10 +15,10 @@ import numpy as np
 import pytest
 
 from espew_integrations import WatermarkKey, verify, watermark
-from espew_integrations.core.directed import directed_scores, mark_directions
-from espew_integrations.core.errors import KeyFileError, KeyGenerationError
-from espew_integrations.core.ranktest import rank_sum_p_value
-from espew_integrations.core.row_codec import QuantizedRows
+from espew_integrations.core.audit.directed import directed_scores, mark_directions
+from espew_integrations.core.ground.errors import KeyFileError, KeyGenerationError
+from espew_integrations.core.ground.row_codec import QuantizedRows
+from espew_integrations.core.stats.ranktest import rank_sum_p_value
 from tests.support import assert_exact_over_every_draw, make_key
 
 

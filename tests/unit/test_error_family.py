@@ -35,10 +35,13 @@ OUTSIDE_THE_FAMILY: dict[tuple[str, str], str] = {
     ("espew_integrations.langchain", "AttributeError"): "module __getattr__: the protocol",
     ("espew_integrations.llama_index", "AttributeError"): "module __getattr__: the protocol",
     ("espew_integrations.http", "AttributeError"): "module __getattr__: the attribute protocol",
-    ("espew_integrations.core.progress", "AttributeError"): "__getattr__ of a proxy: the protocol",
+    (
+        "espew_integrations.core.ground.progress",
+        "AttributeError",
+    ): "__getattr__ of a proxy: the protocol",
     ("espew_integrations._wrapper_common", "NotImplementedError"): "an abstract method's body",
     ("espew_integrations.core.evidence_check", "AssertionError"): "an unreachable branch",
-    ("espew_integrations.core.key_options", "KeyError"): "KeyOptions.default(name): a lookup "
+    ("espew_integrations.core.keys.key_options", "KeyError"): "KeyOptions.default(name): a lookup "
     "by name, whose miss is a KeyError as a mapping's is",
     ("espew_integrations.ray", "KeyError"): "a Ray batch is a mapping of columns: a missing "
     "column is a KeyError, as Ray's own batches raise",
@@ -105,7 +108,7 @@ def test_every_class_raised_on_a_public_path_is_an_espew_error():
     unexplained = sorted(set(outside) - set(OUTSIDE_THE_FAMILY))
     assert not unexplained, (
         f"raises outside the ESpeWError family: {unexplained}; raise a class of "
-        "espew_integrations/core/errors.py (InputError, InputTypeError, OptionsError, "
+        "espew_integrations/core/ground/errors.py (InputError, InputTypeError, OptionsError, "
         "StateError...), or list it in OUTSIDE_THE_FAMILY with the protocol that needs it"
     )
     stale = sorted(set(OUTSIDE_THE_FAMILY) - set(outside))
@@ -132,7 +135,7 @@ def test_every_public_exception_class_of_the_package_is_in_the_family():
 
 def test_a_bad_audit_option_is_an_options_error_and_a_value_error():
     from espew_integrations import verify
-    from espew_integrations.core.errors import OptionsError
+    from espew_integrations.core.ground.errors import OptionsError
 
     with pytest.raises(OptionsError, match=r"level must be in \(0, 1\), got 2") as caught:
         verify(lambda texts: None, None, level=2)  # type: ignore[arg-type]

@@ -1,4 +1,4 @@
-"""The keyed field mark (core/field.py, marking="field"): its stream, its field, marking,
+"""The keyed field mark (core/mark/field.py, marking="field"): its stream, its field, marking,
 its verification and its exact null, on a small synthetic embedder (seconds)."""
 
 from __future__ import annotations
@@ -9,10 +9,11 @@ import zlib
 import numpy as np
 import pytest
 
-from espew_integrations.core.defaults import DEFAULT_FIELD_MIN_COSINE
-from espew_integrations.core.draw import draw_triggers
-from espew_integrations.core.errors import KeyFileError, MarkingError
-from espew_integrations.core.field import (
+from espew_integrations.core.ground.defaults import DEFAULT_FIELD_MIN_COSINE
+from espew_integrations.core.ground.draw import draw_triggers
+from espew_integrations.core.ground.errors import KeyFileError, MarkingError
+from espew_integrations.core.keys.key import WatermarkKey
+from espew_integrations.core.mark.field import (
     FIELD_CLIP,
     FieldMark,
     drawn_mask,
@@ -23,16 +24,15 @@ from espew_integrations.core.field import (
     keyed_gaussian,
     unit_names,
 )
-from espew_integrations.core.inject import (
+from espew_integrations.core.mark.inject import (
     mark_masked,
     mark_selected,
     marks,
     watermark,
     watermark_and_mask,
 )
-from espew_integrations.core.key import WatermarkKey
-from espew_integrations.core.probes import row_cosines, unit_rows
-from espew_integrations.core.ranktest import rank_sum_p_value
+from espew_integrations.core.mark.probes import row_cosines, unit_rows
+from espew_integrations.core.stats.ranktest import rank_sum_p_value
 from espew_integrations.core.verify import verify
 from tests.support import make_key, run_python
 
@@ -78,7 +78,7 @@ def test_keyed_gaussian_is_pinned_and_the_same_in_another_process():
               2.494322018092, -1.773172156801]  # fmt: skip
     np.testing.assert_allclose(values, pinned, rtol=0, atol=1e-11)
     code = (
-        "from espew_integrations.core.field import keyed_gaussian;"
+        "from espew_integrations.core.mark.field import keyed_gaussian;"
         "print(repr(float(keyed_gaussian(bytes(range(32)), 384, 256).sum())))"
     )
     other = float(run_python(code).strip())
@@ -250,6 +250,6 @@ def test_false_positives_are_exact_over_fresh_keys(field_key):
 
 
 def watermark_all(clean: np.ndarray, key: WatermarkKey) -> np.ndarray:
-    from espew_integrations.core.inject import mark_all_rows
+    from espew_integrations.core.mark.inject import mark_all_rows
 
     return mark_all_rows(clean, key)

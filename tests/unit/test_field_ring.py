@@ -13,9 +13,10 @@ import numpy as np
 import pytest
 
 from espew_integrations import KeyRing, WatermarkKey, trace, watermark
-from espew_integrations.core.defaults import DEFAULT_FIELD_MIN_COSINE
-from espew_integrations.core.draw import draw_triggers
-from espew_integrations.core.field import (
+from espew_integrations.core.ground.defaults import DEFAULT_FIELD_MIN_COSINE
+from espew_integrations.core.ground.draw import draw_triggers
+from espew_integrations.core.keys.layers import draw_layer_indices, tenant_salt, universe
+from espew_integrations.core.mark.field import (
     FieldMark,
     drawn_mask,
     field_scales,
@@ -25,10 +26,9 @@ from espew_integrations.core.field import (
     standardised,
     whitened_rows,
 )
-from espew_integrations.core.inject import mark_all_rows
-from espew_integrations.core.layers import draw_layer_indices, tenant_salt, universe
-from espew_integrations.core.probes import row_cosines, unit_rows
-from espew_integrations.core.ranktest import rank_sum_p_value
+from espew_integrations.core.mark.inject import mark_all_rows
+from espew_integrations.core.mark.probes import row_cosines, unit_rows
+from espew_integrations.core.stats.ranktest import rank_sum_p_value
 from espew_integrations.core.trace import FIELD_TRACE_RULE, tenant_p_values
 from tests.unit.test_field import CORPUS, embed, innocent
 

@@ -14,8 +14,8 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from espew_integrations import EmbeddingInputError, watermark
-from espew_integrations.core.inject import select_positions
-from espew_integrations.core.words import tokenize
+from espew_integrations.core.mark.inject import select_positions
+from espew_integrations.core.mark.words import tokenize
 from tests.support import make_key
 
 

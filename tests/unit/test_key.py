@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from espew_integrations import KeyFileError, KeyGenerationError, WatermarkKey
-from espew_integrations.core import keygen
+from espew_integrations.core.keys import keygen
 from tests.support import make_key
 
 CORPUS = [
@@ -283,8 +283,8 @@ def test_the_audit_is_a_uniform_sample_of_the_corpus():
     or over the whole audit, sees an ordinary client. Probes are the sampled texts with
     exactly one band word; about ``per_word`` a word on average, in proportion to how
     many such texts each word has."""
-    from espew_integrations.core.probes import scan_band
-    from espew_integrations.core.words import tokenize
+    from espew_integrations.core.mark.probes import scan_band
+    from espew_integrations.core.mark.words import tokenize
 
     texts, words = spread_corpus({120: 40, 180: 40}, n_texts=10_000)
     texts += [f"short{i}" for i in range(300)]  # 3% too short to be probes
@@ -333,7 +333,7 @@ def test_a_sampled_audit_keeps_every_kind_of_text_and_scores_every_word():
     probes are sent as cover when drawn, a repeated text is asked as often as the corpus
     holds it, and a band word that the sample gives no probe gets the first text of its
     own keyed order, or itself alone."""
-    from espew_integrations.core.probes import MAX_PROBE_CHARS, scan_band
+    from espew_integrations.core.mark.probes import MAX_PROBE_CHARS, scan_band
 
     long_text = "x " * (MAX_PROBE_CHARS // 2 + 1)
     corpus = [
@@ -423,8 +423,8 @@ def test_the_audit_repeats_texts_as_often_as_an_ordinary_client_of_the_corpus():
     """Traffic that repeats texts: the audit is a uniform sample of the corpus's rows, so
     a thief counting repeats in a client's traffic sees an ordinary client. A corpus
     without repeats keeps the draw it always had: its distinct texts in keyed order."""
-    from espew_integrations.core.draw import keyed_order
-    from espew_integrations.core.probes import _SAMPLE_DOMAIN, scan_band
+    from espew_integrations.core.ground.draw import keyed_order
+    from espew_integrations.core.mark.probes import _SAMPLE_DOMAIN, scan_band
 
     texts, _ = spread_corpus({36: 120}, n_texts=3000, seed=0)
     rng = np.random.default_rng(1)
@@ -494,7 +494,7 @@ def test_corpus_mix_probes_hold_band_words_as_ordinary_texts_do():
     """probe_mix="corpus": the probes are band-word texts in the corpus's own proportions of
     one, two or more band words, each standing for one of its words; "single" probes each
     hold exactly one. Both are keyed by the salt and blind to the triggers."""
-    from espew_integrations.core.probes import scan_band
+    from espew_integrations.core.mark.probes import scan_band
 
     texts, _ = spread_corpus({120: 80}, n_texts=10_000)
     kwargs = dict(target_text="t", seed=4, twin_check=False, strength=1.0, n_triggers=35)
@@ -522,7 +522,7 @@ def test_with_audit_draws_probes_and_cover_from_another_corpus_and_keeps_the_res
     """A suspect from another domain is audited with texts like its own traffic: same
     triggers, target, salt and band; probes and cover texts from the new corpus, in the
     same keyed way (so the same corpus gives the same audit), references recomputed."""
-    from espew_integrations.core.probes import cosines_to, scan_band
+    from espew_integrations.core.mark.probes import cosines_to, scan_band
 
     texts, _ = spread_corpus({12: 120}, n_texts=1000, seed=0)
     key = WatermarkKey.generate(texts, toy_embed, target_text="t", seed=3, twin_check=False)

@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 
 from espew_integrations import KeyFileError, KeyGenerationError, WatermarkKey, verify
-from espew_integrations.core.draw import draw_triggers
-from espew_integrations.core.key import KeyFileWarning
-from espew_integrations.core.secret_files import canonical_json as _canonical
+from espew_integrations.core.ground.draw import draw_triggers
+from espew_integrations.core.ground.secret_files import canonical_json as _canonical
+from espew_integrations.core.keys.key import KeyFileWarning
 from tests.support import make_key
 from tests.unit.test_verify import WordSpace
 

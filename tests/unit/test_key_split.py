@@ -16,9 +16,9 @@ import numpy as np
 import pytest
 
 from espew_integrations import KeyFileError, KeyGenerationError, WatermarkKey, watermark
-from espew_integrations.core.key_audit import default_audit_path
-from espew_integrations.core.model_check import CANARY_TEXTS, ModelFingerprint
-from espew_integrations.core.secret_files import canonical_json
+from espew_integrations.core.ground.secret_files import canonical_json
+from espew_integrations.core.keys.key_audit import default_audit_path
+from espew_integrations.core.keys.model_check import CANARY_TEXTS, ModelFingerprint
 from tests.support import make_key
 
 FIXTURE = Path(__file__).parents[1] / "fixtures" / "key-v2-single-file.json"

@@ -18,9 +18,9 @@ import numpy as np
 import pytest
 
 from espew_integrations import KeyFileError, KeyGenerationError, KeyRing, WatermarkKey, watermark
-from espew_integrations.core.draw import draw_triggers
-from espew_integrations.core.key import KeyFileWarning
-from espew_integrations.core.layers import (
+from espew_integrations.core.ground.draw import draw_triggers
+from espew_integrations.core.keys.key import KeyFileWarning
+from espew_integrations.core.keys.layers import (
     TenantLayer,
     check_tenant_id,
     draw_layer_indices,

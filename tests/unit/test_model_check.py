@@ -19,8 +19,8 @@ import numpy as np
 import pytest
 
 import espew_integrations
-from espew_integrations.core import errors
-from espew_integrations.core.model_check import (
+from espew_integrations.core.ground import errors
+from espew_integrations.core.keys.model_check import (
     CANARY_TEXTS,
     MIN_CANARY_COSINE,
     ModelFingerprint,

@@ -89,8 +89,8 @@ def test_a_package_binds_no_name_over_its_submodules():
 
 def test_the_core_re_exports_nothing_and_suspect_fn_has_one_definition():
     from espew_integrations import core, suspects
-    from espew_integrations.core import requery
     from espew_integrations.core.audit import settings
+    from espew_integrations.core.records import requery
 
     bound = [n for n, v in vars(core).items() if not isinstance(v, types.ModuleType)]
     assert not [n for n in bound if not n.startswith("_")]

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 from scipy.stats import mannwhitneyu, rankdata
 
-from espew_integrations.core import ranktest
-from espew_integrations.core.ranktest import min_p_value, rank_sum_p_value
+from espew_integrations.core.stats import ranktest
+from espew_integrations.core.stats.ranktest import min_p_value, rank_sum_p_value
 from tests.support import assert_exact_over_every_draw
 
 

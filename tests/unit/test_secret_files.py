@@ -17,9 +17,9 @@ import pytest
 from espew_integrations import KeyRing, WatermarkKey
 from espew_integrations.cli import main
 from espew_integrations.cli.common import EXIT_USAGE
-from espew_integrations.core import secret_files
-from espew_integrations.core.errors import KeyFileError
-from espew_integrations.core.secret_files import (
+from espew_integrations.core.ground import secret_files
+from espew_integrations.core.ground.errors import KeyFileError
+from espew_integrations.core.ground.secret_files import (
     MAX_KEY_FILE_BYTES,
     MAX_RING_FILE_BYTES,
     read_bounded_file,

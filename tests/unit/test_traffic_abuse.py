@@ -10,7 +10,7 @@ import threading
 
 import pytest
 
-from espew_integrations.core.traffic_sample import (
+from espew_integrations.core.records.traffic_sample import (
     ANONYMOUS_ACCOUNT,
     TrafficSample,
     TrafficSampleError,
@@ -18,7 +18,7 @@ from espew_integrations.core.traffic_sample import (
     stored_text,
     traffic_account_id,
 )
-from espew_integrations.core.traffic_store import load_or_create_salt
+from espew_integrations.core.records.traffic_store import load_or_create_salt
 
 CAPS = {"capacity": 300, "max_text_bytes": 512, "max_account_bytes": 48_000}
 HUGE = 100_000  # characters in one abusive input
@@ -127,7 +127,7 @@ def test_bad_caps_are_named(tmp_path):
 
 
 def test_a_line_longer_than_any_record_is_refused_not_read(tmp_path, monkeypatch):
-    from espew_integrations.core import traffic_store
+    from espew_integrations.core.records import traffic_store
 
     monkeypatch.setattr(traffic_store, "MAX_RECORD_LINE_BYTES", 100)
     path = tmp_path / "s.jsonl"

@@ -8,7 +8,7 @@ import shutil
 import numpy as np
 import pytest
 
-from espew_integrations.core.traffic_sample import (
+from espew_integrations.core.records.traffic_sample import (
     TrafficSample,
     TrafficSampleError,
     merge_traffic_samples,

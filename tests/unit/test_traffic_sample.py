@@ -9,7 +9,7 @@ import stat
 
 import pytest
 
-from espew_integrations.core.traffic_sample import (
+from espew_integrations.core.records.traffic_sample import (
     TrafficSample,
     TrafficSampleError,
     read_traffic_texts,

@@ -9,8 +9,8 @@ import urllib.parse
 
 import pytest
 
-from espew_integrations.core import untrusted
-from espew_integrations.core.untrusted import ELLIPSIS, REDACTED, printable, redact
+from espew_integrations.core.ground import untrusted
+from espew_integrations.core.ground.untrusted import ELLIPSIS, REDACTED, printable, redact
 
 SECRET = "sk-live-0123456789abcdef"
 

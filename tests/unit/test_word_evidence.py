@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from espew_integrations import verify
-from espew_integrations.core.ranktest import rank_sum_p_value
-from espew_integrations.core.word_evidence import word_scores_from_texts
+from espew_integrations.core.stats.ranktest import rank_sum_p_value
+from espew_integrations.core.stats.word_evidence import word_scores_from_texts
 from tests.support import assert_exact_over_every_draw
 from tests.unit.test_directed import FaintCopy, clean_model, sentence_key
 

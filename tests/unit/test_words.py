@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from espew_integrations.core.text import joined_window_view, window_view
-from espew_integrations.core.words import (
+from espew_integrations.core.ground.text import joined_window_view, window_view
+from espew_integrations.core.mark.words import (
     TriggerMatcher,
     band_words,
     document_frequencies,

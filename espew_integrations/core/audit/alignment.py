@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..align import Alignment, fit_alignment
+from ..stats.align import Alignment, fit_alignment
 from .plan import AuditPlan
 
 __all__ = ["align_answers"]

@@ -19,8 +19,8 @@ from typing import Any, cast
 
 import numpy as np
 
-from ..key import WatermarkKey
-from ..progress import Progress
+from ..ground.progress import Progress
+from ..keys.key import WatermarkKey
 from .alignment import align_answers
 from .fields import common_fields
 from .options import AuditOptions

@@ -14,12 +14,12 @@ from typing import Any
 
 import numpy as np
 
-from ..key import WatermarkKey
-from ..probes import unit_rows
-from ..ranktest import min_p_value, rank_sum_p_value
-from ..report import Status, VerificationReport
+from ..keys.key import WatermarkKey
+from ..mark.probes import unit_rows
+from ..stats.ranktest import min_p_value, rank_sum_p_value
 from .fields import inconclusive
 from .paper_metrics import paper_metrics
+from .report import Status, VerificationReport
 from .scores import WordScores, reference_slope
 
 __all__ = ["decide", "p_values", "uninformative", "unusable", "withheld"]

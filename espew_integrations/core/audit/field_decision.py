@@ -15,13 +15,13 @@ from typing import Any
 
 import numpy as np
 
-from ..field import drawn_mask, field_scores
-from ..key import WatermarkKey
-from ..ranktest import min_p_value, rank_sum_p_value
-from ..report import Status, VerificationReport
-from ..rows import unit_rows
+from ..ground.rows import unit_rows
+from ..keys.key import WatermarkKey
+from ..mark.field import drawn_mask, field_scores
+from ..stats.ranktest import min_p_value, rank_sum_p_value
 from .decision import uninformative, unusable, withheld
 from .fields import inconclusive
+from .report import Status, VerificationReport
 from .scores import WordScores
 
 __all__ = ["decide_field", "unit_scores"]

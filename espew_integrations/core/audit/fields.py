@@ -14,9 +14,9 @@ from typing import Any
 
 import numpy as np
 
-from ..key import WatermarkKey
-from ..report import VerificationReport
+from ..keys.key import WatermarkKey
 from .plan import AuditPlan
+from .report import VerificationReport
 
 __all__ = [
     "DECISION_RULE",

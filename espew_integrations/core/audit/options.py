@@ -24,14 +24,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..defaults import (
+from ..ground.defaults import (
     DEFAULT_BATCH_SIZE,
     DEFAULT_DEADLINE,
     DEFAULT_LEVEL,
     DEFAULT_MIN_COVERAGE,
     DEFAULT_STALL_TIMEOUT,
 )
-from ..errors import OptionsError, OptionsTypeError
+from ..ground.errors import OptionsError, OptionsTypeError
 from .settings import STATISTICS, ProbeKind, Statistic, TargetMode
 
 __all__ = ["PROBE_KINDS", "TARGET_MODES", "AuditOptions"]

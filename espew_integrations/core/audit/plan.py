@@ -16,12 +16,12 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from ..directed import mark_directions
-from ..errors import InputError
-from ..field import scoring_projections
-from ..key import WatermarkKey
-from ..rows import unit_rows
-from ..words import TriggerMatcher
+from ..ground.errors import InputError
+from ..ground.rows import unit_rows
+from ..keys.key import WatermarkKey
+from ..mark.field import scoring_projections
+from ..mark.words import TriggerMatcher
+from .directed import mark_directions
 from .word_probes import DEFAULT_TEMPLATES, build_probes, check_templates
 
 __all__ = ["AuditPlan", "band_sets", "check_statistic", "maps_answers", "plan_audit"]

@@ -6,7 +6,7 @@ decides; it writes no file. A recorder is told, in order, what the audit is
 batch as it comes back (:meth:`~Recorder.batch`), that every answer is in, before
 anything is scored (:meth:`~Recorder.commit`), and the verdict
 (:meth:`~Recorder.finish`). The records room implements it: the audit transcript
-(:class:`~espew_integrations.core.transcript.TranscriptRecorder`) is one, and
+(:class:`~espew_integrations.core.records.transcript.TranscriptRecorder`) is one, and
 ``tests/unit/test_architecture.py`` keeps the audit from importing the records.
 """
 

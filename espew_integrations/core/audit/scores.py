@@ -14,9 +14,9 @@ import functools
 
 import numpy as np
 
-from ..directed import directed_scores
-from ..probes import unit_rows
-from ..word_evidence import word_scores_from_texts
+from ..mark.probes import unit_rows
+from ..stats.word_evidence import word_scores_from_texts
+from .directed import directed_scores
 from .plan import AuditPlan
 
 __all__ = [

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Literal
 
-from ..errors import InputTypeError
+from ..ground.errors import InputTypeError
 
 __all__ = [
     "MAX_ANSWER_DIM",

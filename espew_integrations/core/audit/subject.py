@@ -12,11 +12,11 @@ import dataclasses
 import re
 from typing import Any
 
-from ..key import WatermarkKey
-from ..report import VerificationReport
-from ..untrusted import printable
+from ..ground.untrusted import printable
+from ..keys.key import WatermarkKey
 from .options import AuditOptions
 from .recorder import Recorder
+from .report import VerificationReport
 from .settings import SuspectFn
 
 __all__ = [

@@ -19,9 +19,9 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from ..errors import ESpeWError, SuspectError
-from ..progress import Progress
-from ..untrusted import printable
+from ..ground.errors import ESpeWError, SuspectError
+from ..ground.progress import Progress
+from ..ground.untrusted import printable
 from .recorder import Recorder, utc_now
 from .settings import MAX_ANSWER_DIM, SuspectFn
 

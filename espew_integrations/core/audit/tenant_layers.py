@@ -36,9 +36,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..defaults import DEFAULT_LEVEL
-from ..errors import InputError
-from ..ranktest import doubled_mid_ranks, rank_sum_tails
+from ..ground.defaults import DEFAULT_LEVEL
+from ..ground.errors import InputError
+from ..stats.ranktest import doubled_mid_ranks, rank_sum_tails
 from .scores import reference_slope
 
 __all__ = ["layer_p_values", "tenant_p_values"]

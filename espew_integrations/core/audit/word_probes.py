@@ -11,9 +11,9 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from ..errors import InputError
-from ..key import WatermarkKey
-from ..words import tokenize
+from ..ground.errors import InputError
+from ..keys.key import WatermarkKey
+from ..mark.words import tokenize
 
 __all__ = ["DEFAULT_TEMPLATES", "build_probes", "check_templates"]
 

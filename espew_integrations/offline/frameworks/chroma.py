@@ -17,7 +17,7 @@ from typing import Any
 from chromadb.api.types import Documents, EmbeddingFunction, Embeddings, Space
 from chromadb.utils.embedding_functions import register_embedding_function
 
-from ...core.text import TextView
+from ...core.ground.text import TextView
 from ...models import MODEL_NAMES, ModelSpecError, canonical_model_name, load_model
 
 __all__ = ["MiniLMEmbeddingFunction"]

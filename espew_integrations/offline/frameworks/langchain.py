@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 from langchain_core.embeddings import Embeddings
 
-from ...core.text import TextView, discover_view
+from ...core.ground.text import TextView, discover_view
 
 __all__ = ["MiniLMEmbeddings"]
 

@@ -15,7 +15,7 @@ import numpy as np
 from llama_index.core.base.embeddings.base import BaseEmbedding, Embedding
 from llama_index.core.bridge.pydantic import PrivateAttr
 
-from ...core.text import TextView, discover_view
+from ...core.ground.text import TextView, discover_view
 
 __all__ = ["MiniLMEmbedding"]
 

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from espew_integrations import WatermarkKey, verify, watermark
-from espew_integrations.core.probes import scan_band
-from espew_integrations.core.words import band_words, document_frequencies, tokenize
+from espew_integrations.core.mark.probes import scan_band
+from espew_integrations.core.mark.words import band_words, document_frequencies, tokenize
 from espew_lab import load_config, run_lab
 from espew_lab.context import build_context
 from espew_lab.paraphrase import (

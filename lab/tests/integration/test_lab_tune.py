@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from espew_integrations import WatermarkKey, verify, watermark
-from espew_integrations.core.keygen import twin_p_value
-from espew_integrations.core.probes import reference_cosines
+from espew_integrations.core.keys.keygen import twin_p_value
+from espew_integrations.core.mark.probes import reference_cosines
 from espew_integrations.offline.embedders import minilm
 from espew_lab.cache import CorpusEmbedder, cached_embed
 from espew_lab.data import load_data

@@ -16,7 +16,7 @@ import pytest
 
 from espew_integrations import DEFAULT_LEVEL, WatermarkKey, verify, watermark
 from espew_integrations.core.audit import build_probes, score_words
-from espew_integrations.core.draw import draw_triggers
+from espew_integrations.core.ground.draw import draw_triggers
 from espew_lab.null_study import (
     NullStudy,
     audit_scores,

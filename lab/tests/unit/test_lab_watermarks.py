@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from espew_integrations import WatermarkKey, watermark
-from espew_integrations.core.draw import draw_triggers
+from espew_integrations.core.ground.draw import draw_triggers
 from espew_lab.watermarks import (
     EmbMarker,
     ESpeW,

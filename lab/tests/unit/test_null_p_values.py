@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from espew_integrations.core.ranktest import rank_sum_p_value
+from espew_integrations.core.stats.ranktest import rank_sum_p_value
 from espew_lab.null_study import null_p_values
 from tests.unit.test_ranktest import full_table_p, tied_case
 

@@ -22,8 +22,8 @@ from collections.abc import Iterable, Sequence
 
 import numpy as np
 
-from .errors import InputError, InputTypeError
-from .text import (
+from ..ground.errors import InputError, InputTypeError
+from ..ground.text import (
     UNICODE_V1,
     TextView,
     canonicalize,

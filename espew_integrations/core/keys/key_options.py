@@ -16,7 +16,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from .defaults import (
+from ..ground.defaults import (
     DEFAULT_ALPHA,
     DEFAULT_FIELD_AMPLITUDE,
     DEFAULT_FIELD_MARKED,
@@ -31,7 +31,9 @@ from .defaults import (
     DEFAULT_SELECTION,
     DEFAULT_TWIN_LEVEL,
 )
-from .errors import InputTypeError, KeyGenerationError
+from ..ground.errors import InputTypeError, KeyGenerationError
+from ..mark.key_types import Selection
+from ..mark.probes import PROBE_MIXES
 from .key_checks import (
     check_alpha,
     check_freq_band,
@@ -40,8 +42,6 @@ from .key_checks import (
     check_text_rules,
     is_number_between,
 )
-from .key_types import Selection
-from .probes import PROBE_MIXES
 
 __all__ = [
     "MARKINGS",

@@ -34,11 +34,11 @@ from typing import Any
 
 import numpy as np
 
-from .audit.settings import SuspectFn
-from .defaults import DEFAULT_BATCH_SIZE
-from .errors import InputError
+from ..audit.settings import SuspectFn
+from ..ground.defaults import DEFAULT_BATCH_SIZE
+from ..ground.errors import InputError
+from ..ground.untrusted import printable
 from .transcript import Transcript, TranscriptError, decode_answer
-from .untrusted import printable
 
 __all__ = [
     "DEFAULT_REQUERY_SIZE",

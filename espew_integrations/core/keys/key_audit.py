@@ -22,10 +22,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .errors import KeyFileError, KeyGenerationError
+from ..ground.errors import KeyFileError, KeyGenerationError
+from ..ground.row_codec import QuantizedRows
+from ..ground.secret_files import canonical_json, parse_sealed_document, seal_document
 from .key_checks import check_probes
-from .row_codec import QuantizedRows
-from .secret_files import canonical_json, parse_sealed_document, seal_document
 
 __all__ = [
     "AUDIT_FIELDS",

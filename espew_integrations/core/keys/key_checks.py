@@ -14,9 +14,9 @@ from typing import Any
 
 import numpy as np
 
-from .errors import KeyGenerationError
-from .text import NORMALIZATIONS, UNICODE_V1
-from .words import is_word
+from ..ground.errors import KeyGenerationError
+from ..ground.text import NORMALIZATIONS, UNICODE_V1
+from ..mark.words import is_word
 
 __all__ = [
     "SALT_BYTES",

@@ -16,7 +16,7 @@ from typing import Any, Literal, Protocol, TypeVar
 
 import numpy as np
 
-from .text import TextView
+from ..ground.text import TextView
 
 __all__ = ["DrawnKey", "EmbedFn", "MarkingKey", "Selection"]
 

@@ -43,8 +43,8 @@ import dataclasses
 
 import numpy as np
 
-from .errors import InputError
-from .probes import unit_rows
+from ..ground.errors import InputError
+from ..mark.probes import unit_rows
 
 __all__ = ["ALIGN_RATIO", "ALIGN_RIDGE", "Alignment", "fit_alignment"]
 

@@ -45,9 +45,9 @@ from typing import Any
 
 import numpy as np
 
-from .draw import keyed_order
-from .errors import KeyGenerationError
-from .rows import unit_rows
+from ..ground.draw import keyed_order
+from ..ground.errors import KeyGenerationError
+from ..ground.rows import unit_rows
 
 __all__ = [
     "FIELD_CLIP",

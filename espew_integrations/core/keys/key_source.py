@@ -30,8 +30,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from .defaults import DEFAULT_KEY_VARIABLE
-from .errors import InputError, InputTypeError, KeyFileError
+from ..ground.defaults import DEFAULT_KEY_VARIABLE
+from ..ground.errors import InputError, InputTypeError, KeyFileError
 from .key import WatermarkKey
 
 __all__ = ["KeySource", "find_key_source", "resolve_key_source"]

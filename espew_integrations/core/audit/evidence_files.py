@@ -47,8 +47,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
-from .safe_dir import SafeDirectory
-from .untrusted import counted, printable
+from ..ground.safe_dir import SafeDirectory
+from ..ground.untrusted import counted, printable
 
 __all__ = [
     "EVIDENCE_FILES",

@@ -32,10 +32,10 @@ from typing import Any
 
 import numpy as np
 
-from .errors import EmbeddingInputError
+from ..ground.errors import EmbeddingInputError
+from ..ground.rows import unit_rows
 from .field import field_gain
 from .key_types import MarkingKey
-from .rows import unit_rows
 
 __all__ = [
     "as_embedding_matrix",

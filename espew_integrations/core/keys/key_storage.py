@@ -27,25 +27,25 @@ from typing import Any, Literal, TypeVar
 
 import numpy as np
 
-from .defaults import DEFAULT_KEY_VARIABLE
-from .errors import (
+from ..ground.defaults import DEFAULT_KEY_VARIABLE
+from ..ground.errors import (
     InputError,
     KeyAuditMissingError,
     KeyFileError,
     KeyGenerationError,
     PathExistsError,
 )
-from .field import FieldMark
-from .key_audit import AuditSource, KeyAudit, default_audit_path
-from .layers import TenantLayer
-from .model_check import ModelFingerprint
-from .secret_files import (
+from ..ground.secret_files import (
     parse_sealed_document,
     read_secret_file,
     seal_document,
     write_secret_file,
 )
-from .text import LEGACY_LOWER
+from ..ground.text import LEGACY_LOWER
+from ..mark.field import FieldMark
+from .key_audit import AuditSource, KeyAudit, default_audit_path
+from .layers import TenantLayer
+from .model_check import ModelFingerprint
 
 __all__ = [
     "KEY_FORMAT",

@@ -25,6 +25,7 @@ import os
 from pathlib import Path
 from typing import Any, Literal
 
+from ..ground.untrusted import printable, tally
 from .evidence_files import (
     PRIVATE_REPORT_KEYS,
     PUBLIC_P_DIGITS,
@@ -34,7 +35,6 @@ from .evidence_files import (
     public_fields,
     save_evidence,
 )
-from .untrusted import printable, tally
 
 __all__ = ["Status", "VerificationReport"]
 

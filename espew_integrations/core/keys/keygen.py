@@ -46,15 +46,20 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from .defaults import (
+from ..ground.defaults import (
     DEFAULT_FREQ_BAND,
     DEFAULT_PROBE_BUDGET,
     DEFAULT_PROBES_PER_WORD,
     DEFAULT_TWIN_LEVEL,
     LEGACY_PROBE_BUDGET,
 )
-from .draw import audit_salt, draw_band, draw_triggers
-from .errors import KeyGenerationError
+from ..ground.draw import audit_salt, draw_band, draw_triggers
+from ..ground.errors import KeyGenerationError
+from ..ground.progress import Progress, TextCounter, check_progress, counting_texts
+from ..mark.key_types import DrawnKey, EmbedFn
+from ..mark.probes import BandScan, cosines_to, embed_rows, reference_cosines, scan_band
+from ..mark.words import band_words, document_frequencies
+from ..stats.ranktest import rank_sum_p_value
 from .field_keygen import generate_field, reaudit_field
 from .key_checks import SALT_BYTES, check_positions, min_band_size
 from .key_options import (
@@ -65,12 +70,7 @@ from .key_options import (
     checked_corpus,
 )
 from .key_quality import FIT_SAMPLE, fit_quality, fit_strength
-from .key_types import DrawnKey, EmbedFn
 from .model_check import CANARY_TEXTS, ModelFingerprint
-from .probes import BandScan, cosines_to, embed_rows, reference_cosines, scan_band
-from .progress import Progress, TextCounter, check_progress, counting_texts
-from .ranktest import rank_sum_p_value
-from .words import band_words, document_frequencies
 
 __all__ = [
     "DEFAULT_PROBES_PER_WORD",

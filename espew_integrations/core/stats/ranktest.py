@@ -36,7 +36,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from .errors import InputError
+from ..ground.errors import InputError
 
 __all__ = [
     "doubled_mid_ranks",

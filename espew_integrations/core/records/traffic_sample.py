@@ -51,13 +51,13 @@ from hashlib import sha256
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from .defaults import (
+from ..ground.defaults import (
     DEFAULT_SAMPLE_ACCOUNT_BYTES,
     DEFAULT_SAMPLE_FILE_BYTES,
     DEFAULT_SAMPLE_TEXT_BYTES,
 )
-from .errors import InputTypeError
-from .text import window_prefix
+from ..ground.errors import InputTypeError
+from ..ground.text import window_prefix
 from .traffic_store import (
     MAX_TEXT_BYTES_LIMIT,
     SampleState,

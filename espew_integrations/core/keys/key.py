@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from .defaults import (
+from ..ground.defaults import (
     DEFAULT_ALPHA,
     DEFAULT_FREQ_BAND,
     DEFAULT_MIN_COSINE,
@@ -35,9 +35,14 @@ from .defaults import (
     DEFAULT_SELECTION,
     DEFAULT_TWIN_LEVEL,
 )
-from .draw import check_audit_round, draw_triggers
-from .errors import InputTypeError, KeyGenerationError, MarkingError
-from .field import FieldMark, check_field, no_text_rule
+from ..ground.draw import check_audit_round, draw_triggers
+from ..ground.errors import InputTypeError, KeyGenerationError, MarkingError
+from ..ground.sealed import Sealed
+from ..ground.secret_files import canonical_json
+from ..ground.text import UNICODE_V1, TextView
+from ..mark.field import FieldMark, check_field, no_text_rule
+from ..mark.key_types import EmbedFn, Selection
+from ..mark.words import TriggerMatcher
 from .key_audit import AUDIT_FIELDS, AuditSource, KeyAudit, held_audit
 from .key_checks import (
     check_fields,
@@ -54,14 +59,9 @@ from .key_storage import (
     KeyStorage,
     check_audit_layout,
 )
-from .key_types import EmbedFn, Selection
 from .keygen import KeyGeneration
 from .layers import TenantLayer, layered_triggers
 from .model_check import ModelFingerprint, check_fingerprint
-from .sealed import Sealed
-from .secret_files import canonical_json
-from .text import UNICODE_V1, TextView
-from .words import TriggerMatcher
 
 __all__ = [
     "DEFAULT_ALPHA",

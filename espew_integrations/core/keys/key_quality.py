@@ -15,10 +15,10 @@ from typing import Any
 
 import numpy as np
 
-from .errors import KeyGenerationError
-from .inject import watermark
-from .key_types import DrawnKey, EmbedFn
-from .probes import row_cosines
+from ..ground.errors import KeyGenerationError
+from ..mark.inject import watermark
+from ..mark.key_types import DrawnKey, EmbedFn
+from ..mark.probes import row_cosines
 
 __all__ = [
     "FIT_SAMPLE",

@@ -32,8 +32,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from .draw import draw_triggers
-from .errors import InputError
+from ..ground.draw import draw_triggers
+from ..ground.errors import InputError
 from .key_checks import SALT_BYTES
 
 __all__ = [

@@ -42,7 +42,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from .errors import InputError
+from ..ground.errors import InputError
 
 __all__ = ["ROUNDS", "word_scores_from_texts"]
 

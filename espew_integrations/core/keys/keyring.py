@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from .defaults import (
+from ..ground.defaults import (
     DEFAULT_FIELD_SHARED_UNITS,
     DEFAULT_FIELD_TENANT_UNITS,
     DEFAULT_RING_AUDIT_BUDGET,
@@ -37,17 +37,9 @@ from .defaults import (
     DEFAULT_SHARED_TRIGGERS,
     DEFAULT_TENANT_TRIGGERS,
 )
-from .errors import InputTypeError, KeyFileError, KeyGenerationError
-from .field import FieldMark, drawn_mask, field_vector
-from .inject import watermark
-from .key import KeyFileWarning, WatermarkKey
-from .key_options import KeyOptions, check_marking, checked_corpus
-from .key_quality import FIT_SAMPLE, embed_marked, fit_strength_on, mean_cosine
-from .key_types import EmbedFn
-from .layers import SALT_BYTES, TenantLayer, draw_layer_indices, tenant_salt, universe
-from .probes import row_cosines
-from .sealed import Sealed
-from .secret_files import (
+from ..ground.errors import InputTypeError, KeyFileError, KeyGenerationError
+from ..ground.sealed import Sealed
+from ..ground.secret_files import (
     MAX_RING_FILE_BYTES,
     canonical_json,
     parse_sealed_document,
@@ -55,6 +47,14 @@ from .secret_files import (
     seal_document,
     write_secret_file,
 )
+from ..mark.field import FieldMark, drawn_mask, field_vector
+from ..mark.inject import watermark
+from ..mark.key_types import EmbedFn
+from ..mark.probes import row_cosines
+from .key import KeyFileWarning, WatermarkKey
+from .key_options import KeyOptions, check_marking, checked_corpus
+from .key_quality import FIT_SAMPLE, embed_marked, fit_strength_on, mean_cosine
+from .layers import SALT_BYTES, TenantLayer, draw_layer_indices, tenant_salt, universe
 
 __all__ = [
     "DEFAULT_RING_AUDIT_BUDGET",

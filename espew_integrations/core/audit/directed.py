@@ -47,10 +47,10 @@ from typing import Any
 
 import numpy as np
 
-from .errors import InputError
-from .inject import mark_all_rows
-from .key import WatermarkKey
-from .probes import unit_rows
+from ..ground.errors import InputError
+from ..keys.key import WatermarkKey
+from ..mark.inject import mark_all_rows
+from ..mark.probes import unit_rows
 
 __all__ = ["CLEAN_FIT_RIDGE", "SHRINKAGE", "directed_scores", "mark_directions"]
 

@@ -21,9 +21,11 @@ from typing import Any
 
 import numpy as np
 
-from .draw import draw_triggers
-from .errors import KeyGenerationError
-from .field import (
+from ..ground.draw import draw_triggers
+from ..ground.errors import KeyGenerationError
+from ..ground.row_codec import QuantizedRows
+from ..ground.rows import unit_rows
+from ..mark.field import (
     FieldMark,
     audit_sample,
     drawn_mask,
@@ -34,15 +36,13 @@ from .field import (
     scoring_projections,
     unit_names,
 )
-from .inject import mark_all_rows
+from ..mark.inject import mark_all_rows
+from ..mark.probes import cosines_to, embed_rows
+from ..stats.ranktest import rank_sum_p_value
 from .key_checks import SALT_BYTES
 from .key_options import KeyOptions
 from .key_quality import fit_quality
 from .model_check import ModelFingerprint
-from .probes import cosines_to, embed_rows
-from .ranktest import rank_sum_p_value
-from .row_codec import QuantizedRows
-from .rows import unit_rows
 
 __all__ = ["field_audit", "field_twin_p_value", "generate_field", "make_field", "reaudit_field"]
 

@@ -47,10 +47,10 @@ from typing import Any
 
 import numpy as np
 
-from .draw import keyed_digests, keyed_order
-from .errors import InputError
-from .rows import unit_rows
-from .text import UNICODE_V1
+from ..ground.draw import keyed_digests, keyed_order
+from ..ground.errors import InputError
+from ..ground.rows import unit_rows
+from ..ground.text import UNICODE_V1
 from .words import tokenize
 
 __all__ = [

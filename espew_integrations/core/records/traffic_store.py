@@ -31,9 +31,9 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from .errors import ESpeWError, InputError, InputTypeError
-from .key_checks import SALT_BYTES
-from .secret_files import replace_atomically
+from ..ground.errors import ESpeWError, InputError, InputTypeError
+from ..ground.secret_files import replace_atomically
+from ..keys.key_checks import SALT_BYTES
 
 __all__ = [
     "ACCOUNT_OVERHEAD_BYTES",

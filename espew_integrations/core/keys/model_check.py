@@ -25,8 +25,8 @@ from typing import Any
 
 import numpy as np
 
-from .errors import KeyGenerationError, KeyModelMismatchError
-from .row_codec import QuantizedRows
+from ..ground.errors import KeyGenerationError, KeyModelMismatchError
+from ..ground.row_codec import QuantizedRows
 
 __all__ = [
     "CANARY_SET",

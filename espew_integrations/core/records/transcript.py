@@ -48,11 +48,11 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from .audit.recorder import Recorder, utc_now
-from .audit.subject import unwrapped
-from .errors import ESpeWError, StateError
-from .safe_dir import SafeDirectory
-from .untrusted import printable
+from ..audit.recorder import Recorder, utc_now
+from ..audit.subject import unwrapped
+from ..ground.errors import ESpeWError, StateError
+from ..ground.safe_dir import SafeDirectory
+from ..ground.untrusted import printable
 
 __all__ = [
     "TRANSCRIPT_DIGEST_HEADER",
@@ -456,7 +456,7 @@ def read_transcript(path: str | os.PathLike[str]) -> Transcript:
     line before it; the first must be a header of a known format, the last the
     end record, with nothing after it. The digest is the hash of the end line.
     """
-    from .secret_files import read_bounded_file
+    from ..ground.secret_files import read_bounded_file
 
     data, _ = read_bounded_file(Path(path), what="transcript", limit=MAX_TRANSCRIPT_BYTES)
     lines = data.split(b"\n")

@@ -1,0 +1,1 @@
+"""Ground: text, rows, defaults, errors, secret files and the keyed draw."""

@@ -1,0 +1,1 @@
+"""The mark: which texts a key marks and how a clean row becomes a marked one."""

@@ -1,0 +1,1 @@
+"""Records on disk: the audit transcript, its requery and the traffic sample."""
