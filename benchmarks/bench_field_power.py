@@ -182,7 +182,7 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="keys 1-2, torch for one epoch")
     parser.add_argument("--field-min-cosine", type=float, default=None)
     parser.add_argument("--traffic", type=int, default=2000, help="traffic audit size (texts)")
-    parser.add_argument("--torch-epochs", type=int, default=5)
+    parser.add_argument("--torch-epochs", type=int, default=3)
     parser.add_argument("--threshold", type=float, default=1e-10)
     parser.add_argument("--skip", nargs="+", default=(), choices=(*GUILTY, *INNOCENT))
     parser.add_argument("--name", default="power", help="output file stem")
