@@ -18,7 +18,14 @@ script tries, on the same keys and thieves, the levers that keep the rank test e
 - ``served whitened``: the served field itself drawn in the whitened metric
   (``q`` through ``(C + lambda I)^-1/2``, ``lambda`` the mean eigenvalue), its
   amplitude scaled so the mean cosine to clean is the key's; simulated here, not a
-  key option.
+  key option;
+- ``references``: the lean is adjusted, beside the clean model's own lean, for the
+  leans of two reference copies the verifier builds itself on public parts (a ridge
+  head on L3 and a bag-of-words ridge, fitted to the clean service's answers to the
+  corpus texts that are neither the thief's nor the keygen audit's): what an innocent
+  copy on such a base would lean cancels, and the mark stands out. The references
+  depend on the clean model, public models and the verifier's own texts, never on the
+  key, so the test stays exact; its gain depends on the thief's base being among them.
 
 Each variant faces a ridge head and a kNN-5 copy on L3 trained on the service's
 answers to the thief's 6,000 texts, and a ridge head on the clean answers
@@ -62,7 +69,7 @@ from espew_integrations.core.field import (
 from espew_integrations.core.inject import mark_all_rows
 from espew_integrations.core.ranktest import rank_sum_p_value
 from espew_integrations.core.rows import unit_rows
-from espew_integrations.lab.stealers import EncoderRidgeStealer, KNNStealer
+from espew_integrations.lab.stealers import EncoderRidgeStealer, KNNStealer, RidgeStealer
 
 N_STEAL = 6_000
 TRAFFIC = 2_000
@@ -75,6 +82,7 @@ VARIANTS = (
     "128 units",
     "512 units",
     "served whitened",
+    "references",
 )
 UNITS = {"128 units": (128, 32), "512 units": (512, 128)}
 SUSPECTS = ("ridge head on L3", "kNN-5 on L3", "clean ridge head on L3")
@@ -88,14 +96,27 @@ def whitening(rows: np.ndarray, strength: float) -> np.ndarray:
     return (vectors / np.sqrt(values + strength * values.mean())) @ vectors.T
 
 
-def adjusted_lean(answers: np.ndarray, directions: np.ndarray, clean: np.ndarray) -> np.ndarray:
-    """``field.field_scores``'s per-text lean, less what the clean position explains."""
+def adjusted_lean(
+    answers: np.ndarray, directions: np.ndarray, clean: np.ndarray, references=()
+) -> np.ndarray:
+    """``field.field_scores``'s per-text lean, less what the clean position explains
+    (and, with ``references``, what those models' answers lean: least squares on all)."""
     lean = np.einsum("ij,ij->i", answers, directions)
-    ref = np.einsum("ij,ij->i", clean, directions)
-    centred = ref - ref.mean()
-    slope = float(centred @ (lean - lean.mean())) / float(centred @ centred)
-    adjusted = lean - slope * ref
-    return adjusted - adjusted.mean()
+    leans = [np.einsum("ij,ij->i", clean, directions)]
+    leans += [np.einsum("ij,ij->i", unit_rows(r), directions) for r in references]
+    x = np.column_stack([np.ones(len(lean)), *leans])
+    return lean - x @ np.linalg.lstsq(x, lean, rcond=None)[0]
+
+
+def reference_copies(seed: int, texts, key, thief, victim, standard) -> list:
+    """The verifier's own reference copies, fitted to the clean service's answers to the
+    corpus texts that are neither the thief's nor the keygen audit's."""
+    used = set(thief.steal) | set(thief.held) | set(key.probe_texts)
+    rows = [i for i, t in enumerate(texts) if t not in used]
+    own_texts = [texts[i] for i in rows]
+    clean = victim.matrix[rows].astype(np.float64)
+    head = EncoderRidgeStealer(standard, features=standard.matrix[rows].astype(np.float64))
+    return [head.fit(own_texts, clean), RidgeStealer(seed=seed).fit(own_texts, clean)]
 
 
 def unit_scores(variant: str, adj: np.ndarray, z: np.ndarray, answers, clean) -> np.ndarray:
@@ -134,14 +155,16 @@ def served_whitened(key, audit_clean: np.ndarray, gaussian, drawn) -> Callable:
     return lambda rows: serve(rows, amplitude)
 
 
-def run_key(seed: int, texts, victim, standard) -> list[dict]:
+def run_key(seed: int, texts, victim, standard, variants) -> list[dict]:
     keys = {"default": victim_key(texts, victim, seed, marking="field")}
     for name, (units, marked) in UNITS.items():
+        if name not in variants:
+            continue
         keys[name] = victim_key(
             texts, victim, seed, marking="field", field_units=units, field_marked=marked
         )
     rows = []
-    for variant in VARIANTS:
+    for variant in variants:
         key = keys.get(variant, keys["default"])
         field = key.field
         gaussian = field.gaussian(key.salt)
@@ -171,9 +194,13 @@ def run_key(seed: int, texts, victim, standard) -> list[dict]:
             directions = mark_directions(clean, audit_key)
             z = standardised((clean - field.mu) @ whitening(clean, strength) @ gaussian)
             texts_asked = list(audit_key.probe_texts)
+            references = []
+            if variant == "references":
+                made = reference_copies(seed, texts, key, thief, victim, standard)
+                references = [r(texts_asked) for r in made]
             for name, copy in copies.items():
                 out = unit_rows(np.asarray(copy(texts_asked), dtype=np.float64))
-                adj = adjusted_lean(out, directions, clean)
+                adj = adjusted_lean(out, directions, clean, references)
                 scores = unit_scores(variant, adj, z, out, clean)
                 p = min(1.0, factor * rank_sum_p_value(scores, drawn))
                 row[f"{label}/{name}"] = p
@@ -193,7 +220,7 @@ def run_key(seed: int, texts, victim, standard) -> list[dict]:
     return rows
 
 
-def table(rows: list[dict]) -> list[str]:
+def table(rows: list[dict], variants) -> list[str]:
     seeds = sorted({r["seed"] for r in rows})
     lines = [
         f"keys (seeds) {', '.join(map(str, seeds))}; p per key, keygen / traffic audit; "
@@ -203,7 +230,7 @@ def table(rows: list[dict]) -> list[str]:
         "| clean ridge head (innocent), smallest p | corr (ridge head, keygen) |",
         "|---|---|---|---|---|---|---|",
     ]
-    for variant in VARIANTS:
+    for variant in variants:
         mine = sorted((r for r in rows if r["variant"] == variant), key=lambda r: r["seed"])
         cells = []
         for name in SUSPECTS[:2]:
@@ -219,21 +246,23 @@ def table(rows: list[dict]) -> list[str]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3, 4, 5, 6])
+    parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=VARIANTS)
+    parser.add_argument("--name", default="field-levers", help="output file stem")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
     started = time.time()
     texts, victim, standard, _ = corpus_lookups()
     rows: list[dict] = []
     for seed in args.seeds:
-        rows.extend(run_key(seed, texts, victim, standard))
-    lines = table(rows)
+        rows.extend(run_key(seed, texts, victim, standard, args.variants))
+    lines = table(rows, args.variants)
     print("\n".join(lines))
     print(f"done in {time.time() - started:.0f} s")
     if args.out:
         args.out.mkdir(parents=True, exist_ok=True)
         command = "python benchmarks/bench_field_levers.py " + " ".join(sys.argv[1:])
-        (args.out / "field-levers.txt").write_text("\n".join([command, "", *lines]) + "\n")
-        (args.out / "field-levers.json").write_text(
+        (args.out / f"{args.name}.txt").write_text("\n".join([command, "", *lines]) + "\n")
+        (args.out / f"{args.name}.json").write_text(
             json.dumps({"command": command, "rows": rows}, indent=1) + "\n"
         )
 
