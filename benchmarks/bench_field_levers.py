@@ -25,7 +25,9 @@ script tries, on the same keys and thieves, the levers that keep the rank test e
   corpus texts that are neither the thief's nor the keygen audit's): what an innocent
   copy on such a base would lean cancels, and the mark stands out. The references
   depend on the clean model, public models and the verifier's own texts, never on the
-  key, so the test stays exact; its gain depends on the thief's base being among them.
+  key, so the test stays exact; its gain depends on the thief's base being among them;
+- ``references, bag-of-words``: the same with the bag-of-words reference alone, as for
+  a thief whose open model is not among the references.
 
 Each variant faces a ridge head and a kNN-5 copy on L3 trained on the service's
 answers to the thief's 6,000 texts, and a ridge head on the clean answers
@@ -83,6 +85,7 @@ VARIANTS = (
     "512 units",
     "served whitened",
     "references",
+    "references, bag-of-words",
 )
 UNITS = {"128 units": (128, 32), "512 units": (512, 128)}
 SUSPECTS = ("ridge head on L3", "kNN-5 on L3", "clean ridge head on L3")
@@ -195,8 +198,10 @@ def run_key(seed: int, texts, victim, standard, variants) -> list[dict]:
             z = standardised((clean - field.mu) @ whitening(clean, strength) @ gaussian)
             texts_asked = list(audit_key.probe_texts)
             references = []
-            if variant == "references":
+            if variant.startswith("references"):
                 made = reference_copies(seed, texts, key, thief, victim, standard)
+                if variant == "references, bag-of-words":
+                    made = made[1:]
                 references = [r(texts_asked) for r in made]
             for name, copy in copies.items():
                 out = unit_rows(np.asarray(copy(texts_asked), dtype=np.float64))
