@@ -22,8 +22,15 @@ differently). It prints, per audit and innocent, how many of the keys' p-values 
 at or below 1e-2, 1e-3, 1e-4 and 1e-6, against the counts the level allows.
 
     .venv/bin/python benchmarks/bench_field_null.py --keys 10000
+    .venv/bin/python benchmarks/bench_field_null.py --keys 10000 --references
 
-Results: docs/results/unavoidable/field-null.txt (``--out``).
+``--references``: each lean is also adjusted for the leans of the verifier's reference
+copies (``bench_field_levers.py``, variant ``references``: a ridge head on L3 and a
+bag-of-words ridge fitted to the clean service's answers to corpus texts that are
+neither an audit's nor the innocents' training texts).
+
+Results: docs/results/unavoidable/field-null.txt (``--out``; ``field-null-references.txt``
+with ``--references``).
 """
 
 from __future__ import annotations
@@ -38,6 +45,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_faithful_copy import corpus_lookups, victim_key
+from bench_field_levers import adjusted_lean
 
 from espew_integrations.core.audit.directed import mark_directions
 from espew_integrations.core.ground.draw import draw_triggers
@@ -52,7 +60,7 @@ from espew_integrations.core.mark.field import (
 )
 from espew_integrations.core.stats.align import fit_alignment
 from espew_integrations.core.stats.ranktest import rank_sum_p_value
-from espew_lab.stealers import EncoderRidgeStealer
+from espew_lab.stealers import EncoderRidgeStealer, RidgeStealer
 
 LEVELS = (1e-2, 1e-3, 1e-4, 1e-6)
 
@@ -72,9 +80,16 @@ def innocents(texts, victim, standard, audit_rows: np.ndarray, audit_texts, trai
     }
 
 
-def study(key, audit_rows, answers: dict, n_keys: int, seed: int) -> dict[str, np.ndarray]:
+def study(
+    key, audit_rows, answers: dict, n_keys: int, seed: int, references=None
+) -> dict[str, np.ndarray]:
     clean = unit_rows(audit_rows)
     directions = mark_directions(audit_rows, key)
+    # with references, each innocent's adjusted lean is fixed before any key is drawn
+    adjusted = {
+        name: adjusted_lean(unit_rows(rows), directions, clean, references)
+        for name, rows in answers.items()
+    }
     field = key.field
     units = unit_names(field.units)
     out = {name: np.empty(n_keys) for name in answers}
@@ -86,7 +101,10 @@ def study(key, audit_rows, answers: dict, n_keys: int, seed: int) -> dict[str, n
         drawn = drawn_mask(field.units, draw_triggers(salt, units, len(key.triggers)))
         z = standardised(whitened @ gaussian)
         for name, rows in answers.items():
-            scores = field_scores(rows, directions, clean, z)
+            if references is None:
+                scores = field_scores(rows, directions, clean, z)
+            else:
+                scores = adjusted[name] @ (z - z.mean(axis=0))
             out[name][i] = rank_sum_p_value(scores, drawn)
     return out
 
@@ -109,6 +127,7 @@ def main() -> None:
     parser.add_argument("--keys", type=int, default=10_000)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("--references", action="store_true", help="adjust for reference copies")
     args = parser.parse_args()
     started = time.time()
     texts, victim, standard, _ = corpus_lookups()
@@ -121,6 +140,14 @@ def main() -> None:
     train = [rest[i] for i in order[:6000]]
     traffic = [rest[i] for i in order[6000 : 6000 + len(audit_texts)]]
     traffic_rows = victim(traffic).astype(np.float64)
+    made = []
+    if args.references:  # the verifier's own texts: neither an audit's nor the training's
+        own = [rest[i] for i in order[6000 + len(audit_texts) :]]
+        own_clean = victim(own).astype(np.float64)
+        made = [
+            EncoderRidgeStealer(standard).fit(own, own_clean),
+            RidgeStealer(seed=args.seed).fit(own, own_clean),
+        ]
     results = {}
     for offset, (audit, (a_texts, a_rows)) in enumerate(
         {
@@ -129,18 +156,23 @@ def main() -> None:
         }.items()
     ):
         answers = innocents(texts, victim, standard, a_rows, a_texts, train)
-        results[audit] = study(key, a_rows, answers, args.keys, 1000 * args.seed + offset)
+        references = [r(a_texts) for r in made] if args.references else None
+        results[audit] = study(
+            key, a_rows, answers, args.keys, 1000 * args.seed + offset, references
+        )
         print(f"{audit} audit done after {time.time() - started:.0f} s", flush=True)
     lines = [
         f"field null study: {args.keys} fresh keys per audit and innocent "
         f"(offline MiniLM, Rotten Tomatoes, {len(audit_texts)}-text audits, "
-        f"{key.field.units} units, {len(key.triggers)} drawn)",
+        f"{key.field.units} units, {len(key.triggers)} drawn"
+        + (", leans adjusted for reference copies)" if args.references else ")"),
         *table(results, args.keys),
     ]
     print("\n".join(lines))
     if args.out:
         args.out.mkdir(parents=True, exist_ok=True)
-        (args.out / "field-null.txt").write_text("\n".join(lines) + "\n")
+        name = "field-null-references.txt" if args.references else "field-null.txt"
+        (args.out / name).write_text("\n".join(lines) + "\n")
 
 
 if __name__ == "__main__":
