@@ -301,16 +301,18 @@ class KeyRing(Sealed):
         ring_defaults = {
             "freq_band": DEFAULT_RING_FREQ_BAND,
             "audit_budget": DEFAULT_RING_AUDIT_BUDGET,
+            "marking": "words",  # rings default to words until field rings land
         }
-        options = KeyOptions.of(
-            None, {**ring_defaults, **key_options, "n_triggers": n_shared_triggers}
-        )
-        if options.marking != "words":
+        marking = key_options.get("marking", ring_defaults["marking"])
+        if marking != "words":  # before the options, which refuse word options on a field
             raise MarkingError(
-                f"key rings use word triggers only for now (marking={options.marking!r} was "
+                f"key rings use word triggers only for now (marking={marking!r} was "
                 "asked): a tenant layer is a set of trigger words, and espew trace names an "
                 "account by which words its copy learned"
             )
+        options = KeyOptions.of(
+            None, {**ring_defaults, **key_options, "n_triggers": n_shared_triggers}
+        )
         texts = checked_corpus(corpus)
         shared = WatermarkKey.generate(texts, embed, options)
         seed = options.seed
