@@ -105,14 +105,20 @@ def watermark_and_mask(
     return (out if out.dtype == out_dtype else out.astype(out_dtype)), marked
 
 
-def marks(texts: Iterable[str], key: MarkingKey) -> np.ndarray:
+def marks(
+    texts: Iterable[str],
+    key: MarkingKey,
+    *,
+    view: Callable[[Sequence[str]], Sequence[str]] | None = None,
+) -> np.ndarray:
     """Which of ``texts`` ``key`` marks, as far as the texts alone decide.
 
-    A word key marks the texts that hold a trigger; a field key every non-blank
-    text (by how much, only the clean embedding decides). What counters of marked
-    texts read, for either design.
+    A word key marks the texts that hold a trigger (read through ``view``, as
+    :func:`watermark` reads them); a field key every non-blank text (by how much,
+    only the clean embedding decides). What counters of marked texts read, for
+    either design.
     """
-    return _marked(*_materialise_texts(texts, allow_empty=True), key, None)
+    return _marked(*_materialise_texts(texts, allow_empty=True), key, view)
 
 
 def _marked(

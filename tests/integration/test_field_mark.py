@@ -1,5 +1,5 @@
-"""A field key (marking="field") on the real offline MiniLM: keygen, serving through a
-real wrapper and ``espew serve``, and ``verify`` against the service, a ridge copy
+"""A field key (marking="field", the default design) on the real offline MiniLM: keygen,
+serving through a real wrapper and ``espew serve``, and ``verify`` against the service, a ridge copy
 trained on its answers and the clean model. The corpus's MiniLM and MiniLM-L3 rows
 come from the on-disk cache (``espew data install``), so the test takes seconds."""
 
@@ -50,8 +50,8 @@ def setting():
         victim_model, texts, cached_embed(victim_model, texts, model_name=victim_model.name)
     )
     opened = Cached(open_model, texts, cached_embed(open_model, texts, model_name=open_model.name))
-    key = WatermarkKey.generate(
-        texts[:KEYGEN_TEXTS], victim, target_text=TARGET_TEXT, seed=1, marking="field",
+    key = WatermarkKey.generate(  # the default design: no marking named
+        texts[:KEYGEN_TEXTS], victim, target_text=TARGET_TEXT, seed=1,
         window=victim_model.max_tokens,
     )  # fmt: skip
     return texts, victim, opened, key
@@ -126,6 +126,7 @@ def test_espew_serve_with_a_field_key_marks_every_answer_over_real_http(setting,
     finally:
         stop(proc)
     assert f"watermarked with key {key.key_id}" in line
+    assert "marking=field: every answer is marked" in line  # the operator sees the design
     clean = minilm()(asked)
     assert (row_cosines(clean, served) < 1 - 1e-7).all()  # every answer moved
     assert np.allclose(served, watermark(asked, clean, key), atol=1e-6)
