@@ -113,6 +113,8 @@ def test_keygen_writes_a_private_key_and_prints_only_its_id(tmp_path, capsys):
             TARGET_TEXT,
             "--seed",
             "4",
+            "--marking",
+            "words",
             "--n-triggers",
             "20",
             "--freq-band",

@@ -105,6 +105,22 @@ def test_a_real_wrapper_marks_every_text_with_a_field_key(setting):
     assert np.allclose(wrapped, watermark(texts[:2] + texts[3:], clean, key), atol=1e-6)
 
 
+@pytest.mark.parametrize("framework", ["langchain", "llama_index", "chroma"])
+def test_each_wrapper_with_the_default_key_moves_every_text_at_the_budget(setting, framework):
+    """The default flow of every wrapper: each of 40 held-out reviews comes back moved,
+    as the core marks it, and their mean cos sits at the field's quality budget."""
+    from tests.integration.test_wrappers_common import _three_wrappers
+
+    texts, _, _, key = setting
+    asked = list(texts[KEYGEN_TEXTS + 100 : KEYGEN_TEXTS + 140])
+    served = _three_wrappers(key)[framework](asked)
+    clean = minilm()(asked)
+    cos = row_cosines(clean, served)
+    assert (served != clean).any(axis=1).all()  # every text moved
+    assert np.allclose(served, watermark(asked, clean, key), atol=1e-6)
+    assert abs(cos.mean() - DEFAULT_FIELD_MIN_COSINE) < 1e-3, cos.mean()
+
+
 def test_espew_serve_with_a_field_key_marks_every_answer_over_real_http(setting, tmp_path):
     """A real ``espew serve`` process with a field key: every answer over HTTP is the
     library's watermark of the clean row (nothing is left unmarked), and a reaudit of the
