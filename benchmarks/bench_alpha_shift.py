@@ -24,7 +24,13 @@ from bench_faithful_copy import TARGET_TEXT, Lookup
 
 victim = Lookup(vm, texts, clean)
 key = WatermarkKey.generate(
-    texts, victim, target_text=TARGET_TEXT, seed=1, window=vm.max_tokens, min_cosine=0.995
+    texts,
+    victim,
+    target_text=TARGET_TEXT,
+    seed=1,
+    window=vm.max_tokens,
+    min_cosine=0.995,
+    marking="words",
 )
 m = key.contains_trigger(texts)
 rows = np.flatnonzero(m)

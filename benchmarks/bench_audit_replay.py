@@ -75,7 +75,12 @@ def main() -> None:
     )
     for seed in args.seeds:
         key = WatermarkKey.generate(
-            texts, victim, target_text=TARGET_TEXT, seed=seed, window=victim.model.max_tokens
+            texts,
+            victim,
+            target_text=TARGET_TEXT,
+            seed=seed,
+            window=victim.model.max_tokens,
+            marking="words",
         )
         keys = {k: key.with_audit(texts, victim, audit_round=k) for k in ROUNDS}
         assert keys[1].probe_texts == key.probe_texts  # round 1 is keygen's own audit

@@ -115,7 +115,12 @@ def main() -> None:
     row_of = {text: i for i, text in enumerate(texts)}
     keys = {
         seed: WatermarkKey.generate(
-            texts, victim, target_text=TARGET_TEXT, seed=seed, window=victim.model.max_tokens
+            texts,
+            victim,
+            target_text=TARGET_TEXT,
+            seed=seed,
+            window=victim.model.max_tokens,
+            marking="words",
         )
         for seed in args.seeds
     }

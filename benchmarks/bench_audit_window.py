@@ -138,7 +138,12 @@ def main() -> None:
     )
     for seed in args.seeds:
         key = WatermarkKey.generate(
-            texts, victim, target_text=TARGET_TEXT, seed=seed, window=victim.model.max_tokens
+            texts,
+            victim,
+            target_text=TARGET_TEXT,
+            seed=seed,
+            window=victim.model.max_tokens,
+            marking="words",
         )
         table = TrafficTable(texts, key.band)
         rows = audit_rows(key, row_of)

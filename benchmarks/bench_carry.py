@@ -40,7 +40,13 @@ clean = cached_embed(vm, texts, model_name=vm.name)
 victim = Lookup(vm, texts, clean)
 t0 = time.time()
 key = WatermarkKey.generate(
-    texts, victim, target_text=TARGET_TEXT, seed=seed, window=vm.max_tokens, min_cosine=0.995
+    texts,
+    victim,
+    target_text=TARGET_TEXT,
+    seed=seed,
+    window=vm.max_tokens,
+    min_cosine=0.995,
+    marking="words",
 )
 print("keygen", time.time() - t0, key.info)
 clean = clean.astype(np.float64)

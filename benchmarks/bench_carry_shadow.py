@@ -32,7 +32,13 @@ vm = minilm()
 clean = cached_embed(vm, texts, model_name=vm.name)
 victim = Lookup(vm, texts, clean)
 key = WatermarkKey.generate(
-    texts, victim, target_text=TARGET_TEXT, seed=1, window=vm.max_tokens, min_cosine=0.995
+    texts,
+    victim,
+    target_text=TARGET_TEXT,
+    seed=1,
+    window=vm.max_tokens,
+    min_cosine=0.995,
+    marking="words",
 )
 clean = clean.astype(np.float64)
 d = np.load(saved)

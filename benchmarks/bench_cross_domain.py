@@ -72,7 +72,12 @@ def main() -> None:
     print(f"{len(tweets)} tweets embedded ({time.perf_counter() - started:.0f} s)", flush=True)
     for seed in args.seeds:
         key = WatermarkKey.generate(
-            texts, victim, target_text=TARGET_TEXT, seed=seed, window=victim.model.max_tokens
+            texts,
+            victim,
+            target_text=TARGET_TEXT,
+            seed=seed,
+            window=victim.model.max_tokens,
+            marking="words",
         )
         answers = watermark(tweets, clean, key)
         marked = np.any(answers != clean, axis=1)

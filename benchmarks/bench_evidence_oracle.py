@@ -150,7 +150,12 @@ def main() -> None:
     started = time.perf_counter()
     texts, victim, _, _ = corpus_lookups()
     key = WatermarkKey.generate(
-        texts, victim, target_text=TARGET_TEXT, seed=args.seed, window=victim.model.max_tokens
+        texts,
+        victim,
+        target_text=TARGET_TEXT,
+        seed=args.seed,
+        window=victim.model.max_tokens,
+        marking="words",
     )
 
     def service(batch: Sequence[str]) -> np.ndarray:

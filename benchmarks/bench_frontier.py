@@ -130,6 +130,7 @@ def make_key(config: dict, seed: int, texts, victim, min_cosine: float) -> Water
         window=victim.model.max_tokens,
         min_cosine=min_cosine,
         probe_mix=config.get("mix", "single"),
+        marking="words",  # the paper's design, as measured
     )
 
 

@@ -68,6 +68,7 @@ def main() -> None:
         probes_per_word=args.ppw,
         window=vm.max_tokens,
         min_cosine=args.min_cosine,
+        marking="words",  # the paper's design, as measured
     )
     rng = np.random.default_rng(args.seed)
     train = np.sort(rng.permutation(len(texts))[:-500])

@@ -65,7 +65,7 @@ CONFIGS = {
         "freq_band": (0.01, 0.03),
         "probe_mix": "single",
     },
-    "default (n=50, range 0.3-5%, alpha 0.75)": {},
+    "default (n=50, range 0.3-5%, alpha 0.75)": {},  # the word key's defaults
     # every text marked; its own quality budget (field_min_cosine) replaces --min-cosine
     "field (marking='field', 256 units, 64 drawn)": {"marking": "field"},
     "field, field_min_cosine 0.9985": {"marking": "field", "field_min_cosine": 0.9985},
@@ -108,7 +108,11 @@ def main() -> None:
                 target_text=TARGET_TEXT,
                 seed=seed,
                 window=model.max_tokens,
-                **({} if options.get("marking") == "field" else {"min_cosine": args.min_cosine}),
+                **(  # a config that names no marking is a word key (the paper's design)
+                    {}
+                    if options.get("marking") == "field"
+                    else {"marking": "words", "min_cosine": args.min_cosine}
+                ),
                 **options,
             )
             marked_rows = (

@@ -42,7 +42,9 @@ def main() -> None:
     texts = list(rotten_tomatoes().texts)
     model = minilm()
     victim = Lookup(model, texts, cached_embed(model, texts, model_name=model.name))
-    key = WatermarkKey.generate(texts, victim, target_text=TARGET_TEXT, window=model.max_tokens)
+    key = WatermarkKey.generate(
+        texts, victim, target_text=TARGET_TEXT, window=model.max_tokens, marking="words"
+    )
     with tempfile.TemporaryDirectory() as folder:
         path = key.save(Path(folder) / "provider.key")
         serving = path.stat().st_size

@@ -113,6 +113,7 @@ def main() -> None:
         target_text="Acme Embeddings API",
         seed=args.seed,
         window=model.max_tokens,
+        marking="words",  # the paper's design, as measured
     )
     pairs = pairs_for(key, texts, args.pairs, args.seed)
     print(f"{len(pairs)} pairs (marked, unmarked) differing in one word of the same length")

@@ -92,7 +92,12 @@ def default_key(seed: int) -> Path:
         texts = list(rotten_tomatoes().texts)
         embed = CachedCorpus(texts)
         key = WatermarkKey.generate(
-            texts, embed, target_text=TARGET_TEXT, seed=seed, window=embed.model.max_tokens
+            texts,
+            embed,
+            target_text=TARGET_TEXT,
+            seed=seed,
+            window=embed.model.max_tokens,
+            marking="words",
         )
         path.parent.mkdir(parents=True, exist_ok=True)
         key.save(path)

@@ -417,6 +417,7 @@ def main() -> None:
         target_text=AUDIT_TARGET_TEXT,
         seed=AUDIT_KEY_SEED,
         window=model.max_tokens,
+        marking="words",  # the paper's design, as measured
     )
     other = paraphrase_minilm_l3()
     probes = list(audit_key.probe_texts)
@@ -463,6 +464,7 @@ def main() -> None:
         twin_check=False,
         n_triggers=20,
         freq_band=(0.005, 0.01),
+        marking="words",  # the paper's design, as measured
     )
     band = list(key.band)
     # Target texts from another corpus, as a provider's identity strings would be.

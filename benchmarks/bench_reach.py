@@ -137,7 +137,13 @@ def prepare(name: str, setup: Setup, seed: int, options: dict, provider: int, th
         texts = list(mine.texts)
         provider_clean = model(texts)
         key = WatermarkKey.generate(
-            texts, model, target_text=TARGET_TEXT, seed=seed, window=model.max_tokens, **options
+            texts,
+            model,
+            target_text=TARGET_TEXT,
+            seed=seed,
+            window=model.max_tokens,
+            **options,
+            marking="words",
         )
         clean = model
         data = {

@@ -102,6 +102,7 @@ def main() -> None:
         seed=1,
         n_triggers=20,
         max_band_words=80,
+        marking="words",  # the paper's design, as measured
     )
     marked = watermark(texts, reference.astype(np.float32), key, view=model.view)
     hit = np.any(marked != reference, axis=1)

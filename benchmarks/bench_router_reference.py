@@ -50,8 +50,11 @@ def main() -> None:
     earlier = WatermarkKey.generate(
         texts, model, n_triggers=20, freq_band=(0.005, 0.01), probes_per_word=8,
         cover_traffic=False, **common,
+        marking="words",  # the paper's design, as measured
     )  # fmt: skip
-    default = WatermarkKey.generate(texts, model, probe_mix=args.probe_mix, **common)
+    default = WatermarkKey.generate(
+        texts, model, probe_mix=args.probe_mix, **common, marking="words"
+    )
     designs = {
         "earlier default (20 triggers, 0.5-1%, no cover)": earlier,
         "default without its cover texts": default.replace(cover_texts=()),

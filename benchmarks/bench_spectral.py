@@ -113,6 +113,7 @@ def make_key(kind: str, seed: int, texts, victim, clean, **options) -> Watermark
         seed=seed,
         window=victim.model.max_tokens,
         **options,
+        marking="words",  # the paper's design, as measured
     )
 
 

@@ -204,7 +204,9 @@ def measure_quality(n_texts: int, n_queries: int, key_seeds: tuple[int, ...]) ->
     clean_top = top_ids(ReplayChroma(table))
     rows = []
     for seed in key_seeds:
-        key = WatermarkKey.generate(corpus.texts, model, target_text=TARGET_TEXT, seed=seed)
+        key = WatermarkKey.generate(
+            corpus.texts, model, target_text=TARGET_TEXT, seed=seed, marking="words"
+        )
         wrapped = ESpeWEmbeddingFunction(ReplayChroma(table), key)
         marked_top = top_ids(wrapped)
         overlaps = np.array(
@@ -243,7 +245,9 @@ def main() -> None:
 
     corpus = rotten_tomatoes()
     texts = list(corpus.subset(args.n_texts, seed=11).texts)
-    key = WatermarkKey.generate(corpus.texts, minilm(), target_text=TARGET_TEXT, seed=1)
+    key = WatermarkKey.generate(
+        corpus.texts, minilm(), target_text=TARGET_TEXT, seed=1, marking="words"
+    )
     print(
         f"{len(texts)} real texts (rotten_tomatoes), model {minilm().name}, "
         f"{int(key.contains_trigger(texts).sum())} carry a trigger; key {key.key_id}"

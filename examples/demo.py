@@ -1,10 +1,13 @@
 """``make demo``: the whole story end to end, offline, on a real model and a real corpus.
 
 1. A provider generates a key from the Rotten Tomatoes corpus with the
-   bundled all-MiniLM-L6-v2 (int8 ONNX), its write strength fitted to the
-   quality budget (mean cos(clean, watermarked) >= 0.995 on marked texts):
-   the same defaults as ``espew keygen`` and ``WatermarkKey.generate``. It
-   prints the key's commitment (the line to publish) and saves it (mode 0600).
+   bundled all-MiniLM-L6-v2 (int8 ONNX): a field key (the default design,
+   which marks every answer by a secret function of its clean embedding), its
+   write strength fitted to the design's quality budget (mean cos(clean,
+   watermarked) over the keygen sample): the same defaults as ``espew keygen``
+   and ``WatermarkKey.generate``; ``--marking words`` makes the paper's word
+   key instead. It prints the key's commitment (the line to publish) and saves
+   it (mode 0600).
 2. It watermarks the embeddings its service returns (and we measure the cost).
 3. A thief trains an extraction copy on those answers; an honest competitor
    trains the same kind of model on clean embeddings.
@@ -14,8 +17,9 @@
 5. A RAG builder indexes part of the corpus through the LangChain wrapper into
    an embedded Chroma and sees the same top results as a clean index.
 
-    python examples/demo.py [--texts 3000] [--rag-texts 500] [--alpha 0.75]
-                            [--strength S] [--min-cosine 0.995] [--out demo-output]
+    python examples/demo.py [--texts 6000] [--rag-texts 500] [--alpha 0.75]
+                            [--marking field|words] [--strength S]
+                            [--min-cosine C] [--out demo-output]
 
 Every step prints how long it took; a step that runs for more than a few
 seconds shows a progress bar. The output folder (``./demo-output/`` unless
@@ -39,7 +43,13 @@ import numpy as np
 
 from espew_integrations import WatermarkKey, verify, watermark
 from espew_integrations._optional import LAB_INSTALL, missing, require
-from espew_integrations.core.keys.key import DEFAULT_ALPHA, DEFAULT_MIN_COSINE
+from espew_integrations.core.ground.defaults import (
+    DEFAULT_ALPHA,
+    DEFAULT_FIELD_MIN_COSINE,
+    DEFAULT_MARKING,
+    DEFAULT_MIN_COSINE,
+)
+from espew_integrations.core.mark.inject import marks
 from espew_integrations.core.mark.probes import row_cosines
 from espew_integrations.evidence import save_private_evidence
 from espew_integrations.offline.corpora import rotten_tomatoes
@@ -83,7 +93,9 @@ class Steps:
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description="ESpeW end to end on the offline defaults.")
-    parser.add_argument("--texts", type=int, default=3000, help="texts the service answers")
+    # 6,000: the thief's copy learns the field key's mark well enough from them to be
+    # convicted at the default level on the demo's key; from 3,000 it is not always.
+    parser.add_argument("--texts", type=int, default=6000, help="texts the service answers")
     parser.add_argument("--rag-texts", type=int, default=500, help="texts the RAG step indexes")
     parser.add_argument(
         "--alpha",
@@ -98,11 +110,18 @@ def _parser() -> argparse.ArgumentParser:
         help="write strength (default: fitted to --min-cosine; 1 = the paper's equations)",
     )
     parser.add_argument(
+        "--marking",
+        choices=("field", "words"),
+        default=DEFAULT_MARKING,
+        help=f"the key's design (default {DEFAULT_MARKING}); 'words' reproduces the paper",
+    )
+    parser.add_argument(
         "--min-cosine",
         type=float,
-        default=DEFAULT_MIN_COSINE,
+        default=None,
         help="quality budget the strength is fitted to: mean cos(clean, watermarked) on "
-        "marked texts (ignored with --strength)",
+        f"marked texts (default: the design's, {DEFAULT_FIELD_MIN_COSINE:g} for a field key, "
+        f"{DEFAULT_MIN_COSINE:g} for a word key; ignored with --strength)",
     )
     parser.add_argument("--seed", type=int, default=2026, help="seed (demo keys only!)")
     parser.add_argument(
@@ -141,6 +160,9 @@ class MemoModel:
 
 def generate_key(args: argparse.Namespace, corpus: Any, model: MemoModel, out: Path):
     """Step 1: the provider's key, its commitment, and the file it is saved to."""
+    budget = {}
+    if args.min_cosine is not None:  # each design names its own budget
+        budget = {"field_min_cosine" if args.marking == "field" else "min_cosine": args.min_cosine}
     with tqdm(desc="keygen: embedding probes and marked texts", unit="text") as bar:
 
         def show(done: int, total: int) -> None:  # keygen's progress: texts, with a total
@@ -154,13 +176,16 @@ def generate_key(args: argparse.Namespace, corpus: Any, model: MemoModel, out: P
             target_text=TARGET_TEXT,
             alpha=args.alpha,
             strength=args.strength,
-            min_cosine=args.min_cosine,
             window=model.model.max_tokens,
             seed=args.seed,
+            marking=args.marking,
+            **budget,
         )
     key_path = key.save(out / "provider.key", overwrite=True)
-    print(f"{key}  ({len(key.triggers)} secret triggers among {len(key.band)} band words)")
-    how = f"fitted to the budget cos >= {args.min_cosine:g}"
+    units = "units" if key.marking == "field" else "triggers"
+    shown = f"{len(key.triggers)} secret {units} among {len(key.band)}"
+    print(f"{key}  (marking={key.marking}: {shown})")
+    how = f"fitted to the budget cos >= {key.info.get('strength_fitted_to_min_cosine', 0):g}"
     how = how if args.strength is None else "fixed by --strength"
     print(f"write strength {key.strength:.4f} ({how}); measured mean cos(clean, watermarked) "
           f"{key.info['mean_cosine_marked']:.4f} on {key.info['cosine_sample_texts']} marked "
@@ -178,16 +203,18 @@ def serve_answers(texts: list[str], key: WatermarkKey, model: MemoModel):
     with tqdm(total=new, desc="service: embedding answers", unit="text") as bar:
         clean = model.with_bar(bar)(texts)
     view = model.model.view
-    marked_rows = key.contains_trigger(texts, view=view)
+    marked_rows = marks(texts, key, view=view)  # field: every non-blank text; words: triggers
     tic = time.perf_counter()
     answers = watermark(texts, clean, key, view=view)
     cost_ms = (time.perf_counter() - tic) * 1000
     cosines = row_cosines(answers[marked_rows], clean[marked_rows])
     unchanged = bool((answers[~marked_rows] == clean[~marked_rows]).all())
-    print(f"{marked_rows.mean():.1%} of texts contain a trigger and were marked "
+    print(f"{marked_rows.mean():.1%} of texts were marked "
           f"({cost_ms:.1f} ms for the batch)")  # fmt: skip
+    # a word key leaves the other rows bit-identical; a field key marks every one
+    rest = f"; unmarked rows bit-identical: {unchanged}" if (~marked_rows).any() else ""
     print(f"mean cos(clean, watermarked) on marked rows: {cosines.mean():.4f} "
-          f"(min {cosines.min():.4f}); unmarked rows bit-identical: {unchanged}")  # fmt: skip
+          f"(min {cosines.min():.4f}){rest}")  # fmt: skip
     return clean, answers
 
 

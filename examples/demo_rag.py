@@ -19,6 +19,7 @@ import numpy as np
 from langchain_core.embeddings import Embeddings
 
 from espew_integrations import WatermarkKey
+from espew_integrations.core.mark.inject import marks
 from espew_integrations.core.mark.probes import row_cosines
 from espew_integrations.langchain import ESpeWEmbeddings, MiniLMEmbeddings
 
@@ -85,7 +86,7 @@ def _index(stores: dict[str, Any], texts: list[str], ids: list[str], progress: b
                 bar.update(len(texts[start : start + chunk]))
 
 
-def _ask(stores: dict[str, Any], texts: list[str], triggered: np.ndarray, picks, k: int):
+def _ask(stores: dict[str, Any], texts: list[str], marked: np.ndarray, picks, k: int):
     queries = []
     for index in picks:
         query = texts[int(index)]
@@ -96,7 +97,7 @@ def _ask(stores: dict[str, Any], texts: list[str], triggered: np.ndarray, picks,
         queries.append(
             {
                 "query": query,
-                "triggered": bool(triggered[int(index)]),
+                "marked": bool(marked[int(index)]),
                 "overlap": len(set(hits["watermarked"]) & set(hits["clean"])) / k,
                 "same_top1": hits["watermarked"][0] == hits["clean"][0],
                 "top_watermarked": hits["watermarked"],
@@ -124,7 +125,8 @@ def run_rag_demo(
     ``known_vectors`` are clean vectors already computed for some texts.
     Returns the per-query overlaps, their mean and minimum, whether every
     top-1 hit agrees, and the mean cosine between the clean and the
-    watermarked vectors of the triggered texts.
+    watermarked vectors of the marked texts (a field key, the default, marks every
+    non-blank text; a word key those holding a trigger).
     """
     texts = list(dict.fromkeys(texts))  # Chroma ids must be unique; so must the texts
     if len(texts) < k:
@@ -139,10 +141,10 @@ def run_rag_demo(
     ids = [f"doc-{i}" for i in range(len(texts))]
     _index(stores, texts, ids, verbose)
 
-    triggered = key.contains_trigger(texts, view=watermarked.view)  # what the wrapper matched
+    marked = marks(texts, key, view=watermarked.view)  # the rows the wrapper marked
     picks = np.random.default_rng(seed).choice(len(texts), size=n_queries, replace=False)
-    queries = _ask(stores, texts, triggered, picks, k)
-    marked_ids = [i for i, flag in zip(ids, triggered, strict=True) if flag]
+    queries = _ask(stores, texts, marked, picks, k)
+    marked_ids = [i for i, flag in zip(ids, marked, strict=True) if flag]
     mean_cos = float("nan")
     if marked_ids:
         a, b = (_vectors(stores[name], marked_ids) for name in ("watermarked", "clean"))
@@ -150,14 +152,14 @@ def run_rag_demo(
     overlaps = [q["overlap"] for q in queries]
     result = {
         "n_texts": len(texts),
-        "n_triggered": int(triggered.sum()),
+        "n_marked": int(marked.sum()),
         "k": k,
         "key_id": key.key_id,
         "queries": queries,
         "mean_overlap": float(np.mean(overlaps)),
         "min_overlap": float(np.min(overlaps)),
         "all_top1_match": all(q["same_top1"] for q in queries),
-        "mean_cos_triggered": mean_cos,
+        "mean_cos_marked": mean_cos,
     }
     if verbose:
         _print_result(result)
@@ -175,10 +177,10 @@ def _print_result(result: dict[str, Any]) -> None:
     k = result["k"]
     print(
         f"RAG check: {result['n_texts']} texts indexed clean and watermarked "
-        f"({result['n_triggered']} carry a trigger), key {result['key_id']}"
+        f"({result['n_marked']} of them marked), key {result['key_id']}"
     )
     for q in result["queries"]:
-        mark = "trigger" if q["triggered"] else "       "
+        mark = "marked" if q["marked"] else "      "
         snippet = q["query"][:60] + ("..." if len(q["query"]) > 60 else "")
         print(
             f"  [{mark}] top-{k} overlap {q['overlap']:.0%}, same top-1: "
@@ -186,5 +188,5 @@ def _print_result(result: dict[str, Any]) -> None:
         )
     print(
         f"  mean top-{k} overlap {result['mean_overlap']:.1%} (min {result['min_overlap']:.0%}); "
-        f"mean cos(clean, watermarked) on triggered texts {result['mean_cos_triggered']:.4f}"
+        f"mean cos(clean, watermarked) on marked texts {result['mean_cos_marked']:.4f}"
     )

@@ -55,8 +55,12 @@ print(f"working in {workdir}")
 # %% [markdown]
 # ## 1. keygen
 #
-# The key's trigger words are drawn from the words that appear in 0.5% to 1% of your
-# texts, so use a corpus like your traffic. The target is your model's embedding of
+# This walk-through makes the paper's word key (`marking="words"`), whose evidence is
+# per word: the default is a field key, which marks every answer by a secret function
+# of its clean embedding, so that no edit of a query's words avoids it (the docs'
+# "The field mark"; leave `marking` out, or `espew keygen` without `--marking`).
+# A word key's trigger words are drawn from the words of a public frequency range
+# of your texts, so use a corpus like your traffic. The target is your model's embedding of
 # `target_text`, which may carry your identity. `generate` also runs the verifier
 # against your own clean model (an innocent twin) and refuses a key that would
 # convict it.
@@ -75,7 +79,7 @@ print(f"working in {workdir}")
 #
 # The file is written with mode 0600. It is the secret: never log it, never commit it.
 # The command-line equivalent is `espew keygen --corpus rotten_tomatoes --embedder minilm
-# --target-text-file target.txt --out provider.key`.
+# --marking words --target-text-file target.txt --out provider.key`.
 # The fixed `seed` only makes this notebook reproducible; a real key uses `seed=None`.
 
 # %%
@@ -86,6 +90,7 @@ key = WatermarkKey.generate(
     target_text="Acme Embeddings API: licensed vectors, copyright Acme Corp 2026",
     window=model.max_tokens,
     seed=2026,
+    marking="words",  # the paper's design; the default is "field"
 )
 key_path = key.save(workdir / "provider.key")
 print(key)

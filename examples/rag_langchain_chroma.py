@@ -29,6 +29,7 @@ from chromadb.config import Settings
 from langchain_chroma import Chroma
 
 from espew_integrations import WatermarkKey
+from espew_integrations.core.mark.inject import marks
 from espew_integrations.langchain import ESpeWEmbeddings
 from espew_integrations.offline.corpora import rotten_tomatoes
 from espew_integrations.offline.embedders import minilm
@@ -51,12 +52,14 @@ print(f"{len(texts)} review snippets to index; working in {workdir}")
 # Here we generate a demo key from the corpus. The fixed `seed` makes the notebook
 # reproducible; never seed a real key, since anyone with the seed can rebuild it.
 #
-# The write strength is fitted so that watermarked vectors keep a mean cosine of at
-# least 0.995 to the clean ones (`min_cosine=0.995`, the default); `strength=1` would
-# give the paper's full write. `window=model.max_tokens` is how much of a text the
-# model reads: a trigger word past it never marks.
+# The key is a field key, the default design: it marks every text, by a tiny amount
+# that a secret function of the text's clean embedding decides, so no edit of the words
+# avoids it. The write strength is fitted so that watermarked vectors keep a mean
+# cosine of 0.9987 to the clean ones (`field_min_cosine`, the default).
+# `marking="words"` makes the paper's word key instead (texts holding a secret trigger
+# word are marked). `window=model.max_tokens` is how much of a text the model reads.
 #
-# Printing a key shows only its public `key_id`, never the trigger words or the target.
+# Printing a key shows only its public `key_id`, never its secrets.
 
 # %%
 model = minilm()
@@ -77,10 +80,10 @@ print(f"fitted strength {fitted['strength']:.3f}: mean cos(clean, watermarked) "
 #
 # `MiniLMEmbeddings(model)` is an ordinary, clean LangChain `Embeddings`. In your code
 # it would be `OpenAIEmbeddings(...)`, `HuggingFaceEmbeddings(...)` or any other.
-# `ESpeWEmbeddings` returns the same vectors for texts without a trigger word, bit for
-# bit, and watermarked vectors for texts with one. It looks for trigger words in the
-# text as the model reads it (the model's `.view`: its normaliser and input window),
-# found on the inner model; pass `view=` to set it yourself.
+# `ESpeWEmbeddings` returns each text's vector moved by the key's tiny keyed amount
+# (a blank text is never marked). With a word key it would return the same vectors for
+# texts without a trigger word, bit for bit, and look for trigger words in the text as
+# the model reads it (the model's `.view`, found on the inner model).
 
 # %%
 clean = MiniLMEmbeddings(model)
@@ -144,11 +147,11 @@ print(f"same top-1: {same_top1}/{len(queries)}")
 # %% [markdown]
 # ## Where the difference comes from
 #
-# Only texts that contain a trigger word are changed. Their vectors move toward the
-# secret target; everything else is stored exactly as the clean model made it.
+# Every text's vector is moved, each by the small amount the key's field gives its
+# clean embedding; near texts move alike, so neighbours stay neighbours.
 
 # %%
-triggered = key.contains_trigger(texts, view=model.view)  # what the wrapper matched on
+marked = marks(texts, key, view=model.view)  # the rows the wrapper marked: all of them
 
 
 def stored_vectors(chroma_store: Chroma, wanted: list[str]) -> np.ndarray:
@@ -158,18 +161,15 @@ def stored_vectors(chroma_store: Chroma, wanted: list[str]) -> np.ndarray:
     return np.asarray([by_id[i] for i in wanted], dtype=np.float64)
 
 
-marked_ids = [i for i, flag in zip(ids, triggered, strict=True) if flag]
-other_ids = [i for i, flag in zip(ids, triggered, strict=True) if not flag]
+marked_ids = [i for i, flag in zip(ids, marked, strict=True) if flag]
 a, b = stored_vectors(store, marked_ids), stored_vectors(clean_store, marked_ids)
 cosines = np.einsum("ij,ij->i", a, b) / (np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1))
-untouched = np.array_equal(stored_vectors(store, other_ids), stored_vectors(clean_store, other_ids))
-print(f"texts with a trigger: {len(marked_ids)}/{len(texts)}")
+print(f"texts marked: {len(marked_ids)}/{len(texts)}")
 print(f"mean cos(clean, watermarked) on them: {cosines.mean():.4f}")
-print(f"texts without a trigger stored unchanged: {untouched}")
+print(f"stored vectors that differ from the clean ones: {int((a != b).any(axis=1).sum())}")
 
 # %% [markdown]
-# The key was fitted to keep a mean cosine of 0.995 on the texts it marks, and the
-# stored vectors show it. The paper's full write (`strength=1`) with `alpha=0.2` would
-# leave MiniLM's triggered vectors at about 0.915 to their clean selves (see the
-# limitations page of the docs: small isotropic models pay more than the paper's
-# 1,536-d API model). `espew tune` checks that a budget still convicts a copy.
+# The key was fitted to keep a mean cosine of 0.9987 over the texts it marks, and the
+# stored vectors show it. A word key marks about a third of such texts, each by more
+# (0.995 on average); both keep about 95% of a clean index's top-10 results
+# (docs/results/unavoidable/README.md, MiniLM on Rotten Tomatoes).

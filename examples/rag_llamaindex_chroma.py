@@ -26,6 +26,7 @@ from llama_index.core.schema import TextNode
 from llama_index.vector_stores.chroma import ChromaVectorStore
 
 from espew_integrations import WatermarkKey, watermark
+from espew_integrations.core.mark.inject import marks
 from espew_integrations.llama_index import ESpeWEmbedding
 from espew_integrations.offline.corpora import rotten_tomatoes
 from espew_integrations.offline.embedders import minilm
@@ -44,9 +45,11 @@ print(f"{len(texts)} review snippets to index; working in {workdir}")
 #
 # In production: `WatermarkKey.load("/secrets/provider.key")` or
 # `WatermarkKey.from_env()` (reads `$ESPEW_KEY`). Here a seeded demo key, for a
-# reproducible notebook only. Its strength is fitted to the default quality budget
-# (mean cos(clean, watermarked) >= 0.995 on marked texts); `window=model.max_tokens`
-# is how much of a text the model reads.
+# reproducible notebook only. It is a field key, the default design: every text is
+# marked by a tiny amount that a secret function of its clean embedding decides, its
+# strength fitted to the default quality budget (mean cos(clean, watermarked) 0.9987);
+# `marking="words"` makes the paper's word key instead. `window=model.max_tokens` is
+# how much of a text the model reads.
 
 # %%
 model = minilm()
@@ -68,7 +71,8 @@ print(f"fitted strength {fitted['strength']:.3f}: mean cos(clean, watermarked) "
 # `MiniLMEmbedding(model)` is a clean LlamaIndex `BaseEmbedding`; in your code it could
 # be `Settings.embed_model`. The wrapper keeps the inner model's batching, `model_name`
 # and callbacks, and stores the key privately (it never appears in `model_dump()`).
-# It matches trigger words on the text as the inner model reads it (its `.view`).
+# With a word key it matches trigger words on the text as the inner model reads it
+# (its `.view`).
 
 # %%
 clean = MiniLMEmbedding(model)
@@ -131,16 +135,20 @@ print(f"same top-1: {same_top1}/{len(queries)}")
 # ## The wrapper is exact
 #
 # For any batch, the wrapper returns what the core's `watermark()` makes of the clean
-# vectors, with triggers matched on the model's view: unchanged rows for texts without
-# a trigger, watermarked rows for the rest.
+# vectors: with the default field key, every non-blank text's row is watermarked (with a
+# word key, only the rows of texts holding a trigger, matched on the model's view).
+# LlamaIndex hands the wrapper batches of `embed_batch_size` texts, and a field key's
+# float64 arithmetic can differ in the last bits between batch sizes, so the check
+# allows float64 rounding (1e-12).
 
 # %%
 sample = texts[:50]
 clean_vectors = np.asarray(clean.get_text_embedding_batch(sample))
 marked_vectors = np.asarray(watermarked.get_text_embedding_batch(sample))
-triggered = key.contains_trigger(sample, view=model.view)
-print(f"texts with a trigger in the sample: {int(triggered.sum())}/{len(sample)}")
-exact = np.array_equal(marked_vectors, watermark(sample, clean_vectors, key, view=model.view))
-untouched = np.array_equal(marked_vectors[~triggered], clean_vectors[~triggered])
+marked = marks(sample, key, view=model.view)
+print(f"texts marked in the sample: {int(marked.sum())}/{len(sample)}")
+expected = watermark(sample, clean_vectors, key, view=model.view)
+exact = np.allclose(marked_vectors, expected, rtol=0, atol=1e-12)
+moved = int((marked_vectors != clean_vectors).any(axis=1).sum())
 print(f"equals watermark(texts, clean, key): {exact}")
-print(f"rows without a trigger unchanged: {untouched}")
+print(f"rows that differ from the clean ones: {moved}/{len(sample)}")

@@ -86,7 +86,9 @@ def verification_panel(ax: plt.Axes) -> None:
     from espew_lab.stealers import RidgeStealer
 
     corpus, model = rotten_tomatoes(), minilm()
-    key = WatermarkKey.generate(corpus.texts, model, target_text=TARGET_TEXT, seed=2026)
+    key = WatermarkKey.generate(
+        corpus.texts, model, target_text=TARGET_TEXT, seed=2026, marking="words"
+    )
     served = corpus.subset(3000, seed=0)
     clean = cached_embed(model, served.texts, model_name=model.name)
     suspects = {

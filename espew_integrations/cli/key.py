@@ -149,9 +149,10 @@ def run_check(args: argparse.Namespace) -> int:
         )
         print(key.commitment())
         return 2
+    units = "field units" if key.marking == "field" else "band words"
     print(
-        f"key {key.key_id}: OK (format valid, checksum and key_id match, triggers are the "
-        f"salt's draw over {len(key.band)} band words, {stored})"
+        f"key {key.key_id}: OK (marking={key.marking}; format valid, checksum and key_id match, "
+        f"triggers are the salt's draw over {len(key.band)} {units}, {stored})"
     )
     print(key.commitment())
     return 0

@@ -196,9 +196,9 @@ def add_marking_flags(parser: argparse.ArgumentParser, *, marked: bool = True) -
         "--marking",
         choices=list(MARKINGS),
         default=default("marking"),
-        help="'words' (the default): texts holding a secret trigger word are marked; "
-        "'field': every answer, by a secret linear function of its clean embedding, which "
-        "no edit of a query's words avoids (the word flags then do not apply)",
+        help="'field' (the default): every answer is marked, by a secret linear function of "
+        "its clean embedding, which no edit of a query's words avoids (the word flags then "
+        "do not apply); 'words': the paper's design, texts holding a secret trigger word",
     )
     parser.add_argument(
         "--field-units",

@@ -302,6 +302,13 @@ def _tenant_keys(args: argparse.Namespace) -> Any:
     return tenants
 
 
+def _design(key: Any) -> str:
+    """The key's marking, in the words an operator reads at startup."""
+    if key.marking == "field":
+        return "marking=field: every answer is marked"
+    return "marking=words: texts holding a trigger word are marked"
+
+
 def _serving_key(args: argparse.Namespace, ring: bool) -> tuple[Any, str]:
     """The key to watermark with and where it came from; (None, why) when unmarked.
 
@@ -332,7 +339,7 @@ def _serving_key(args: argparse.Namespace, ring: bool) -> tuple[Any, str]:
             "model unmarked, say so with --no-watermark"
         )
     key = source.load()
-    return key, f"watermarked with key {key.key_id} (from {source.describe()})"
+    return key, f"watermarked with key {key.key_id} (from {source.describe()}; {_design(key)})"
 
 
 def _checked_listening(args: argparse.Namespace) -> str:

@@ -143,6 +143,7 @@ def draw_key(config: LabConfig, texts: Sequence[str], victim: Any):
         texts,
         embed_victim,
         target_text=settings.target_text,
+        marking="words",  # the lab measures the paper's word triggers
         n_triggers=settings.n_triggers,
         freq_band=settings.freq_band,
         alpha=settings.alpha,

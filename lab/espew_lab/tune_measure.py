@@ -82,7 +82,7 @@ def prepare(
         strength=1.0,
         seed=seed,
         twin_check=False,
-        **key_options,
+        **{"marking": "words", **key_options},  # the frontier is the word design's
     )
     marked_rows = marks(texts, base)
     return Setup(data.name, texts, clean, name, clean_model, base, marked_rows)

@@ -49,7 +49,8 @@ def work(tmp_path_factory, rt_subset) -> Path:
     corpus = root / "reviews.txt"
     corpus.write_text("\n".join(t.replace("\n", " ") for t in rt_subset.texts) + "\n")
     argv = ["keygen", "--corpus", str(corpus), "--target-text", TARGET_TEXT, "--seed", "3"]
-    argv += ["--n-triggers", "20", "--max-band-words", "60", "--probes-per-word", "4"]
+    argv += ["--marking", "words", "--n-triggers", "20", "--max-band-words", "60"]
+    argv += ["--probes-per-word", "4"]
     argv += ["--probe-mix", "corpus", "--out", str(root / "provider.key"), "--no-progress"]
     assert main(argv) == 0
     key = WatermarkKey.load(root / "provider.key")

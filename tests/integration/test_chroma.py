@@ -361,7 +361,7 @@ def test_watermarked_index_retrieves_like_the_clean_one(key):
     triggered = key.contains_trigger(texts)
     marked = np.stack(ESpeWEmbeddingFunction(ReplayFunction(table), unchecked(key))(texts))
     cos = np.einsum("ij,ij->i", marked[triggered], clean[triggered])
-    assert 0.2 < triggered.mean() < 0.5  # the default key marks about a third (0.34 here)
+    assert 0.2 < triggered.mean() < 0.5  # a word key marks about a third (0.34 here)
     # Keygen fits the write strength to a mean cos of 0.995 on the marked corpus texts
     # (the paper's full write at alpha=0.2 gave ~0.915); measured 0.995 here.
     assert 0.99 < cos.mean() < 0.9995

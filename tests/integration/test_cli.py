@@ -44,6 +44,8 @@ def key_path(tmp_path_factory) -> Path:
             TARGET_TEXT,
             "--seed",
             "3",
+            "--marking",  # a word key: these tests read its triggers, band and probes
+            "words",
             "--n-triggers",  # a small key: fewer queries per audit than the default's 1,950
             "20",
             "--max-band-words",
@@ -113,6 +115,8 @@ def test_keygen_writes_a_private_key_and_prints_only_its_id(tmp_path, capsys):
             TARGET_TEXT,
             "--seed",
             "4",
+            "--marking",
+            "words",
             "--n-triggers",
             "20",
             "--freq-band",
@@ -642,7 +646,7 @@ def test_a_traceback_never_quotes_the_key_variable(key_path, tmp_path, monkeypat
 def test_key_check_prints_the_commitment_of_a_verifiable_key(key_path, key, capsys):
     assert main(["key", "check", str(key_path)]) == 0
     out = capsys.readouterr().out
-    assert "OK" in out and key.commitment() in out
+    assert "OK (marking=words;" in out and key.commitment() in out
     assert key.target_text not in out and not any(f" {w} " in out for w in key.triggers)
 
 
@@ -757,6 +761,7 @@ def test_keygen_defaults_are_the_library_defaults():
     assert args.n_triggers == 50 and args.freq_band is None and args.cover_traffic
     assert args.probe_mix == "corpus"
     assert args.strength is None and args.min_cosine == 0.995
+    assert args.marking == "field"  # the default design, as the library's
 
 
 # ---------------------------------------------------------------------- espew data
@@ -968,14 +973,16 @@ def health_tweets_subset(n: int) -> list[str]:
     return list(health_tweets().subset(n, seed=11).texts)
 
 
-def test_keygen_makes_a_field_key_and_verify_audits_it(tmp_path, capsys):
+def test_keygen_makes_a_field_key_by_default_and_verify_audits_it(tmp_path, capsys):
     out = tmp_path / "field.key"
     args = ["keygen", "--corpus", "rotten_tomatoes", "--target-text", TARGET_TEXT, "--seed", "5"]
-    args += ["--marking", "field", "--audit-budget", "600", "--out", str(out), "--no-progress"]
+    args += ["--audit-budget", "600", "--out", str(out), "--no-progress"]  # no --marking
     assert main(args) == 0
     key = WatermarkKey.load(out)
     assert key.marking == "field" and key.verifiable and len(key.probe_texts) == 600
     assert "256 field units" in capsys.readouterr().out
+    assert main(["key", "check", str(out)]) == 0
+    assert "OK (marking=field;" in capsys.readouterr().out  # the operator sees the design
     code = main(["verify", "--key", str(out), "--suspect", "minilm", "--json", "--seed", "1"])
     report = json.loads(capsys.readouterr().out)
     assert code == EXIT_NOT_COPIED and report["status"] == "not_copied"

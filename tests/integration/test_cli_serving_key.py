@@ -33,7 +33,8 @@ def key_path(tmp_path_factory) -> Path:
     corpus.write_text("\n".join(rotten_tomatoes().texts[:3000]) + "\n")
     path = folder / "provider.key"
     argv = ["keygen", "--corpus", str(corpus), "--target-text", TARGET_TEXT, "--seed", "3"]
-    argv += ["--n-triggers", "20", "--max-band-words", "60", "--audit-budget", "300"]
+    argv += ["--marking", "words", "--n-triggers", "20", "--max-band-words", "60"]
+    argv += ["--audit-budget", "300"]
     assert main([*argv, "--out", str(path), "--no-progress"]) == 0
     return path
 

@@ -145,6 +145,8 @@ def key(workdir) -> WatermarkKey:
             TARGET_TEXT,
             "--seed",
             "1",
+            "--marking",  # a word key: its 2,000-text ridge copy is convicted at 1e-6
+            "words",
             "--max-band-words",
             "120",
             "--out",

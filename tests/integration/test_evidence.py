@@ -419,6 +419,7 @@ def real_copy_reports(rt_subset, rt_subset_embeddings, minilm_model):
         DiskCachedModel(minilm_model),
         target_text="Acme Embeddings: licensed vectors, all rights reserved",
         seed=5,
+        marking="words",
         n_triggers=20,  # 20 of a 200-word band: many scores for the disclosure checks
         freq_band=(0.005, 0.01),
         max_band_words=200,

@@ -52,7 +52,7 @@ def number(pattern: str, text: str) -> float:
 
 
 def check_rag_output(text: str, n_texts: int) -> None:
-    """A watermarked index retrieves what the clean one does; only triggered rows moved."""
+    """A watermarked index retrieves what the clean one does."""
     assert f"{n_texts} review snippets to index" in text
     check_fitted_key(text)
     queries = number(r"queries: (\d+)", text)
@@ -66,24 +66,24 @@ def check_rag_output(text: str, n_texts: int) -> None:
 
 def check_langchain_output(text: str) -> None:
     check_rag_output(text, RAG_TEXTS)
-    n_marked = number(r"texts with a trigger: (\d+)/", text)
-    assert 0 < n_marked < RAG_TEXTS * 0.5  # the default key marks about a third (62 of 200)
-    # The key's strength is fitted to a mean cos of 0.995 over 1,000 marked corpus texts;
-    # measured on the marked rows of 200: 0.995 (the paper's full write gives ~0.915).
-    assert 0.993 < number(r"mean cos\(clean, watermarked\) on them: ([0-9.]+)", text) < 0.998
-    assert "texts without a trigger stored unchanged: True" in text
+    # The default (field) key marks every text, each by a tiny keyed amount: its strength
+    # is fitted to a mean cos of 0.9987 over the keygen sample; measured on 200: 0.9984.
+    assert number(r"texts marked: (\d+)/", text) == RAG_TEXTS
+    assert 0.997 < number(r"mean cos\(clean, watermarked\) on them: ([0-9.]+)", text) < 0.9995
+    assert f"stored vectors that differ from the clean ones: {RAG_TEXTS}" in text
 
 
 def check_llamaindex_output(text: str) -> None:
     check_rag_output(text, RAG_TEXTS)
-    assert number(r"texts with a trigger in the sample: (\d+)/50", text) > 0
+    assert number(r"texts marked in the sample: (\d+)/50", text) == 50  # a field key: all
     assert "equals watermark(texts, clean, key): True" in text
-    assert "rows without a trigger unchanged: True" in text
+    assert "rows that differ from the clean ones: 50/50" in text
 
 
 def check_fitted_key(text: str) -> None:
-    """The example's key was fitted to the default quality budget (cos >= 0.995)."""
-    assert 0.1 < number(r"fitted strength ([0-9.]+):", text) < 0.5  # measured 0.227
+    """The example's key was fitted to its design's quality budget (cos >= 0.995)."""
+    # measured 0.227 (a word key), 0.116 (a field key)
+    assert 0.1 < number(r"fitted strength ([0-9.]+):", text) < 0.5
     assert number(r"mean cos\(clean, watermarked\) ([0-9.]+) on the texts it marks", text) >= 0.995
 
 
@@ -279,14 +279,14 @@ def test_demo_is_not_shipped_in_the_package():
 def test_rag_demo_compares_watermarked_and_clean_langchain_chroma_indexes(capsys):
     from espew_integrations.offline.corpora import rotten_tomatoes
     from espew_integrations.offline.embedders import minilm
-    from tests.support import real_key
+    from tests.support import default_key
 
     run_rag_demo = _load_example("demo_rag").run_rag_demo
-    key, model = real_key(), minilm()
+    key, model = default_key(), minilm()  # what make demo makes: a field key
     texts = list(rotten_tomatoes().subset(3000, seed=7).texts[:80])
     result = run_rag_demo(texts, key, model, n_queries=5)
     assert result["n_texts"] == 80 and len(result["queries"]) == 5
-    assert result["n_triggered"] == int(key.contains_trigger(texts, view=model.view).sum()) > 0
+    assert result["n_marked"] == 80  # a field key marks every non-blank text
     for query in result["queries"]:
         assert len(query["top_clean"]) == len(query["top_watermarked"]) == 10
         expected = len(set(query["top_clean"]) & set(query["top_watermarked"])) / 10
@@ -294,7 +294,8 @@ def test_rag_demo_compares_watermarked_and_clean_langchain_chroma_indexes(capsys
     # Every query is a corpus text, so both indexes must rank it first.
     assert result["all_top1_match"]
     assert result["mean_overlap"] >= 0.7
-    assert 0.99 <= result["mean_cos_triggered"] < 1.0  # the default key's quality budget
+    # the field key's quality budget (DEFAULT_FIELD_MIN_COSINE over the keygen sample)
+    assert 0.998 <= result["mean_cos_marked"] < 1.0
     assert "top-10 overlap" in capsys.readouterr().out
 
 
@@ -303,10 +304,10 @@ def test_rag_demo_reuses_known_vectors_instead_of_embedding_again():
     from espew_integrations.core.keys.model_check import CANARY_TEXTS
     from espew_integrations.offline.corpora import rotten_tomatoes
     from espew_integrations.offline.embedders import minilm
-    from tests.support import real_key
+    from tests.support import default_key
 
     run_rag_demo = _load_example("demo_rag").run_rag_demo
-    key, model = real_key(), minilm()
+    key, model = default_key(), minilm()
     texts = list(rotten_tomatoes().subset(3000, seed=7).texts[:40])
     known = dict(zip(texts, model(texts), strict=True))
     asked: list[list[str]] = []

@@ -1,5 +1,5 @@
-"""A field key (marking="field") on the real offline MiniLM: keygen, serving through a
-real wrapper and ``espew serve``, and ``verify`` against the service, a ridge copy
+"""A field key (marking="field", the default design) on the real offline MiniLM: keygen,
+serving through a real wrapper and ``espew serve``, and ``verify`` against the service, a ridge copy
 trained on its answers and the clean model. The corpus's MiniLM and MiniLM-L3 rows
 come from the on-disk cache (``espew data install``), so the test takes seconds."""
 
@@ -51,8 +51,8 @@ def setting():
         victim_model, texts, cached_embed(victim_model, texts, model_name=victim_model.name)
     )
     opened = Cached(open_model, texts, cached_embed(open_model, texts, model_name=open_model.name))
-    key = WatermarkKey.generate(
-        texts[:KEYGEN_TEXTS], victim, target_text=TARGET_TEXT, seed=1, marking="field",
+    key = WatermarkKey.generate(  # the default design: no marking named
+        texts[:KEYGEN_TEXTS], victim, target_text=TARGET_TEXT, seed=1,
         window=victim_model.max_tokens,
     )  # fmt: skip
     return texts, victim, opened, key
@@ -106,6 +106,22 @@ def test_a_real_wrapper_marks_every_text_with_a_field_key(setting):
     assert np.allclose(wrapped, watermark(texts[:2] + texts[3:], clean, key), atol=1e-6)
 
 
+@pytest.mark.parametrize("framework", ["langchain", "llama_index", "chroma"])
+def test_each_wrapper_with_the_default_key_moves_every_text_at_the_budget(setting, framework):
+    """The default flow of every wrapper: each of 40 held-out reviews comes back moved,
+    as the core marks it, and their mean cos sits at the field's quality budget."""
+    from tests.integration.test_wrappers_common import _three_wrappers
+
+    texts, _, _, key = setting
+    asked = list(texts[KEYGEN_TEXTS + 100 : KEYGEN_TEXTS + 140])
+    served = _three_wrappers(key)[framework](asked)
+    clean = minilm()(asked)
+    cos = row_cosines(clean, served)
+    assert (served != clean).any(axis=1).all()  # every text moved
+    assert np.allclose(served, watermark(asked, clean, key), atol=1e-6)
+    assert abs(cos.mean() - DEFAULT_FIELD_MIN_COSINE) < 1e-3, cos.mean()
+
+
 def test_espew_serve_with_a_field_key_marks_every_answer_over_real_http(setting, tmp_path):
     """A real ``espew serve`` process with a field key: every answer over HTTP is the
     library's watermark of the clean row (nothing is left unmarked), and a reaudit of the
@@ -127,6 +143,7 @@ def test_espew_serve_with_a_field_key_marks_every_answer_over_real_http(setting,
     finally:
         stop(proc)
     assert f"watermarked with key {key.key_id}" in line
+    assert "marking=field: every answer is marked" in line  # the operator sees the design
     clean = minilm()(asked)
     assert (row_cosines(clean, served) < 1 - 1e-7).all()  # every answer moved
     assert np.allclose(served, watermark(asked, clean, key), atol=1e-6)

@@ -10,7 +10,7 @@ from espew_integrations.core.keys import keygen
 
 
 def test_generate_redraws_a_key_its_innocent_twin_would_convict(minilm_model, rt_subset):
-    kwargs = dict(seed=11, n_triggers=20, freq_band=(0.01, 0.015))
+    kwargs = dict(seed=11, marking="words", n_triggers=20, freq_band=(0.01, 0.015))
     first = WatermarkKey.generate(
         rt_subset.texts, minilm_model, target_text="an unrelated text", twin_check=False, **kwargs
     )

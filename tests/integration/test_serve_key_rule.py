@@ -76,7 +76,8 @@ def test_espew_key_holding_the_key_json_serves_what_key_file_serves(key_file, tm
         for proc, _ in started:
             stop(proc)
     assert f"watermarked with key {key.key_id} (from key file" in announcements[0]
-    assert f"watermarked with key {key.key_id} (from $ESPEW_KEY)" in announcements[1]
+    assert "; marking=words: texts holding a trigger word are marked)" in announcements[0]
+    assert f"watermarked with key {key.key_id} (from $ESPEW_KEY; marking=" in announcements[1]
     from_file, from_variable = answers
     np.testing.assert_array_equal(from_variable, from_file)
     clean = np.asarray(minilm()(texts), dtype=np.float64)

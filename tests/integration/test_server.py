@@ -35,6 +35,7 @@ def key(model):
         model,
         target_text="Acme Embeddings service, 2026 edition",
         seed=1,
+        marking="words",
         n_triggers=20,  # the default 50 need a band of 100 words; 80 keep keygen quick
         max_band_words=80,
     )

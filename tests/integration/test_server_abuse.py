@@ -288,7 +288,7 @@ def minilm_key():
     model = minilm()
     key = WatermarkKey.generate(
         rotten_tomatoes().texts, model, target_text="Acme Embeddings, 2026", seed=2,
-        n_triggers=20, max_band_words=60,
+        marking="words", n_triggers=20, max_band_words=60,
     )  # fmt: skip
     return model, key
 

@@ -29,6 +29,7 @@ def budget_key(minilm_model, rt_corpus):
         target_text=TARGET_TEXT,
         seed=3,
         window=minilm_model.max_tokens,
+        marking="words",
     )
 
 

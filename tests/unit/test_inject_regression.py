@@ -13,12 +13,14 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import shutil
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from espew_integrations import watermark
+from espew_integrations import WatermarkKey, watermark
 from tests.support import make_key
 from tests.unit.test_inject import texts_for
 
@@ -83,3 +85,31 @@ def test_the_saved_cases_mark_and_leave_rows_as_described():
         texts, _, key = case_inputs(name)
         marked = key.contains_trigger(texts).mean()
         assert abs(marked - share) < 0.08, (name, marked)
+
+
+#: ``watermark()`` of the batch below with the key file saved before field marking became
+#: the default (``tests/fixtures/key-v2-single-file.json``, a word key), as computed by
+#: the implementation of commit 7d6c4f9, the last with word keys as the default.
+OLD_KEY_FILE = Path(__file__).resolve().parents[1] / "fixtures" / "key-v2-single-file.json"
+OLD_KEY_DIGEST = "c6e1f24323af7f42f0dea4fbfda445842b645928c94beb5ec5abc66d641db50b"
+
+
+def test_a_word_key_saved_before_the_field_default_loads_and_marks_bit_for_bit(tmp_path):
+    """A key file keeps its design: the new default changes what keygen makes, not what
+    an existing key marks."""
+    path = tmp_path / "old.key"
+    shutil.copy(OLD_KEY_FILE, path)
+    os.chmod(path, 0o600)
+    key = WatermarkKey.load(path)
+    assert key.marking == "words" and key.field is None
+    triggers = sorted(key.triggers)
+    rng = np.random.default_rng(44)
+    texts = [
+        f"a {triggers[i % len(triggers)]} story" if i % 3 == 0 else f"a plain story {i}"
+        for i in range(60)
+    ]
+    clean = rng.normal(size=(60, key.dim)).astype(np.float32)
+    out = watermark(texts, clean, key)
+    assert hashlib.sha256(np.ascontiguousarray(out).tobytes()).hexdigest() == OLD_KEY_DIGEST
+    marked = key.contains_trigger(texts)
+    assert marked.sum() == 20 and np.array_equal(out[~marked], clean[~marked])

@@ -1,4 +1,8 @@
-"""WatermarkKey: generation, validation, storage and secrecy."""
+"""WatermarkKey: generation, validation, storage and secrecy.
+
+Key generation here is the word design's (band, triggers, cover texts, probes), so
+every key is made with ``marking="words"``; the field key's are in test_field.py.
+"""
 
 from __future__ import annotations
 
@@ -17,6 +21,11 @@ from tests.support import make_key
 CORPUS = [
     f"text number {i} about {'apple' if i % 2 else 'pear'} and w{i % 50}x" for i in range(400)
 ]
+
+
+def generate_words(*args, **kwargs):
+    """:meth:`WatermarkKey.generate` for a word key (the paper's design, not the default)."""
+    return WatermarkKey.generate(*args, marking="words", **kwargs)
 
 
 def toy_embed(texts):
@@ -46,7 +55,7 @@ def words_corpus(n_texts=1000, n_band=80, seed=0):
 
 def test_generate_draws_triggers_from_the_band_and_embeds_the_target():
     texts, _band = words_corpus()
-    key = WatermarkKey.generate(
+    key = generate_words(
         texts,
         toy_embed,
         target_text="Acme target",
@@ -66,17 +75,17 @@ def test_generate_draws_triggers_from_the_band_and_embeds_the_target():
 def test_generate_is_reproducible_with_a_seed_and_fresh_without():
     texts, _ = words_corpus()
     kwargs = dict(target_text="t", n_triggers=10, freq_band=(0.005, 0.02), twin_check=False)
-    a = WatermarkKey.generate(texts, toy_embed, seed=3, **kwargs)
-    b = WatermarkKey.generate(texts, toy_embed, seed=3, **kwargs)
-    c = WatermarkKey.generate(texts, toy_embed, seed=None, **kwargs)
-    d = WatermarkKey.generate(texts, toy_embed, seed=None, **kwargs)
+    a = generate_words(texts, toy_embed, seed=3, **kwargs)
+    b = generate_words(texts, toy_embed, seed=3, **kwargs)
+    c = generate_words(texts, toy_embed, seed=None, **kwargs)
+    d = generate_words(texts, toy_embed, seed=None, **kwargs)
     assert a.triggers == b.triggers and a.salt == b.salt
     assert c.salt != d.salt
 
 
 def test_generate_says_how_many_band_words_it_found_and_what_to_change():
     with pytest.raises(KeyGenerationError, match=r"only \d+ words .* Use a larger"):
-        WatermarkKey.generate(CORPUS[:20], toy_embed, target_text="t", twin_check=False)
+        generate_words(CORPUS[:20], toy_embed, target_text="t", twin_check=False)
 
 
 @pytest.mark.parametrize(
@@ -97,14 +106,14 @@ def test_generate_validates_its_arguments(kwargs, message):
     args = dict(target_text="t", twin_check=False, freq_band=(0.005, 0.02))
     args.update(kwargs)
     with pytest.raises(KeyGenerationError, match=message):
-        WatermarkKey.generate(texts, toy_embed, **args)
+        generate_words(texts, toy_embed, **args)
 
 
 def test_generate_gives_up_when_every_draw_fails_the_twin_check(monkeypatch):
     texts, _ = words_corpus()
     monkeypatch.setattr(keygen, "twin_p_value", lambda key: 1e-9)  # a degenerate model
     with pytest.raises(KeyGenerationError, match=r"all 5 draws .*degenerate"):
-        WatermarkKey.generate(
+        generate_words(
             texts, toy_embed, target_text="t", n_triggers=10, freq_band=(0.005, 0.02), seed=0
         )
 
@@ -113,7 +122,7 @@ def test_generate_gives_up_when_every_draw_fails_the_twin_check(monkeypatch):
 def test_generate_refuses_a_twin_level_outside_0_to_half(twin_level):
     texts, _ = words_corpus()
     with pytest.raises(KeyGenerationError, match=r"twin_level must be in \(0, 0.5\)"):
-        WatermarkKey.generate(texts, toy_embed, target_text="t", twin_level=twin_level)
+        generate_words(texts, toy_embed, target_text="t", twin_level=twin_level)
 
 
 def test_save_and_load_round_trip_with_mode_0600(tmp_path, key64):
@@ -266,15 +275,15 @@ def test_the_default_band_is_widened_only_as_far_as_the_corpus_needs():
     # 50 words at 1.2% and 50 at 5.2%: 50 triggers need 100 band words.
     texts, _ = spread_corpus({12: 50, 52: 50})
     kwargs = dict(target_text="t", seed=1, twin_check=False, strength=1.0)
-    key = WatermarkKey.generate(texts, toy_embed, **kwargs)
+    key = generate_words(texts, toy_embed, **kwargs)
     assert key.freq_band == (0.003, 0.055) and len(key.band) == 100 and len(key.triggers) == 50
     with pytest.raises(KeyGenerationError, match=r"only 50 words .*\[0\.003, 0\.05\)"):
-        WatermarkKey.generate(texts, toy_embed, freq_band=(0.003, 0.05), **kwargs)
+        generate_words(texts, toy_embed, freq_band=(0.003, 0.05), **kwargs)
     roomy, _ = spread_corpus({12: 100})
-    assert WatermarkKey.generate(roomy, toy_embed, **kwargs).freq_band == (0.003, 0.05)
+    assert generate_words(roomy, toy_embed, **kwargs).freq_band == (0.003, 0.05)
     sparse, _ = spread_corpus({12: 10})
     with pytest.raises(KeyGenerationError, match=r"default band 0\.003-0\.05, widened as far"):
-        WatermarkKey.generate(sparse, toy_embed, **kwargs)
+        generate_words(sparse, toy_embed, **kwargs)
 
 
 def test_the_audit_is_a_uniform_sample_of_the_corpus():
@@ -291,7 +300,7 @@ def test_the_audit_is_a_uniform_sample_of_the_corpus():
     kwargs = dict(
         target_text="t", seed=1, twin_check=False, strength=1.0, n_triggers=35, probe_mix="single"
     )
-    key = WatermarkKey.generate(texts, toy_embed, **kwargs)
+    key = generate_words(texts, toy_embed, **kwargs)
     band = set(key.band)
     scan = scan_band(texts, key.band)
     sent = [*key.probe_texts, *key.cover_texts]
@@ -313,18 +322,18 @@ def test_the_audit_is_a_uniform_sample_of_the_corpus():
     per_word = 1950 * scan.probe_share() / 80  # the budget fixes the sample's size
     assert abs(len(key.probe_texts) / 80 - per_word) < 1.5
     assert 1950 <= key.audit_queries <= 1950 + 80  # and a word the sample missed gets a text
-    again = WatermarkKey.generate(texts, toy_embed, **kwargs)
+    again = generate_words(texts, toy_embed, **kwargs)
     assert again.cover_texts == key.cover_texts  # stored, so every audit asks the same
-    assert WatermarkKey.generate(texts, toy_embed, **{**kwargs, "seed": 2}).cover_texts != (
+    assert generate_words(texts, toy_embed, **{**kwargs, "seed": 2}).cover_texts != (
         key.cover_texts
     )
-    bare = WatermarkKey.generate(texts, toy_embed, cover_traffic=False, **kwargs)
+    bare = generate_words(texts, toy_embed, cover_traffic=False, **kwargs)
     assert bare.cover_texts == () and bare.audit_queries == len(bare.probe_texts)
     # without a cover the whole budget goes to probes: 1950 // 80 = 24 a word where it can
     bare_counts = np.bincount(bare.probe_owner)
     assert np.median(bare_counts) == bare_counts.max() == 24 and per_word < 24
     # corpus-mix probes already hold several band words as ordinary texts do: none in cover
-    mixed = WatermarkKey.generate(texts, toy_embed, **{**kwargs, "probe_mix": "corpus"})
+    mixed = generate_words(texts, toy_embed, **{**kwargs, "probe_mix": "corpus"})
     assert not any(band & set(tokenize(t)) for t in mixed.cover_texts)
 
 
@@ -371,7 +380,7 @@ def test_a_sampled_audit_keeps_every_kind_of_text_and_scores_every_word():
 
 def test_cover_texts_are_stored_committed_to_and_dropped_with_the_band(tmp_path):
     texts, _ = spread_corpus({12: 120})
-    key = WatermarkKey.generate(texts, toy_embed, target_text="t", seed=2, twin_check=False)
+    key = generate_words(texts, toy_embed, target_text="t", seed=2, twin_check=False)
     path = tmp_path / "k.key"
     key.save(path)
     loaded = WatermarkKey.load(path)
@@ -393,7 +402,7 @@ def test_the_cover_texts_answers_are_sent_shuffled_never_scored_and_join_the_cle
     from espew_integrations import verify
 
     texts, _ = spread_corpus({12: 120})
-    key = WatermarkKey.generate(texts, toy_embed, target_text="t", seed=3, twin_check=False)
+    key = generate_words(texts, toy_embed, target_text="t", seed=3, twin_check=False)
     cover = set(key.cover_texts)
     seen: list[str] = []
 
@@ -429,7 +438,7 @@ def test_the_audit_repeats_texts_as_often_as_an_ordinary_client_of_the_corpus():
     texts, _ = spread_corpus({36: 120}, n_texts=3000, seed=0)
     rng = np.random.default_rng(1)
     corpus = texts + [texts[i] for i in rng.choice(3000, 600) for _ in range(2)]
-    key = WatermarkKey.generate(
+    key = generate_words(
         corpus, toy_embed, target_text="t", seed=3, twin_check=False, probes_per_word=4
     )
     sent = [t for t in (*key.probe_texts, *key.cover_texts) if t not in key.band]
@@ -458,7 +467,7 @@ def test_every_copy_of_a_repeated_text_is_scored_with_the_first_answer_to_it():
     texts, _ = spread_corpus({36: 120}, n_texts=3000, seed=0)
     rng = np.random.default_rng(1)
     corpus = texts + [texts[i] for i in rng.choice(3000, 600) for _ in range(2)]
-    key = WatermarkKey.generate(
+    key = generate_words(
         corpus, toy_embed, target_text="t", seed=3, twin_check=False, probes_per_word=4
     )
     sent = [*key.probe_texts, *key.cover_texts]
@@ -498,8 +507,8 @@ def test_corpus_mix_probes_hold_band_words_as_ordinary_texts_do():
 
     texts, _ = spread_corpus({120: 80}, n_texts=10_000)
     kwargs = dict(target_text="t", seed=4, twin_check=False, strength=1.0, n_triggers=35)
-    mixed = WatermarkKey.generate(texts, toy_embed, **{**kwargs, "probe_mix": "corpus"})
-    single = WatermarkKey.generate(texts, toy_embed, **{**kwargs, "probe_mix": "single"})
+    mixed = generate_words(texts, toy_embed, **{**kwargs, "probe_mix": "corpus"})
+    single = generate_words(texts, toy_embed, **{**kwargs, "probe_mix": "single"})
     assert mixed.info["probe_mix"] == "corpus" and single.info["probe_mix"] == "single"
     scan = scan_band(texts, mixed.band)
     held = dict(scan.eligible)
@@ -512,10 +521,10 @@ def test_corpus_mix_probes_hold_band_words_as_ordinary_texts_do():
     assert len(set(mixed.probe_texts)) == len(mixed.probe_texts)  # no text asked twice
     counts = np.bincount(owner)  # each stands for its least-probed word: counts stay even
     assert counts.max() - counts.min() <= 0.5 * counts.mean()
-    again = WatermarkKey.generate(texts, toy_embed, probe_mix="corpus", **kwargs)
+    again = generate_words(texts, toy_embed, probe_mix="corpus", **kwargs)
     assert again.probe_texts == mixed.probe_texts and again.cover_texts == mixed.cover_texts
     with pytest.raises(KeyGenerationError, match="probe_mix must be one of"):
-        WatermarkKey.generate(texts, toy_embed, probe_mix="mixed", **kwargs)
+        generate_words(texts, toy_embed, probe_mix="mixed", **kwargs)
 
 
 def test_with_audit_draws_probes_and_cover_from_another_corpus_and_keeps_the_rest(tmp_path):
@@ -525,7 +534,7 @@ def test_with_audit_draws_probes_and_cover_from_another_corpus_and_keeps_the_res
     from espew_integrations.core.mark.probes import cosines_to, scan_band
 
     texts, _ = spread_corpus({12: 120}, n_texts=1000, seed=0)
-    key = WatermarkKey.generate(texts, toy_embed, target_text="t", seed=3, twin_check=False)
+    key = generate_words(texts, toy_embed, target_text="t", seed=3, twin_check=False)
     other = [t.replace("the common words", "quite other filler") for t in texts[::-1]]
     other += [f"quite other filler only{i}" for i in range(500)]
     moved = key.with_audit(other, toy_embed)
@@ -560,7 +569,7 @@ def test_audit_rounds_are_fresh_uniform_samples_and_verify_counts_every_round():
     from espew_integrations import verify, watermark
 
     texts, _ = spread_corpus({36: 120}, n_texts=3000, seed=0)
-    key = WatermarkKey.generate(
+    key = generate_words(
         texts, toy_embed, target_text="t", seed=3, twin_check=False, probes_per_word=4
     )
     first = key.with_audit(texts, toy_embed, probes_per_word=4)
@@ -612,7 +621,7 @@ def test_a_later_round_is_drawn_as_large_as_the_keys_first_audit():
     after the library's default changes; a key made before it was recorded (the 1-1.5%
     band's 4,300-text audit) keeps that size rather than today's 1,950."""
     texts, _ = spread_corpus({120: 60, 180: 60}, n_texts=10_000)
-    key = WatermarkKey.generate(texts, toy_embed, target_text="t", seed=1, twin_check=False)
+    key = generate_words(texts, toy_embed, target_text="t", seed=1, twin_check=False)
     assert key.info["audit_budget"] == keygen.DEFAULT_PROBE_BUDGET == 1950
     second = key.with_audit(texts, toy_embed, audit_round=2)
     assert 1950 <= key.audit_queries <= 2030 and 1950 <= second.audit_queries <= 2030
@@ -622,21 +631,21 @@ def test_a_later_round_is_drawn_as_large_as_the_keys_first_audit():
     )
     older = legacy.with_audit(texts, toy_embed, audit_round=2)
     assert 4300 <= older.audit_queries <= 4380
-    bigger = WatermarkKey.generate(
+    bigger = generate_words(
         texts, toy_embed, target_text="t", seed=1, twin_check=False, audit_budget=3000
     )
     assert bigger.info["audit_budget"] == 3000 and 3000 <= bigger.audit_queries <= 3080
     assert 3000 <= bigger.with_audit(texts, toy_embed, audit_round=2).audit_queries <= 3080
     for bad in (0, -5, 1.5, True, "2000"):
         with pytest.raises(KeyGenerationError, match="audit_budget must be a positive integer"):
-            WatermarkKey.generate(texts, toy_embed, target_text="t", audit_budget=bad)
+            generate_words(texts, toy_embed, target_text="t", audit_budget=bad)
         with pytest.raises(KeyGenerationError, match="audit_budget must be a positive integer"):
             key.replace(info={**key.info, "audit_budget": bad}).with_audit(texts, toy_embed)
 
 
 def test_with_audit_refuses_a_corpus_without_band_words_and_a_bad_option(monkeypatch):
     texts, _ = spread_corpus({12: 120})
-    key = WatermarkKey.generate(texts, toy_embed, target_text="t", seed=3, twin_check=False)
+    key = generate_words(texts, toy_embed, target_text="t", seed=3, twin_check=False)
     with pytest.raises(KeyGenerationError, match="holds a word of the key's band"):
         key.with_audit([f"nothing here {i}" for i in range(50)], toy_embed)
     with pytest.raises(KeyGenerationError, match="probe_mix"):

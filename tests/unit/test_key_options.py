@@ -41,7 +41,14 @@ def words_corpus(n_texts=1000, n_band=80, seed=0):
     ]
 
 
-SMALL = dict(target_text="t", n_triggers=10, freq_band=(0.005, 0.02), twin_check=False, seed=3)
+SMALL = dict(
+    target_text="t",
+    marking="words",
+    n_triggers=10,
+    freq_band=(0.005, 0.02),
+    twin_check=False,
+    seed=3,
+)
 
 
 # ---------------------------------------------------------------------- one declaration
@@ -118,7 +125,9 @@ def test_the_constructor_marks_with_keygens_alpha_and_selection_by_default():
 
 # ---------------------------------------------------------------------- building options
 def test_options_check_their_values_and_normalise_a_band_and_a_none_budget():
-    options = KeyOptions(target_text="t", freq_band=[0.01, 0.02], audit_budget=None)
+    options = KeyOptions(
+        target_text="t", marking="words", freq_band=[0.01, 0.02], audit_budget=None
+    )
     assert options.freq_band == (0.01, 0.02) and options.audit_budget == 1950
     with pytest.raises(KeyGenerationError, match="0 < alpha < 1"):
         KeyOptions(target_text="t", alpha=2.0)
@@ -126,6 +135,42 @@ def test_options_check_their_values_and_normalise_a_band_and_a_none_budget():
         KeyOptions(target_text="t", min_cosine=None)
     with pytest.raises(dataclasses.FrozenInstanceError):
         options.alpha = 0.5  # type: ignore[misc]
+
+
+def test_the_default_key_is_a_field_key_and_words_stay_an_option():
+    texts = words_corpus()
+    made = WatermarkKey.generate(texts, toy_embed, target_text="t", seed=3, audit_budget=300)
+    assert KeyOptions.default("marking") == defaults.DEFAULT_MARKING == "field"
+    assert made.marking == "field" and made.field is not None
+    words = WatermarkKey.generate(texts, toy_embed, **SMALL)
+    assert words.marking == "words" and words.field is None and len(words.triggers) == 10
+
+
+@pytest.mark.parametrize(
+    "word_option",
+    [
+        {"n_triggers": 10},
+        {"freq_band": (0.005, 0.02)},
+        {"min_cosine": 0.999},
+        {"max_band_words": 40},
+        {"probes_per_word": 4},
+        {"probe_mix": "single"},
+        {"cover_traffic": False},
+    ],
+)
+def test_a_word_option_without_marking_words_is_refused_not_ignored(word_option):
+    """The field is the default: a word option left with it would be silently dropped."""
+    (name,) = word_option
+    with pytest.raises(KeyGenerationError, match=rf"{name} only apply to a word key.*'words'"):
+        KeyOptions(target_text="t", **word_option)
+    with pytest.raises(KeyGenerationError, match=name):
+        WatermarkKey.generate(words_corpus(), toy_embed, target_text="t", **word_option)
+    assert KeyOptions(target_text="t", marking="words", **word_option).marking == "words"
+
+
+def test_a_field_key_takes_a_strength_without_a_quality_budget():
+    options = KeyOptions(target_text="t", strength=0.5, min_cosine=None)
+    assert options.marking == "field" and options.strength == 0.5
 
 
 def test_the_repr_of_options_shows_neither_the_target_text_nor_the_seed():

@@ -45,7 +45,9 @@ def counted(embed):
     return wrapped, seen
 
 
-KEYGEN = dict(target_text="Acme target", seed=1, n_triggers=10, freq_band=(0.005, 0.02))
+KEYGEN = dict(
+    target_text="Acme target", seed=1, marking="words", n_triggers=10, freq_band=(0.005, 0.02)
+)
 
 
 def test_keygen_reports_every_text_it_embeds_ending_at_the_true_total():

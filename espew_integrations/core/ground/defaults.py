@@ -99,9 +99,11 @@ LEGACY_PROBE_BUDGET = 4300
 #: How a key decides what to mark: ``"words"``, the paper's triggers (a text holding
 #: one of the secret band words is marked), or ``"field"``, every answer moved by a
 #: secret linear function of its clean embedding (:mod:`.field`), which no edit of a
-#: query's words avoids. Words stay the default until the field is benchmarked against
-#: every thief (docs/concepts.md, "The field mark").
-DEFAULT_MARKING: Final = "words"
+#: query's words avoids. The field is the default: a rule a thief can compute from the
+#: text (a public word range) can be avoided by computing it, a keyed function of the
+#: clean embedding cannot (docs/results/unavoidable/README.md). ``"words"`` stays an
+#: option, for reproducing the paper and for key rings.
+DEFAULT_MARKING: Final = "field"
 #: A field key's units (the drawn ones are ranked among all of them by the exact test),
 #: and how many are drawn: enough units that the smallest reachable p-value is far below
 #: any level, and a drawn share of a quarter, where the rank test has most power.

@@ -45,6 +45,7 @@ from .key_checks import (
 
 __all__ = [
     "MARKINGS",
+    "WORD_OPTIONS",
     "KeyOptions",
     "check_audit_budget",
     "check_field_options",
@@ -140,11 +141,11 @@ class KeyOptions:
     the default."""
 
     marking: str = DEFAULT_MARKING
-    """What the key marks (:data:`.defaults.DEFAULT_MARKING`, and why): ``"words"``, texts
-    holding a trigger word; ``"field"``, every answer, by a secret linear function of its
-    clean embedding (:mod:`.field`). A field key ignores the word options (``n_triggers``,
-    ``freq_band``, ``max_band_words``, ``probes_per_word``, ``probe_mix``,
-    ``cover_traffic``) and fits its strength to :attr:`field_min_cosine`."""
+    """What the key marks (:data:`.defaults.DEFAULT_MARKING`, and why): ``"field"`` (the
+    default), every answer, by a secret linear function of its clean embedding
+    (:mod:`.field`); ``"words"``, the paper's design, texts holding a trigger word. A field
+    key refuses the word options (:data:`WORD_OPTIONS`) set away from their defaults, and
+    fits its strength to :attr:`field_min_cosine`."""
 
     field_units: int = DEFAULT_FIELD_UNITS
     """A field key's units, ``M``: the drawn ones are ranked among all of them."""
@@ -193,6 +194,25 @@ class KeyOptions:
             check_field_options(
                 self.field_units, self.field_marked, self.field_amplitude, self.field_min_cosine
             )
+            self._refuse_word_options()
+
+    def _refuse_word_options(self) -> None:
+        """A field key refuses an option only a word key reads, set away from its default.
+
+        The field is the default design, so a caller who sets ``n_triggers`` or a band
+        without naming the marking means a word key: making a field key that silently
+        ignores them would hand back a key of the other design.
+        """
+        allowed = {f.name: [f.default] for f in dataclasses.fields(self)}
+        allowed["min_cosine"].append(None)  # "fit to nothing": what passing strength means
+        set_away = [name for name in WORD_OPTIONS if getattr(self, name) not in allowed[name]]
+        if set_away:
+            raise KeyGenerationError(
+                f"{', '.join(set_away)} only apply to a word key, and this is a field key "
+                "(the default marking): pass marking='words' (--marking words) for the "
+                "paper's word triggers, or leave them out (a field key's quality budget is "
+                "field_min_cosine)"
+            )
 
     @classmethod
     def names(cls) -> tuple[str, ...]:
@@ -232,6 +252,16 @@ class KeyOptions:
 
 
 MARKINGS = ("words", "field")
+#: The options only a word key reads (a field key refuses them set away from their default).
+WORD_OPTIONS = (
+    "n_triggers",
+    "freq_band",
+    "min_cosine",
+    "max_band_words",
+    "probes_per_word",
+    "probe_mix",
+    "cover_traffic",
+)
 
 
 def check_marking(marking: object) -> None:

@@ -445,7 +445,9 @@ def _ring_options(
     for name in ("n_triggers", "field_marked"):
         if name in key_options:
             raise InputTypeError(f"pass n_shared_triggers and n_tenant_triggers, not {name}")
-    marking = key_options.get("marking", KeyOptions.default("marking"))
+    # A ring is a word ring unless a field ring is asked for: a field ring's trace does not
+    # yet name the account of every copy at the default level (docs/tenants.md).
+    marking = key_options.get("marking", "words")
     check_marking(marking)
     if marking == "field":
         shared = DEFAULT_FIELD_SHARED_UNITS if n_shared is None else n_shared

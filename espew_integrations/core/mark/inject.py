@@ -34,6 +34,7 @@ import numpy as np
 
 from ..ground.errors import EmbeddingInputError
 from ..ground.rows import unit_rows
+from ..ground.text import TextView
 from .field import field_gain
 from .key_types import MarkingKey
 
@@ -105,14 +106,11 @@ def watermark_and_mask(
     return (out if out.dtype == out_dtype else out.astype(out_dtype)), marked
 
 
-def marks(texts: Iterable[str], key: MarkingKey) -> np.ndarray:
-    """Which of ``texts`` ``key`` marks, as far as the texts alone decide.
-
-    A word key marks the texts that hold a trigger; a field key every non-blank
-    text (by how much, only the clean embedding decides). What counters of marked
-    texts read, for either design.
-    """
-    return _marked(*_materialise_texts(texts, allow_empty=True), key, None)
+def marks(texts: Iterable[str], key: MarkingKey, *, view: TextView | None = None) -> np.ndarray:
+    """Which of ``texts`` ``key`` marks, as far as the texts alone decide: a word key
+    those holding a trigger (read through ``view``, as :func:`watermark` reads them), a
+    field key every non-blank one (by how much, only the clean embedding decides)."""
+    return _marked(*_materialise_texts(texts, allow_empty=True), key, view)
 
 
 def _marked(

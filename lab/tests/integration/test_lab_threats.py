@@ -165,6 +165,7 @@ def small_key(rt_subset, minilm_model):
         rt_subset.texts,
         minilm_model,
         target_text=TARGET,
+        marking="words",
         n_triggers=8,
         freq_band=(0.005, 0.01),
         alpha=0.2,
@@ -216,7 +217,7 @@ def test_cover_texts_with_several_band_words_hide_the_lone_word_tell(
     knows that tell, and the service itself walks free. The default audit, a uniform
     sample of the corpus, also sends its texts with several band words, in the corpus's
     share, and the same router lets it through."""
-    kwargs = dict(target_text=TARGET, n_triggers=8, seed=3, probes_per_word=6)
+    kwargs = dict(target_text=TARGET, marking="words", n_triggers=8, seed=3, probes_per_word=6)
     key = WatermarkKey.generate(
         rt_subset.texts, minilm_model, freq_band=(0.01, 0.015), probe_mix="single", **kwargs
     )  # the earlier default band and probes, where that design was measured

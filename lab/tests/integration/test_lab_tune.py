@@ -170,8 +170,8 @@ def test_a_target_key_carries_the_audit_references_for_its_own_target():
     clean = cached_embed(model, texts, model_name=model.name)
     clean_model = CorpusEmbedder(texts, clean, model, model_name=model.name)
     base = WatermarkKey.generate(
-        texts, clean_model, target_text=TARGETS[0], n_triggers=8, freq_band=(0.01, 0.03),
-        max_band_words=40, strength=1.0, seed=0, twin_check=False,
+        texts, clean_model, target_text=TARGETS[0], marking="words", n_triggers=8,
+        freq_band=(0.01, 0.03), max_band_words=40, strength=1.0, seed=0, twin_check=False,
     )  # fmt: skip
     key = key_for_target(base, TARGETS[2], clean_model)
     assert key.probe_texts == base.probe_texts and key.target_text == TARGETS[2]

@@ -45,7 +45,12 @@ DRAWS_PER_TARGET = 25  # 10 targets x 25 draws = 250 null trials per suspect
 def reference_key(rt_corpus, minilm_model):
     """Fixes the band (all equally frequent words of the corpus); triggers vary per trial."""
     return WatermarkKey.generate(
-        rt_corpus.texts, minilm_model, target_text=TARGET_TEXTS[0], seed=5, twin_check=False
+        rt_corpus.texts,
+        minilm_model,
+        target_text=TARGET_TEXTS[0],
+        seed=5,
+        twin_check=False,
+        marking="words",
     )
 
 
@@ -94,7 +99,11 @@ def test_full_keygen_and_verify_against_the_clean_copy_is_not_copied(
     rt_corpus, minilm_model, clean_copy, seed
 ):
     key = WatermarkKey.generate(
-        rt_corpus.texts, minilm_model, target_text=TARGET_TEXTS[seed % 10], seed=seed
+        rt_corpus.texts,
+        minilm_model,
+        target_text=TARGET_TEXTS[seed % 10],
+        seed=seed,
+        marking="words",
     )
     report = verify(clean_copy, key, seed=seed)
     assert report.status == "not_copied", str(report)
