@@ -74,8 +74,9 @@ def noisy(suspect):
 
 
 def _key(marking: str, seed: int) -> WatermarkKey:
+    words = {"n_triggers": 20} if marking == "words" else {}  # a field key takes no triggers
     return WatermarkKey.generate(
-        corpus(), clean, target_text=TARGET, seed=seed, marking=marking, n_triggers=20
+        corpus(), clean, target_text=TARGET, seed=seed, marking=marking, **words
     )
 
 

@@ -149,6 +149,20 @@ def test_every_row_is_moved_at_the_quality_budget(field_key):
     np.testing.assert_allclose(float32, out, atol=1e-6)
 
 
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_a_rows_answer_does_not_depend_on_its_batch(field_key, dtype):
+    """Same text and clean row, same answer bit for bit, whatever batch it arrives in."""
+    texts = CORPUS[1400:1537]
+    clean = embed(texts).astype(dtype)
+    whole = watermark(texts, clean, field_key)
+    for size in (1, 7, 10, 64):
+        parts = [
+            watermark(texts[i : i + size], clean[i : i + size], field_key)
+            for i in range(0, len(texts), size)
+        ]
+        assert np.array_equal(np.concatenate(parts), whole), size
+
+
 def test_a_field_key_is_secret_and_refuses_text_rules(field_key, tmp_path):
     with pytest.raises(MarkingError, match="field key"):
         field_key.contains_trigger(["w1 w2"])

@@ -133,7 +133,9 @@ def field_vector(
 
 def field_gain(clean_unit: np.ndarray, mu: np.ndarray, q: np.ndarray) -> np.ndarray:
     """``g(e) = clip((e - mu) . q, -3, 3)`` for each clean unit row."""
-    return np.clip((clean_unit - mu) @ q, -FIELD_CLIP, FIELD_CLIP)
+    # A row-wise product and sum, not a matrix-vector product: BLAS blocks a product by the
+    # batch's size, so the last bits of a row's gain would depend on its batch.
+    return np.clip(((clean_unit - mu) * q).sum(axis=1), -FIELD_CLIP, FIELD_CLIP)
 
 
 def field_projections(
