@@ -102,7 +102,6 @@ SUSPECTS = {
     "clean encoder-head copy (innocent)": (False, "untouched"),
     "clean model (innocent)": (False, "untouched"),
 }
-LEVELS = (1e-2, 1e-3, 1e-6)
 
 
 @dataclass(frozen=True)
@@ -374,7 +373,7 @@ def measure(name: str, setup: Setup, args: argparse.Namespace) -> dict:
         clean_held=data.clean(data.held).astype(np.float64),
         own_held=data.own(data.held).astype(np.float64),
     )
-    row["suspects"] = judge(key, suspects, traffic, held, args.seed)
+    row["suspects"] = {} if args.null_only else judge(key, suspects, traffic, held, args.seed)
     if args.null:
         innocents = {s: suspects[s] for s, (guilty, _) in SUSPECTS.items() if not guilty}
         row["null"] = null_study(key, traffic["untouched"], innocents, args)
@@ -392,61 +391,35 @@ def null_study(key, round_two, innocents: dict, args: argparse.Namespace) -> dic
                 key, innocents, args.null, args.verify_draws, draw_seed=20261201
             )
         }
-    from bench_field_null import study
+    from reach_null import counts, null_p_values, own_salt_check, plain_check, scored_audit
 
-    out = {}
-    for offset, (audit, audited) in enumerate((("keygen", key), ("traffic", round_two))):
-        if audited is None:
-            continue
-        started = time.perf_counter()
-        texts = list(audited.probe_texts)
-        rows = np.asarray(audited.probe_embeddings, dtype=np.float64)
-        answers = {n: np.asarray(f(texts), dtype=np.float64) for n, f in innocents.items()}
-        own_salt = own_salt_check(key, rows, answers, innocents, audited, args.seed)
-        # verify multiplies a round-k audit's p by k (Bonferroni over the rounds)
-        rounds = audited.audit_round
-        p = study(key, rows, answers, args.null, seed=1000 * args.seed + offset)
-        p = {n: np.minimum(1.0, rounds * v) for n, v in p.items()}
-        out[audit] = {
-            "audit_texts": len(texts),
-            "keys": args.null,
-            "own_salt_check": own_salt,
-            "seconds": round(time.perf_counter() - started),
-            "innocents": {
-                n: {
-                    "at_or_below": {f"{a:g}": int((v <= a).sum()) for a in LEVELS},
-                    "smallest_p": float(v.min()),
-                }
-                for n, v in p.items()
-            },
+    started = time.perf_counter()
+    audited = {"keygen": key, "traffic": round_two}
+    audited = {name: k for name, k in audited.items() if k is not None}
+    answers = {
+        name: {
+            n: np.asarray(f(list(k.probe_texts)), dtype=np.float64) for n, f in innocents.items()
         }
-        print(f"  null study, {audit} audit: {out[audit]['innocents']}", flush=True)
-    return out
-
-
-def own_salt_check(key, rows, answers: dict, innocents: dict, audited, seed: int) -> dict:
-    """The null study's scoring run on the key's own salt against ``verify()`` itself."""
-    from espew_integrations.core.directed import mark_directions
-    from espew_integrations.core.field import (
-        drawn_mask,
-        field_scores,
-        standardised,
-        whitened_rows,
-    )
-    from espew_integrations.core.ranktest import rank_sum_p_value
-    from espew_integrations.core.rows import unit_rows
-
-    field = key.field
-    clean = unit_rows(rows)
-    z = standardised(whitened_rows(clean, clean.mean(axis=0)) @ field.gaussian(key.salt))
-    drawn = drawn_mask(field.units, key.triggers)
-    directions = mark_directions(rows, key)
+        for name, k in audited.items()
+    }
+    audits = [scored_audit(name, key, k, answers[name]) for name, k in audited.items()]
+    seed = 1000 * args.seed
+    p_values = null_p_values(key, audits, args.null, seed)
     out = {}
-    for name, suspect in innocents.items():
-        scores = field_scores(answers[name], directions, clean, z)
-        fast = min(1.0, audited.audit_round * float(rank_sum_p_value(scores, drawn)))
-        slow = verify(suspect, audited, seed=seed).p_value
-        out[name] = {"study": fast, "verify": slow}
+    for audit, p in zip(audits, p_values, strict=True):
+        k = audited[audit.name]
+        out[audit.name] = {
+            "audit_texts": audit.texts,
+            "audit_round": audit.rounds,
+            "keys": args.null,
+            "own_salt_check": own_salt_check(key, k, answers[audit.name], innocents, args.seed),
+            "plain_check_max_log10_gap": plain_check(
+                key, k, answers[audit.name], audit.rounds, p[: args.null_check], seed
+            ),
+            "innocents": {n: counts(p[:, j]) for j, n in enumerate(audit.innocents)},
+        }
+        print(f"  null study, {audit.name} audit: {out[audit.name]}", flush=True)
+    out["seconds"] = round(time.perf_counter() - started)
     return out
 
 
@@ -536,6 +509,8 @@ def null_table(rows: list[dict]) -> str:
     ]
     for row in rows:
         for audit, r in row.get("null", {}).items():
+            if audit == "seconds":
+                continue
             if "innocents" not in r:  # a word key's study: bench_frontier_null's rows
                 for name, w in r.items():
                     if name != "all":
@@ -577,6 +552,12 @@ def main() -> None:
     )
     parser.add_argument("--null", type=int, default=0, metavar="KEYS", help="null study keys")
     parser.add_argument("--verify-draws", type=int, default=20, help="word null: verify() checks")
+    parser.add_argument(
+        "--null-only", action="store_true", help="the null study alone, no suspect judged"
+    )
+    parser.add_argument(
+        "--null-check", type=int, default=20, help="field null: salts also scored the plain way"
+    )
     parser.add_argument("--out", type=Path, default=Path("results/reach"))
     args = parser.parse_args()
     os.environ.setdefault("ESPEW_EMBED_CACHE", str(STORE))
