@@ -404,7 +404,7 @@ def null_study(key, round_two, innocents: dict, args: argparse.Namespace) -> dic
     }
     audits = [scored_audit(name, key, k, answers[name]) for name, k in audited.items()]
     seed = 1000 * args.seed
-    p_values = null_p_values(key, audits, args.null, seed)
+    p_values = null_p_values(key, audits, args.null, seed, workers=args.null_workers)
     out = {}
     for audit, p in zip(audits, p_values, strict=True):
         k = audited[audit.name]
@@ -552,6 +552,9 @@ def main() -> None:
     )
     parser.add_argument("--null", type=int, default=0, metavar="KEYS", help="null study keys")
     parser.add_argument("--verify-draws", type=int, default=20, help="word null: verify() checks")
+    parser.add_argument(
+        "--null-workers", type=int, default=1, help="field null: processes scoring salts"
+    )
     parser.add_argument(
         "--null-only", action="store_true", help="the null study alone, no suspect judged"
     )

@@ -93,26 +93,36 @@ def batch_p_values(audit: ScoredAudit, gaussians: np.ndarray, drawn: list[np.nda
 
 
 def null_p_values(
-    key, audits: list[ScoredAudit], n_keys: int, seed: int, *, batch: int = 32
+    key, audits: list[ScoredAudit], n_keys: int, seed: int, *, workers: int = 1, batch: int = 32
 ) -> list[np.ndarray]:
     """Per audit, an (n_keys, innocents) array of p-values over fresh salts drawn by ``seed``
-    (one BLAS thread: on a shared machine more threads only wait for each other)."""
+    (the same stream as ``bench_field_null.study``'s), in ``workers`` processes of one BLAS
+    thread each (on a shared machine more threads per process only wait for each other)."""
+    rng = np.random.default_rng(seed)
+    salts = [rng.bytes(32) for _ in range(n_keys)]
+    field = key.field
+    job = (key.dim, field.units, len(key.triggers), audits)
+    chunks = [salts[i : i + batch] for i in range(0, n_keys, batch)]
+    if workers > 1:
+        from concurrent.futures import ProcessPoolExecutor
+
+        with ProcessPoolExecutor(workers) as pool:
+            parts = list(pool.map(_chunk_p_values, [job] * len(chunks), chunks))
+    else:
+        parts = [_chunk_p_values(job, chunk) for chunk in chunks]
+    return [np.concatenate([part[i] for part in parts]) for i in range(len(audits))]
+
+
+def _chunk_p_values(job: tuple, chunk: list[bytes]) -> list[np.ndarray]:
+    """One batch of salts: each audit's (salts, innocents) p-values."""
     from threadpoolctl import threadpool_limits
 
-    field = key.field
-    units = unit_names(field.units)
-    salts = np.random.default_rng(seed)  # the same stream as bench_field_null.study's
-    out = [np.empty((n_keys, len(a.innocents))) for a in audits]
+    dim, n_units, n_drawn, audits = job
+    units = unit_names(n_units)
     with threadpool_limits(1):
-        for start in range(0, n_keys, batch):
-            chunk = [salts.bytes(32) for _ in range(min(batch, n_keys - start))]
-            gaussians = np.hstack([keyed_gaussian(s, key.dim, field.units) for s in chunk])
-            drawn = [
-                drawn_mask(field.units, draw_triggers(s, units, len(key.triggers))) for s in chunk
-            ]
-            for audit, p in zip(audits, out, strict=True):
-                p[start : start + len(chunk)] = batch_p_values(audit, gaussians, drawn)
-    return out
+        gaussians = np.hstack([keyed_gaussian(s, dim, n_units) for s in chunk])
+        drawn = [drawn_mask(n_units, draw_triggers(s, units, n_drawn)) for s in chunk]
+        return [batch_p_values(audit, gaussians, drawn) for audit in audits]
 
 
 def plain_check(key, audited, answers: dict, rounds: int, fast: np.ndarray, seed: int) -> float:
