@@ -47,9 +47,11 @@ texts, less that of the thief's open model, paraphrase-MiniLM-L3). The suspects:
 
 ``--null KEYS`` adds a null study. For a field key: fresh salts, each drawing a new field
 (matrix and units), score fixed innocent answers exactly as ``verify`` scores a field
-key (``bench_field_null.study``), on the keygen and the traffic audit; the key's own salt
+key (``reach_null``, checked against ``bench_field_null.study``), on the keygen and the
+traffic audit; the key's own salt
 through the same code is checked against ``verify()``. For a word key: fresh trigger
-draws (``bench_frontier_null.innocent_study``).
+draws (``bench_frontier_null.innocent_study``). ``--null-only`` judges no suspect,
+``--null-workers N`` scores the salts in N processes (``reach_null``).
 
 Embeddings are memoised per text in ``$ESPEW_EMBED_CACHE`` (default here:
 ``~/.cache/espew-integrations/embed-store``), so a re-run with another key embeds only
@@ -57,8 +59,8 @@ what it has not seen (on 2 cores MPNet embeds a 128-word passage in about half a
 second). Needs ``espew data install --mpnet`` for the MPNet setup. Run:
 
     .venv/bin/python benchmarks/bench_reach.py --out docs/results/reach
-    .venv/bin/python benchmarks/bench_reach.py --setups minilm-news --null 10000 \\
-        --out docs/results/reach/field-null-minilm-news
+    .venv/bin/python benchmarks/bench_reach.py --setups minilm-news --null 10000 --null-only \\
+        --null-workers 3 --out docs/results/reach/field-null-minilm-news
     .venv/bin/python benchmarks/bench_reach.py --marking words --out docs/results/reach/words
 """
 
