@@ -11,9 +11,11 @@ server all resolve specs here, so a spec means the same thing everywhere:
 - ``module:attr`` or ``path/to/file.py:attr``: an object in a Python module
   (the current directory is importable). A zero-argument callable (a factory,
   or a class) is called to get the embedder; ``attr()`` forces the call. The
-  object is a callable ``list[str] -> array`` or anything
+  object is a callable ``list[str] -> array``, anything
   :func:`espew_integrations.as_suspect` understands (LangChain, LlamaIndex,
-  Chroma embedders).
+  Chroma embedders), or a sentence-transformers-style model, whose
+  ``encode(texts, normalize_embeddings=..., convert_to_numpy=...)`` is asked
+  through :class:`SentenceTransformerEmbedder`.
 
 A missing extra is reported by :func:`check_available` (called first by
 :func:`resolve_embedder`) with the exact ``pip install`` line, before any model
@@ -37,18 +39,22 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NamedTuple
 
+import numpy as np
+
 from ._optional import MissingExtraError, install_line
-from .core.ground.errors import ESpeWError
+from .core.ground.errors import EmbeddingInputError, ESpeWError
 
 __all__ = [
     "MODEL_NAMES",
     "MissingExtraError",
     "ModelSpecError",
     "ResolvedEmbedder",
+    "SentenceTransformerEmbedder",
     "canonical_model_name",
     "check_available",
     "import_object",
     "install_line",
+    "is_sentence_transformer",
     "load_model",
     "resolve_embedder",
 ]
@@ -77,6 +83,83 @@ class ResolvedEmbedder(NamedTuple):
 
     embed: Callable[[list[str]], Any]
     name: str
+
+
+#: The keywords a sentence-transformers-style ``encode`` must accept.
+_ENCODE_KEYWORDS = ("normalize_embeddings", "convert_to_numpy")
+
+
+def is_sentence_transformer(obj: Any) -> bool:
+    """Whether ``obj`` has a sentence-transformers-style ``encode`` (it takes
+    ``normalize_embeddings`` and ``convert_to_numpy``, or ``**kwargs``).
+
+    Checked by signature, not by class, so the library needs no sentence-transformers
+    install to recognise one, and a tokenizer's ``encode`` is not mistaken for it.
+    """
+    encode = getattr(obj, "encode", None)
+    if not callable(encode):
+        return False
+    try:
+        parameters = inspect.signature(encode).parameters
+    except (TypeError, ValueError):
+        return False
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()):
+        return True
+    return all(name in parameters for name in _ENCODE_KEYWORDS)
+
+
+class SentenceTransformerEmbedder:
+    """A sentence-transformers-style model as the library's embedder,
+    ``list[str] -> float32 array (n, d)``.
+
+    A ``SentenceTransformer`` is itself callable (a torch module whose call runs the
+    network on token tensors, not on texts), so :func:`resolve_embedder` would take it
+    for a ``list[str] -> array`` callable; this asks its ``encode`` instead. Answers are
+    unit rows by default (``normalize_embeddings=True``), as the offline models answer,
+    so a model without a ``Normalize`` module serves what cosine search compares.
+    ``max_tokens`` is the model's ``max_seq_length`` when it has one (pass it as a
+    key's ``window``).
+
+    >>> embed = SentenceTransformerEmbedder(model)   # doctest: +SKIP
+    >>> embed(["a text"]).shape                       # doctest: +SKIP
+    (1, 768)
+    """
+
+    def __init__(self, model: Any, *, normalize_embeddings: bool = True, name: str | None = None):
+        if not is_sentence_transformer(model):
+            raise ModelSpecError(
+                f"{type(model).__name__} has no encode(texts, normalize_embeddings=..., "
+                "convert_to_numpy=...) method"
+            )
+        self.model = model
+        self.normalize_embeddings = normalize_embeddings
+        self.name = name or str(getattr(model, "name", "") or type(model).__name__)
+        self.max_tokens: int | None = getattr(model, "max_seq_length", None)
+
+    def __repr__(self) -> str:
+        return f"SentenceTransformerEmbedder({self.name!r})"
+
+    def __call__(self, texts: list[str]) -> np.ndarray:
+        if isinstance(texts, str):
+            raise EmbeddingInputError("pass a list of texts, not a single string")
+        texts = list(texts)
+        rows = self.model.encode(
+            texts, normalize_embeddings=self.normalize_embeddings, convert_to_numpy=True
+        )
+        try:
+            matrix = np.asarray(rows, dtype=np.float32)
+        except (TypeError, ValueError) as exc:
+            raise ModelSpecError(f"{self.name}.encode returned non-numbers: {exc}") from None
+        if matrix.ndim != 2 or matrix.shape[0] != len(texts):
+            raise ModelSpecError(
+                f"{self.name}.encode returned shape {matrix.shape} for {len(texts)} texts; "
+                "expected one embedding per text"
+            )
+        if not np.isfinite(matrix).all():
+            raise ModelSpecError(f"{self.name}.encode returned NaN or infinite values")
+        return matrix
+
+    embed = __call__
 
 
 def _valid_forms() -> str:
@@ -231,6 +314,8 @@ def resolve_embedder(spec: str, **endpoint_options: Any) -> ResolvedEmbedder:
         raise ModelSpecError(f"unknown embedder {spec!r}: {_valid_forms()}")
     obj = import_object(spec)
     name = str(getattr(obj, "name", "") or spec.rpartition(":")[2].rstrip("()"))
+    if is_sentence_transformer(obj) and not hasattr(obj, "embed_documents"):
+        return ResolvedEmbedder(SentenceTransformerEmbedder(obj, name=name), name)
     if callable(obj) and not hasattr(obj, "embed_documents"):
         return ResolvedEmbedder(obj, name)  # keep the embedder's own dtype
     from . import as_suspect

@@ -13,6 +13,7 @@ from espew_integrations.models import (
     ModelSpecError,
     canonical_model_name,
     check_available,
+    import_object,
     load_model,
     resolve_embedder,
 )
@@ -144,3 +145,111 @@ def test_bad_module_specs_say_what_is_wrong(spec_module):
         resolve_embedder("espew_spec_module:missing")
     with pytest.raises(ModelSpecError, match="no Python file"):
         resolve_embedder("nowhere/file.py:embed")
+
+
+ST_MODULE = """
+import hashlib
+
+import numpy as np
+
+
+class TinySentenceTransformer:
+    '''A sentence-transformers-style model: hashed word counts, encode() as ST spells it,
+    and a __call__ that is not list[str] -> array (a torch module's forward takes tensors).'''
+
+    max_seq_length = 128
+
+    def __init__(self, dim=16):
+        self.dim = dim
+        self.calls = []
+
+    def __call__(self, features):
+        raise AssertionError("a SentenceTransformer's __call__ runs the network on tensors")
+
+    def encode(self, sentences, batch_size=32, normalize_embeddings=False, convert_to_numpy=True):
+        self.calls.append((normalize_embeddings, convert_to_numpy))
+        out = np.zeros((len(sentences), self.dim), dtype=np.float32)
+        for i, text in enumerate(sentences):
+            for word in text.lower().split():
+                out[i, hashlib.sha256(word.encode()).digest()[0] % self.dim] += 1.0
+        out[:, 0] += 1.0
+        if normalize_embeddings:
+            out /= np.linalg.norm(out, axis=1, keepdims=True)
+        return out if convert_to_numpy else list(out)
+
+
+class WrongShape(TinySentenceTransformer):
+    def encode(self, sentences, **kwargs):
+        return np.ones((len(sentences) + 1, 4))
+
+
+class Tokenizer:
+    '''An encode() that is not a sentence encoder's.'''
+
+    def encode(self, text):
+        return [1, 2, 3]
+"""
+
+
+@pytest.fixture
+def st_module(tmp_path, monkeypatch):
+    (tmp_path / "espew_st_module.py").write_text(ST_MODULE)
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+def test_a_sentence_transformers_model_is_asked_through_encode(st_module):
+    from espew_integrations.models import SentenceTransformerEmbedder
+
+    embed, name = resolve_embedder("espew_st_module:TinySentenceTransformer")
+    assert isinstance(embed, SentenceTransformerEmbedder)
+    assert name == "TinySentenceTransformer" and embed.max_tokens == 128
+    rows = embed(["the cat sat", "a dog", "the cat sat"])
+    assert rows.dtype == np.float32 and rows.shape == (3, 16)
+    assert np.allclose(np.linalg.norm(rows, axis=1), 1.0)  # unit rows, as asked
+    assert np.array_equal(rows[0], rows[2]) and not np.allclose(rows[0], rows[1])
+    assert embed.model.calls[-1] == (True, True)
+    raw = SentenceTransformerEmbedder(embed.model, normalize_embeddings=False)(["the cat sat"])
+    assert np.allclose(raw, embed.model.encode(["the cat sat"]))
+
+
+def test_a_bad_sentence_transformers_model_is_refused_with_the_reason(st_module):
+    from espew_integrations.core.ground.errors import EmbeddingInputError
+    from espew_integrations.models import SentenceTransformerEmbedder, is_sentence_transformer
+
+    wrong, _ = resolve_embedder("espew_st_module:WrongShape")
+    with pytest.raises(ModelSpecError, match=r"returned shape \(3, 4\) for 2 texts"):
+        wrong(["a", "b"])
+    with pytest.raises(EmbeddingInputError, match="not a single string"):
+        wrong("a")
+    with pytest.raises(ModelSpecError, match="cannot query a suspect of type Tokenizer"):
+        resolve_embedder("espew_st_module:Tokenizer")  # an encode(text) is no sentence encoder's
+    tokenizer = import_object("espew_st_module:Tokenizer")
+    assert not is_sentence_transformer(tokenizer)
+    with pytest.raises(ModelSpecError, match="has no encode"):
+        SentenceTransformerEmbedder(tokenizer)
+
+
+class _BundledAsSentenceTransformer:
+    """The bundled MiniLM behind sentence-transformers' encode (its output is unit rows)."""
+
+    def __init__(self):
+        self.model = embedders.minilm()
+
+    def encode(self, sentences, normalize_embeddings=False, convert_to_numpy=True):
+        return self.model(list(sentences))
+
+
+def test_the_adapter_answers_what_the_bundled_model_answers(rt_subset):
+    from espew_integrations import WatermarkKey, verify, watermark
+    from espew_integrations.models import SentenceTransformerEmbedder
+
+    texts = list(rt_subset.texts)[:200]
+    adapted = SentenceTransformerEmbedder(_BundledAsSentenceTransformer(), name="minilm-st")
+    assert np.allclose(adapted(texts), embedders.minilm()(texts), atol=1e-6)
+    key = WatermarkKey.generate(
+        texts, adapted, target_text="Acme", marking="field", seed=3, audit_budget=150
+    )
+    service = lambda batch: watermark(list(batch), adapted(list(batch)), key)  # noqa: E731
+    assert verify(service, key, seed=3).p_value < 1e-6
+    assert verify(adapted, key, seed=3).p_value > 1e-3
