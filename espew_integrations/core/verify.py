@@ -41,7 +41,6 @@ comparability figures; they never decide the verdict.
 
 from __future__ import annotations
 
-import dataclasses
 import os
 from typing import Any
 

@@ -9,8 +9,8 @@ import json
 import numpy as np
 import pytest
 
-from espew_integrations.core.evidence_check import check_evidence
 from espew_integrations.core.audit.plan import plan_audit
+from espew_integrations.core.evidence_check import check_evidence
 from espew_integrations.core.ground.draw import draw_triggers
 from espew_integrations.core.ground.errors import InputError, OptionsError
 from espew_integrations.core.keys.key import WatermarkKey

@@ -222,7 +222,7 @@ def _checked_references(references: object) -> tuple[ReferenceFn, ...]:
             f"reference copies), got a {type(references).__name__}"
         )
     try:
-        given = tuple(references)  # type: ignore[call-overload]
+        given: tuple[Any, ...] = tuple(references)  # type: ignore[arg-type]
     except TypeError:
         raise OptionsTypeError(
             f"references must be a sequence of callables, got {type(references).__name__}"

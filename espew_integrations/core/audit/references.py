@@ -68,7 +68,7 @@ def ask_references(
     names = tuple(reference_name(r) for r in references)
     rows = tuple(
         _checked_rows(name, reference(list(plan.texts)), len(plan.texts), key.dim)
-        for name, reference in zip(names, references)
+        for name, reference in zip(names, references, strict=True)
     )
     return ReferenceAnswers(names, rows, reference_leans(plan.directions, rows))
 
@@ -98,7 +98,7 @@ def _checked_rows(name: str, answer: Any, n_texts: int, dim: int) -> np.ndarray:
 def references_digest(names: Sequence[str], rows: Sequence[np.ndarray]) -> str:
     """``sha256:`` over every reference's name and exact float64 rows, in order."""
     digest = hashlib.sha256(_DIGEST_DOMAIN)
-    for name, matrix in zip(names, rows):
+    for name, matrix in zip(names, rows, strict=True):
         encoded = name.encode("utf-8")
         digest.update(len(encoded).to_bytes(4, "big") + encoded)
         values = np.ascontiguousarray(matrix, dtype="<f8")
@@ -151,4 +151,4 @@ def replayed_references(
     rows = [decode(r) for r in recorded.get("rows") or []]
     if len(names) != len(rows) or references_digest(names, rows) != recorded.get("sha256"):
         raise InputError("the transcript's reference rows do not match their recorded digest")
-    return tuple(_Recorded(n, r) for n, r in zip(names, rows))
+    return tuple(_Recorded(n, r) for n, r in zip(names, rows, strict=True))

@@ -229,7 +229,9 @@ def reference_leans(directions: np.ndarray, rows: Sequence[np.ndarray]) -> np.nd
 
     What :func:`field_scores` takes as ``extra``: the leans of the verifier's
     reference copies along every audit text's own mark direction."""
-    columns = [np.einsum("ij,ij->i", unit_rows(np.asarray(r, np.float64)), directions) for r in rows]
+    columns = [
+        np.einsum("ij,ij->i", unit_rows(np.asarray(r, np.float64)), directions) for r in rows
+    ]
     return np.column_stack(columns) if columns else np.empty((len(directions), 0))
 
 

@@ -28,6 +28,7 @@ model's. Everything here is numpy; the fit is a closed-form ridge.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import re
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -128,7 +129,7 @@ def hashed_word_counts(texts: Sequence[str], buckets: int = DEFAULT_BUCKETS) -> 
     cols: list[int] = []
     for i, text in enumerate(texts):  # tokenising is per text; the counting is vectorised
         words = _WORD.findall(text.lower())
-        grams = words + [f"{a} {b}" for a, b in zip(words, words[1:])]
+        grams = words + [f"{a} {b}" for a, b in itertools.pairwise(words)]
         for gram in grams:
             if gram not in column:
                 digest = hashlib.blake2b(gram.encode(), digest_size=8).digest()
