@@ -27,6 +27,16 @@ keys on which each suspect falls below ``--threshold`` (1e-10), by either audit.
     .venv/bin/python benchmarks/bench_field_power.py --field-min-cosine 0.9995 \
         --name power-09995 --out docs/results/unavoidable
 
+``--references``: every audit is also run with the auditor's reference copies
+(``verify(..., references=...)``): a ridge head on L3 and a bag-of-words ridge
+(``espew_integrations.core.stats.references``), fitted to the clean service's answers
+to the corpus texts that are neither the thief's nor the keygen audit's; the table
+gains a "+ references" column per audit.
+
+    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/bench_field_power.py --references \
+        --skip "torch copy" "MLP head on L3" --name power-references \
+        --out docs/results/unavoidable
+
 ``--quick``: keys 1 and 2, the torch copy for one epoch. Results: ``<name>.txt`` and
 ``<name>.json`` in ``--out``; discussion: docs/results/unavoidable/README.md.
 """
@@ -48,6 +58,7 @@ from bench_faithful_copy import corpus_lookups, victim_key
 from thieves import stolen_value, thief_for
 
 from espew_integrations import WatermarkKey, verify, watermark
+from espew_integrations.core.stats.references import bag_of_words_reference, ridge_reference
 from espew_lab.stealers import (
     EncoderRidgeStealer,
     FrozenMLPStealer,
@@ -66,6 +77,19 @@ GUILTY = (
 )
 INNOCENT = ("clean model", "clean ridge head on L3")
 AUDITS = ("keygen", "traffic")
+WITH_REFERENCES = ("keygen + references", "traffic + references")
+
+
+def reference_copies(texts, key, thief, victim, standard) -> list:
+    """The auditor's reference copies: fitted to the clean service's answers to the corpus
+    texts that are neither the thief's nor the keygen audit's (never an audit's)."""
+    used = set(thief.steal) | set(thief.held) | set(key.probe_texts)
+    own = [t for t in dict.fromkeys(texts) if t not in used]
+    clean = victim(own).astype(np.float64)
+    return [
+        ridge_reference(standard, own, clean, name="ridge head on L3 (reference)"),
+        bag_of_words_reference(own, clean, name="bag-of-words ridge (reference)"),
+    ]
 
 
 def suspects_for(
@@ -119,6 +143,7 @@ def run_key(seed: int, texts, victim, standard, args) -> list[dict]:
     traffic = key.with_audit(thief.steal, victim, audit_round=2, audit_budget=args.traffic)
     audits = {"keygen": key, "traffic": traffic}
     suspects = suspects_for(seed, key, thief, victim, standard, args.torch_epochs, args.skip)
+    references = reference_copies(texts, key, thief, victim, standard) if args.references else []
     rows = []
     for name, suspect in suspects.items():
         value = stolen_value(suspect, thief)
@@ -139,23 +164,33 @@ def run_key(seed: int, texts, victim, standard, args) -> list[dict]:
                 "status": report.status,
                 "n_queries": report.n_queries,
             }
+            if references:
+                report = verify(suspect, audit_key, seed=seed, references=references)
+                row[f"{label} + references"] = {
+                    "p_value": report.p_value,
+                    "status": report.status,
+                    "n_queries": report.n_queries,
+                }
         rows.append(row)
         print(
             f"  {name:24s} stolen {row['stolen']:+.4f}  "
-            + "  ".join(f"{a} p {row[a]['p_value']:.2e}" for a in AUDITS),
+            + "  ".join(
+                f"{a} p {row[a]['p_value']:.2e}" for a in AUDITS + WITH_REFERENCES if a in row
+            ),
             flush=True,
         )
     return rows
 
 
-def table(rows: list[dict], threshold: float, header: str) -> list[str]:
-    """Per suspect: stolen value, each audit's p per key, and the keys convicted."""
+def table(rows: list[dict], threshold: float, header: str, audits=AUDITS) -> list[str]:
+    """Per suspect: stolen value, each audit's p per key, and the keys convicted
+    (``audits``: the two audits, or the same two with the auditor's references)."""
     seeds = sorted({r["seed"] for r in rows})
     lines = [
         header,
         f"keys (seeds) {', '.join(map(str, seeds))}; convicted: p < {threshold:g}",
         "",
-        "| suspect | stolen value (per key) | keygen audit p | traffic audit p "
+        f"| suspect | stolen value (per key) | {audits[0]} audit p | {audits[1]} audit p "
         "| convicted (keygen / traffic / either) |",
         "|---|---|---|---|---|",
     ]
@@ -164,14 +199,14 @@ def table(rows: list[dict], threshold: float, header: str) -> list[str]:
         if not mine:
             continue
         stolen = ", ".join(f"{r['stolen']:+.3f}" for r in mine)
-        cells = [", ".join(f"{r[a]['p_value']:.1e}" for r in mine) for a in AUDITS]
-        hit = {a: sum(r[a]["p_value"] < threshold for r in mine) for a in AUDITS}
-        either = sum(min(r[a]["p_value"] for a in AUDITS) < threshold for r in mine)
+        cells = [", ".join(f"{r[a]['p_value']:.1e}" for r in mine) for a in audits]
+        hit = [sum(r[a]["p_value"] < threshold for r in mine) for a in audits]
+        either = sum(min(r[a]["p_value"] for a in audits) < threshold for r in mine)
         n = len(mine)
         label = name if name in GUILTY else f"{name} (innocent)"
         lines.append(
             f"| {label} | {stolen} | {cells[0]} | {cells[1]} "
-            f"| {hit['keygen']}/{n} / {hit['traffic']}/{n} / {either}/{n} |"
+            f"| {hit[0]}/{n} / {hit[1]}/{n} / {either}/{n} |"
         )
     return lines
 
@@ -185,6 +220,7 @@ def main() -> None:
     parser.add_argument("--torch-epochs", type=int, default=3)
     parser.add_argument("--threshold", type=float, default=1e-10)
     parser.add_argument("--skip", nargs="+", default=(), choices=(*GUILTY, *INNOCENT))
+    parser.add_argument("--references", action="store_true", help="also audit with references")
     parser.add_argument("--name", default="power", help="output file stem")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
@@ -206,6 +242,9 @@ def main() -> None:
         f"{time.time() - started:.0f} s"
     )
     lines = table(rows, args.threshold, header)
+    if args.references:
+        lines += ["", "the same audits, with the auditor's reference copies:", ""]
+        lines += table(rows, args.threshold, header, WITH_REFERENCES)[1:]
     print("\n".join(lines))
     if args.out:
         args.out.mkdir(parents=True, exist_ok=True)

@@ -49,6 +49,7 @@ import numpy as np
 
 from .audit import REPLAYED_SETTINGS, DeadlinePassed
 from .audit.options import AuditOptions
+from .audit.references import replayed_references
 from .ground.defaults import DEFAULT_BATCH_SIZE
 from .ground.errors import SuspectError
 from .keys.key import WatermarkKey
@@ -248,11 +249,22 @@ def check_evidence(
 
 def _replayed_findings(transcript: Transcript, against_public: bool) -> Findings:
     """What a transcript whose chain, digests and replay hold proves."""
-    return Findings(
+    found = Findings(
         proved=(
             f"chain intact: {transcript.n_records} records, digest {transcript.digest}"
             + (" (the one the reports carry)" if against_public else ""),
             "the recorded verdict and p-value follow from the recorded answers (replayed)",
+        )
+    )
+    references = transcript.header.get("references")
+    if not references:
+        return found
+    return found + Findings(
+        not_proved=(
+            f"that the reference copies {', '.join(map(str, references.get('names') or []))} "
+            "were built without the key: their rows are the auditor's, recorded with digest "
+            f"{references.get('sha256')}; rebuild them from their recipe (fitted to the clean "
+            "service on texts other than the audit's) and compare",
         )
     )
 
@@ -481,6 +493,8 @@ def _replayed(
     settings = {n: header["settings"].get(n) for n in REPLAYED_SETTINGS}
     # the recorded order, and no clock: the recorded answers are all there is
     settings.update(seed=int(header["shuffle_seed"]), deadline=None, stall_timeout=None)
+    # the auditor's reference copies answer from the rows the header recorded
+    settings["references"] = replayed_references(header, decode_answer)
     names = header.get("suspect") or {}
     names = {"suspect_name": names.get("name", ""), "suspect_label": names.get("label", "")}
     if header.get("audit") == "trace" and isinstance(key, KeyRing):

@@ -302,6 +302,10 @@ def trace(
     check_progress(progress)
     if options.templates is not None:
         raise OptionsError("trace asks the key's own probes; it takes no templates")
+    if options.references:
+        raise OptionsError(
+            "trace does not use reference copies; pass references to verify with one account's key"
+        )
     key = ring.shared_key
     plan = plan_audit(key, options.probes, None, options.target_mode)
     check_statistic(plan, options.statistic)

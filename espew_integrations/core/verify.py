@@ -45,6 +45,8 @@ import os
 from typing import Any
 
 from .audit import (
+    Answers,
+    AuditPlan,
     Recorder,
     SuspectFn,
     audit_subject,
@@ -60,10 +62,11 @@ from .audit import (
     word_scores,
 )
 from .audit.options import AuditOptions
+from .audit.references import ReferenceAnswers, ask_references, recorded_references
 from .audit.report import VerificationReport
 from .ground.progress import Progress, check_progress
 from .keys.key import WatermarkKey
-from .records.transcript import as_recorder
+from .records.transcript import as_recorder, encode_answer
 
 #: :func:`verify` alone: the audit pipeline's names are :mod:`.audit`'s.
 __all__ = ["verify"]
@@ -109,6 +112,9 @@ def verify(
     ``transcript`` (a private directory) records what was sent and what came back
     (:mod:`.transcript`; ``report.transcript_digest`` commits to it); the reports
     name the suspect ``suspect_name`` (default: described) and ``suspect_label``.
+    ``references`` (a field key only): the auditor's reference copies, asked for the
+    audit's texts before the suspect; the field statistic adjusts for their leans
+    (:mod:`.audit.references`; the report names them in ``reference_names``).
 
     >>> verify(suspect_model, key).copied          # doctest: +SKIP
     True
@@ -118,11 +124,29 @@ def verify(
     check_progress(progress)
     plan = plan_audit(key, options.probes, options.templates, options.target_mode)
     check_statistic(plan, options.statistic)
+    references = ask_references(options.references, key, plan)  # before the suspect is asked
     subject = audit_subject(suspect, as_recorder(transcript), suspect_name, suspect_label)
-    record_start(subject, "verify", suspect, key, options.recorded())
+    header = recorded_references(references, encode_answer)
+    record_start(subject, "verify", suspect, key, options.recorded(), **header)
     asked = interrogate(suspect, key, plan, options, progress, subject)
+    return recorded(subject, _verdict(key, plan, asked, references, options.min_coverage))
+
+
+def _verdict(
+    key: WatermarkKey,
+    plan: AuditPlan,
+    asked: Answers,
+    references: ReferenceAnswers | None,
+    min_coverage: float,
+) -> VerificationReport:
+    """The report on the answers: scored (with the references' leans) and decided."""
+    if references is not None:
+        asked.common.update(reference_names=references.names, references_sha256=references.digest)
     if asked.reason:
-        return recorded(subject, inconclusive(asked.common, asked.reason))
-    scores = word_scores(plan, asked.embeddings, asked.target_vector, len(key.band), asked.cover)
+        return inconclusive(asked.common, asked.reason)
+    leans = None if references is None else references.leans
+    scores = word_scores(
+        plan, asked.embeddings, asked.target_vector, len(key.band), asked.cover, leans
+    )
     verdict = decide_field if key.field is not None else decide
-    return recorded(subject, verdict(key, scores, options.min_coverage, asked.common))
+    return verdict(key, scores, min_coverage, asked.common)

@@ -129,6 +129,8 @@ PUBLIC_REPORT_KEYS = (
     "key_commitment",
     "transcript_digest",
     "n_statistics",
+    "reference_names",
+    "references_sha256",
 )
 #: Report fields kept out of the public form (private forms keep them exactly): each
 #: moves with which band words were scored, so it would tell a suspect that withheld

@@ -85,14 +85,17 @@ def unit_scores(scores: WordScores) -> np.ndarray:
     """Every field unit's score from a field plan's answers (all NaN if too few answered).
 
     What the key's verdict ranks its drawn units by, and what ``trace`` ranks each
-    tenant's units by (:mod:`...trace`): one score vector per interrogation.
+    tenant's units by (:mod:`...trace`): one score vector per interrogation. With
+    reference leans (``scores.extra_leans``, :mod:`.references`) each text's lean is
+    adjusted for them too.
     """
     plan, answers = scores.plan, scores.embeddings
     assert plan.field_z is not None and plan.directions is not None
     assert plan.clean_rows is not None
     if np.isfinite(answers).all(axis=1).sum() < _MIN_ANSWERED:
         return np.full(plan.field_z.shape[1], np.nan)
-    return field_scores(answers, plan.directions, unit_rows(plan.clean_rows), plan.field_z)
+    clean = unit_rows(plan.clean_rows)
+    return field_scores(answers, plan.directions, clean, plan.field_z, scores.extra_leans)
 
 
 def _not_derived(key: WatermarkKey) -> tuple[str, str] | None:

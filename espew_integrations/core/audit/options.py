@@ -32,9 +32,10 @@ from ..ground.defaults import (
     DEFAULT_STALL_TIMEOUT,
 )
 from ..ground.errors import OptionsError, OptionsTypeError
-from .settings import STATISTICS, ProbeKind, Statistic, TargetMode
+from ..ground.untrusted import printable
+from .settings import STATISTICS, ProbeKind, ReferenceFn, Statistic, TargetMode
 
-__all__ = ["PROBE_KINDS", "TARGET_MODES", "AuditOptions"]
+__all__ = ["PROBE_KINDS", "TARGET_MODES", "AuditOptions", "reference_name"]
 
 #: The values of :attr:`AuditOptions.target_mode` and :attr:`AuditOptions.probes`.
 TARGET_MODES: tuple[str, ...] = ("key", "query")
@@ -104,9 +105,19 @@ class AuditOptions:
     inconclusive (:data:`...defaults.DEFAULT_STALL_TIMEOUT`; ``None``: no stall
     guard)."""
 
+    references: tuple[ReferenceFn, ...] = ()
+    """The auditor's reference copies (:mod:`...stats.references`): callables
+    ``texts -> rows`` in the key's coordinates, asked for the same audit texts as the
+    suspect. A field key's statistic adjusts each text's lean for theirs as well as
+    the clean model's, which gains power against copies on a base like a reference's;
+    fitted to the clean service's answers on texts other than the audit's, they keep
+    the test exact. A word key does not use them. Recorded by name and rows in the
+    transcript (:mod:`.references`)."""
+
     def __post_init__(self) -> None:
         if isinstance(self.templates, list):  # a list (from JSON) reads as a tuple
             object.__setattr__(self, "templates", tuple(self.templates))
+        object.__setattr__(self, "references", _checked_references(self.references))
         self._check()
 
     def _check(self) -> None:
@@ -186,7 +197,42 @@ class AuditOptions:
         settings = {name: getattr(self, name) for name in names or self.names()}
         if settings.get("templates") is not None:
             settings["templates"] = list(settings["templates"])
+        if "references" in settings:  # by name: their rows go in the transcript's header
+            settings["references"] = [reference_name(r) for r in settings["references"]]
         return settings
+
+
+def reference_name(reference: ReferenceFn) -> str:
+    """How reports name a reference: its ``name`` attribute, else its function or class
+    (``module:qualname``), made printable."""
+    name = getattr(reference, "name", None)
+    if not (isinstance(name, str) and name):
+        inner = reference if hasattr(reference, "__qualname__") else type(reference)
+        name = f"{getattr(inner, '__module__', '?')}:{getattr(inner, '__qualname__', '?')}"
+    return printable(name, limit=200)
+
+
+def _checked_references(references: object) -> tuple[ReferenceFn, ...]:
+    """``references`` as a tuple of callables (``None``: none); OptionsTypeError otherwise."""
+    if references is None:
+        return ()
+    if isinstance(references, (str, bytes)) or callable(references):
+        raise OptionsTypeError(
+            "references must be a sequence of callables texts -> rows (the auditor's "
+            f"reference copies), got a {type(references).__name__}"
+        )
+    try:
+        given: tuple[Any, ...] = tuple(references)  # type: ignore[arg-type]
+    except TypeError:
+        raise OptionsTypeError(
+            f"references must be a sequence of callables, got {type(references).__name__}"
+        ) from None
+    for i, reference in enumerate(given):
+        if not callable(reference):
+            raise OptionsTypeError(
+                f"references[{i}] is a {type(reference).__name__}, not a callable texts -> rows"
+            )
+    return given
 
 
 def _number_in(value: object, low: float, high: float) -> bool:

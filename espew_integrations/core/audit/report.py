@@ -40,7 +40,7 @@ __all__ = ["Status", "VerificationReport"]
 
 Status = Literal["copied", "not_copied", "inconclusive"]
 
-_TUPLE_FIELDS = ("trigger_scores", "benign_scores", "templates", "errors")
+_TUPLE_FIELDS = ("trigger_scores", "benign_scores", "templates", "errors", "reference_names")
 _VERDICTS = {
     "copied": "COPIED: the suspect carries this key's watermark",
     "not_copied": "NOT COPIED: no evidence of this key's watermark",
@@ -71,7 +71,10 @@ class VerificationReport:
     comparison only. ``n_queries`` counts the texts the audit asked the
     suspect to embed, ``n_failed_queries`` those it got no usable answer for
     (:attr:`n_answered` the rest). An inconclusive report gives its ``reason``
-    and, where the cause suggests one, a ``next_step``.
+    and, where the cause suggests one, a ``next_step``. ``reference_names`` names
+    the auditor's reference copies a field audit's statistic was adjusted for
+    (empty: none) and ``references_sha256`` commits to their exact rows
+    (:mod:`.references`).
     """
 
     status: Status
@@ -112,6 +115,8 @@ class VerificationReport:
     key_commitment: str = ""
     transcript_digest: str = ""
     n_statistics: int = 0
+    reference_names: tuple[str, ...] = ()
+    references_sha256: str = ""
 
     @property
     def copied(self) -> bool:

@@ -44,6 +44,8 @@ class WordScores:
     cosines: np.ndarray
     raw: np.ndarray
     cover: np.ndarray | None = None  # the answers to the cover texts (for the clean fit)
+    #: a field audit's reference leans, n_texts x n_references (.references), if any
+    extra_leans: np.ndarray | None = None
 
     @functools.cached_property
     def reference(self) -> np.ndarray | None:
@@ -79,12 +81,14 @@ def word_scores(
     target: np.ndarray,
     n_words: int,
     cover: np.ndarray | None = None,
+    extra_leans: np.ndarray | None = None,
 ) -> WordScores:
     """The word scores of answers in the plan's order (``embeddings`` to its probes,
-    ``cover`` to its cover texts, both in the key's coordinates) against ``target``."""
+    ``cover`` to its cover texts, both in the key's coordinates) against ``target``;
+    ``extra_leans``: a field audit's reference leans (:mod:`.references`)."""
     cosines = probe_cosines(embeddings, target)
     raw = mean_per_word(cosines, plan.owner, n_words)
-    return WordScores(plan, embeddings, cosines, raw, cover)
+    return WordScores(plan, embeddings, cosines, raw, cover, extra_leans)
 
 
 def score_words(

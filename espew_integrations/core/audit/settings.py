@@ -23,6 +23,7 @@ __all__ = [
     "MAX_ANSWER_DIM",
     "STATISTICS",
     "ProbeKind",
+    "ReferenceFn",
     "Statistic",
     "SuspectFn",
     "TargetMode",
@@ -31,6 +32,8 @@ __all__ = [
 
 #: A suspect as the core asks it: texts in, one embedding row per text out.
 SuspectFn = Callable[[list[str]], Any]
+#: A reference copy as an audit asks it (:mod:`.references`): texts in, one row per text out.
+ReferenceFn = Callable[[list[str]], Any]
 TargetMode = Literal["key", "query"]
 ProbeKind = Literal["auto", "sentences", "words"]
 Statistic = Literal["combined", "raw", "adjusted", "corrected", "directed", "field"]

@@ -64,6 +64,7 @@ __all__ = [
     "field_vector",
     "keyed_gaussian",
     "no_text_rule",
+    "reference_leans",
     "scoring_projections",
     "standardised",
     "unit_names",
@@ -185,7 +186,11 @@ def standardised(z: np.ndarray) -> np.ndarray:
 
 
 def field_scores(
-    answers: np.ndarray, directions: np.ndarray, clean_unit: np.ndarray, z: np.ndarray
+    answers: np.ndarray,
+    directions: np.ndarray,
+    clean_unit: np.ndarray,
+    z: np.ndarray,
+    extra: np.ndarray | None = None,
 ) -> np.ndarray:
     """Each unit's field score from the suspect's answers (rows with a NaN are left out).
 
@@ -196,17 +201,40 @@ def field_scores(
     cancels. Unit ``j`` scores ``sum_i (adj_i - mean adj) (z_ij - mean_i z_ij)``:
     a copy of a marked service leans along ``v_i`` in proportion to the drawn
     units' projections. None of it looks at which units were drawn.
+
+    ``extra`` (``n x r``, optional): more per-text regressors fitted jointly with
+    ``ref`` by least squares, the leans of the verifier's reference copies
+    (:func:`reference_leans`). An innocent copy built on a base like a reference's
+    leans as that reference does; that share cancels too and the mark stands out.
+    The regressors must not depend on which units were drawn (references fitted to
+    the clean service's answers never see the mark), so the test stays exact.
+    Without ``extra`` (or with no column) the scores are exactly those without it.
     """
     answered = np.isfinite(answers).all(axis=1)
     a = unit_rows(answers[answered])
     v, e, zs = directions[answered], clean_unit[answered], z[answered]
     lean = np.einsum("ij,ij->i", a, v)
     ref = np.einsum("ij,ij->i", e, v)
+    if extra is not None and extra.shape[1]:
+        x = np.column_stack([np.ones(len(lean)), ref, extra[answered]])
+        adjusted = lean - x @ np.linalg.lstsq(x, lean, rcond=None)[0]
+        return (adjusted - adjusted.mean()) @ (zs - zs.mean(axis=0))
     centred = ref - ref.mean()
     denominator = float(centred @ centred)
     slope = float(centred @ (lean - lean.mean())) / denominator if denominator > 0 else 0.0
     adjusted = lean - slope * ref
     return (adjusted - adjusted.mean()) @ (zs - zs.mean(axis=0))
+
+
+def reference_leans(directions: np.ndarray, rows: Sequence[np.ndarray]) -> np.ndarray:
+    """``n x r``: each text's lean ``unit(r_i) . v_i`` for each reference's rows ``r``.
+
+    What :func:`field_scores` takes as ``extra``: the leans of the verifier's
+    reference copies along every audit text's own mark direction."""
+    columns = [
+        np.einsum("ij,ij->i", unit_rows(np.asarray(r, np.float64)), directions) for r in rows
+    ]
+    return np.column_stack(columns) if columns else np.empty((len(directions), 0))
 
 
 def field_twin_scores(directions: np.ndarray, clean_unit: np.ndarray, z: np.ndarray) -> np.ndarray:
