@@ -187,7 +187,9 @@ def _add_band_and_audit_flags(keygen: argparse.ArgumentParser) -> None:
     )
 
 
-def add_marking_flags(parser: argparse.ArgumentParser, *, marked: bool = True) -> None:
+def add_marking_flags(
+    parser: argparse.ArgumentParser, *, marked: bool = True, marking: str | None = None
+) -> None:
     """``--marking`` and the field key's flags, each option's default its :class:`KeyOptions`
     field's: ``espew keygen`` and ``espew keyring generate`` take the same ones (a ring
     sizes its layers with its own flags, so it asks for no ``--field-marked``)."""
@@ -195,10 +197,11 @@ def add_marking_flags(parser: argparse.ArgumentParser, *, marked: bool = True) -
     parser.add_argument(
         "--marking",
         choices=list(MARKINGS),
-        default=default("marking"),
-        help="'field' (the default): every answer is marked, by a secret linear function of "
-        "its clean embedding, which no edit of a query's words avoids (the word flags then "
-        "do not apply); 'words': the paper's design, texts holding a secret trigger word",
+        default=marking or default("marking"),
+        help="'field': every answer is marked, by a secret linear function of its clean "
+        "embedding, which no edit of a query's words avoids (the word flags then do not "
+        "apply); 'words': the paper's design, texts holding a secret trigger word "
+        f"(default {marking or default('marking')!r})",
     )
     parser.add_argument(
         "--field-units",

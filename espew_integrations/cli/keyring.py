@@ -122,7 +122,7 @@ def _register_generate(actions: Any) -> None:
         help="trigger words (a field ring: field units) of each customer's own "
         f"(default {DEFAULT_TENANT_TRIGGERS}; field {DEFAULT_FIELD_TENANT_UNITS})",
     )
-    add_marking_flags(generate, marked=False)
+    add_marking_flags(generate, marked=False, marking="words")  # a ring is a word ring unless asked
     add_min_cosine_argument(
         generate, help="quality budget of the customers' keys (mean cos on marked texts)"
     )
@@ -182,12 +182,15 @@ def run_generate(args: argparse.Namespace) -> int:
     from ..core.keys.keyring import KeyRing
 
     def make(corpus: Any, embed: Any, **common: Any) -> Any:
+        options = key_options_from(args, **common)
+        if options["marking"] == "field" and options.get("freq_band") == DEFAULT_RING_FREQ_BAND:
+            del options["freq_band"]  # the word ring's band flag, left at its default
         return KeyRing.generate(
             corpus,
             embed,
             n_shared_triggers=args.n_shared_triggers,
             n_tenant_triggers=args.n_tenant_triggers,
-            **key_options_from(args, **common),
+            **options,
         )
 
     field = args.marking == "field"

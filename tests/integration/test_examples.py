@@ -250,7 +250,12 @@ def test_docs_build_strict(tmp_path):
     assert (site / "figures" / "espew.png").is_file()  # the concepts picture
     reference = (site / "reference" / "core" / "index.html").read_text(encoding="utf-8")
     # Docstrings rendered: the API reference names the public API, doctests are code blocks.
-    public = ("key.WatermarkKey", "inject.watermark", "verify.verify", "report.VerificationReport")
+    public = (
+        "keys.key.WatermarkKey",
+        "mark.inject.watermark",
+        "verify.verify",
+        "audit.report.VerificationReport",
+    )
     for name in public:
         assert f'id="espew_integrations.core.{name}"' in reference, name
     assert 'class="gp"' in reference  # a highlighted ">>> " prompt

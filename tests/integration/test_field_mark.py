@@ -110,11 +110,12 @@ def test_a_real_wrapper_marks_every_text_with_a_field_key(setting):
 def test_each_wrapper_with_the_default_key_moves_every_text_at_the_budget(setting, framework):
     """The default flow of every wrapper: each of 40 held-out reviews comes back moved,
     as the core marks it, and their mean cos sits at the field's quality budget."""
-    from tests.integration.test_wrappers_common import _three_wrappers
+    from tests.integration.test_wrappers import FRAMEWORKS, _first_batch, _rows
 
     texts, _, _, key = setting
     asked = list(texts[KEYGEN_TEXTS + 100 : KEYGEN_TEXTS + 140])
-    served = _three_wrappers(key)[framework](asked)
+    fw = next(f for f in FRAMEWORKS if f.name == framework)
+    served = _rows(_first_batch(fw, fw.wrapper(fw.real_inner(), key))(asked))
     clean = minilm()(asked)
     cos = row_cosines(clean, served)
     assert (served != clean).any(axis=1).all()  # every text moved

@@ -456,5 +456,7 @@ def _ring_options(
     shared = DEFAULT_SHARED_TRIGGERS if n_shared is None else n_shared
     tenant = DEFAULT_TENANT_TRIGGERS if n_tenant is None else n_tenant
     ring_defaults = {"freq_band": DEFAULT_RING_FREQ_BAND, "audit_budget": DEFAULT_RING_AUDIT_BUDGET}
-    options = KeyOptions.of(None, {**ring_defaults, **key_options, "n_triggers": shared})
+    options = KeyOptions.of(
+        None, {**ring_defaults, **key_options, "marking": marking, "n_triggers": shared}
+    )
     return marking, tenant, options
