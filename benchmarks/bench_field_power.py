@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -248,7 +249,7 @@ def main() -> None:
     print("\n".join(lines))
     if args.out:
         args.out.mkdir(parents=True, exist_ok=True)
-        command = "python benchmarks/bench_field_power.py " + " ".join(sys.argv[1:])
+        command = "python benchmarks/bench_field_power.py " + shlex.join(sys.argv[1:])
         (args.out / f"{args.name}.txt").write_text("\n".join([command, "", *lines]) + "\n")
         (args.out / f"{args.name}.json").write_text(
             json.dumps({"command": command, "rows": rows}, indent=1) + "\n"

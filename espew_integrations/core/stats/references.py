@@ -39,6 +39,7 @@ from ..ground.errors import InputError, InputTypeError
 from ..ground.rows import unit_rows
 
 __all__ = [
+    "DEFAULT_BAG_OF_WORDS_RIDGE",
     "DEFAULT_BUCKETS",
     "DEFAULT_REFERENCE_RIDGE",
     "ReferenceCopy",
@@ -49,9 +50,19 @@ __all__ = [
 
 #: Columns of :func:`hashed_word_counts` (words and word pairs hashed into them).
 DEFAULT_BUCKETS = 4096
-#: The ridge of a reference fit: a multiple of the mean diagonal of the features'
-#: Gram matrix, so the same value suits features of any scale.
-DEFAULT_REFERENCE_RIDGE = 1e-3
+#: The ridge of a reference fit: a multiple of the mean diagonal of the centred
+#: features' Gram matrix, so the same value suits features of any scale. A reference
+#: should answer as an innocent copy on its base would, not memorise its fitting
+#: texts: an under-regularised head adds its own noise to every audit text's lean,
+#: which the adjustment then cannot tell from the mark. This value is about the lab
+#: thieves' ridge (alpha 1 on a few thousand unit rows of an open encoder);
+#: docs/results/unavoidable/README.md ("Power") has the measurement.
+DEFAULT_REFERENCE_RIDGE = 0.1
+#: The ridge of :func:`bag_of_words_reference`, in the same units. Its features are
+#: many sparse columns, each seen in a few texts; a ridge of one mean diagonal keeps
+#: the map from fitting every text's rare words, as the lab's bag-of-words thief's
+#: alpha 1 does.
+DEFAULT_BAG_OF_WORDS_RIDGE = 1.0
 _WORD = re.compile(r"\w+")
 
 Features = Callable[[list[str]], Any]
@@ -147,7 +158,7 @@ def bag_of_words_reference(
     clean_rows: Any,
     *,
     buckets: int = DEFAULT_BUCKETS,
-    ridge: float = DEFAULT_REFERENCE_RIDGE,
+    ridge: float = DEFAULT_BAG_OF_WORDS_RIDGE,
     name: str = "bag-of-words reference",
 ) -> ReferenceCopy:
     """:func:`ridge_reference` on :func:`hashed_word_counts`: a reference on no model at
