@@ -79,12 +79,20 @@ demo: $(VENV)/.installed-all
 	@echo "==> running examples/demo.py: key, service, two copies, audit, RAG (a few minutes on a CPU)"
 	$(BIN)/python examples/demo.py
 
+# The unit tier runs once, under tests/core_only.py (only the core's dependencies
+# importable), then everything else; the two runs together are the whole suite.
+UNIT_TIER := PYTEST_DISABLE_PLUGIN_AUTOLOAD=1 $(BIN)/python -m pytest tests/unit \
+	-p tests.core_only -p xdist.plugin -n auto
+
 test: $(VENV)/.installed-dev typecheck
 	$(BIN)/ruff check espew_integrations lab tests benchmarks examples
 	@start=$$(date +%s); \
-	$(BIN)/python -m pytest -n auto --durations=15; status=$$?; \
+	echo "==> the unit tier, with only the core's dependencies importable"; \
+	$(UNIT_TIER) -q; unit=$$?; \
+	echo "==> the integration tier and the lab's tests"; \
+	$(BIN)/python -m pytest -n auto --durations=15 --ignore=tests/unit; status=$$?; \
 	echo "==> make test: the suite took $$(( $$(date +%s) - start )) s (one worker per core, pytest-xdist)"; \
-	exit $$status
+	[ $$unit -eq 0 ] && exit $$status || exit $$unit
 
 # The type checker over the core ([tool.mypy] in pyproject.toml).
 typecheck: $(VENV)/.installed-dev
@@ -93,8 +101,7 @@ typecheck: $(VENV)/.installed-dev
 # The unit tests only (tests/unit: no real model, server or process), for development, as
 # where only the core's dependencies are installed (tests/core_only.py; the lab's are left out).
 test-fast: $(VENV)/.installed-dev
-	PYTEST_DISABLE_PLUGIN_AUTOLOAD=1 $(BIN)/python -m pytest tests/unit -p tests.core_only \
-		-p xdist.plugin -n auto --ignore-glob='tests/unit/test_lab_*.py'
+	$(UNIT_TIER)
 	$(BIN)/python -m pytest lab/tests/unit
 
 lint: $(VENV)/.installed-dev
