@@ -212,9 +212,7 @@ def test_the_openai_sdk_talks_to_espew_serve_with_its_default_base64(marked_url,
     np.testing.assert_allclose(got, watermark(texts, model(texts), key), atol=1e-7)
 
 
-def test_verify_accepts_langchain_openai_embeddings_pointed_at_a_suspect(
-    marked_url, clean_url, key
-):
+def test_verify_accepts_langchain_openai_embeddings_pointed_at_a_suspect(marked_url, key):
     from langchain_openai import OpenAIEmbeddings
 
     import espew_integrations.langchain  # noqa: F401  (registers the LangChain suspect adapter)
@@ -225,10 +223,10 @@ def test_verify_accepts_langchain_openai_embeddings_pointed_at_a_suspect(
             chunk_size=4, max_retries=0,
         )  # fmt: skip
 
+    # The adapter is what is under test: the marked server is enough to prove it reads
+    # the answers right (the clean server's acquittal is the test above's).
     marked = verify(suspect(marked_url, "wm"), key, seed=1)
     assert marked.status == "copied" and marked.p_value < 1e-10
-    clean = verify(suspect(clean_url, "clean"), key, seed=1)
-    assert clean.status == "not_copied"
 
 
 @pytest.mark.parametrize(
