@@ -115,7 +115,7 @@ def marked_share(key: WatermarkKey, texts: Sequence[str], clean_rows: np.ndarray
 
 
 def _traffic_p(
-    key: WatermarkKey, sent: Sequence[str], memo, copy, seed: int, budget: int
+    key: WatermarkKey, sent: Sequence[str], memo, copy, seed: int, budget: int, references=()
 ) -> float | None:
     """The p-value of a round-2 audit drawn from what the thief sent (its traffic sample)."""
     try:
@@ -123,7 +123,7 @@ def _traffic_p(
     except ValueError as exc:  # a word key whose band the thief kept away: nothing to ask
         print(f"    traffic audit refused: {str(exc)[:120]}", flush=True)
         return None
-    return verify(copy, round_two, seed=seed).p_value
+    return verify(copy, round_two, seed=seed, references=list(references)).p_value
 
 
 THIEVES = ("untouched", "delete", "replace", "drop30", "reseller")
@@ -137,6 +137,11 @@ def run_seed(marking: str, seed: int, texts, victim, standard, args) -> list[dic
         options["field_min_cosine"] = args.field_min_cosine
     key = victim_key(texts, victim, seed, **options)
     thief = thief_for(seed, texts, key, victim, standard, n_steal=N_STEAL)
+    refs = []
+    if args.references and marking == "field":
+        from bench_field_power import reference_copies
+
+        refs = reference_copies(texts, key, thief, victim, standard)
     memo = Memo(victim.model)
     memo.answers.update(zip(thief.steal, thief.clean_steal.astype(np.float32), strict=True))
     band = public_band(thief.steal)
@@ -165,6 +170,13 @@ def run_seed(marking: str, seed: int, texts, victim, standard, args) -> list[dic
             untouched_value = value["stolen"]
         report = verify(copy, key, seed=seed)
         traffic = _traffic_p(key, queries, memo, copy, seed, args.traffic) if args.traffic else None
+        with_refs = {}
+        if refs:  # the same audits with the auditor's reference copies
+            with_refs["p_value_references"] = verify(copy, key, seed=seed, references=refs).p_value
+            if args.traffic:
+                with_refs["traffic_p_references"] = _traffic_p(
+                    key, queries, memo, copy, seed, args.traffic, refs
+                )
         rows.append(
             {
                 "marking": marking,
@@ -178,6 +190,7 @@ def run_seed(marking: str, seed: int, texts, victim, standard, args) -> list[dic
                 "p_value": report.p_value,
                 "status": report.status,
                 "traffic_p": traffic,
+                **with_refs,
             }
         )
         print(_line(rows[-1]), flush=True)
@@ -228,6 +241,14 @@ def _line(row: dict) -> str:
         f"{row['texts_changed']:.3f}  marked {row['marked']:.3f}  stolen {row['stolen']:+.4f} "
         f"(kept {row['kept']:.2f})  fidelity {row['fidelity']:.3f}  p {row['p_value']:.2e}"
         + ("" if row.get("traffic_p") is None else f"  traffic p {row['traffic_p']:.2e}")
+        + "".join(
+            f"  {name} {row[key]:.2e}"
+            for key, name in (
+                ("p_value_references", "p+refs"),
+                ("traffic_p_references", "traffic p+refs"),
+            )
+            if row.get(key) is not None
+        )
     )
 
 
@@ -241,6 +262,11 @@ def main() -> None:
     )
     parser.add_argument("--field-min-cosine", type=float, default=None)
     parser.add_argument("--thieves", nargs="+", default=list(THIEVES), choices=THIEVES)
+    parser.add_argument(
+        "--references",
+        action="store_true",
+        help="field keys: also audit with the auditor's reference copies (bench_field_power)",
+    )
     args = parser.parse_args()
     started = time.time()
     texts, victim, standard, _ = corpus_lookups()
