@@ -361,19 +361,11 @@ class KeyRing(Sealed):
         worst = min(members, key=lambda rows: float(cosines[rows].mean()))
         worst_texts, worst_clean = [sample[i] for i in worst], clean[worst]
         strength = fit_strength_on(union, worst_texts, worst_clean, budget)
-        info = self._shared.info
-        info.update(
-            strength=strength,
-            strength_fitted_to_min_cosine=budget,
-            strength_fitted_on=(
-                f"the texts of the worst of {len(keys)} sample tenants' keys "
-                f"({worst.size} of {len(sample)} sampled marked texts)"
-            ),
-            mean_cosine_marked=mean_cosine(union.replace(strength=strength), sample, clean),
-            cosine_sample_texts=len(sample),
+        fitted_on = (
+            f"the texts of the worst of {len(keys)} sample tenants' keys "
+            f"({worst.size} of {len(sample)} sampled marked texts)"
         )
-        shared = self._shared.replace(strength=strength, info=info)
-        return KeyRing(master=self._master, shared_key=shared, n_tenant_triggers=self._n_tenant)
+        return self._with_strength(strength, budget, fitted_on, union, sample, clean)
 
     def _refit_field_for_tenants(
         self, texts: list[str], embed: EmbedFn, rng: np.random.Generator, budget: float
@@ -391,15 +383,29 @@ class KeyRing(Sealed):
         sample, clean = embed_marked(embed, texts, nonblank, rng, self._shared.dim)
         worst = min(keys, key=lambda key: mean_cosine(key, sample, clean))
         strength = fit_strength_on(worst, sample, clean, budget)
+        fitted_on = (
+            f"the field of the worst of {len(keys)} sample tenants' keys "
+            f"({len(sample)} sampled corpus texts, at most {FIT_SAMPLE})"
+        )
+        return self._with_strength(strength, budget, fitted_on, worst, sample, clean)
+
+    def _with_strength(
+        self,
+        strength: float,
+        budget: float,
+        fitted_on: str,
+        measured: WatermarkKey,
+        sample: list[str],
+        clean: np.ndarray,
+    ) -> KeyRing:
+        """The same ring at the fitted ``strength``, its shared key's info saying what the
+        fit used and the mean cosine ``measured`` (the key the fit ran on) then keeps."""
         info = self._shared.info
         info.update(
             strength=strength,
             strength_fitted_to_min_cosine=budget,
-            strength_fitted_on=(
-                f"the field of the worst of {len(keys)} sample tenants' keys "
-                f"({len(sample)} sampled corpus texts, at most {FIT_SAMPLE})"
-            ),
-            mean_cosine_marked=mean_cosine(worst.replace(strength=strength), sample, clean),
+            strength_fitted_on=fitted_on,
+            mean_cosine_marked=mean_cosine(measured.replace(strength=strength), sample, clean),
             cosine_sample_texts=len(sample),
         )
         shared = self._shared.replace(strength=strength, info=info)
