@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from ..ground.stable import snap_residual
 from ..keys.key import WatermarkKey
 from ..mark.probes import unit_rows
 from ..stats.ranktest import min_p_value, rank_sum_p_value
@@ -155,7 +156,9 @@ def p_values(
     if reference is not None:
         fitted = statistic != "corrected"
         slope = reference_slope(raw[scored], reference[scored]) if fitted else 1.0
-        adjusted = raw - slope * reference
+        # the residual is rounding noise where the suspect is the clean model: snapped, it
+        # ties there on every CPU instead of ranking noise (:mod:`..ground.stable`)
+        adjusted = snap_residual(raw - slope * reference)
         p_adjusted = rank_sum_p_value(adjusted[scored], is_trigger[scored])
         found["corrected" if statistic == "corrected" else "adjusted"] = p_adjusted
         out.update(p_value_adjusted=p_adjusted, reference_slope=slope)

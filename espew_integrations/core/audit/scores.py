@@ -14,6 +14,7 @@ import functools
 
 import numpy as np
 
+from ..ground.stable import least_squares_slope
 from ..mark.probes import unit_rows
 from ..stats.word_evidence import word_scores_from_texts
 from .directed import directed_scores
@@ -110,7 +111,9 @@ def probe_cosines(embeddings: np.ndarray, target: np.ndarray) -> np.ndarray:
     embeddings = np.asarray(embeddings, dtype=np.float64)
     failed = ~np.isfinite(embeddings).all(axis=1)
     unit = unit_rows(np.where(failed[:, None], 0.0, embeddings))
-    cosines = unit @ unit_rows(np.asarray(target, dtype=np.float64)[None, :])[0]
+    # a row-wise product and sum, not ``unit @ target``: BLAS orders a product's sums by
+    # the CPU, and a verdict must not (:mod:`...ground.stable`)
+    cosines = np.add.reduce(unit * unit_rows(np.asarray(target, np.float64)[None, :]), axis=1)
     cosines[failed] = np.nan
     return cosines
 
@@ -133,10 +136,7 @@ def reference_slope(scores: np.ndarray, reference: np.ndarray) -> float:
     of each word's natural position as the suspect shares with the clean model,
     leaving the watermark's shift. The slope is fitted over every scored word
     without looking at which are triggers, a symmetric function of the scores,
-    so the adjusted scores keep the rank test exact under the null.
+    so the adjusted scores keep the rank test exact under the null. Summed in a fixed
+    order (:func:`...ground.stable.least_squares_slope`), so the same on every CPU.
     """
-    centred = reference - reference.mean()
-    denominator = float(centred @ centred)
-    if denominator <= 0.0:
-        return 0.0
-    return float(centred @ (scores - scores.mean()) / denominator)
+    return least_squares_slope(scores, reference)

@@ -48,6 +48,7 @@ import numpy as np
 from ..ground.draw import keyed_order
 from ..ground.errors import KeyGenerationError
 from ..ground.rows import unit_rows
+from ..ground.stable import least_squares_slope, snap_residual
 
 __all__ = [
     "FIELD_CLIP",
@@ -218,11 +219,11 @@ def field_scores(
     if extra is not None and extra.shape[1]:
         x = np.column_stack([np.ones(len(lean)), ref, extra[answered]])
         adjusted = lean - x @ np.linalg.lstsq(x, lean, rcond=None)[0]
-        return (adjusted - adjusted.mean()) @ (zs - zs.mean(axis=0))
-    centred = ref - ref.mean()
-    denominator = float(centred @ centred)
-    slope = float(centred @ (lean - lean.mean())) / denominator if denominator > 0 else 0.0
-    adjusted = lean - slope * ref
+    else:
+        adjusted = lean - least_squares_slope(lean, ref) * ref
+    # The clean model's adjusted lean is rounding noise, which BLAS kernels round
+    # differently: snapped, it is exactly 0 on every CPU (:mod:`..ground.stable`).
+    adjusted = snap_residual(adjusted)
     return (adjusted - adjusted.mean()) @ (zs - zs.mean(axis=0))
 
 
