@@ -73,3 +73,75 @@ def test_the_snapshot_holds_bit_for_bit_under_each_blas_kernel(kernel):
     }
     assert child["p_values"].keys() == expected.keys()
     assert not moved, f"p-values moved under {kernel} (snapshot, now): {moved}"
+
+
+RECORD = """
+import sys
+from pathlib import Path
+from espew_integrations import verify
+from tests.integration.test_verdict_snapshot import _key, clean, noisy, served
+out = Path(sys.argv[1])
+for marking in ("words", "field"):
+    key = _key(marking, seed=11)
+    key.save(out / f"{marking}.key")
+    for name, suspect in {"copy": noisy(served(key)), "clean": clean}.items():
+        report = verify(suspect, key, seed=1, transcript=out / f"{marking}-{name}")
+        print(marking, name, report.status, report.p_value.hex())
+"""
+
+
+def _kernel_env(kernel: str) -> dict[str, str]:
+    env = {**os.environ, "OPENBLAS_CORETYPE": kernel}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    return env
+
+
+def _runnable_kernels() -> list[str]:
+    if not _numpy_uses_openblas():
+        return []
+    flags = _cpu_flags()
+    return [k for k in ("SkylakeX", "Haswell", "Sandybridge") if KERNELS[k] in flags]
+
+
+def test_a_transcript_recorded_under_one_kernel_replays_under_the_others(tmp_path):
+    """An arbiter replays on its own machine: ``espew evidence check`` must re-derive the
+    recorded verdict and p-value whatever kernel recorded it and whatever kernel replays."""
+    kernels = _runnable_kernels()
+    if len(kernels) < 2:
+        pytest.skip("fewer than two OpenBLAS kernels run on this CPU: nothing to compare")
+    recorder, *replayers = kernels
+    done = subprocess.run(
+        [sys.executable, "-c", RECORD, str(tmp_path)],
+        cwd=ROOT,
+        env=_kernel_env(recorder),
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    verdicts = [line.split() for line in done.stdout.splitlines()]
+    assert {(m, n, s) for m, n, s, _ in verdicts} == {
+        ("words", "copy", "copied"),
+        ("words", "clean", "not_copied"),
+        ("field", "copy", "copied"),
+        ("field", "clean", "not_copied"),
+    }
+    espew = [sys.executable, "-m", "espew_integrations.cli"]
+    for kernel in replayers:
+        for marking, name, _, p_hex in verdicts:
+            check = subprocess.run(
+                [
+                    *espew,
+                    "evidence",
+                    "check",
+                    str(tmp_path / f"{marking}-{name}"),
+                    "--key",
+                    str(tmp_path / f"{marking}.key"),
+                ],
+                cwd=ROOT,
+                env=_kernel_env(kernel),
+                capture_output=True,
+                text=True,
+            )
+            assert check.returncode == 0, (kernel, marking, name, check.stdout, check.stderr)
+            assert "EVIDENCE HOLDS" in check.stdout
+            assert f"p = {float.fromhex(p_hex):.6g}" in check.stdout
