@@ -257,10 +257,18 @@ class FieldMark:
     scales the service marked with.
     """
 
-    __slots__ = ("_amplitude", "_mu", "_q", "_sigma", "_units")
+    __slots__ = ("_amplitude", "_compact", "_mu", "_q", "_sigma", "_units")
 
     def __init__(
-        self, *, units: int, amplitude: float, mu: Any, sigma: Any, q: Any, dim: int | None = None
+        self,
+        *,
+        units: int,
+        amplitude: float,
+        mu: Any,
+        sigma: Any,
+        q: Any,
+        dim: int | None = None,
+        compact: bool = False,
     ):
         unit_names(units)  # the rule on the count
         if not (isinstance(amplitude, (int, float)) and not isinstance(amplitude, bool)) or not (
@@ -271,6 +279,7 @@ class FieldMark:
             )
         self._units = int(units)
         self._amplitude = float(amplitude)
+        self._compact = bool(compact)
         self._mu = _frozen(mu, "mu")
         self._q = _frozen(q, "q")
         self._sigma = _frozen(sigma, "sigma")
@@ -288,6 +297,16 @@ class FieldMark:
     def units(self) -> int:
         """``M``: how many units the drawn ones are ranked among."""
         return self._units
+
+    @property
+    def compact(self) -> bool:
+        """Whether the field is stored in the compact encoding (keys made since it exists).
+
+        Its vectors are then the stored, quantised values themselves, and a row is marked
+        in its own precision (float32 rows in float32); a float64 field (an older key)
+        marks in float64, as it always did.
+        """
+        return self._compact
 
     @property
     def amplitude(self) -> float:

@@ -35,7 +35,7 @@ import numpy as np
 from ..ground.errors import EmbeddingInputError
 from ..ground.rows import unit_rows
 from ..ground.text import TextView
-from .field import field_gain
+from .field import FIELD_CLIP
 from .key_types import MarkingKey
 
 __all__ = [
@@ -151,14 +151,67 @@ def mark_masked(matrix: np.ndarray, marked: np.ndarray, key: MarkingKey) -> np.n
 
 def _field_rows(matrix: np.ndarray, marked: np.ndarray, key: MarkingKey, field: Any) -> np.ndarray:
     """A field key's answers, ``unit(e + g(e) * D(e))`` for each marked row (:mod:`.field`):
-    ``D(e)`` is :func:`mark_all_rows` minus ``e``; blank rows are computed and put back."""
-    clean = unit_rows(matrix, dtype=np.float64)
-    displacement = mark_all_rows(clean, key)
-    displacement -= clean
-    gain = field_gain(clean, field.mu, field.q)
-    moved = _unit_rows(clean + gain[:, None] * displacement)
-    out = np.where(marked[:, None], moved, matrix)
-    return out if out.dtype == matrix.dtype else out.astype(matrix.dtype)
+    ``D(e)`` is :func:`mark_all_rows` minus ``e``; blank rows are computed and put back.
+
+    One fused pass per cache-sized block: the clean unit rows, their ESpeW marks, the
+    gain and the moved rows never leave the block's buffers. Every step is row-wise
+    (element-wise arithmetic, sums along the row in numpy's fixed order), so a row's
+    answer does not depend on its batch. A field stored in the compact encoding
+    (:attr:`.field.FieldMark.compact`) is computed in the rows' own precision; a field
+    stored as float64 (keys made before it) in float64, with exactly the operations it
+    always had, so its answers stay the same bit for bit.
+    """
+    compute = np.dtype(np.float64)
+    if field.compact:
+        compute = matrix.dtype
+    marker = _BlockMarker(key, compute, len(matrix))
+    step = marker.block_rows
+    shape = (step, key.dim)
+    clean_buffer = _workspace("field_clean", shape, compute)
+    moved_buffer = _workspace("field_moved", shape, compute)
+    mu, q = field.mu.astype(compute), field.q.astype(compute)
+    # the selection may read the float32 rows' own bits: |e| = |x| / ||x|| in float64
+    # orders the coordinates exactly as |x| does (distinct float32 values stay distinct)
+    by_input = matrix.dtype == np.float32 and compute == np.float64
+    out = np.empty_like(matrix)
+    for start in range(0, len(matrix), step):
+        block = matrix[start : start + step]
+        n = len(block)
+        clean = _clean_unit_rows(block, clean_buffer[:n])
+        moved = moved_buffer[:n]
+        marker.mark(clean, moved, order=block if by_input else None)
+        moved -= clean  # D(e)
+        centred = np.subtract(clean, mu, out=marker.field_scratch(n))
+        centred *= q
+        gain = np.clip(centred.sum(axis=1), -FIELD_CLIP, FIELD_CLIP)
+        moved *= gain[:, None]
+        moved += clean
+        out[start : start + n] = _unit_rows(moved)
+    np.copyto(out, matrix, where=~marked[:, None])
+    return out
+
+
+def _clean_unit_rows(block: np.ndarray, out: np.ndarray) -> np.ndarray:
+    """:func:`.rows.unit_rows` of ``block`` in ``out``'s dtype, bit for bit, in ``out``.
+
+    float32 rows in float64: their squares can neither overflow nor underflow there,
+    so the power-of-two scaling :func:`.rows.unit_rows` applies first changes no bit of
+    the quotient and is skipped. float32 rows in float32: the plain quotient where the
+    norm is safely inside float32's range, :func:`.rows.unit_rows` for the rare others.
+    """
+    if block.dtype == np.float32 and out.dtype == np.float64:
+        np.copyto(out, block)
+        norms = np.sqrt(np.einsum("ij,ij->i", out, out))
+        np.divide(out, norms[:, None], out=out)
+        return out
+    if block.dtype == out.dtype == np.float32:
+        norms = np.sqrt(np.einsum("ij,ij->i", block, block))
+        info = np.finfo(np.float32)
+        low, high = float(np.sqrt(info.tiny)) * 2**26, float(np.sqrt(info.max)) / 2**4
+        if norms.min() >= low and norms.max() <= high:
+            return np.divide(block, norms[:, None], out=out)
+    out[...] = unit_rows(block, dtype=out.dtype)
+    return out
 
 
 def _mark_rows(matrix: np.ndarray, rows: np.ndarray, key: MarkingKey) -> np.ndarray:
@@ -231,15 +284,29 @@ class _BlockMarker:
         # Norms outside this range come from squares that over- or underflowed.
         self.safe_norm = (float(np.sqrt(info.tiny)) * 2**26, float(np.sqrt(info.max)) / 2**4)
 
-    def mark(self, clean: np.ndarray, out: np.ndarray) -> None:
-        """out = normalise(clean with clean[I] = target[I]); ``out`` may be ``clean``."""
+    def mark(self, clean: np.ndarray, out: np.ndarray, order: np.ndarray | None = None) -> None:
+        """out = normalise(clean with clean[I] = target[I]); ``out`` may be ``clean``.
+
+        ``order`` (optional, "smallest" selection): float32 rows whose ``|x|`` orders each
+        row's coordinates exactly as ``|clean|`` does, so the partition runs on 32-bit keys.
+        """
         n = len(clean)
         if self.key.selection == "smallest" and 0 < self.k < self.key.dim:
-            mag_bits = _magnitude_bits(clean, self.magnitude[:n])
-            kth, tied = _kth_lowest(mag_bits, self.k, self.scratch[:n])
+            source = clean if order is None else order
+            bits = _MAGNITUDE_BITS[source.dtype]
+            magnitude, scratch = self.magnitude, self.scratch
+            if bits != magnitude.dtype:
+                magnitude = _workspace("order", magnitude.shape, bits)
+                scratch = _workspace("order_scratch", magnitude.shape, bits)
+            mag_bits = _magnitude_bits(source, magnitude[:n])
+            kth, tied = _kth_lowest(mag_bits, self.k, scratch[:n])
             if tied.size == 0:
                 # the usual case: |e| <= kth is exactly the k positions
                 select = _selection_words(mag_bits, kth)
+                if select.dtype != self.magnitude.dtype:  # widened: all-ones stay all-ones
+                    wide = self.magnitude[:n]
+                    np.copyto(wide, select)
+                    select = wide
                 if self.strength == 1.0:
                     _blend_bits(clean, out, select, self.scratch[:n], self.target_bits)
                 else:
@@ -263,6 +330,10 @@ class _BlockMarker:
             norms[unsafe] = 1.0
             out[unsafe] = _unit_rows(out[unsafe])
         np.divide(out, norms[:, None], out=out)
+
+    def field_scratch(self, n: int) -> np.ndarray:
+        """A block-sized buffer of the rows' dtype, free between calls to :meth:`mark`."""
+        return _workspace("field_scratch", (self.block_rows, self.key.dim), self.target.dtype)[:n]
 
     def _add_masked_step(self, clean: np.ndarray, out: np.ndarray, select: np.ndarray) -> None:
         """out = clean + select * strength * (target - clean), for strength < 1.
