@@ -186,7 +186,8 @@ def _field_rows(matrix: np.ndarray, marked: np.ndarray, key: MarkingKey, field: 
         clean = _unit_into(block, clean_buffer[:n], exact)
         moved = move(clean, moved_buffer[:n], marker, field, matrix[start : start + n])
         _unit_into(moved, out[start : start + n], exact)
-    np.copyto(out, matrix, where=~marked[:, None])
+    blank = np.flatnonzero(~marked)  # blank texts, which the texts alone show
+    out[blank] = matrix[blank]
     return out
 
 
