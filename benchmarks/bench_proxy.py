@@ -14,6 +14,15 @@ once, so that the proxy itself is the bottleneck (a stress test of the proxy's
 own cost: 5,120 texts/s through one process).
 
     python benchmarks/bench_proxy.py [--seconds 8] [--slots 1 16] [--workers 1]
+
+Issue 52's setting, a GPU answering 2,048-row batches of 1,536-d vectors at 20k
+rows/s, with the default (compact field) key:
+
+    python benchmarks/bench_proxy.py --dim 1536 --texts 2048 --clients 4 --slots 1 \
+        --upstream-batch 64 --upstream-delay 0.0032 --marking field
+
+(``--upstream-batch`` texts per ``--upstream-delay`` seconds of GPU time: 64 / 0.0032 s
+= 20,000 rows/s whatever the batches the proxy's client sends.)
 """
 
 from __future__ import annotations
@@ -44,8 +53,14 @@ BATCH = 32
 CLIENTS = 16
 
 
-def make_key(path: Path) -> list[str]:
-    """Save a d = 1024 key with a fitted-like strength; returns its triggers."""
+def make_key(path: Path, marking: str = "words") -> list[str]:
+    """Save a key of dimension DIM with a fitted-like strength; returns its triggers
+    (a field key, as keygen makes it, marks every text: its triggers are its units)."""
+    if marking == "field":
+        from bench_watermark import make_field_key
+
+        make_field_key(DIM, compact=True).save(path)
+        return [f"word{i}" for i in range(20)]
     rng = np.random.default_rng(1024)
     band = [f"{i:03d}band" for i in range(200)]
     target = rng.normal(size=DIM)
@@ -141,15 +156,25 @@ def percentile(values: list[float], q: float) -> float:
 
 
 def main() -> None:
+    global DIM, BATCH, CLIENTS
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=8.0)
     parser.add_argument("--slots", type=int, nargs="+", default=[1, 16])
     parser.add_argument("--workers", type=int, nargs="+", default=[1])
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--dim", type=int, default=DIM)
+    parser.add_argument("--texts", type=int, default=BATCH, help="texts per request")
+    parser.add_argument("--clients", type=int, default=CLIENTS)
+    parser.add_argument("--upstream-batch", type=int, help="texts per GPU batch (--texts)")
+    parser.add_argument("--upstream-delay", type=float, default=0.1, help="seconds per batch")
+    parser.add_argument("--marking", choices=["words", "field"], default="words")
     args = parser.parse_args()
+    DIM, BATCH, CLIENTS = args.dim, args.texts, args.clients
+    gpu_batch = args.upstream_batch or BATCH
     print(
-        f"fake GPU upstream: 100 ms per {BATCH}-text batch, d = {DIM}; {CLIENTS} concurrent "
-        f"clients, base64, {args.seconds:g} s per measurement, {args.rounds} rounds "
+        f"fake GPU upstream: {args.upstream_delay * 1000:g} ms per {gpu_batch}-text batch, "
+        f"d = {DIM}; {CLIENTS} concurrent clients of {BATCH} texts, base64, {args.marking} "
+        f"key, {args.seconds:g} s per measurement, {args.rounds} rounds "
         "(upstream alone and proxy alternate)"
     )
     header = (
@@ -161,9 +186,10 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         tmp_path = Path(tmp)
         key_path = tmp_path / "bench.key"
-        TRIGGERS[:] = make_key(key_path)
+        TRIGGERS[:] = make_key(key_path, args.marking)
         for slots in args.slots:
             upstream_args = ["-m", "tests.fake_upstream", "--dim", str(DIM), "--slots", str(slots)]
+            upstream_args += ["--batch", str(gpu_batch), "--delay", str(args.upstream_delay)]
             upstream, upstream_url = start(upstream_args, tmp_path / "upstream.log")
             try:
                 for workers in args.workers:

@@ -125,7 +125,8 @@ def test_gain_is_linear_in_the_clean_row_and_clipped(field_key):
         unit_rows(field_key.probe_embeddings), field.mu, field.gaussian(field_key.salt),
         field.sigma,
     )  # fmt: skip
-    assert np.allclose(z.std(axis=0), 1.0, atol=1e-9)
+    # a compact field stores sigma in float16 and mu in int8 steps: 1 within their rounding
+    assert field.compact and np.allclose(z.std(axis=0), 1.0, atol=1e-3)
 
 
 def test_every_row_is_moved_at_the_quality_budget(field_key):
@@ -154,7 +155,12 @@ def test_a_rows_answer_does_not_depend_on_its_batch(field_key, dtype):
     """Same text and clean row, same answer bit for bit, whatever batch it arrives in."""
     texts = CORPUS[1400:1537]
     clean = embed(texts).astype(dtype)
+    info = np.finfo(dtype)  # rows whose squares over- or underflow take the safe path
+    clean[::9] *= float(info.max) ** 0.75
+    clean[4::9] *= float(info.tiny) ** 0.75
     whole = watermark(texts, clean, field_key)
+    assert np.isfinite(whole).all()
+    np.testing.assert_allclose(np.linalg.norm(whole, axis=1), 1.0, rtol=1e-5)
     for size in (1, 7, 10, 64):
         parts = [
             watermark(texts[i : i + size], clean[i : i + size], field_key)
@@ -232,7 +238,7 @@ def test_a_field_not_made_from_the_keygen_audit_gets_no_verdict(field_key):
     field = field_key.field
     shifted = FieldMark(
         units=field.units, amplitude=field.amplitude, mu=field.mu + 1e-3, sigma=field.sigma,
-        q=field.q,
+        q=field.q, compact=field.compact,
     )  # fmt: skip
     key = field_key.replace(field=shifted)
     assert key.verifiable  # q still follows from the salt and sigma...

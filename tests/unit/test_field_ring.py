@@ -83,8 +83,13 @@ def test_a_tenant_key_is_the_field_of_both_layers(ring):
     q_own = field_vector(gaussian, field.sigma, drawn_mask(field.units, own), field.amplitude)
     k_shared, k_own = len(shared.triggers), len(own)
     total = k_shared + k_own
-    expected = math.sqrt(k_shared / total) * field.q + math.sqrt(k_own / total) * q_own
-    np.testing.assert_allclose(mine.q, expected, rtol=1e-12, atol=1e-15)
+    q_shared = field_vector(
+        gaussian, field.sigma, drawn_mask(field.units, shared.triggers), field.amplitude
+    )
+    expected = math.sqrt(k_shared / total) * q_shared + math.sqrt(k_own / total) * q_own
+    # stored compact: rounded to int8 steps of a power of two, half a step at most
+    assert mine.compact
+    np.testing.assert_allclose(mine.q, expected, rtol=0, atol=np.abs(mine.q).max() / 127)
     # a forged tenant field (the shared one alone) is not what the salts dictate
     assert not alice.replace(field=field).verifiable
 

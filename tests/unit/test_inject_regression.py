@@ -113,3 +113,50 @@ def test_a_word_key_saved_before_the_field_default_loads_and_marks_bit_for_bit(t
     assert hashlib.sha256(np.ascontiguousarray(out).tobytes()).hexdigest() == OLD_KEY_DIGEST
     marked = key.contains_trigger(texts)
     assert marked.sum() == 20 and np.array_equal(out[~marked], clean[~marked])
+
+
+#: ``watermark()`` of the seeded batches below with a float64 field key (every field key
+#: made before the compact encoding), as computed by main at commit 45b4745, before the
+#: field marking was fused into blocks: such a key must keep marking bit for bit.
+FLOAT64_FIELD_DIGESTS = {
+    "float32": "d90d21903340594108ce12d1b62390087df5a3ce11f115a9361d5a7abf01e6bd",
+    "float64": "cb2fb22a18ea948c12a2f15e332c5f2602be23488b52de7ebd2b9bcd05fc99d3",
+}
+
+
+def test_a_float64_field_key_marks_bit_for_bit_as_before_and_after_a_save(tmp_path):
+    from espew_integrations.core.ground.draw import draw_triggers
+    from espew_integrations.core.mark.field import (
+        FieldMark,
+        drawn_mask,
+        field_scales,
+        field_vector,
+        keyed_gaussian,
+        unit_names,
+    )
+
+    rng = np.random.default_rng(56)
+    dim, units = 96, 32
+    salt = rng.bytes(32)
+    band = unit_names(units)
+    triggers = draw_triggers(salt, band, 8)
+    rows = rng.normal(size=(200, dim))
+    rows /= np.linalg.norm(rows, axis=1, keepdims=True)
+    mu = rows.mean(0)
+    gaussian = keyed_gaussian(salt, dim, units)
+    sigma = field_scales(gaussian, mu, rows)
+    q = field_vector(gaussian, sigma, drawn_mask(units, triggers), 0.5)
+    target = rng.normal(size=dim)
+    field = FieldMark(units=units, amplitude=0.5, mu=mu, sigma=sigma, q=q)
+    key = WatermarkKey(
+        triggers=triggers, band=band, salt=salt, target=target / np.linalg.norm(target),
+        target_text="Acme", alpha=0.75, strength=0.2, field=field,
+    )  # fmt: skip
+    loaded = WatermarkKey.from_json(key.to_json())
+    assert not loaded.field.compact and '"encoding"' not in key.serving_json()
+    for dtype, digest in FLOAT64_FIELD_DIGESTS.items():
+        clean = rng.normal(size=(120, dim)).astype(dtype)
+        texts = [f"text {i}" for i in range(120)]
+        for marking_key in (key, loaded):
+            out = watermark(texts, clean, marking_key)
+            assert hashlib.sha256(out.tobytes()).hexdigest() == digest, dtype

@@ -28,6 +28,7 @@ from ..ground.rows import unit_rows
 from ..mark.field import (
     FieldMark,
     audit_sample,
+    compact_target,
     drawn_mask,
     field_scales,
     field_twin_scores,
@@ -64,6 +65,7 @@ def generate_field(
     and drawn again, at most ``max_draws`` times, exactly as for a word key.
     """
     o = options
+    target = compact_target(target)  # what the compact serving key stores
     band = unit_names(o.field_units)
     fingerprint = ModelFingerprint.measure(embed)
     nonblank = np.fromiter((bool(t.strip()) for t in texts), dtype=bool, count=len(texts))
@@ -107,12 +109,17 @@ def generate_field(
 
 
 def make_field(salt: bytes, rows: np.ndarray, triggers: frozenset[str], o: KeyOptions) -> FieldMark:
-    """The field of the drawn units over the audit's clean ``rows`` (as the key stores them)."""
+    """The field of the drawn units over the audit's clean ``rows`` (as the key stores them).
+
+    Compact (:attr:`.field.FieldMark.compact`): ``q`` is computed from the scales as
+    stored (float16), so the verifier re-derives it from what the key holds."""
     mu = unit_rows(rows).mean(axis=0)
     gaussian = keyed_gaussian(salt, rows.shape[1], o.field_units)
-    sigma = field_scales(gaussian, mu, rows)
+    sigma = field_scales(gaussian, mu, rows).astype(np.float16).astype(np.float64)
     q = field_vector(gaussian, sigma, drawn_mask(o.field_units, triggers), o.field_amplitude)
-    return FieldMark(units=o.field_units, amplitude=o.field_amplitude, mu=mu, sigma=sigma, q=q)
+    return FieldMark(
+        units=o.field_units, amplitude=o.field_amplitude, mu=mu, sigma=sigma, q=q, compact=True
+    )
 
 
 def field_audit(

@@ -42,7 +42,7 @@ from ..ground.secret_files import (
     write_secret_file,
 )
 from ..ground.text import LEGACY_LOWER
-from ..mark.field import FieldMark
+from ..mark.field import FieldMark, packed_target, unpacked_target
 from .key_audit import AuditSource, KeyAudit, default_audit_path
 from .layers import TenantLayer
 from .model_check import ModelFingerprint
@@ -119,7 +119,8 @@ class KeyStorage:
         A split key (version 3) records its audit by SHA-256 only, so the
         serving key is small and still binds the audit; its target is stored as
         base64 of float64 bytes (a 4,096-float JSON list alone would not fit a
-        64 KiB secret). Versions 1 and 2 hash exactly what they always did.
+        64 KiB secret), or, for a compact field key, of the float16 values it
+        marks with. Versions 1 and 2 hash exactly what they always did.
         """
         split = self.audit_layout == "split"
         target: Any = [float(x) for x in self.target]
@@ -127,6 +128,8 @@ class KeyStorage:
         if split:
             target = base64.b64encode(self.target.astype("<f8").tobytes()).decode("ascii")
             band = _packed_band(self.band)
+            if self.field is not None and self.field.compact:  # float16, where lossless
+                target = packed_target(self.target) or target
         payload = {
             "triggers": sorted(self.triggers),
             "target": target,
@@ -414,7 +417,10 @@ def _unpacked_band(stored: Any) -> Any:
 
 
 def _stored_target(stored: Any) -> Any:
-    """A version 3 target: base64 of little-endian float64 (a JSON list is read too)."""
+    """A version 3 target: base64 of little-endian float64, or a compact key's float16
+    (:func:`.field.packed_target`); a JSON list is read too."""
+    if isinstance(stored, dict):
+        return unpacked_target(stored)
     if not isinstance(stored, str):
         return stored  # validated by the constructor like any target
     try:

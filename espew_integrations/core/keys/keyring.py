@@ -425,7 +425,12 @@ def tenant_field(field: FieldMark, gaussian: np.ndarray, triggers: frozenset[str
     """
     q = field_vector(gaussian, field.sigma, drawn_mask(field.units, triggers), field.amplitude)
     return FieldMark(
-        units=field.units, amplitude=field.amplitude, mu=field.mu, sigma=field.sigma, q=q
+        units=field.units,
+        amplitude=field.amplitude,
+        mu=field.mu,
+        sigma=field.sigma,
+        q=q,
+        compact=field.compact,
     )
 
 

@@ -40,7 +40,7 @@ import base64
 import binascii
 import hashlib
 import math
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
 import numpy as np
@@ -51,11 +51,13 @@ from ..ground.rows import unit_rows
 from ..ground.stable import least_squares_slope, snap_residual
 
 __all__ = [
+    "COMPACT_ENCODING",
     "FIELD_CLIP",
     "SCORE_WHITENING",
     "FieldMark",
     "audit_sample",
     "check_field",
+    "compact_target",
     "drawn_mask",
     "field_gain",
     "field_projections",
@@ -65,10 +67,12 @@ __all__ = [
     "field_vector",
     "keyed_gaussian",
     "no_text_rule",
+    "packed_target",
     "reference_leans",
     "scoring_projections",
     "standardised",
     "unit_names",
+    "unpacked_target",
     "whitened_rows",
 ]
 
@@ -258,10 +262,18 @@ class FieldMark:
     scales the service marked with.
     """
 
-    __slots__ = ("_amplitude", "_mu", "_q", "_sigma", "_units")
+    __slots__ = ("_amplitude", "_compact", "_mu", "_q", "_sigma", "_units")
 
     def __init__(
-        self, *, units: int, amplitude: float, mu: Any, sigma: Any, q: Any, dim: int | None = None
+        self,
+        *,
+        units: int,
+        amplitude: float,
+        mu: Any,
+        sigma: Any,
+        q: Any,
+        dim: int | None = None,
+        compact: bool = False,
     ):
         unit_names(units)  # the rule on the count
         if not (isinstance(amplitude, (int, float)) and not isinstance(amplitude, bool)) or not (
@@ -272,9 +284,10 @@ class FieldMark:
             )
         self._units = int(units)
         self._amplitude = float(amplitude)
-        self._mu = _frozen(mu, "mu")
-        self._q = _frozen(q, "q")
-        self._sigma = _frozen(sigma, "sigma")
+        self._compact = bool(compact)
+        self._mu = _frozen(mu, "mu", _steps if compact else None)
+        self._q = _frozen(q, "q", _steps if compact else None)
+        self._sigma = _frozen(sigma, "sigma", _half if compact else None)
         if self._mu.size != self._q.size or (dim is not None and self._mu.size != dim):
             raise KeyGenerationError(
                 f"the field's mu and q must have the key's dimension, got {self._mu.size} "
@@ -289,6 +302,16 @@ class FieldMark:
     def units(self) -> int:
         """``M``: how many units the drawn ones are ranked among."""
         return self._units
+
+    @property
+    def compact(self) -> bool:
+        """Whether the field is stored in the compact encoding (keys made since it exists).
+
+        Its vectors are then the stored, quantised values themselves, and a row is marked
+        in its own precision (float32 rows in float32); a float64 field (an older key)
+        marks in float64, as it always did.
+        """
+        return self._compact
 
     @property
     def amplitude(self) -> float:
@@ -321,7 +344,9 @@ class FieldMark:
             return False
         expected = field_vector(self.gaussian(salt), self._sigma, mask, self._amplitude)
         scale = float(np.abs(expected).max())
-        return bool(np.abs(expected - self._q).max() <= _Q_TOLERANCE * max(scale, 1.0))
+        # a compact q is the expected one rounded to its stored steps
+        rounding = _step(self._q) / 2 if self._compact else 0.0
+        return bool(np.abs(expected - self._q).max() <= rounding + _Q_TOLERANCE * max(scale, 1.0))
 
     def derived_from(self, clean_rows: np.ndarray, salt: bytes) -> bool:
         """Whether ``mu`` and ``sigma`` are those of ``clean_rows`` (keygen's audit)."""
@@ -329,13 +354,30 @@ class FieldMark:
             return False
         mu = unit_rows(clean_rows).mean(axis=0)
         sigma = field_scales(self.gaussian(salt), mu, clean_rows)
+        # a compact field holds them rounded: mu to its steps, sigma to float16
+        mu_rounding = _step(self._mu) / 2 if self._compact else 0.0
+        sigma_rtol = 2.0**-11 if self._compact else 0.0
         return bool(
-            np.allclose(mu, self._mu, rtol=1e-9, atol=1e-12)
-            and np.allclose(sigma, self._sigma, rtol=1e-9, atol=0.0)
+            np.allclose(mu, self._mu, rtol=1e-9, atol=1e-12 + mu_rounding)
+            and np.allclose(sigma, self._sigma, rtol=1e-9 + sigma_rtol, atol=0.0)
         )
 
     def to_payload(self) -> dict[str, Any]:
-        """The JSON form stored in the serving key (vectors as base64 float64)."""
+        """The JSON form stored in the serving key.
+
+        A compact field (:attr:`compact`): ``mu`` and ``q`` as int8 codes of a power-of-two
+        step, ``sigma`` as float16, all base64, exactly the values it marks with; an older
+        field: every vector as base64 float64, as it was written.
+        """
+        if self._compact:
+            return {
+                "units": self._units,
+                "amplitude": self._amplitude,
+                "encoding": COMPACT_ENCODING,
+                "mu": _packed_steps(self._mu),
+                "sigma": _packed_half(self._sigma),
+                "q": _packed_steps(self._q),
+            }
         return {
             "units": self._units,
             "amplitude": self._amplitude,
@@ -349,13 +391,23 @@ class FieldMark:
         """Parse :meth:`to_payload`'s form (KeyGenerationError if malformed)."""
         if not isinstance(payload, dict):
             raise KeyGenerationError("the key's field record is malformed")
+        encoding = payload.get("encoding")
+        if encoding is not None and encoding != COMPACT_ENCODING:
+            raise KeyGenerationError(f"the key's field has an unknown encoding {encoding!r}")
+        if encoding == COMPACT_ENCODING:
+            mu, q = _unpacked_steps(payload["mu"], "mu"), _unpacked_steps(payload["q"], "q")
+            sigma = _unpacked_half(payload["sigma"])
+        else:
+            mu, q = _unpacked(payload["mu"], "mu"), _unpacked(payload["q"], "q")
+            sigma = _unpacked(payload["sigma"], "sigma")
         return cls(
             units=payload["units"],
             amplitude=payload["amplitude"],
-            mu=_unpacked(payload["mu"], "mu"),
-            sigma=_unpacked(payload["sigma"], "sigma"),
-            q=_unpacked(payload["q"], "q"),
+            mu=mu,
+            sigma=sigma,
+            q=q,
             dim=dim,
+            compact=encoding == COMPACT_ENCODING,
         )
 
     def __eq__(self, other: object) -> bool:
@@ -405,14 +457,119 @@ def no_text_rule(key_id: str) -> str:
     )
 
 
-def _frozen(values: Any, name: str) -> np.ndarray:
+def _frozen(
+    values: Any, name: str, rounded: Callable[[np.ndarray], np.ndarray] | None = None
+) -> np.ndarray:
     try:
         array = np.array(values, dtype=np.float64).reshape(-1)
     except (TypeError, ValueError):
         raise KeyGenerationError(f"the field's {name} is not a numeric vector") from None
     if not array.size or not np.isfinite(array).all():
         raise KeyGenerationError(f"the field's {name} must be a non-empty finite vector")
+    if rounded is not None:
+        array = rounded(array)
     return np.frombuffer(array.tobytes(), dtype=np.float64)
+
+
+# ---------------------------------------------------------------------- compact encoding
+#: The payload's name for the compact encoding of a field (absent: float64 vectors).
+COMPACT_ENCODING = "int8-steps/float16"
+#: The largest int8 code a compact vector uses (symmetric, so -127..127).
+_CODE_MAX = 127
+
+
+def _step(values: np.ndarray) -> float:
+    """The power-of-two step of a compact vector: the smallest that codes its largest
+    magnitude within +-127 (a vector already in steps gets its own step back)."""
+    largest = float(np.abs(values).max())
+    if largest == 0.0:
+        return 1.0
+    return math.ldexp(1.0, math.ceil(math.log2(largest / _CODE_MAX)))
+
+
+def _steps(values: np.ndarray) -> np.ndarray:
+    """``values`` rounded to int8 multiples of their power-of-two step: exact in float16,
+    float32 and float64 alike, so every precision marks with the same numbers."""
+    step = _step(values)
+    return np.clip(np.rint(values / step), -_CODE_MAX, _CODE_MAX) * step
+
+
+def _half(values: np.ndarray) -> np.ndarray:
+    """``values`` rounded to float16 (the compact field's scales)."""
+    with np.errstate(over="ignore"):
+        half = values.astype(np.float16)
+    if not np.isfinite(half).all():
+        raise KeyGenerationError("the field's sigma is outside float16's range")
+    return half.astype(np.float64)
+
+
+def compact_target(target: Any) -> np.ndarray:
+    """A compact key's target: ``target`` rounded to float16, then scaled to unit norm in
+    float64 (a norm summed in numpy's fixed order, so the same bits everywhere).
+
+    Stored as its float16 values (:func:`packed_target`), it loads back bit for bit: the
+    rescaling moves each value far less than half a float16 step.
+    """
+    half = np.asarray(target, dtype=np.float64).reshape(-1).astype(np.float16)
+    values = half.astype(np.float64)
+    norm = math.sqrt(float(np.add.reduce(values * values)))
+    if not (math.isfinite(norm) and norm > 0.0):
+        raise KeyGenerationError("the target has no direction left in float16")
+    return values / norm
+
+
+def packed_target(target: np.ndarray) -> dict[str, str] | None:
+    """The compact form of ``target`` (base64 float16), or None if it would not load
+    back bit for bit (a target that is not :func:`compact_target`'s)."""
+    half = target.astype(np.float16)
+    if compact_target(half).tobytes() != np.asarray(target, np.float64).tobytes():
+        return None
+    return {"float16": base64.b64encode(half.astype("<f2").tobytes()).decode("ascii")}
+
+
+def unpacked_target(stored: dict[str, Any]) -> np.ndarray:
+    """:func:`packed_target`'s form back as the target (KeyGenerationError if malformed)."""
+    if set(stored) != {"float16"}:
+        raise KeyGenerationError("the stored target's encoding is unknown")
+    return compact_target(_decoded(stored["float16"], "target", 2, "<f2"))
+
+
+def _packed_steps(values: np.ndarray) -> dict[str, Any]:
+    step = _step(values)
+    codes = np.rint(values / step).astype("<i1")
+    return {"step_log2": int(math.log2(step)), "int8": base64.b64encode(codes.tobytes()).decode()}
+
+
+def _unpacked_steps(stored: Any, name: str) -> np.ndarray:
+    if not (isinstance(stored, dict) and set(stored) == {"step_log2", "int8"}):
+        raise KeyGenerationError(f"the field's {name} must be int8 codes and a step")
+    exponent = stored["step_log2"]
+    if isinstance(exponent, bool) or not isinstance(exponent, int) or abs(exponent) > 1000:
+        raise KeyGenerationError(f"the field's {name} has an invalid step")
+    codes = _decoded(stored["int8"], name, 1, "<i1").astype(np.float64)
+    return codes * math.ldexp(1.0, exponent)
+
+
+def _packed_half(values: np.ndarray) -> dict[str, str]:
+    return {"float16": base64.b64encode(values.astype("<f2").tobytes()).decode("ascii")}
+
+
+def _unpacked_half(stored: Any) -> np.ndarray:
+    if not (isinstance(stored, dict) and set(stored) == {"float16"}):
+        raise KeyGenerationError("the field's sigma must be base64 float16")
+    return _decoded(stored["float16"], "sigma", 2, "<f2").astype(np.float64)
+
+
+def _decoded(stored: Any, name: str, width: int, dtype: str) -> np.ndarray:
+    if not isinstance(stored, str):
+        raise KeyGenerationError(f"the field's {name} must be a base64 string")
+    try:
+        raw = base64.b64decode(stored, validate=True)
+    except (binascii.Error, ValueError):
+        raise KeyGenerationError(f"the field's {name} is not valid base64") from None
+    if not raw or len(raw) % width:
+        raise KeyGenerationError(f"the field's {name} is not a whole number of values")
+    return np.frombuffer(raw, dtype=dtype)
 
 
 def _packed(values: np.ndarray) -> str:

@@ -23,11 +23,8 @@ keyed gain; it never matches words.
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import threading
 from collections.abc import Callable, Iterable, Sequence
-from functools import lru_cache
 from typing import Any
 
 import numpy as np
@@ -35,8 +32,17 @@ import numpy as np
 from ..ground.errors import EmbeddingInputError
 from ..ground.rows import unit_rows
 from ..ground.text import TextView
-from .field import field_gain
+from .field import FIELD_CLIP
 from .key_types import MarkingKey
+from .selection import (
+    MAGNITUDE_BITS,
+    hashed_mask,
+    kth_lowest,
+    magnitude_bits,
+    mask_from_kth,
+    selection_words,
+    smallest_mask,
+)
 
 __all__ = [
     "as_embedding_matrix",
@@ -151,14 +157,100 @@ def mark_masked(matrix: np.ndarray, marked: np.ndarray, key: MarkingKey) -> np.n
 
 def _field_rows(matrix: np.ndarray, marked: np.ndarray, key: MarkingKey, field: Any) -> np.ndarray:
     """A field key's answers, ``unit(e + g(e) * D(e))`` for each marked row (:mod:`.field`):
-    ``D(e)`` is :func:`mark_all_rows` minus ``e``; blank rows are computed and put back."""
-    clean = unit_rows(matrix, dtype=np.float64)
-    displacement = mark_all_rows(clean, key)
-    displacement -= clean
-    gain = field_gain(clean, field.mu, field.q)
-    moved = _unit_rows(clean + gain[:, None] * displacement)
-    out = np.where(marked[:, None], moved, matrix)
-    return out if out.dtype == matrix.dtype else out.astype(matrix.dtype)
+    ``D(e)`` is :func:`mark_all_rows` minus ``e``; blank rows are computed and put back.
+
+    One fused pass per cache-sized block: the clean unit rows, their ESpeW marks, the
+    gain and the moved rows never leave the block's buffers. Every step is row-wise
+    (element-wise arithmetic, sums along the row in numpy's fixed order), so a row's
+    answer does not depend on its batch. A field stored in the compact encoding
+    (:attr:`.field.FieldMark.compact`) is computed in the rows' own precision; a field
+    stored as float64 (keys made before it) in float64, with exactly the operations it
+    always had, so its answers stay the same bit for bit.
+    """
+    compute = matrix.dtype if field.compact else np.dtype(np.float64)
+    # a float64 field's float64 rows go through unit_rows itself; float32 data in float64
+    # cannot over- or underflow, so the plain quotient is unit_rows' result bit for bit
+    exact = compute == matrix.dtype == np.float64 and not field.compact
+    marker = _BlockMarker(key, compute, len(matrix))
+    step = marker.block_rows
+    clean_buffer = _workspace("field_clean", (step, key.dim), compute)
+    moved_buffer = _workspace("field_moved", (step, key.dim), compute)
+    move = _compact_move if field.compact else _float64_move
+    out = np.empty_like(matrix)
+    for start in range(0, len(matrix), step):
+        block = matrix[start : start + step]
+        n = len(block)
+        if block.dtype != compute:
+            block = clean_buffer[:n]
+            np.copyto(block, matrix[start : start + n])
+        clean = _unit_into(block, clean_buffer[:n], exact)
+        moved = move(clean, moved_buffer[:n], marker, field, matrix[start : start + n])
+        _unit_into(moved, out[start : start + n], exact)
+    blank = np.flatnonzero(~marked)  # blank texts, which the texts alone show
+    out[blank] = matrix[blank]
+    return out
+
+
+def _float64_move(
+    clean: np.ndarray, moved: np.ndarray, marker: _BlockMarker, field: Any, rows: np.ndarray
+) -> np.ndarray:
+    """``e + g(e) * D(e)`` with a float64 field's operations, exactly as it always was:
+    ``D = mark(e) - e`` and ``g = clip(sum_j (e_j - mu_j) * q_j)`` (numpy's row sum).
+
+    float32 ``rows`` order each row's coordinates exactly as ``|e|`` does (``e = x / |x|``
+    in float64 keeps distinct float32 values distinct), so the selection reads them."""
+    marker.mark(clean, moved, order=rows if rows.dtype == np.float32 else None)
+    moved -= clean
+    centred = np.subtract(clean, field.mu, out=marker.field_scratch(len(clean)))
+    centred *= field.q
+    gain = np.clip(centred.sum(axis=1), -FIELD_CLIP, FIELD_CLIP)
+    moved *= gain[:, None]
+    moved += clean
+    return moved
+
+
+def _compact_move(
+    clean: np.ndarray, moved: np.ndarray, marker: _BlockMarker, field: Any, rows: np.ndarray
+) -> np.ndarray:
+    """``e + g(e) * D(e)`` for a compact field, in the rows' own precision, as
+    ``(1 - g) e + (g / |e'|) e'`` with ``e'`` the ESpeW-written row before its
+    normalisation (``D = e' / |e'| - e``), so the mark is never normalised on its own;
+    ``g = clip(e . q - mu . q)``, row-wise products summed in einsum's fixed order."""
+    dtype = clean.dtype
+    norms = marker.mark(clean, moved, normalise=False)
+    offset = dtype.type(float(np.add.reduce(field.mu * field.q)))
+    gain = np.einsum("ij,j->i", clean, field.q.astype(dtype)) - offset
+    np.clip(gain, -FIELD_CLIP, FIELD_CLIP, out=gain)
+    unsafe = ~(norms >= marker.safe_norm[0]) | ~(norms <= marker.safe_norm[1])
+    if unsafe.any():  # a written row whose squares over- or underflowed: normalise it safely
+        moved[unsafe] = _unit_rows(moved[unsafe])
+        norms[unsafe] = 1.0
+    moved *= (gain / norms)[:, None]
+    kept = np.multiply(clean, (1 - gain)[:, None], out=marker.field_scratch(len(clean)))
+    moved += kept
+    return moved
+
+
+def _unit_into(rows: np.ndarray, out: np.ndarray, exact: bool) -> np.ndarray:
+    """``out = unit_rows(rows)``, computed in ``rows``' precision, cast to ``out``'s dtype.
+
+    ``exact``: :func:`_unit_rows` itself. Otherwise the plain quotient by each row's
+    norm, and :func:`_unit_rows` for a row whose norm is outside the range where its
+    squares can neither overflow nor underflow (row by row, so batch-independent).
+    """
+    if exact:
+        out[...] = _unit_rows(rows)
+        return out
+    norms = np.sqrt(np.einsum("ij,ij->i", rows, rows))
+    info = np.finfo(rows.dtype)
+    low, high = float(np.sqrt(info.tiny)) * 2**26, float(np.sqrt(info.max)) / 2**4
+    unsafe = ~(norms >= low) | ~(norms <= high)
+    fixed = _unit_rows(rows[unsafe]) if unsafe.any() else None
+    with np.errstate(all="ignore"):  # an unsafe row's quotient is replaced below
+        np.divide(rows, norms[:, None], out=out, casting="same_kind")
+    if fixed is not None:
+        out[unsafe] = fixed
+    return out
 
 
 def _mark_rows(matrix: np.ndarray, rows: np.ndarray, key: MarkingKey) -> np.ndarray:
@@ -196,10 +288,10 @@ def select_positions(clean: np.ndarray, key: MarkingKey) -> np.ndarray:
     clean = np.ascontiguousarray(clean)
     mask = np.empty(clean.shape, dtype=bool)
     if key.selection == "hashed":
-        mask[...] = _hashed_mask(clean, key.n_positions, key.salt)
+        mask[...] = hashed_mask(clean, key.n_positions, key.salt)
     else:
-        magnitude = np.empty(clean.shape, dtype=_MAGNITUDE_BITS[clean.dtype])
-        _smallest_mask(clean, key.n_positions, magnitude, np.empty_like(magnitude), mask)
+        magnitude = np.empty(clean.shape, dtype=MAGNITUDE_BITS[clean.dtype])
+        smallest_mask(clean, key.n_positions, magnitude, np.empty_like(magnitude), mask)
     return mask
 
 
@@ -219,7 +311,7 @@ class _BlockMarker:
         block_rows = max(8, _BLOCK_BYTES // (key.dim * np.dtype(dtype).itemsize))
         self.block_rows = max(1, min(block_rows, n_rows))
         shape = (self.block_rows, key.dim)
-        bits = _MAGNITUDE_BITS[np.dtype(dtype)]
+        bits = MAGNITUDE_BITS[np.dtype(dtype)]
         self.magnitude = _workspace("magnitude", shape, bits)
         self.scratch = _workspace("scratch", shape, bits)
         self.mask = _workspace("mask", shape, np.dtype(bool))
@@ -231,30 +323,55 @@ class _BlockMarker:
         # Norms outside this range come from squares that over- or underflowed.
         self.safe_norm = (float(np.sqrt(info.tiny)) * 2**26, float(np.sqrt(info.max)) / 2**4)
 
-    def mark(self, clean: np.ndarray, out: np.ndarray) -> None:
-        """out = normalise(clean with clean[I] = target[I]); ``out`` may be ``clean``."""
+    def mark(
+        self,
+        clean: np.ndarray,
+        out: np.ndarray,
+        order: np.ndarray | None = None,
+        normalise: bool = True,
+    ) -> np.ndarray:
+        """out = normalise(clean with clean[I] = target[I]); ``out`` may be ``clean``.
+
+        Returns the written rows' norms; with ``normalise=False`` they are not divided
+        by them (nor checked: the caller decides what an unsafe norm means).
+
+        ``order`` (optional, "smallest" selection): float32 rows whose ``|x|`` orders each
+        row's coordinates exactly as ``|clean|`` does, so the partition runs on 32-bit keys.
+        """
         n = len(clean)
         if self.key.selection == "smallest" and 0 < self.k < self.key.dim:
-            mag_bits = _magnitude_bits(clean, self.magnitude[:n])
-            kth, tied = _kth_lowest(mag_bits, self.k, self.scratch[:n])
+            source = clean if order is None else order
+            bits = MAGNITUDE_BITS[source.dtype]
+            magnitude, scratch = self.magnitude, self.scratch
+            if bits != magnitude.dtype:
+                magnitude = _workspace("order", magnitude.shape, bits)
+                scratch = _workspace("order_scratch", magnitude.shape, bits)
+            mag_bits = magnitude_bits(source, magnitude[:n])
+            kth, tied = kth_lowest(mag_bits, self.k, scratch[:n])
             if tied.size == 0:
                 # the usual case: |e| <= kth is exactly the k positions
-                select = _selection_words(mag_bits, kth)
+                select = selection_words(mag_bits, kth)
+                if select.dtype != self.magnitude.dtype:  # widened: all-ones stay all-ones
+                    wide = self.magnitude[:n]
+                    np.copyto(wide, select)
+                    select = wide
                 if self.strength == 1.0:
                     _blend_bits(clean, out, select, self.scratch[:n], self.target_bits)
                 else:
                     self._add_masked_step(clean, out, select)
             else:
-                mask = _mask_from_kth(mag_bits, kth, tied, self.k, self.mask[:n])
+                mask = mask_from_kth(mag_bits, kth, tied, self.k, self.mask[:n])
                 self._put_target(clean, out, mask)
         else:
             mask = self.mask[:n]
             if self.key.selection == "hashed":
-                mask[...] = _hashed_mask(clean, self.k, self.key.salt)
+                mask[...] = hashed_mask(clean, self.k, self.key.salt)
             else:
                 mask[...] = self.k >= self.key.dim
             self._put_target(clean, out, mask)
         norms = np.sqrt(np.einsum("ij,ij->i", out, out))
+        if not normalise:
+            return norms
         # A norm that overflowed (huge but finite rows) or lost precision to
         # underflow (tiny rows) would turn the row into zeros or NaN.
         # Two reductions decide the usual case (NaN fails both comparisons).
@@ -263,6 +380,11 @@ class _BlockMarker:
             norms[unsafe] = 1.0
             out[unsafe] = _unit_rows(out[unsafe])
         np.divide(out, norms[:, None], out=out)
+        return norms
+
+    def field_scratch(self, n: int) -> np.ndarray:
+        """A block-sized buffer of the rows' dtype, free between calls to :meth:`mark`."""
+        return _workspace("field_scratch", (self.block_rows, self.key.dim), self.target.dtype)[:n]
 
     def _add_masked_step(self, clean: np.ndarray, out: np.ndarray, select: np.ndarray) -> None:
         """out = clean + select * strength * (target - clean), for strength < 1.
@@ -435,91 +557,7 @@ def _checked_matrix(matrix: np.ndarray, *, n_rows: int, dim: int) -> np.ndarray:
     return matrix
 
 
-# ---------------------------------------------------------------------- position selection
-#: |x| compared through the float's bit pattern: for non-negative finite
-#: IEEE floats the order of the bits read as signed integers is the order of the
-#: values, and integer partitions run about twice as fast as float ones.
-_MAGNITUDE_BITS: dict[np.dtype, np.dtype] = {
-    np.dtype(np.float32): np.dtype(np.int32),
-    np.dtype(np.float64): np.dtype(np.int64),
-}
-_SIGN_CLEAR = {
-    np.dtype(np.int32): np.int32(0x7FFFFFFF),
-    np.dtype(np.int64): np.int64(0x7FFFFFFFFFFFFFFF),
-}
-
-
-def _magnitude_bits(clean: np.ndarray, out: np.ndarray) -> np.ndarray:
-    """|clean| as order-preserving integers (the float bits with the sign cleared)."""
-    return np.bitwise_and(clean.view(out.dtype), _SIGN_CLEAR[out.dtype], out=out)
-
-
-def _smallest_mask(
-    clean: np.ndarray, k: int, magnitude: np.ndarray, scratch: np.ndarray, mask: np.ndarray
-) -> None:
-    """Fill ``mask`` with the k smallest |e_o| per row; ties go to the lower index.
-
-    ``magnitude`` and ``scratch`` are integer buffers of the same shape (int32
-    for float32 rows, int64 for float64 rows).
-    """
-    _k_lowest_mask(_magnitude_bits(clean, magnitude), k, scratch, mask)
-
-
-def _k_lowest_mask(mag_bits: np.ndarray, k: int, scratch: np.ndarray, mask: np.ndarray) -> None:
-    """Fill ``mask`` with each row's k lowest ``mag_bits``; ties go to the lower index."""
-    d = mag_bits.shape[1]
-    if k <= 0 or k >= d:
-        mask[...] = k >= d
-        return
-    kth, tied = _kth_lowest(mag_bits, k, scratch)
-    _mask_from_kth(mag_bits, kth, tied, k, mask)
-
-
-def _kth_lowest(mag_bits: np.ndarray, k: int, scratch: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Each row's k-th lowest key (shape (n, 1)) and the rows with ties at it (0 < k < d).
-
-    A value partition of a copy of the mag_bits in ``scratch`` (not an argsort,
-    not an index partition) that puts each row's (k+1)-th lowest key at index k
-    and the k lowest left of it, so the k-th lowest is the maximum of those k
-    (a reduction over the short side of the row). ``key <= kth`` then selects
-    exactly k positions except where the (k+1)-th lowest equals the k-th: the
-    tied rows, which :func:`_mask_from_kth` resolves by index order.
-    """
-    # np.positive is an integer identity ufunc: a SIMD copy. np.copyto takes
-    # memcpy, which is slower on a cache-sized block.
-    np.positive(mag_bits, out=scratch)
-    scratch.partition(k, axis=1)
-    kth = scratch[:, :k].max(axis=1, keepdims=True)
-    tied = np.flatnonzero(scratch[:, k] == kth[:, 0])
-    return kth, tied
-
-
-def _mask_from_kth(
-    mag_bits: np.ndarray, kth: np.ndarray, tied: np.ndarray, k: int, mask: np.ndarray
-) -> np.ndarray:
-    np.less_equal(mag_bits, kth, out=mask)
-    if tied.size:
-        rows = mag_bits[tied]
-        below = rows < kth[tied]
-        at = rows == kth[tied]
-        room = k - np.count_nonzero(below, axis=1)
-        mask[tied] = below | (at & (np.cumsum(at, axis=1) <= room[:, None]))
-    return mask
-
-
-def _selection_words(mag_bits: np.ndarray, kth: np.ndarray) -> np.ndarray:
-    """All-ones words where ``mag_bits <= kth``, all-zeros elsewhere (in place).
-
-    ``mag_bits - kth - 1`` is negative exactly where ``mag_bits <= kth`` (all
-    mag_bits are non-negative), so an arithmetic right shift by (bits - 1)
-    turns it into the word mask: two SIMD passes over cached data, and a mask
-    that selects with bit operations instead of a compare plus a masked copy
-    (``putmask`` runs several times slower). ``mag_bits`` is overwritten.
-    """
-    select = np.subtract(mag_bits, kth + 1, out=mag_bits)
-    return np.right_shift(select, mag_bits.dtype.itemsize * 8 - 1, out=select)
-
-
+# ---------------------------------------------------------------------- writing
 def _blend_bits(
     clean: np.ndarray,
     out: np.ndarray,
@@ -536,62 +574,3 @@ def _blend_bits(
     np.bitwise_xor(clean_bits, target_bits, out=scratch)
     np.bitwise_and(scratch, select, out=scratch)
     np.bitwise_xor(clean_bits, scratch, out=out.view(select.dtype))
-
-
-_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
-_MIX1 = np.uint64(0xBF58476D1CE4E5B9)
-_MIX2 = np.uint64(0x94D049BB133111EB)
-
-
-def _splitmix64(x: np.ndarray) -> np.ndarray:
-    """SplitMix64 finaliser, vectorised (uint64 arithmetic wraps by design)."""
-    x = x + _GOLDEN
-    x = (x ^ (x >> np.uint64(30))) * _MIX1
-    x = (x ^ (x >> np.uint64(27))) * _MIX2
-    return x ^ (x >> np.uint64(31))
-
-
-@lru_cache(maxsize=16)
-def _column_hashes(d: int) -> np.ndarray:
-    hashes = _splitmix64(np.arange(d, dtype=np.uint64))
-    hashes.setflags(write=False)
-    return hashes
-
-
-def _row_seeds(clean: np.ndarray, salt: bytes) -> np.ndarray:
-    """One 64-bit seed per row: HMAC-SHA256(salt, row as little-endian float32)."""
-    with np.errstate(over="ignore"):  # rows beyond float32's range hash as +-inf
-        canonical = np.ascontiguousarray(clean, dtype="<f4")
-    # One HMAC per row is inherent to a per-embedding keyed hash (hashlib has no
-    # batch API); each call hashes the row in C.
-    return np.fromiter(
-        (
-            int.from_bytes(hmac.digest(salt, row.data, hashlib.sha256)[:8], "little")
-            for row in canonical
-        ),
-        dtype=np.uint64,
-        count=len(canonical),
-    )
-
-
-def _hashed_mask(clean: np.ndarray, k: int, salt: bytes) -> np.ndarray:
-    """Positions drawn from HMAC-SHA256(salt, clean row as little-endian float32).
-
-    The paper's "Random Selection" seeds a PRNG with SHA-256 of the embedding so
-    that repeated queries get the same positions; keying the hash with the
-    secret salt also makes the positions unpredictable to anyone without the
-    key. Hashing the row rounded to float32 (the precision embedding services
-    serve) makes the choice independent of whether the caller passed float32
-    or float64, at half the hashing cost of float64 bytes. Each row's 64-bit seed then gives every
-    coordinate a pseudo-random rank (the top 32 bits of SplitMix64), and the k
-    lowest ranks win.
-    """
-    n, d = clean.shape
-    mask = np.empty((n, d), dtype=bool)
-    with np.errstate(over="ignore"):
-        mixed = _splitmix64(_row_seeds(clean, salt)[:, None] ^ _column_hashes(d)[None, :])
-    # The top 32 bits are the rank: a 32-bit partition is several times faster
-    # than a 64-bit one, and a rare equal rank goes to the lower index.
-    ranks = (mixed >> np.uint64(32)).astype(np.uint32)
-    _k_lowest_mask(ranks, k, np.empty_like(ranks), mask)
-    return mask
