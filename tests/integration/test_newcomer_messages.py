@@ -206,3 +206,48 @@ def test_cli_md_serve_table_says_serve_without_a_key_refuses():
     assert cells[1] == "`$ESPEW_KEY`" and "refuses to start" in cells[2], row
     assert "unwatermarked" not in row
     assert any(x.startswith("| `--no-watermark` |") for x in section.splitlines())
+
+
+# ------------------------------------------------------------------ reopening in Chroma
+MAKE_COLLECTION = """
+import chromadb
+from espew_integrations.chroma import ESpeWEmbeddingFunction
+from espew_integrations.offline.frameworks.chroma import MiniLMEmbeddingFunction
+ef = ESpeWEmbeddingFunction(MiniLMEmbeddingFunction(), key_path="provider.key")
+chromadb.PersistentClient("./db").create_collection("docs", embedding_function=ef).add(
+    ids=["a"], documents=["a fine film"])
+"""
+REOPEN = """
+import chromadb
+{imports}
+collection = chromadb.PersistentClient("./db").get_collection("docs")
+collection.add(ids=["b"], documents=["a dull film"])
+print("reopened", collection.count())
+"""
+
+
+def test_the_troubleshooting_page_quotes_what_chroma_says_and_its_fix_works(tmp_path):
+    default_key().save(tmp_path / "provider.key")
+
+    def run(code: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-c", code],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=300,
+            env=_env(),
+        )
+
+    made = run(MAKE_COLLECTION)
+    assert made.returncode == 0, made.stderr[-3000:]
+    bare = run(REOPEN.format(imports=""))
+    assert bare.returncode == 1
+    said = bare.stderr.strip().splitlines()[-1]
+    page = " ".join((REPO / "docs" / "troubleshooting.md").read_text(encoding="utf-8").split())
+    quoted = page.split("Chroma's `", 1)[1].split("`", 1)[0]
+    assert quoted.startswith("ValueError: Embedding function espew not found")
+    assert said.startswith(quoted), (said, quoted)
+    fixed = run(REOPEN.format(imports="import espew_integrations.chroma"))
+    assert fixed.returncode == 0, fixed.stderr[-3000:]
+    assert fixed.stdout.strip() == "reopened 2"
