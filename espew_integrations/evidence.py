@@ -209,7 +209,7 @@ def render_private_plot(report: VerificationReport) -> bytes:
     PRIVATE: the histogram lets a reader who logged the suspect's answers read
     the trigger scores back, so it is written only by :func:`save_private_evidence`.
     """
-    matplotlib = require("matplotlib", "cli", "the private evidence's score histogram")
+    matplotlib = require("matplotlib", "plots", "the private evidence's score histogram")
     matplotlib.use("Agg", force=False)  # no display needed; a no-op if already Agg
     import matplotlib.pyplot as plt
 

@@ -22,7 +22,7 @@ row for row, whatever the batch size or the number of actors.
 ...                     compute=ray.data.ActorPoolStrategy(size=8),
 ...                     batch_size=4096)                           # doctest: +SKIP
 
-Install with ``pip install 'espew-integrations[ray]'``.
+Install with ``pip install '.[ray]'``.
 """
 
 from __future__ import annotations

@@ -8,6 +8,7 @@ all of them, and fails with the same message.
 from __future__ import annotations
 
 import csv
+import io
 import json
 import os
 from collections.abc import Iterable
@@ -67,7 +68,7 @@ def read_text_file(
             f"{path}: unsupported file type {path.suffix!r}; "
             f"use one of {', '.join(sorted(TEXT_FILE_SUFFIXES))}"
         )
-    with path.open(encoding="utf-8", newline="") as handle:
+    with io.StringIO(_decoded(path), newline="") as handle:
         if kind == "lines":
             rows = [(line, None) for line in handle.read().splitlines()]
         elif kind == "csv":
@@ -80,6 +81,22 @@ def read_text_file(
     labelled = any(label is not None for _, label in kept)
     labels = [label or "" for _, label in kept] if labelled else None
     return TextFile([text for text, _ in kept], labels)
+
+
+def _decoded(path: Path) -> str:
+    """The file's text, read as UTF-8, or a :class:`TextFileError` naming the file, the
+    encoding expected, where the first byte that is not UTF-8 lies, and how to convert."""
+    data = path.read_bytes()
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        raise TextFileError(
+            f"{path} is not UTF-8 text: byte 0x{data[exc.start]:02x} at line {line} "
+            f"(offset {exc.start:,}) cannot be decoded as UTF-8, the encoding text files "
+            f"must have; convert it, e.g. iconv -f latin1 -t utf-8 {path} > utf8-{path.name} "
+            "(name the file's real encoding after -f)"
+        ) from None
 
 
 def _csv_rows(

@@ -6,7 +6,7 @@ langchain-chroma, once through :class:`~espew_integrations.langchain.ESpeWEmbedd
 and once with the clean model, asks both the same queries (texts drawn from
 the corpus; each index embeds its own query) and compares the top-k ids.
 
-Needs ``pip install 'espew-integrations[langchain,chroma,minilm]' langchain-chroma``.
+Needs ``pip install '.[langchain,chroma,minilm]' langchain-chroma``.
 """
 
 from __future__ import annotations
@@ -21,7 +21,8 @@ from langchain_core.embeddings import Embeddings
 from espew_integrations import WatermarkKey
 from espew_integrations.core.mark.inject import marks
 from espew_integrations.core.mark.probes import row_cosines
-from espew_integrations.langchain import ESpeWEmbeddings, MiniLMEmbeddings
+from espew_integrations.langchain import ESpeWEmbeddings
+from espew_integrations.offline.frameworks.langchain import MiniLMEmbeddings
 
 __all__ = ["run_rag_demo"]
 

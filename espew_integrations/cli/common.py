@@ -129,13 +129,85 @@ class _NoBar:
         return None
 
 
-def progress(total: int | None, desc: str, unit: str, enabled: bool) -> Any:
-    """A tqdm bar on stderr with a total (so an ETA); shown on a terminal only.
+#: Seconds between two progress lines when stderr is a log, not a terminal.
+LOG_INTERVAL_S = 10.0
 
-    ``disable=None`` keeps pipes and CI logs clean; ``enabled`` is False with
-    ``--no-progress``. Without tqdm (it comes with the ``[cli]`` extra) the
-    command still runs, without a bar.
+
+def _plural(unit: str) -> str:
+    return unit[:-1] + "ies" if unit.endswith("y") else unit + "s"
+
+
+class _LogBar:
+    """What :func:`progress` returns when stderr is not a terminal (a log file, a pipe,
+    CI): a plain line at the start, one every ``interval`` seconds and one at the end,
+    instead of a bar redrawn in place, so that a long step is never silent in a log.
+
+    >>> import io
+    >>> log = io.StringIO()
+    >>> with _LogBar(3, "embedding with minilm", "text", stream=log) as bar:
+    ...     bar.update(3)
+    >>> print(log.getvalue().splitlines()[0])
+    espew: embedding with minilm: 0 of about 3 texts
     """
+
+    def __init__(
+        self,
+        total: int | None,
+        desc: str,
+        unit: str,
+        *,
+        stream: Any = None,
+        clock: Callable[[], float] = time.monotonic,
+        interval: float = LOG_INTERVAL_S,
+    ) -> None:
+        self.total, self.n = total, 0
+        self._desc, self._units = desc, _plural(unit)
+        self._stream = stream if stream is not None else sys.stderr
+        self._clock, self._interval = clock, interval
+        self._start = self._last = clock()
+
+    def _line(self, tail: str = "") -> None:
+        count = f"{self.n:,}" + ("" if self.total is None else f" of about {self.total:,}")
+        share = f" ({self.n / self.total:.0%})" if self.total and self.n else ""
+        print(f"espew: {self._desc}: {count} {self._units}{share}{tail}", file=self._stream)
+        self._stream.flush()
+
+    def __enter__(self) -> _LogBar:
+        self._line()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        elapsed = self._clock() - self._start
+        ended = "done" if exc[0] is None else "stopped"
+        print(
+            f"espew: {self._desc}: {self.n:,} {self._units}, {ended} in {elapsed:,.0f} s",
+            file=self._stream,
+            flush=True,
+        )
+
+    def update(self, n: int = 1) -> None:
+        self.n += n
+        now = self._clock()
+        if now - self._last >= self._interval:
+            self._last = now
+            self._line(f", {now - self._start:,.0f} s")
+
+    def set_description_str(self, desc: str) -> None:
+        self._desc = desc
+        print(f"espew: {desc}", file=self._stream, flush=True)
+
+
+def progress(total: int | None, desc: str, unit: str, enabled: bool) -> Any:
+    """A tqdm bar on stderr with a total (so an ETA) on a terminal; in a log, lines.
+
+    On a terminal the bar redraws in place; when stderr is a file, a pipe or a CI log,
+    a bar would fill it with redraws, so a line is written at the start, every
+    :data:`LOG_INTERVAL_S` seconds and at the end instead (:class:`_LogBar`).
+    ``enabled`` is False with ``--no-progress``: nothing is shown. Without tqdm (it
+    comes with the ``[cli]`` extra) a terminal gets no bar; the command still runs.
+    """
+    if enabled and not getattr(sys.stderr, "isatty", lambda: False)():
+        return _LogBar(total, desc, unit)
     if importlib.util.find_spec("tqdm") is None:
         return _NoBar()
     from tqdm.auto import tqdm

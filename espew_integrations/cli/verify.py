@@ -165,7 +165,8 @@ def _check_before_querying(args: argparse.Namespace, key: Any) -> int:
     if args.max_queries is not None and args.max_queries < n_queries:
         raise UsageError(
             f"this key's test needs {n_queries} queries but --max-queries is "
-            f"{args.max_queries}; raise the budget or make a key with a smaller band"
+            f"{args.max_queries}; raise --max-queries, or make a key with a smaller "
+            "--audit-budget (espew keygen)"
         )
     audit_options_from(args)  # every audit flag, checked by the options' own validator
     if args.report_dir:

@@ -14,10 +14,10 @@
   Starlette/FastAPI embeddings app in one line.
 - :class:`WatermarkMetrics` (:mod:`.metrics`): what both count, served by
   :func:`create_metrics_app` on the operator's own listener, never on the API
-  (``pip install 'espew-integrations[metrics]'``).
+  (``pip install '.[metrics]'``).
 - :class:`TenantKeys` (:mod:`.tenants`): per-customer keys from a key ring.
 
-Install with ``pip install 'espew-integrations[http]'``.
+Install with ``pip install '.[http]'``.
 """
 
 from __future__ import annotations

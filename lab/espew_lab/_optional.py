@@ -21,10 +21,7 @@ from types import ModuleType
 
 from espew_integrations.models import MissingExtraError
 
-__all__ = ["LAB_INSTALL", "REPOSITORY", "install_line", "require"]
-
-#: Where the source lives: pip installs from it until espew-lab is on a package index.
-REPOSITORY = "https://github.com/espew-integrations/espew-integrations"
+__all__ = ["LAB_INSTALL", "install_line", "require"]
 
 #: The distribution name of an import name, where the two differ (what pip is told).
 _DISTRIBUTIONS = {"sklearn": "scikit-learn", "yaml": "pyyaml"}
@@ -34,20 +31,19 @@ def install_line(extra: str = "lab") -> str:
     """How to install the lab (``"lab"``) or one of its extras (``"torch"``).
 
     The checkout line comes first (espew-integrations itself installed from the
-    same checkout), the published form ends the line.
+    same checkout), the published form ends the line; no host is named (the project
+    has no confirmed public address).
 
     >>> install_line().startswith("pip install ./lab in a checkout")
     True
     """
     if extra in ("lab", ""):
         return (
-            "pip install ./lab in a checkout of espew-integrations, or pip install "
-            f"'espew-lab @ git+{REPOSITORY}#subdirectory=lab'; "
+            "pip install ./lab in a checkout of espew-integrations; "
             "once published, pip install espew-lab"
         )
     return (
-        f"pip install './lab[{extra}]' in a checkout of espew-integrations, or pip install "
-        f"'espew-lab[{extra}] @ git+{REPOSITORY}#subdirectory=lab'; "
+        f"pip install './lab[{extra}]' in a checkout of espew-integrations; "
         f"once published, pip install 'espew-lab[{extra}]'"
     )
 

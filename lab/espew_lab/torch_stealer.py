@@ -9,7 +9,7 @@ the tokenizer's vocabulary is shared, every weight starts random and is learned
 from the stolen answers alone.
 
 torch is imported when the stealer is built, never at package import:
-``pip install 'espew-lab[torch]'`` (for a CPU-only wheel,
+``pip install './lab[torch]'`` (for a CPU-only wheel,
 ``pip install torch==2.13.0`` from a local wheel cache).
 """
 

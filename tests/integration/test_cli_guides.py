@@ -163,10 +163,8 @@ def test_a_missing_optional_module_names_its_purpose_and_extra(monkeypatch):
     error = caught.value
     assert isinstance(error, ESpeWError) and isinstance(error, ImportError)
     assert str(error) == (
-        "httpx is needed for the HTTP client: pip install '.[http]' in a checkout, or "
-        "pip install 'espew-integrations[http] @ "
-        "git+https://github.com/espew-integrations/espew-integrations'; "
-        "once published, pip install 'espew-integrations[http]'"
+        "httpx is needed for the HTTP client: pip install '.[http]' in a checkout of "
+        "espew-integrations; once published, pip install 'espew-integrations[http]'"
     )
 
 

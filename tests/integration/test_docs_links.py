@@ -1,8 +1,9 @@
 """Every relative link in the docs names a file that exists, and every #anchor a heading.
 
 Pages move and headings get renamed; a broken link in a limitations page sends a
-reader who is deciding whether to trust a verdict to nowhere. The README's links are
-absolute (the package index shows it) and are checked in ``test_readme``.
+reader who is deciding whether to trust a verdict to nowhere. The README's links, and
+the rule that no link names this project's own (unconfirmed) address, are checked in
+tests/unit/test_doc_links.py.
 """
 
 from __future__ import annotations
@@ -73,59 +74,4 @@ def test_a_broken_link_is_caught(tmp_path: Path):
         "c.md (no such file)",
         "#nope (no such heading)",
         "b.md#title (no such heading)",
-    ]
-
-
-REPOSITORY_FILES = "https://github.com/espew-integrations/espew-integrations/"
-
-
-def site_exclusions():
-    """``exclude_docs`` of mkdocs.yml, matched as mkdocs matches it (gitignore rules)."""
-    pathspec = pytest.importorskip("pathspec")
-    yaml = pytest.importorskip("yaml")
-    config = yaml.safe_load((ROOT / "mkdocs.yml").read_text(encoding="utf-8"))
-    return pathspec.GitIgnoreSpec.from_lines(config["exclude_docs"].splitlines())
-
-
-def links_off_the_site(page: Path, excluded, docs: Path = ROOT / "docs") -> list[str]:
-    """Relative links of a site page to a file the site leaves out (outside docs/, or excluded)."""
-    off = []
-    for link in relative_links(page):
-        path = link.partition("#")[0]
-        if not path:
-            continue
-        target = (page.parent / path).resolve()
-        inside = target.is_relative_to(docs)
-        if not inside or excluded.match_file(target.relative_to(docs).as_posix()):
-            off.append(link)
-    return off
-
-
-def test_site_pages_link_files_the_site_leaves_out_by_their_repository_address():
-    """`make docs` builds the site without docs/results/** or benchmarks/: a relative link
-    there would break on the site, so such links name the file in the repository."""
-    excluded = site_exclusions()
-    pages = [
-        p
-        for p in sorted(ROOT.glob("docs/**/*.md"))
-        if not excluded.match_file(p.relative_to(ROOT / "docs").as_posix())
-    ]
-    assert ROOT / "docs" / "results" / "frontier" / "README.md" in pages  # re-included
-    off = {str(p.relative_to(ROOT)): links_off_the_site(p, excluded) for p in pages}
-    assert not {page: links for page, links in off.items() if links}, (
-        f"link these as {REPOSITORY_FILES}blob/main/<path>"
-    )
-
-
-def test_a_link_off_the_site_is_caught(tmp_path: Path):
-    docs = tmp_path / "docs"
-    (docs / "results" / "frontier").mkdir(parents=True)
-    page = docs / "lab.md"
-    page.write_text(
-        "[script](../benchmarks/b.py) [table](results/table.md) [ok](index.md)\n"
-        "[study](results/frontier/README.md) [repo](https://github.com/x/y/blob/main/b.py)\n"
-    )
-    assert links_off_the_site(page, site_exclusions(), docs) == [
-        "../benchmarks/b.py",
-        "results/table.md",
     ]

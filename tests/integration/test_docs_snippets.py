@@ -84,8 +84,13 @@ def page_paths() -> list[Path]:
 
 def python_blocks(path: Path) -> list[Block]:
     """The page's ```python blocks, dedented, each with the reason it is not run, if any."""
+    return python_blocks_of(path, ROOT)
+
+
+def python_blocks_of(path: Path, root: Path) -> list[Block]:
+    """:func:`python_blocks` of a page under ``root``, named relative to it."""
     lines = path.read_text(encoding="utf-8").splitlines()
-    page = path.relative_to(ROOT).as_posix()
+    page = path.relative_to(root).as_posix()
     blocks, i = [], 0
     while i < len(lines):
         opened = FENCE_OPEN.match(lines[i])
@@ -119,7 +124,13 @@ def page_id(path: Path) -> str:
 # The runner: executes the blocks in one namespace, as one pasted session. Blocks are
 # compiled under the page's own path, padded so that tracebacks name the page's lines.
 RUNNER = r"""
-import json, sys, traceback
+import json, sys, traceback, warnings
+# A page teaches nothing that is on its way out: a DeprecationWarning the page's own code
+# sets off (an old import address, a renamed argument) stops the page. Third-party
+# packages' own deprecations inside their code are theirs (pyproject's filterwarnings).
+warnings.filterwarnings("error", category=DeprecationWarning)
+for noisy in THIRD_PARTY_DEPRECATIONS:
+    warnings.filterwarnings("ignore", category=DeprecationWarning, module=noisy)
 blocks = json.load(open(sys.argv[1], encoding="utf-8"))
 namespace = {"__name__": "__main__", "__builtins__": __builtins__}
 for block in blocks:
@@ -134,6 +145,12 @@ for block in blocks:
     sys.stdout.flush()
 print("\nALL BLOCKS RAN", flush=True)
 """
+
+
+#: Modules whose own DeprecationWarnings the runner lets pass (as pyproject's
+#: filterwarnings does for the suite): raised inside those packages, not by a page.
+THIRD_PARTY = (r"chromadb(\..*)?", r"pydantic(\..*)?")
+RUNNER = RUNNER.replace("THIRD_PARTY_DEPRECATIONS", repr(THIRD_PARTY))
 
 
 def fresh_user_env() -> dict[str, str]:
@@ -177,6 +194,32 @@ def openai_stand_in(tmp_path: Path) -> Iterator[str]:
         log.close()
 
 
+def run_blocks(
+    page: Path, blocks: list[Block], tmp_path: Path, env: dict[str, str]
+) -> subprocess.CompletedProcess[str]:
+    """The blocks run by RUNNER in one fresh interpreter, in an empty folder under ``tmp_path``."""
+    spec = tmp_path / "blocks.json"
+    spec.write_text(
+        json.dumps(
+            [
+                {"where": b.where, "line": b.line, "source": b.source, "path": str(page)}
+                for b in blocks
+            ]
+        ),
+        encoding="utf-8",
+    )
+    work = tmp_path / "work"  # the reader's empty folder
+    work.mkdir()
+    return subprocess.run(
+        [sys.executable, "-c", RUNNER, str(spec)],
+        cwd=work,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=PAGE_TIMEOUT_S,
+    )
+
+
 @pytest.mark.parametrize("page", pages_with_blocks(), ids=page_id)
 def test_page_runs_as_pasted(page: Path, tmp_path: Path):
     blocks = python_blocks(page)
@@ -186,18 +229,6 @@ def test_page_runs_as_pasted(page: Path, tmp_path: Path):
     to_run = [b for b in blocks if not b.skip_reason]
     if not to_run:
         pytest.skip(f"every block on {page_id(page)} is marked not run")
-    spec = tmp_path / "blocks.json"
-    spec.write_text(
-        json.dumps(
-            [
-                {"where": b.where, "line": b.line, "source": b.source, "path": str(page)}
-                for b in to_run
-            ]
-        ),
-        encoding="utf-8",
-    )
-    work = tmp_path / "work"  # the reader's empty folder
-    work.mkdir()
     env = fresh_user_env()
     env.pop("PYTHONPATH", None)
     with contextlib.ExitStack() as stack:
@@ -206,19 +237,27 @@ def test_page_runs_as_pasted(page: Path, tmp_path: Path):
             # local `espew serve` of the offline model stands in for it.
             env["OPENAI_BASE_URL"] = stack.enter_context(openai_stand_in(tmp_path))
             env["OPENAI_API_KEY"] = "sk-local-stand-in"
-        done = subprocess.run(
-            [sys.executable, "-c", RUNNER, str(spec)],
-            cwd=work,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=PAGE_TIMEOUT_S,
-        )
+        done = run_blocks(page, to_run, tmp_path, env)
     assert done.returncode == 0, (
         f"{page_id(page)}: a block failed\n--- stdout (tail)\n{done.stdout[-4000:]}"
         f"\n--- stderr (tail)\n{done.stderr[-6000:]}"
     )
     assert done.stdout.rstrip().endswith("ALL BLOCKS RAN"), done.stdout[-2000:]
+
+
+def test_a_block_with_a_deprecated_import_fails_the_page(tmp_path: Path):
+    """The old address of the LangChain demo model warns; on a page that warning is an error."""
+    page = tmp_path / "page.md"
+    page.write_text(
+        "```python\nfrom espew_integrations.langchain import MiniLMEmbeddings\n```\n",
+        encoding="utf-8",
+    )
+    env = fresh_user_env()
+    env.pop("PYTHONPATH", None)
+    done = run_blocks(page, python_blocks_of(page, tmp_path), tmp_path, env)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "DeprecationWarning" in done.stderr and "stops working after" in done.stderr
+    assert "BLOCK FAILED" in done.stderr
 
 
 def test_at_least_85_percent_of_blocks_run():

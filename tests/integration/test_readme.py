@@ -32,21 +32,6 @@ def test_the_one_screen_example_ends_copied_on_the_watermarked_service(tmp_path)
     assert (tmp_path / "provider.key").stat().st_mode & 0o077 == 0
 
 
-REPOSITORY = "https://github.com/espew-integrations/espew-integrations"
-
-
-def test_readme_links_are_absolute_and_point_at_files_in_the_repository():
-    """Links work where a package index renders the README: absolute, to files that exist."""
-    links = re.findall(r"\]\(([^)\s]+)\)", (ROOT / "README.md").read_text())
-    assert len(links) > 10, "the README links to its docs"
-    prefix = f"{REPOSITORY}/blob/main/"
-    relative = [link for link in links if not link.startswith(prefix)]
-    assert not relative, f"link the repository's files absolutely ({prefix}...): {relative}"
-    for link in links:
-        path = link.removeprefix(prefix).split("#")[0]
-        assert (ROOT / path).is_file(), f"{link} names no file in the repository"
-
-
 def test_readme_is_a_front_page():
     """At most 900 words: what it is for, the commands, one example, three figures."""
     words = len((ROOT / "README.md").read_text().split())

@@ -72,13 +72,16 @@ def decide(
     )
 
 
-def unusable(partial: dict[str, Any], n_words: int, min_coverage: float) -> tuple[str, str] | None:
-    """Why too few words were scored for any test (None if enough were), and what to do."""
+def unusable(
+    partial: dict[str, Any], n_words: int, min_coverage: float, units: str = "band words"
+) -> tuple[str, str] | None:
+    """Why too few ``units`` (a word key's band words, a field key's field units) were
+    scored for any test (None if enough were), and what to do."""
     n_scored, n_triggers = partial["n_words_scored"], partial["n_triggers_scored"]
     if n_scored / n_words >= min_coverage and 0 < n_triggers < n_scored:
         return None
     return (
-        f"only {n_scored} of {n_words} band words could be scored "
+        f"only {n_scored} of {n_words} {units} could be scored "
         f"({n_scored / n_words:.0%} < {min_coverage:.0%} required); the suspect failed too "
         "many queries for a reliable verdict",
         "the suspect failed part of the queries (see the cause above): slow down "

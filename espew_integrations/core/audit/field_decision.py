@@ -50,7 +50,9 @@ def decide_field(
     # only identical answers are no evidence: the clean model itself scores all units
     # alike (its lean is its reference), and an innocent must be cleared, not doubted
     no_scores = np.array([np.nan])
-    failed = unusable(partial, field.units, min_coverage) or uninformative(answers, no_scores)
+    failed = unusable(partial, field.units, min_coverage, "field units") or uninformative(
+        answers, no_scores
+    )
     if failed:
         return inconclusive(common, failed[0], next_step=failed[1], **partial)
     rounds = key.audit_round

@@ -233,14 +233,15 @@ def _cause_lines(report: VerificationReport) -> list[str]:
 
 def _test_lines(data: dict[str, Any]) -> list[str]:
     """The test's lines from the public dict: published p-values, no count of scored words."""
+    # What the key in hand audits: a field key has field units, no band.
+    units = "field units" if data.get("statistic") == "field" else "band words"
     if math.isnan(data["p_value"]):  # no test was run: a NaN p-value would only confuse
-        return [f"  test           : not run ({data['n_words']} band words probed)"]
+        return [f"  test           : not run ({data['n_words']} {units} probed)"]
 
     shown = format_public_p(data["p_value"], data["p_value_below_floor"])
     decided = f"; decided by the {data['decided_by']} score" if data["decided_by"] else ""
     rounds = data["audit_round"]
     level = data["level"]
-    units = "field units" if data.get("statistic") == "field" else "band words"
     round_line = (
         f"  audit round    : {rounds}: p is {rounds} times the round's own (every earlier "
         "round counts as a try)"
