@@ -347,7 +347,8 @@ ROOMS: dict[str, int] = {
     "stats": 2,  # the exact rank test, the alignment, the word evidence
     "keys": 3,  # the key: options, generation, audit sample, storage, rings
     "audit": 4,  # plan, asking, scores, decision, the report and its public evidence
-    "records": 5,  # transcripts, requery, the traffic sample: written to disk
+    "designs": 5,  # the marking designs: one module per design (words, field)
+    "records": 6,  # transcripts, requery, the traffic sample: written to disk
 }
 CORE_TOP = len(ROOMS)
 

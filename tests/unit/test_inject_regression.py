@@ -101,7 +101,7 @@ def test_a_word_key_saved_before_the_field_default_loads_and_marks_bit_for_bit(t
     shutil.copy(OLD_KEY_FILE, path)
     os.chmod(path, 0o600)
     key = WatermarkKey.load(path)
-    assert key.marking == "words" and key.field is None
+    assert key.marking == "words" and key.design.payload() is None
     triggers = sorted(key.triggers)
     rng = np.random.default_rng(44)
     texts = [

@@ -42,7 +42,7 @@ from ..ground.secret_files import (
     write_secret_file,
 )
 from ..ground.text import LEGACY_LOWER
-from ..mark.field import FieldMark
+from ..mark.design import design_from_payload
 from .key_audit import AuditSource, KeyAudit, default_audit_path
 from .layers import TenantLayer
 from .model_check import ModelFingerprint
@@ -153,8 +153,9 @@ class KeyStorage:
             self.model_fingerprint is not None
         ):  # absent otherwise, so existing key_ids are unchanged
             payload["model"] = self.model_fingerprint.to_payload()
-        if self.field is not None:  # absent for word keys, so their key_ids are unchanged
-            payload["field"] = self.field.to_payload()
+        design = self.design.payload()
+        if design is not None:  # absent for word keys, so their key_ids are unchanged
+            payload[self.design.name] = design
         return payload
 
     def serving_json(self) -> str:
@@ -378,8 +379,8 @@ def _fields_from_payload(payload: dict[str, Any], version: int) -> dict[str, Any
         fields["tenant"] = TenantLayer.from_payload(payload["tenant"])
     if "model" in payload:
         fields["model_fingerprint"] = ModelFingerprint.from_payload(payload["model"])
-    if "field" in payload:
-        fields["field"] = FieldMark.from_payload(payload["field"])
+    dim = np.asarray(fields["target"], dtype=np.float64).size
+    fields["design"] = design_from_payload(payload, dim)
     return fields
 
 
