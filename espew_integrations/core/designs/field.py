@@ -32,7 +32,7 @@ from ..ground.rows import unit_rows
 from ..ground.text import TextView
 from ..keys.field_keygen import generate_field_key, reaudited_field
 from ..keys.key import WatermarkKey
-from ..keys.key_options import KeyOptions
+from ..keys.key_options import KeyOptions, check_field_options
 from ..keys.keygen import Reaudit
 from ..keys.keyring import KeyRing, field_ring_options, tenant_field
 from ..mark.design import MarkingDesign, register_design
@@ -55,6 +55,8 @@ class FieldDesign(MarkingDesign):
 
     name = "field"
     units = "field units"
+    layers = "field units"
+    summary = "every answer is marked"
     decision_rule = FIELD_DECISION_RULE
 
     def __init__(self, field: FieldMark):
@@ -127,6 +129,18 @@ class FieldDesign(MarkingDesign):
     def reaudit(self, key: Any, audit: Reaudit) -> Any:
         """Every sampled text is a probe: the audit's word options do not apply."""
         return reaudited_field(key, self._field, audit)
+
+    @classmethod
+    def check_options(cls, options: KeyOptions) -> None:
+        """The field options obey their rules, and no word option is set (a caller who
+        sets one means a word key)."""
+        check_field_options(
+            options.field_units,
+            options.field_marked,
+            options.field_amplitude,
+            options.field_min_cosine,
+        )
+        options.refuse_word_options()
 
     @classmethod
     def ring_options(

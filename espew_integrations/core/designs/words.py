@@ -22,6 +22,7 @@ from ..audit.fields import DECISION_RULE, TRACE_RULE, n_statistics, statistic_us
 from ..audit.plan import AuditPlan, check_statistic, word_plan
 from ..audit.report import VerificationReport
 from ..audit.scores import WordScores
+from ..ground.defaults import DEFAULT_RING_AUDIT_BUDGET, DEFAULT_RING_FREQ_BAND
 from ..ground.errors import KeyGenerationError
 from ..ground.progress import Progress
 from ..ground.text import TextView
@@ -46,6 +47,8 @@ class WordDesign(MarkingDesign):
 
     name = "words"
     units = "band words"
+    layers = "trigger words"
+    summary = "texts holding a trigger word are marked"
     decision_rule = DECISION_RULE
 
     def marks(self, key: WatermarkKey, texts: Sequence[str], view: TextView | None) -> np.ndarray:
@@ -84,10 +87,15 @@ class WordDesign(MarkingDesign):
         return reaudited_words(key, audit)
 
     @classmethod
+    def ring_defaults(cls) -> dict[str, Any]:
+        """A wider band and a larger audit than a single key's (:mod:`..keys.keyring`)."""
+        return {"freq_band": DEFAULT_RING_FREQ_BAND, "audit_budget": DEFAULT_RING_AUDIT_BUDGET}
+
+    @classmethod
     def ring_options(
         cls, key_options: Mapping[str, Any], n_shared: int | None, n_tenant: int | None
     ) -> tuple[int, KeyOptions]:
-        return word_ring_options(dict(key_options), n_shared, n_tenant)
+        return word_ring_options({**cls.ring_defaults(), **key_options}, n_shared, n_tenant)
 
     @classmethod
     def refit_ring(

@@ -462,12 +462,10 @@ def field_ring_options(
 def word_ring_options(
     key_options: dict[str, Any], n_shared: int | None, n_tenant: int | None
 ) -> tuple[int, KeyOptions]:
-    """A word ring's tenant layer size and shared key's options: trigger words over the
-    ring's own (wider) band and larger audit."""
+    """A word ring's tenant layer size and shared key's options: trigger words (over the
+    ring's own band and audit when ``key_options`` carry the word design's
+    :meth:`~..mark.design.MarkingDesign.ring_defaults`)."""
     shared = DEFAULT_SHARED_TRIGGERS if n_shared is None else n_shared
     tenant = DEFAULT_TENANT_TRIGGERS if n_tenant is None else n_tenant
-    ring_defaults = {"freq_band": DEFAULT_RING_FREQ_BAND, "audit_budget": DEFAULT_RING_AUDIT_BUDGET}
-    options = KeyOptions.of(
-        None, {**ring_defaults, **key_options, "marking": "words", "n_triggers": shared}
-    )
+    options = KeyOptions.of(None, {**key_options, "marking": "words", "n_triggers": shared})
     return tenant, options

@@ -59,6 +59,10 @@ class MarkingDesign(abc.ABC):
     name: ClassVar[str]
     #: What its band holds, in a sentence's words ("band words", "field units").
     units: ClassVar[str]
+    #: What a ring's layers hold ("trigger words", "field units").
+    layers: ClassVar[str]
+    #: Which texts it marks, in the words an operator reads at startup.
+    summary: ClassVar[str]
     #: The report's ``decision_rule``.
     decision_rule: ClassVar[str]
 
@@ -103,6 +107,18 @@ class MarkingDesign(abc.ABC):
         return self
 
     # ------------------------------------------------------------------ key generation
+    @classmethod
+    def check_options(cls, options: Any) -> None:
+        """Refuse (:class:`.KeyGenerationError`) :class:`.KeyOptions` this design cannot
+        make a key of; called when the options are built."""
+        return None
+
+    @classmethod
+    def ring_defaults(cls) -> dict[str, Any]:
+        """The key options a ring of this design defaults to, where they differ from a
+        single key's (:meth:`.KeyRing.generate`)."""
+        return {}
+
     @classmethod
     @abc.abstractmethod
     def generate(
