@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -24,6 +25,9 @@ import numpy as np
 import pytest
 
 from espew_integrations import WatermarkKey, watermark
+from espew_integrations.core.designs.words import WordDesign
+from espew_integrations.core.mark.design import register_design
+from tests.support import make_key
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "old_keys"
 KEYS = ("words", "field", "field-tenant")
@@ -85,6 +89,38 @@ def test_an_old_key_file_marks_bit_for_bit(name, recorded, old):
 def test_an_old_key_files_serving_key_is_written_again_byte_for_byte(name, old):
     key = WatermarkKey.load(old / f"{name}.key")
     assert key.serving_json() == (old / f"{name}.key").read_text(encoding="utf-8")
+
+
+@register_design
+class _TallyDesign(WordDesign):
+    """A word design under another name that stores a record: known to this process only."""
+
+    name = "tally-unregistered-elsewhere"
+
+    def payload(self) -> dict[str, int]:
+        return {"tally": 1}
+
+    @classmethod
+    def from_payload(cls, payload: object, dim: int) -> _TallyDesign:
+        return cls()
+
+
+def test_a_key_file_of_a_design_the_process_has_not_registered_is_refused_by_name(tmp_path):
+    key = make_key().replace(design=_TallyDesign())
+    path = key.save(tmp_path / "tally.key")
+    assert WatermarkKey.load(path) == key  # here, where the design is registered
+    elsewhere = subprocess.run(  # a fresh process, which never imported this file
+        [
+            sys.executable,
+            "-c",
+            f"from espew_integrations import WatermarkKey; WatermarkKey.load({str(path)!r})",
+        ],
+        capture_output=True,
+        text=True,
+    )
+    assert elsewhere.returncode != 0
+    assert "tally-unregistered-elsewhere" in elsewhere.stderr
+    assert "registers its marking design" in elsewhere.stderr
 
 
 def _write() -> None:  # pragma: no cover - run by hand with the old code, see the docstring

@@ -42,7 +42,7 @@ from ..ground.secret_files import (
     write_secret_file,
 )
 from ..ground.text import LEGACY_LOWER
-from ..mark.design import design_from_payload
+from ..mark.design import design_from_payload, design_names
 from .key_audit import AuditSource, KeyAudit, default_audit_path
 from .layers import TenantLayer
 from .model_check import ModelFingerprint
@@ -379,9 +379,23 @@ def _fields_from_payload(payload: dict[str, Any], version: int) -> dict[str, Any
         fields["tenant"] = TenantLayer.from_payload(payload["tenant"])
     if "model" in payload:
         fields["model_fingerprint"] = ModelFingerprint.from_payload(payload["model"])
+    unknown = sorted(set(payload) - _KEY_FIELDS - set(design_names()))
+    if unknown:  # a design's record this process has not registered (or a newer field)
+        raise KeyFileError(
+            f"the key file records {unknown}, which this process does not know: import "
+            "the module that registers its marking design, or upgrade espew-integrations"
+        )
     dim = np.asarray(fields["target"], dtype=np.float64).size
     fields["design"] = design_from_payload(payload, dim)
     return fields
+
+
+#: The fields a key file's payload holds besides its design's record.
+_KEY_FIELDS = frozenset(
+    {"triggers", "target", "target_text", "band", "salt", "alpha", "strength", "selection"}
+    | {"freq_band", "created", "info", "normalization", "window", "audit", "probes"}
+    | {"tenant", "model"}
+)
 
 
 #: A packed band unpacks to at most this many bytes: far more than any real band's
