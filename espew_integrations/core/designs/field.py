@@ -72,14 +72,6 @@ class FieldDesign(MarkingDesign):
         """The field's record: units, amplitude, ``mu``, ``sigma``, ``q`` (secret)."""
         return self._field
 
-    def __eq__(self, other: object) -> bool:
-        if not isinstance(other, FieldDesign):
-            return NotImplemented
-        return self._field == other._field
-
-    def __hash__(self) -> int:
-        return hash(self._field)
-
     # ------------------------------------------------------------------ marking
     def marks(self, key: Any, texts: Sequence[str], view: TextView | None) -> np.ndarray:
         return np.ones(len(texts), dtype=bool)

@@ -187,6 +187,15 @@ class MarkingDesign(abc.ABC):
         """What a :class:`.trace.TraceReport` says of the design (marking, decision rule)."""
         return {"marking": self.name}
 
+    def __eq__(self, other: object) -> bool:
+        """Designs are equal when of one class with one record in the key file."""
+        if not isinstance(other, MarkingDesign):
+            return NotImplemented
+        return type(self) is type(other) and self.payload() == other.payload()
+
+    def __hash__(self) -> int:
+        return hash((type(self), self.name))
+
     def __repr__(self) -> str:  # parameters are secret like the rest of the key
         return f"{type(self).__name__}()"
 
