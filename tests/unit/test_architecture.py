@@ -10,10 +10,11 @@ and one under ``if TYPE_CHECKING:`` alike. A call-time or TYPE_CHECKING import
 hides a circle from the interpreter, not from the reader, so it closes a cycle
 only when :data:`CALL_TIME_EDGES` lists it with the reason it cannot be avoided.
 
-Three more rules hold: no module imports an underscore name
+Four more rules hold: no module imports an underscore name
 another module of the package defines, no file is longer than
-:data:`MAX_LINES`, and the package root exports at most :data:`MAX_ROOT_ALL`
-names.
+:data:`MAX_LINES`, the package root exports at most :data:`MAX_ROOT_ALL`
+names, and no module outside :data:`DESIGN_MODULES` branches on a key's marking
+design (``marking == "field"``, ``key.field is None``...): it asks the design.
 """
 
 from __future__ import annotations
