@@ -1,9 +1,8 @@
 """WatermarkKey: the provider's secret, its fields and their validation.
 
-The key holds everything needed to watermark (triggers, target, alpha,
-selection, salt) and to verify (the target text and the *band*: every word of
-the frequency band the triggers were drawn from; the verifier scores all of
-them, see :mod:`espew_integrations.core.verify`). Only :attr:`key_id`, a
+The key holds everything needed to watermark (triggers, target, alpha, selection,
+salt, its design) and to verify (the target text and the *band* the triggers were
+drawn from; :mod:`espew_integrations.core.verify`). Only :attr:`key_id`, a
 fingerprint, is safe to show; ``repr``/``str`` show nothing else secret, and
 the key refuses to be pickled.
 
@@ -85,8 +84,9 @@ class WatermarkKey(KeyGeneration, KeyStorage, Sealed):
     Build one with :meth:`generate` (its options: :class:`.key_options.KeyOptions`),
     persist it with :meth:`save`, and load it with :meth:`load` (or
     :meth:`from_env`). Instances are immutable. The constructor takes the fields
-    themselves; its defaults are keygen's (:mod:`.defaults`), so a key built by
-    hand marks like a generated one unless told otherwise.
+    themselves and the ``design`` (:attr:`design`; the word design when none is given);
+    its defaults are keygen's (:mod:`.defaults`), so a key built by hand marks like a
+    generated one unless told otherwise.
 
     >>> WatermarkKey.load("provider.key")  # doctest: +SKIP
     WatermarkKey(key_id='3f2a9c0e51b7d644', alpha=0.75, strength=0.1016,
