@@ -138,7 +138,7 @@ def unit_scores(variant: str, adj: np.ndarray, z: np.ndarray, answers, clean) ->
 
 def served_whitened(key, audit_clean: np.ndarray, gaussian, drawn) -> Callable:
     """The service with its field drawn in the whitened metric, at the key's mean cosine."""
-    field = key.field
+    field = key.design.field
     w = whitening(audit_clean, 1.0)
     scales = ((audit_clean - field.mu) @ w @ gaussian).std(axis=0)
     q = (w @ (gaussian[:, drawn] / scales[drawn])).sum(axis=1) / np.sqrt(drawn.sum())
@@ -169,7 +169,7 @@ def run_key(seed: int, texts, victim, standard, variants) -> list[dict]:
     rows = []
     for variant in variants:
         key = keys.get(variant, keys["default"])
-        field = key.field
+        field = key.design.field
         gaussian = field.gaussian(key.salt)
         drawn = drawn_mask(field.units, key.triggers)
         thief = thief_for(seed, texts, key, victim, standard, n_steal=N_STEAL)

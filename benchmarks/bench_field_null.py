@@ -90,7 +90,7 @@ def study(
         name: adjusted_lean(unit_rows(rows), directions, clean, references)
         for name, rows in answers.items()
     }
-    field = key.field
+    field = key.design.field
     units = unit_names(field.units)
     out = {name: np.empty(n_keys) for name in answers}
     whitened = whitened_rows(clean, clean.mean(axis=0))  # scoring_projections, in two steps
@@ -164,7 +164,7 @@ def main() -> None:
     lines = [
         f"field null study: {args.keys} fresh keys per audit and innocent "
         f"(offline MiniLM, Rotten Tomatoes, {len(audit_texts)}-text audits, "
-        f"{key.field.units} units, {len(key.triggers)} drawn"
+        f"{key.design.field.units} units, {len(key.triggers)} drawn"
         + (", leans adjusted for reference copies)" if args.references else ")"),
         *table(results, args.keys),
     ]

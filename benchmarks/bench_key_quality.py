@@ -117,7 +117,7 @@ def main() -> None:
             )
             marked_rows = (
                 marks(texts, key)
-                if key.field is not None
+                if key.marking == "field"
                 else key.contains_trigger(texts, view=model.view)
             )
             served = watermark(texts, clean, key, view=model.view)

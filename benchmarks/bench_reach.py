@@ -238,7 +238,7 @@ def describe(name: str, key: WatermarkKey, data: Data, options: dict) -> dict:
         "held_texts": len(data.held),
         "key": {
             "options": options,
-            "marking": key.info.get("marking", "field" if key.field is not None else "words"),
+            "marking": key.info.get("marking", key.marking),
             "n_triggers": len(key.triggers),
             "band_size": len(key.band),
             "strength": key.strength,
@@ -385,7 +385,7 @@ def measure(name: str, setup: Setup, args: argparse.Namespace) -> dict:
 
 def null_study(key, round_two, innocents: dict, args: argparse.Namespace) -> dict:
     """False positives over ``args.null`` fresh keys (see the module docstring)."""
-    if key.field is None:
+    if key.marking == "words":
         from bench_frontier_null import innocent_study
 
         return {

@@ -56,7 +56,7 @@ def scored_audit(name: str, key, audited, answers: dict[str, np.ndarray]) -> Sco
     """``audited``'s audit (the key or a re-audit of it) with ``answers`` to its texts."""
     rows = np.asarray(audited.probe_embeddings, dtype=np.float64)
     clean = unit_rows(rows)
-    whitened = whitened_rows(clean, key.field.mu)
+    whitened = whitened_rows(clean, key.design.field.mu)
     directions = mark_directions(rows, key)
     centred = whitened - whitened.mean(axis=0)
     return ScoredAudit(
@@ -100,7 +100,7 @@ def null_p_values(
     thread each (on a shared machine more threads per process only wait for each other)."""
     rng = np.random.default_rng(seed)
     salts = [rng.bytes(32) for _ in range(n_keys)]
-    field = key.field
+    field = key.design.field
     job = (key.dim, field.units, len(key.triggers), audits)
     chunks = [salts[i : i + batch] for i in range(0, n_keys, batch)]
     if workers > 1:
@@ -139,8 +139,8 @@ def plain_check(key, audited, answers: dict, rounds: int, fast: np.ndarray, seed
 def own_salt_check(key, audited, answers: dict, innocents: dict, seed: int) -> dict:
     """The key's own salt through :func:`salt_p_values` against ``verify()`` itself."""
     audit = scored_audit("own", key, audited, answers)
-    gaussian = key.field.gaussian(key.salt)
-    fast = salt_p_values(audit, gaussian, drawn_mask(key.field.units, key.triggers))
+    gaussian = key.design.field.gaussian(key.salt)
+    fast = salt_p_values(audit, gaussian, drawn_mask(key.design.field.units, key.triggers))
     out = {}
     for name, p in zip(answers, fast, strict=True):
         out[name] = {

@@ -149,7 +149,7 @@ def run_check(args: argparse.Namespace) -> int:
         )
         print(key.commitment())
         return 2
-    units = "field units" if key.marking == "field" else "band words"
+    units = key.design.units
     print(
         f"key {key.key_id}: OK (marking={key.marking}; format valid, checksum and key_id match, "
         f"triggers are the salt's draw over {len(key.band)} {units}, {stored})"

@@ -350,7 +350,7 @@ def _announce(key: Any, out: Path, *, seeded: bool) -> None:
         f"strength={key.strength:.4g} (mean cos(clean, watermarked) on marked texts "
         f"{info['mean_cosine_marked']:.4f}), marks {info['marked_rate']:.1%} of the corpus, "
         f"selection={key.selection}, dim={key.dim}, {len(key.band)} "
-        f"{'field units' if key.marking == 'field' else 'band words'}, "
+        f"{key.design.units}, "
         f"so `espew verify` costs {key.audit_queries} queries"
     )
     print(f"publish this commitment (it reveals nothing): {key.commitment()}")

@@ -34,7 +34,6 @@ from ..arguments import (
 from ..core.ground.defaults import (
     DEFAULT_FIELD_SHARED_UNITS,
     DEFAULT_FIELD_TENANT_UNITS,
-    DEFAULT_RING_AUDIT_BUDGET,
     DEFAULT_RING_FREQ_BAND,
     DEFAULT_SHARED_TRIGGERS,
     DEFAULT_TENANT_TRIGGERS,
@@ -180,10 +179,15 @@ def _register_trace(subparsers: Any) -> None:
 def run_generate(args: argparse.Namespace) -> int:
     """Generate the ring, write it (mode 0600) and print what it holds."""
     from ..core.keys.keyring import KeyRing
+    from ..core.mark.design import design_class
+
+    design = design_class(args.marking)
+    ring_defaults = design.ring_defaults()
 
     def make(corpus: Any, embed: Any, **common: Any) -> Any:
         options = key_options_from(args, **common)
-        if options["marking"] == "field" and options.get("freq_band") == DEFAULT_RING_FREQ_BAND:
+        band = options.get("freq_band")
+        if band == DEFAULT_RING_FREQ_BAND and "freq_band" not in ring_defaults:
             del options["freq_band"]  # the word ring's band flag, left at its default
         return KeyRing.generate(
             corpus,
@@ -193,12 +197,11 @@ def run_generate(args: argparse.Namespace) -> int:
             **options,
         )
 
-    field = args.marking == "field"
-    budget = None if field else DEFAULT_RING_AUDIT_BUDGET  # a field ring: the key's audit
+    budget = ring_defaults.get("audit_budget")  # None: the single key's audit (a field ring)
     ring, out = generate_from_corpus(args, make, audit_budget=budget)
     ring.save(out, overwrite=args.overwrite)
     info = ring.shared_key.info
-    layers = "field units" if field else "trigger words"
+    layers = design.layers
     print(
         f"wrote key ring {ring.ring_id} to {out} (mode 0600): {ring.n_shared_triggers} shared "
         f"+ {ring.n_tenant_triggers} per-customer {layers}, strength "

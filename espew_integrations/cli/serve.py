@@ -304,9 +304,7 @@ def _tenant_keys(args: argparse.Namespace) -> Any:
 
 def _design(key: Any) -> str:
     """The key's marking, in the words an operator reads at startup."""
-    if key.marking == "field":
-        return "marking=field: every answer is marked"
-    return "marking=words: texts holding a trigger word are marked"
+    return f"marking={key.marking}: {key.design.summary}"
 
 
 def _serving_key(args: argparse.Namespace, ring: bool) -> tuple[Any, str]:

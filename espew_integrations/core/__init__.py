@@ -6,3 +6,7 @@ what a user imports, the package root :mod:`espew_integrations`). Its
 root's :func:`espew_integrations.verify` also takes framework objects (see
 :mod:`espew_integrations.suspects`).
 """
+
+# The built-in marking designs register themselves (words, field): imported here, the
+# package every core module is loaded through, a key file naming either loads anywhere.
+from . import designs as designs

@@ -47,58 +47,28 @@ from typing import Any
 
 import numpy as np
 
-from .audit import (
-    REPLAYED_SETTINGS,
-    Answers,
-    AuditPlan,
-    Recorder,
-    Subject,
-    WordScores,
-    audit_subject,
-    check_statistic,
-    check_suspect,
-    decide,
-    decide_field,
-    inconclusive,
-    interrogate,
-    plan_audit,
-    record_start,
-    tenant_p_values,
-    unit_scores,
-    word_scores,
-)
 from .audit.evidence_files import EVIDENCE_FILES, PUBLIC_P_FLOOR, format_public_p, public_p_value
+from .audit.fields import FIELD_TRACE_RULE, TRACE_RULE
 from .audit.options import AuditOptions
+from .audit.pipeline import AuditRun, run_audit
+from .audit.recorder import Recorder
 from .audit.report import VerificationReport
+from .audit.scores import WordScores
+from .audit.settings import check_suspect
+from .audit.subject import REPLAYED_SETTINGS, Subject
+from .audit.tenant_layers import tenant_p_values
 from .ground.errors import InputError, OptionsError
 from .ground.progress import Progress, check_progress
 from .ground.safe_dir import SafeDirectory
 from .keys.keyring import KeyRing
 from .keys.layers import check_tenant_id
-from .records.transcript import as_recorder
+from .mark.design import design_class
+from .records.transcript import as_recorder, encode_answer
 
 __all__ = ["FIELD_TRACE_RULE", "TRACE_FILE", "TRACE_RULE", "TraceReport", "trace"]
 
 #: The shareable trace report's file name (next to the shared layer's report.json).
 TRACE_FILE = "trace.json"
-
-TRACE_RULE = (
-    "copied iff p < level, p = min(1, 2 * min(p_shared, smallest tenant p)), p_shared the "
-    "shared layer's verify() p-value (see shared.decision_rule). Traced: for each tenant, exact "
-    "one-sided rank-sum tests of its own layer among the band words outside the shared layer, "
-    "after removing the layers of the other tenants significant in a first round; "
-    "p = min(1, 2 * n_tenants * min(p_raw, p_adjusted)) (Bonferroni over tenants and "
-    "statistics); traced iff copied and p < level, strongest first"
-)
-#: The rule of a field ring's trace: the same, over field units and one statistic.
-FIELD_TRACE_RULE = (
-    "copied iff p < level, p = min(1, 2 * min(p_shared, smallest tenant p)), p_shared the "
-    "shared field key's verify() p-value (see shared.decision_rule). Traced: for each tenant, "
-    "the exact one-sided rank-sum test of its own field units' scores among the units outside "
-    "the shared layer, after removing the units of the other tenants significant in a first "
-    "round; p = min(1, n_tenants * p_field) (Bonferroni over tenants); traced iff copied and "
-    "p < level, strongest first"
-)
 
 
 # ---------------------------------------------------------------------- report
@@ -222,7 +192,7 @@ class TraceReport:
         lines = [
             str(self.shared),
             f"ESpeW trace (ring {self.ring_id}): {self.n_tenants} accounts tested, "
-            f"{self.tenant_triggers} {'field units' if self.marking == 'field' else 'words'} "
+            f"{self.tenant_triggers} {design_class(self.marking).units} "
             "of each account's own layer",
             f"  verdict        : {verdict}",
             f"  p-value        : {p_text} (both layers{decided}; shared layer alone {shared_p})",
@@ -306,33 +276,32 @@ def trace(
         raise OptionsError(
             "trace does not use reference copies; pass references to verify with one account's key"
         )
-    key = ring.shared_key
-    plan = plan_audit(key, options.probes, None, options.target_mode)
-    check_statistic(plan, options.statistic)
-    subject = audit_subject(suspect, as_recorder(transcript), suspect_name, suspect_label)
-    settings = options.recorded([name for name in REPLAYED_SETTINGS if name != "templates"])
-    record_start(subject, "trace", suspect, key, settings, ring_id=ring.ring_id, tenants=ids)
-    asked = interrogate(suspect, key, plan, options, progress, subject)
-    return _recorded(subject, _trace_answers(asked, plan, ring, ids, options.min_coverage))
+    run = run_audit(
+        "trace",
+        suspect,
+        ring.shared_key,
+        options,
+        recorder=as_recorder(transcript),
+        settings=options.recorded([name for name in REPLAYED_SETTINGS if name != "templates"]),
+        encode=encode_answer,
+        progress=progress,
+        suspect_name=suspect_name,
+        suspect_label=suspect_label,
+        header=dict(ring_id=ring.ring_id, tenants=ids),
+    )
+    return _recorded(run.subject, _trace_answers(run, ring, ids))
 
 
-def _trace_answers(
-    asked: Answers, plan: AuditPlan, ring: KeyRing, ids: list[str], min_coverage: float
-) -> TraceReport:
+def _trace_answers(run: AuditRun, ring: KeyRing, ids: list[str]) -> TraceReport:
     """The trace's verdict on one interrogation's answers: the shared layer's, then each
     account's own layer over the universe (see the module docstring)."""
-    key, level = ring.shared_key, asked.common["level"]
+    key, level, shared = ring.shared_key, run.asked.common["level"], run.report
     common: dict[str, Any] = dict(level=level, ring_id=ring.ring_id, n_tenants=len(ids))
     common["tenant_triggers"] = ring.n_tenant_triggers
-    if key.field is not None:
-        common.update(marking="field", decision_rule=FIELD_TRACE_RULE)
-    if asked.reason:
-        shared = inconclusive(asked.common, asked.reason)
+    common.update(key.design.trace_fields())
+    if run.scores is None:
         return _no_verdict(shared, dict.fromkeys(ids, math.nan), 0, common)
-    scores = word_scores(plan, asked.embeddings, asked.target_vector, len(key.band), asked.cover)
-    verdict = decide_field if key.field is not None else decide
-    shared = verdict(key, scores, min_coverage, asked.common)
-    raw, reference, directed = _universe_scores(scores, ring, shared.statistic)
+    raw, reference, directed = _universe_scores(run.scores, ring, shared.statistic)
     adjusted = tenant_p_values(
         raw,
         reference,
@@ -380,15 +349,7 @@ def _universe_scores(
     """
     position = {w: i for i, w in enumerate(ring.shared_key.band)}
     in_band = np.array([position[w] for w in ring.universe], dtype=np.int64)
-    if ring.shared_key.field is not None:
-        return unit_scores(scores)[in_band], None, None
-    reference = scores.reference if statistic != "raw" else None
-    directed = scores.directed if statistic in ("combined", "directed") else None
-    return (
-        scores.raw[in_band],
-        None if reference is None else reference[in_band],
-        None if directed is None else directed[in_band],
-    )
+    return ring.shared_key.design.universe_scores(scores, in_band, statistic)
 
 
 def _verdict(

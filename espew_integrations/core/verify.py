@@ -1,6 +1,21 @@
 """verify(): ask whether a suspect embedding service learned a key's watermark.
 
-The paper's probe-level KS test treats its probes as independent samples,
+The audit is the key's design's (:mod:`.mark.design`), run by one pipeline
+(:mod:`.audit.pipeline`, which ``trace`` runs too): plan what to ask, record the
+start, ask the suspect every audit text shuffled together (so it cannot tell
+which texts matter by content, order or batch), score the answers, and let the
+design decide with an exact rank test (:mod:`.stats.ranktest`) over draws that
+are equally likely under the null.
+
+**The field design** (the default, :mod:`.designs.field`): every audit text is a
+probe; each field unit scores how the suspect's answers lean along each text's
+own mark direction with the unit's keyed projection of the text's clean
+embedding, and the drawn units are ranked among all units
+(:func:`.audit.field_decision.decide_field`); the auditor's reference copies, if
+given, adjust the leans (:mod:`.audit.references`).
+
+**The word design** (the paper's, :mod:`.designs.words`). The paper's probe-level
+KS test treats its probes as independent samples,
 but every probe of one key is built from the same few trigger words, so
 "these words happen to sit near the target" looks like a watermark; it
 convicts innocent models far more often than its level allows
@@ -44,26 +59,12 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from .audit import (
-    Answers,
-    AuditPlan,
-    Recorder,
-    SuspectFn,
-    audit_subject,
-    check_statistic,
-    check_suspect,
-    decide,
-    decide_field,
-    inconclusive,
-    interrogate,
-    plan_audit,
-    record_start,
-    recorded,
-    word_scores,
-)
 from .audit.options import AuditOptions
-from .audit.references import ReferenceAnswers, ask_references, recorded_references
+from .audit.pipeline import run_audit
+from .audit.recorder import Recorder
 from .audit.report import VerificationReport
+from .audit.settings import SuspectFn, check_suspect
+from .audit.subject import recorded
 from .ground.progress import Progress, check_progress
 from .keys.key import WatermarkKey
 from .records.transcript import as_recorder, encode_answer
@@ -92,23 +93,20 @@ def verify(
     :class:`~.errors.OptionsError` (a ``ValueError``), before anything is asked.
     ``suspect`` is a callable ``list[str] -> array (n, d')`` (the package-root
     :func:`espew_integrations.verify` also takes LangChain, LlamaIndex, Chroma and
-    :class:`OpenAIEndpoint` suspects). ``probes="auto"`` sends the natural-text probes
-    stored in the key (or, for keys that store none, the band words, as ``"words"``
-    does with ``templates``), shuffled (``seed`` fixes it), in batches of ``batch_size``.
-    ``statistic="combined"`` decides on the raw, reference-adjusted and directed scores
-    together (module docstring); ``"raw"``, ``"adjusted"``, ``"corrected"`` or
-    ``"directed"`` use one. ``target_mode="key"`` compares with the stored target,
-    mapping answers of another dimension or rotated coordinates back when the key
-    stores its audit's clean rows (:mod:`.align`); ``"query"`` uses the suspect's own
-    embedding of ``key.target_text``, which it therefore sees.
+    :class:`OpenAIEndpoint` suspects). The key's design plans, scores and decides the
+    audit (:mod:`.audit.pipeline`; the module docstring): ``probes="auto"`` sends the
+    texts stored in the key, shuffled (``seed`` fixes it), in batches of ``batch_size``;
+    ``statistic="combined"`` decides on every score the design supports.
+    ``target_mode="key"`` compares with the stored target, mapping answers back when
+    the key stores its audit's clean rows (:mod:`.align`); ``"query"`` uses the
+    suspect's own embedding of ``key.target_text``, which it therefore sees.
 
     Faults of the suspect never count as evidence: they leave words unscored, and
     below ``min_coverage`` of the band's words scored the report is inconclusive (so
     it is for uninformative answers, an unverifiable key, a suspect that sends no
     answer for ``stall_timeout`` seconds, and asking beyond ``deadline`` seconds when
     one is set, :class:`.audit.Deadline`), saying why and what to do next.
-    ``progress(done, total)`` is called after each batch with the texts asked so far
-    and the audit's total (:mod:`.progress`).
+    ``progress(done, total)`` hears of each batch (:mod:`.progress`).
     ``transcript`` (a private directory) records what was sent and what came back
     (:mod:`.transcript`; ``report.transcript_digest`` commits to it); the reports
     name the suspect ``suspect_name`` (default: described) and ``suspect_label``.
@@ -122,31 +120,16 @@ def verify(
     check_suspect(suspect)
     options = AuditOptions.of(options, settings)
     check_progress(progress)
-    plan = plan_audit(key, options.probes, options.templates, options.target_mode)
-    check_statistic(plan, options.statistic)
-    references = ask_references(options.references, key, plan)  # before the suspect is asked
-    subject = audit_subject(suspect, as_recorder(transcript), suspect_name, suspect_label)
-    header = recorded_references(references, encode_answer)
-    record_start(subject, "verify", suspect, key, options.recorded(), **header)
-    asked = interrogate(suspect, key, plan, options, progress, subject)
-    return recorded(subject, _verdict(key, plan, asked, references, options.min_coverage))
-
-
-def _verdict(
-    key: WatermarkKey,
-    plan: AuditPlan,
-    asked: Answers,
-    references: ReferenceAnswers | None,
-    min_coverage: float,
-) -> VerificationReport:
-    """The report on the answers: scored (with the references' leans) and decided."""
-    if references is not None:
-        asked.common.update(reference_names=references.names, references_sha256=references.digest)
-    if asked.reason:
-        return inconclusive(asked.common, asked.reason)
-    leans = None if references is None else references.leans
-    scores = word_scores(
-        plan, asked.embeddings, asked.target_vector, len(key.band), asked.cover, leans
+    run = run_audit(
+        "verify",
+        suspect,
+        key,
+        options,
+        recorder=as_recorder(transcript),
+        settings=options.recorded(),
+        encode=encode_answer,
+        progress=progress,
+        suspect_name=suspect_name,
+        suspect_label=suspect_label,
     )
-    verdict = decide_field if key.field is not None else decide
-    return verdict(key, scores, min_coverage, asked.common)
+    return recorded(run.subject, run.report)

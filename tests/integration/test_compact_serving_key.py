@@ -51,7 +51,7 @@ def test_the_serving_key_fits_a_secret_manager(keygen):
     dim, path, _ = keygen
     assert path.stat().st_size <= LIMITS[dim]
     key = WatermarkKey.load(path)
-    assert key.marking == "field" and key.field.compact and key.dim == dim
+    assert key.marking == "field" and key.design.field.compact and key.dim == dim
     stored = json.loads(path.read_text())["key"]
     assert set(stored["target"]) == {"float16"} and stored["field"]["encoding"]
 
@@ -60,7 +60,7 @@ def test_the_serving_key_marks_bit_for_bit_like_the_whole_key(keygen):
     dim, path, _ = keygen
     serving = WatermarkKey.load(path)
     whole = WatermarkKey.from_json(serving.to_json())  # the audit inside
-    assert whole.verifiable and whole.field == serving.field
+    assert whole.verifiable and whole.design == serving.design
     rng = np.random.default_rng(2)
     texts = [" ".join(rng.choice(WORDS, 8)) for _ in range(64)]
     for dtype in (np.float32, np.float64):

@@ -157,7 +157,7 @@ def test_espew_serve_with_a_field_key_marks_every_answer_over_real_http(setting,
     )  # fmt: skip
     assert code == 0
     round_two = WatermarkKey.load(reaudited)
-    assert round_two.field is not None and len(round_two.probe_texts) == 600
+    assert round_two.marking == "field" and len(round_two.probe_texts) == 600
     assert set(round_two.probe_texts) <= set(texts[KEYGEN_TEXTS + 40 : KEYGEN_TEXTS + 640])
     report = verify(lambda b: watermark(b, victim(b), key), round_two, seed=1)
     assert report.copied and report.p_value < 1e-6

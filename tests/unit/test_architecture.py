@@ -10,10 +10,11 @@ and one under ``if TYPE_CHECKING:`` alike. A call-time or TYPE_CHECKING import
 hides a circle from the interpreter, not from the reader, so it closes a cycle
 only when :data:`CALL_TIME_EDGES` lists it with the reason it cannot be avoided.
 
-Three more rules hold: no module imports an underscore name
+Four more rules hold: no module imports an underscore name
 another module of the package defines, no file is longer than
-:data:`MAX_LINES`, and the package root exports at most :data:`MAX_ROOT_ALL`
-names.
+:data:`MAX_LINES`, the package root exports at most :data:`MAX_ROOT_ALL`
+names, and no module outside :data:`DESIGN_MODULES` branches on a key's marking
+design (``marking == "field"``, ``key.field is None``...): it asks the design.
 """
 
 from __future__ import annotations
@@ -347,7 +348,8 @@ ROOMS: dict[str, int] = {
     "stats": 2,  # the exact rank test, the alignment, the word evidence
     "keys": 3,  # the key: options, generation, audit sample, storage, rings
     "audit": 4,  # plan, asking, scores, decision, the report and its public evidence
-    "records": 5,  # transcripts, requery, the traffic sample: written to disk
+    "designs": 5,  # the marking designs: one module per design (words, field)
+    "records": 6,  # transcripts, requery, the traffic sample: written to disk
 }
 CORE_TOP = len(ROOMS)
 
@@ -475,3 +477,111 @@ def test_the_privacy_rule_catches_underscore_names_only(importer, source, privat
     collector = ImportCollector(importer)
     collector.visit(ast.parse(source))
     assert bool(private_imports(collector.internal)) is private
+
+
+# ---------------------------------------------------------------------- one interface per design
+#: The modules that may speak of one design by name: the designs themselves, the
+#: interface and registry, and the field's own record (``FieldMark``, its equality).
+DESIGN_MODULES = (
+    f"{PACKAGE}.core.designs",
+    f"{PACKAGE}.core.mark.design",
+    f"{PACKAGE}.core.mark.field",
+)
+#: Attributes whose None-ness says which design a key or a plan is of.
+_DESIGN_OPTIONALS = {"field", "_field", "field_z"}
+#: Classes whose isinstance says which design something is (the interface is not one).
+_DESIGN_CLASSES = {"FieldMark", "FieldDesign", "WordDesign"}
+
+
+def _named(node: ast.AST) -> str:
+    """The name an expression reads: ``x``, ``a.x`` and ``a["x"]`` all read ``x``."""
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        return node.attr
+    if isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant):
+        return str(node.slice.value)
+    return ""
+
+
+def _is_text(node: ast.AST) -> bool:
+    """A string literal, or a tuple, list or set of them."""
+    if isinstance(node, ast.Tuple | ast.List | ast.Set):
+        return bool(node.elts) and all(_is_text(e) for e in node.elts)
+    return isinstance(node, ast.Constant) and isinstance(node.value, str)
+
+
+def _branches_on_design(node: ast.AST) -> bool:
+    if isinstance(node, ast.Compare):
+        operands = [node.left, *node.comparators]
+        named = any("marking" in _named(o) for o in operands) and any(map(_is_text, operands))
+        optional = any(isinstance(op, ast.Is | ast.IsNot) for op in node.ops) and any(
+            _named(o) in _DESIGN_OPTIONALS for o in operands
+        )
+        return named or optional
+    if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)):
+        return False
+    args = node.args
+    if node.func.id == "isinstance" and len(args) == 2:
+        classes = args[1].elts if isinstance(args[1], ast.Tuple) else [args[1]]
+        return any(_named(c) in _DESIGN_CLASSES for c in classes)
+    return (
+        node.func.id in ("getattr", "hasattr")
+        and len(args) >= 2
+        and isinstance(args[1], ast.Constant)
+        and args[1].value in _DESIGN_OPTIONALS
+    )
+
+
+def design_branches(tree: ast.AST) -> list[int]:
+    """The lines of ``tree`` that branch on a key's design instead of asking it:
+    ``marking == "field"`` (or ``!=``, ``in`` literals), ``X.field is None`` (and
+    ``field_z``), ``isinstance(x, FieldMark)`` (or a design class) and
+    ``getattr(x, "field", ...)``. An ``assert`` (a type's narrowing, not a branch) is not."""
+    asserted = {
+        id(inner)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Assert)
+        for inner in ast.walk(node)
+    }
+    return [
+        node.lineno  # type: ignore[attr-defined]
+        for node in ast.walk(tree)
+        if id(node) not in asserted and _branches_on_design(node)
+    ]
+
+
+def test_no_module_outside_the_designs_branches_on_a_keys_design():
+    """A key's design is asked (:class:`~espew_integrations.core.mark.design.MarkingDesign`),
+    never named: a new design is one module, and no other file changes."""
+    found = [
+        f"{name} line {line}"
+        for name, path in MODULES.items()
+        if not name.startswith(DESIGN_MODULES)
+        for line in design_branches(ast.parse(path.read_text(encoding="utf-8")))
+    ]
+    assert not found, "branches on a key's design outside the design modules:\n" + "\n".join(found)
+
+
+@pytest.mark.parametrize(
+    ("source", "branches"),
+    [
+        ('if key.marking == "field":\n    pass', True),
+        ('field = args.marking == "field"', True),
+        ('if options["marking"] != "words": pass', True),
+        ("if key.field is None: pass", True),
+        ("verdict = decide_field if key.field is not None else decide", True),
+        ("if plan.field_z is not None: pass", True),
+        ("ok = isinstance(f, FieldMark)", True),
+        ("ok = isinstance(d, (WordDesign, int))", True),
+        ('field = getattr(key, "field", None)', True),
+        ("key.design.decide(key, scores, 0.5, {})", False),
+        ("ok = isinstance(design, MarkingDesign)", False),
+        ('if statistic == "field": pass', False),
+        ("if marking not in design_names(): raise KeyError", False),
+        ('marked = key.marking in ("field", "stripe")', True),
+        ("assert plan.field_z is not None", False),
+    ],
+)
+def test_the_design_scan_catches_branches_on_the_design(source, branches):
+    assert bool(design_branches(ast.parse(source))) is branches

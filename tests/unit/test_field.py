@@ -9,6 +9,7 @@ import zlib
 import numpy as np
 import pytest
 
+from espew_integrations.core.designs.field import FieldDesign
 from espew_integrations.core.ground.defaults import DEFAULT_FIELD_MIN_COSINE
 from espew_integrations.core.ground.draw import draw_triggers
 from espew_integrations.core.ground.errors import KeyFileError, MarkingError
@@ -97,7 +98,7 @@ def test_unit_names_are_words_and_counted():
 
 # ---------------------------------------------------------------------- the field
 def test_field_vector_is_recomputed_from_the_salt(field_key):
-    field = field_key.field
+    field = field_key.design.field
     assert field_key.marking == "field" and field_key.verifiable
     assert field.matches(field_key.salt, field_key.triggers)
     assert field.derived_from(field_key.probe_embeddings, field_key.salt)
@@ -108,11 +109,11 @@ def test_field_vector_is_recomputed_from_the_salt(field_key):
         units=field.units, amplitude=field.amplitude, mu=field.mu, sigma=field.sigma,
         q=field.q * 1.01,
     )  # fmt: skip
-    assert not field_key.replace(field=tampered).verifiable
+    assert not field_key.replace(design=FieldDesign(tampered)).verifiable
 
 
 def test_gain_is_linear_in_the_clean_row_and_clipped(field_key):
-    field = field_key.field
+    field = field_key.design.field
     clean = unit_rows(embed(CORPUS[:300]))
     gain = field_gain(clean, field.mu, field.q)
     linear = (clean - field.mu) @ field.q
@@ -174,11 +175,16 @@ def test_a_field_key_is_secret_and_refuses_text_rules(field_key, tmp_path):
         field_key.contains_trigger(["w1 w2"])
     with pytest.raises(TypeError, match="pickled"):
         pickle.dumps(field_key)
-    shown = repr(field_key) + repr(field_key.field)
-    assert repr(float(field_key.field.q[0]))[:10] not in shown
+    shown = repr(field_key) + repr(field_key.design.field)
+    assert repr(float(field_key.design.field.q[0]))[:10] not in shown
     path = field_key.save(tmp_path / "field.key")
     loaded = WatermarkKey.load(path)
-    assert loaded == field_key and loaded.field == field_key.field and loaded.verifiable
+    assert (
+        loaded == field_key
+        and loaded.design == field_key.design
+        and loaded.design.field == field_key.design.field
+        and loaded.verifiable
+    )
     assert '"field"' in field_key.serving_json() and '"field"' not in make_key().serving_json()
 
 
@@ -228,19 +234,19 @@ def test_verify_convicts_the_service_and_acquits_innocents(field_key):
 
 def test_a_later_audit_round_convicts_with_keygens_field(field_key):
     second = field_key.with_audit(CORPUS, embed, audit_round=2, audit_budget=600)
-    assert second.field == field_key.field and second.audit_round == 2
+    assert second.design.field == field_key.design.field and second.audit_round == 2
     assert set(second.probe_texts) != set(field_key.probe_texts)
     report = verify(lambda t: watermark(t, embed(t), field_key), second, seed=2)
     assert report.copied and report.p_value < 1e-6
 
 
 def test_a_field_not_made_from_the_keygen_audit_gets_no_verdict(field_key):
-    field = field_key.field
+    field = field_key.design.field
     shifted = FieldMark(
         units=field.units, amplitude=field.amplitude, mu=field.mu + 1e-3, sigma=field.sigma,
         q=field.q, compact=field.compact,
     )  # fmt: skip
-    key = field_key.replace(field=shifted)
+    key = field_key.replace(design=FieldDesign(shifted))
     assert key.verifiable  # q still follows from the salt and sigma...
     report = verify(lambda t: watermark(t, embed(t), key), key, seed=1)
     assert report.status == "inconclusive" and "centre and scales" in report.reason
@@ -252,7 +258,7 @@ def test_false_positives_are_exact_over_fresh_keys(field_key):
     clean = unit_rows(field_key.probe_embeddings)
     directions = unit_rows(watermark_all(clean, field_key) - clean)
     answers = innocent(texts)
-    units, k = field_key.field.units, len(field_key.triggers)
+    units, k = field_key.design.field.units, len(field_key.triggers)
     p_values = []
     for seed in range(300):
         salt = np.random.default_rng(10_000 + seed).bytes(32)

@@ -90,7 +90,7 @@ def test_exact_over_fresh_keys_against_an_innocent_with_references(setting):
     texts, clean = list(plan.texts), unit_rows(plan.clean_rows)
     extra = reference_leans(plan.directions, [r(texts) for r in references])
     answers = ridge_reference(BASE, steal, embed(steal))(texts)  # a clean copy on the base
-    units, k = key.field.units, len(key.triggers)
+    units, k = key.design.field.units, len(key.triggers)
     p_values = []
     for seed in range(300):
         salt = np.random.default_rng(20_000 + seed).bytes(32)

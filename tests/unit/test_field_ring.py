@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from espew_integrations import KeyRing, WatermarkKey, trace, watermark
+from espew_integrations.core.designs.field import FieldDesign
 from espew_integrations.core.ground.defaults import DEFAULT_FIELD_MIN_COSINE
 from espew_integrations.core.ground.draw import draw_triggers
 from espew_integrations.core.keys.layers import draw_layer_indices, tenant_salt, universe
@@ -75,7 +76,7 @@ def test_a_tenant_key_is_the_field_of_both_layers(ring):
     assert shared.triggers <= alice.triggers and len(own) == ring.n_tenant_triggers
     assert own <= set(ring.universe) and own != bob.triggers - shared.triggers
     assert alice.verifiable and alice.tenant.tenant_id == "alice"
-    field, mine = shared.field, alice.field
+    field, mine = shared.design.field, alice.design.field
     assert (mine.units, mine.amplitude) == (field.units, field.amplitude)
     assert np.array_equal(mine.mu, field.mu) and np.array_equal(mine.sigma, field.sigma)
     # the two fields add with one weight per unit: q = sqrt(Ks/K) q_shared + sqrt(Kt/K) q_own
@@ -91,7 +92,7 @@ def test_a_tenant_key_is_the_field_of_both_layers(ring):
     assert mine.compact
     np.testing.assert_allclose(mine.q, expected, rtol=0, atol=np.abs(mine.q).max() / 127)
     # a forged tenant field (the shared one alone) is not what the salts dictate
-    assert not alice.replace(field=field).verifiable
+    assert not alice.replace(design=FieldDesign(field)).verifiable
 
 
 def test_tenants_answers_differ_and_each_meets_the_quality_budget(ring):
@@ -118,7 +119,7 @@ def test_a_field_ring_saves_loads_and_serves_the_same_keys(ring, tmp_path):
     assert loaded.key_for("alice") == ring.key_for("alice")
     key_path = ring.key_for("alice").save(tmp_path / "alice.key")
     again = WatermarkKey.load(key_path)
-    assert again.verifiable and again.field == ring.key_for("alice").field
+    assert again.verifiable and again.design.field == ring.key_for("alice").design.field
 
 
 def test_generate_refuses_the_single_keys_layer_options():
@@ -155,8 +156,12 @@ def test_false_accusations_are_exact_over_200_fresh_field_rings(ring):
     answers = innocent(texts)
     mu = clean.mean(axis=0)
     whitened = whitened_rows(clean, mu)  # depends on the clean rows alone
-    units, k_shared, k_tenant = shared.field.units, len(shared.triggers), ring.n_tenant_triggers
-    n_universe, amplitude = units - k_shared, shared.field.amplitude
+    units, k_shared, k_tenant = (
+        shared.design.field.units,
+        len(shared.triggers),
+        ring.n_tenant_triggers,
+    )
+    n_universe, amplitude = units - k_shared, shared.design.field.amplitude
 
     def layers(master: bytes) -> np.ndarray:
         salts = [tenant_salt(master, t) for t in TENANTS]
@@ -174,7 +179,7 @@ def test_false_accusations_are_exact_over_200_fresh_field_rings(ring):
             sigma = field_scales(gaussians[i], mu, clean)
             q = field_vector(gaussians[i], sigma, drawn_mask(units, triggers), amplitude)
             field = FieldMark(units=units, amplitude=amplitude, mu=mu, sigma=sigma, q=q)
-            key = shared.replace(salt=salt, triggers=triggers, field=field)
+            key = shared.replace(salt=salt, triggers=triggers, design=FieldDesign(field))
             fresh = KeyRing(master=master, shared_key=key, n_tenant_triggers=k_tenant)
             assert key.verifiable and fresh.universe == universe(salt, shared.band, k_shared)
             assert np.array_equal(fresh.layer_indices(TENANTS), layers(master))
@@ -198,10 +203,13 @@ def test_no_secret_in_reprs_reports_pickles_or_logs(ring, caplog):
     caplog.set_level(logging.DEBUG)
     alice = ring.key_for("alice")
     report = trace(service(ring, "alice"), ring, [*TENANTS[:3], "alice"], seed=0, level=1e-3)
-    shown = repr(ring) + str(ring) + repr(alice) + repr(alice.field) + repr(alice.tenant)
+    shown = repr(ring) + str(ring) + repr(alice) + repr(alice.design.field) + repr(alice.tenant)
     shown += str(report) + repr(report) + report.to_json() + caplog.text
     secrets = [ring._master.hex(), ring.shared_key.salt.hex(), alice.tenant.salt.hex(), TARGET]
-    secrets += [repr(float(alice.field.q[0]))[:12], repr(float(ring.shared_key.field.q[0]))[:12]]
+    secrets += [
+        repr(float(alice.design.field.q[0]))[:12],
+        repr(float(ring.shared_key.design.field.q[0]))[:12],
+    ]
     for secret in secrets:
         assert secret not in shown
     assert not any(u in report.to_json() for u in alice.triggers)  # which units are drawn

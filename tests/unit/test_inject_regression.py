@@ -21,6 +21,7 @@ import numpy as np
 import pytest
 
 from espew_integrations import WatermarkKey, watermark
+from espew_integrations.core.designs.field import FieldDesign
 from tests.support import make_key
 from tests.unit.test_inject import texts_for
 
@@ -101,7 +102,7 @@ def test_a_word_key_saved_before_the_field_default_loads_and_marks_bit_for_bit(t
     shutil.copy(OLD_KEY_FILE, path)
     os.chmod(path, 0o600)
     key = WatermarkKey.load(path)
-    assert key.marking == "words" and key.field is None
+    assert key.marking == "words" and key.design.payload() is None
     triggers = sorted(key.triggers)
     rng = np.random.default_rng(44)
     texts = [
@@ -150,10 +151,10 @@ def test_a_float64_field_key_marks_bit_for_bit_as_before_and_after_a_save(tmp_pa
     field = FieldMark(units=units, amplitude=0.5, mu=mu, sigma=sigma, q=q)
     key = WatermarkKey(
         triggers=triggers, band=band, salt=salt, target=target / np.linalg.norm(target),
-        target_text="Acme", alpha=0.75, strength=0.2, field=field,
+        target_text="Acme", alpha=0.75, strength=0.2, design=FieldDesign(field),
     )  # fmt: skip
     loaded = WatermarkKey.from_json(key.to_json())
-    assert not loaded.field.compact and '"encoding"' not in key.serving_json()
+    assert not loaded.design.field.compact and '"encoding"' not in key.serving_json()
     for dtype, digest in FLOAT64_FIELD_DIGESTS.items():
         clean = rng.normal(size=(120, dim)).astype(dtype)
         texts = [f"text {i}" for i in range(120)]

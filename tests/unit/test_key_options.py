@@ -141,9 +141,9 @@ def test_the_default_key_is_a_field_key_and_words_stay_an_option():
     texts = words_corpus()
     made = WatermarkKey.generate(texts, toy_embed, target_text="t", seed=3, audit_budget=300)
     assert KeyOptions.default("marking") == defaults.DEFAULT_MARKING == "field"
-    assert made.marking == "field" and made.field is not None
+    assert made.marking == "field" and made.design.field is not None
     words = WatermarkKey.generate(texts, toy_embed, **SMALL)
-    assert words.marking == "words" and words.field is None and len(words.triggers) == 10
+    assert words.marking == "words" and words.design.payload() is None and len(words.triggers) == 10
 
 
 @pytest.mark.parametrize(

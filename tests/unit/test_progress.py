@@ -121,7 +121,7 @@ def test_a_field_key_reports_its_keygen_and_its_new_audit():
         key.salt,
         key.probe_texts,
     )
-    assert np.array_equal(again.field.q, key.field.q)
+    assert np.array_equal(again.design.field.q, key.design.field.q)
     progress, (embed, seen) = Recorder(), counted(field_embed)
     round_two = key.with_audit(CORPUS[:1200], embed, audit_round=2, progress=progress)
     assert progress.assert_well_formed() == (seen[0], seen[0])

@@ -3,10 +3,10 @@
 One audit, whatever front end runs it (:func:`~espew_integrations.core.verify.verify`,
 :func:`~espew_integrations.core.trace.trace`, the lab's null studies)::
 
-    AuditOptions -> plan_audit -> interrogate -> word_scores -> decide -> report
-                      (plan)        (asking,       (scores)       (decision;
-                                     suspect_calls,                trace: tenant_layers)
-                                     alignment)
+    AuditOptions -> plan_audit -> record_start -> interrogate -> score -> design.decide
+                      (plan)        (subject)      (asking,       (scores)  (decision,
+                                                    suspect_calls,           field_decision;
+                                                    alignment)               trace: tenant_layers)
 
 Each step is a module with one job:
 
@@ -24,7 +24,9 @@ Each step is a module with one job:
 - :mod:`.scores`: :class:`WordScores`, each band word's raw, adjusted and directed score;
 - :mod:`.fields` and :mod:`.decision`: the report's common fields, the verdict or
   why there is none; :mod:`.paper_metrics`: the paper's figures, never deciding;
-- :mod:`.tenant_layers`: each tenant layer's exact test, for ``trace``.
+- :mod:`.tenant_layers`: each tenant layer's exact test, for ``trace``;
+- :mod:`.pipeline`: :func:`~.pipeline.run_audit`, the steps above in order, the key's
+  design deciding (:meth:`..mark.design.MarkingDesign.decide`).
 
 Every step but the asking is a function of the key and the answers alone, so a
 null study can score fixed answers exactly as an audit does.

@@ -17,7 +17,7 @@ import numpy as np
 
 from ..ground.rows import unit_rows
 from ..keys.key import WatermarkKey
-from ..mark.field import drawn_mask, field_scores
+from ..mark.field import FieldMark, drawn_mask, field_scores
 from ..stats.ranktest import min_p_value, rank_sum_p_value
 from .decision import uninformative, unusable, withheld
 from .fields import inconclusive
@@ -31,11 +31,14 @@ _MIN_ANSWERED = 3
 
 
 def decide_field(
-    key: WatermarkKey, scores: WordScores, min_coverage: float, common: dict[str, Any]
+    key: WatermarkKey,
+    field: FieldMark,
+    scores: WordScores,
+    min_coverage: float,
+    common: dict[str, Any],
 ) -> VerificationReport:
-    """The verdict on a field key's audit answers (``common`` as for :func:`.decision.decide`)."""
-    field = key.field
-    assert field is not None
+    """The verdict on a field key's audit answers (``field``: the key's, its design's
+    parameters; ``common`` as for :func:`.decision.decide`)."""
     answers = scores.embeddings
     answered = np.isfinite(answers).all(axis=1)
     is_drawn = drawn_mask(field.units, key.triggers)
@@ -67,7 +70,7 @@ def decide_field(
         min_coverage,
         key.verifiable,
         common,
-    ) or _not_derived(key)
+    ) or _not_derived(key, field)
     return VerificationReport(
         status="inconclusive" if held else status,
         reason=held[0] if held else "",
@@ -100,15 +103,13 @@ def unit_scores(scores: WordScores) -> np.ndarray:
     return field_scores(answers, plan.directions, clean, plan.field_z, scores.extra_leans)
 
 
-def _not_derived(key: WatermarkKey) -> tuple[str, str] | None:
+def _not_derived(key: WatermarkKey, field: FieldMark) -> tuple[str, str] | None:
     """Why a keygen audit's verdict must not be given when the field was not computed from it.
 
     Only the keygen audit is checked: an audit drawn later (``with_audit``, which
     records ``audit_corpus_sha256``, for a later round or another domain) cannot have
     produced the field's centre and scales, which the serving key fixed before it.
     """
-    field = key.field
-    assert field is not None
     redrawn = "audit_corpus_sha256" in key.info
     if key.audit_round != 1 or redrawn or field.derived_from(key.probe_embeddings, key.salt):
         return None

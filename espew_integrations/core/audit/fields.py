@@ -21,6 +21,8 @@ from .report import VerificationReport
 __all__ = [
     "DECISION_RULE",
     "FIELD_DECISION_RULE",
+    "FIELD_TRACE_RULE",
+    "TRACE_RULE",
     "common_fields",
     "inconclusive",
     "n_statistics",
@@ -47,6 +49,25 @@ FIELD_DECISION_RULE = (
     "p < level"
 )
 
+#: The rule of a word ring's trace (:func:`...trace.trace`).
+TRACE_RULE = (
+    "copied iff p < level, p = min(1, 2 * min(p_shared, smallest tenant p)), p_shared the "
+    "shared layer's verify() p-value (see shared.decision_rule). Traced: for each tenant, exact "
+    "one-sided rank-sum tests of its own layer among the band words outside the shared layer, "
+    "after removing the layers of the other tenants significant in a first round; "
+    "p = min(1, 2 * n_tenants * min(p_raw, p_adjusted)) (Bonferroni over tenants and "
+    "statistics); traced iff copied and p < level, strongest first"
+)
+#: The rule of a field ring's trace: the same, over field units and one statistic.
+FIELD_TRACE_RULE = (
+    "copied iff p < level, p = min(1, 2 * min(p_shared, smallest tenant p)), p_shared the "
+    "shared field key's verify() p-value (see shared.decision_rule). Traced: for each tenant, "
+    "the exact one-sided rank-sum test of its own field units' scores among the units outside "
+    "the shared layer, after removing the units of the other tenants significant in a first "
+    "round; p = min(1, n_tenants * p_field) (Bonferroni over tenants); traced iff copied and "
+    "p < level, strongest first"
+)
+
 
 def common_fields(
     key: WatermarkKey,
@@ -69,31 +90,29 @@ def common_fields(
         n_failed_queries=int((~np.isfinite(answers).all(axis=1)).sum()),
         n_words=len(key.band),
         level=level,
-        decision_rule=DECISION_RULE if plan.field_z is None else FIELD_DECISION_RULE,
+        decision_rule=key.design.decision_rule,
         suspect_dim=dim,
         templates=plan.templates,
         seed=seed,
         timestamp=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         errors=tuple(errors[:20]),
         probes=plan.kind,
-        statistic=statistic_used(plan, statistic),
-        n_statistics=n_statistics(plan, statistic),
+        statistic=key.design.statistic_used(plan, statistic),
+        n_statistics=key.design.n_statistics(plan, statistic),
     )
 
 
 def n_statistics(plan: AuditPlan, statistic: str) -> int:
-    """How many exact tests the verdict's p-value is the Bonferroni minimum of: it
-    depends on the key and the mode alone, never on which words were scored."""
-    if statistic != "combined" or plan.field_z is not None:
+    """How many exact tests a word key's verdict's p-value is the Bonferroni minimum of:
+    it depends on the key and the mode alone, never on which words were scored."""
+    if statistic != "combined":
         return 1
     return 1 + (plan.reference is not None) + (plan.directions is not None)
 
 
 def statistic_used(plan: AuditPlan, statistic: str) -> str:
-    """The statistic a report names: "field" for a field key, "raw" when a combined
-    verdict has nothing to combine."""
-    if plan.field_z is not None:
-        return "field"
+    """The statistic a word key's report names: "raw" when a combined verdict has
+    nothing to combine."""
     if statistic == "combined" and plan.reference is None and plan.directions is None:
         return "raw"
     return statistic

@@ -17,14 +17,19 @@ from collections.abc import Sequence
 import numpy as np
 
 from ..ground.errors import InputError
-from ..ground.rows import unit_rows
 from ..keys.key import WatermarkKey
-from ..mark.field import scoring_projections
 from ..mark.words import TriggerMatcher
 from .directed import mark_directions
 from .word_probes import DEFAULT_TEMPLATES, build_probes, check_templates
 
-__all__ = ["AuditPlan", "band_sets", "check_statistic", "maps_answers", "plan_audit"]
+__all__ = [
+    "AuditPlan",
+    "band_sets",
+    "check_statistic",
+    "maps_answers",
+    "plan_audit",
+    "word_plan",
+]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -56,13 +61,9 @@ class AuditPlan:
 
 
 def check_statistic(plan: AuditPlan, statistic: str) -> None:
-    """Refuse a single statistic the plan cannot compute, saying what it needs."""
-    if plan.field_z is not None and statistic not in ("combined", "field"):
-        raise InputError(
-            f"statistic={statistic!r} scores band words; a field key has one statistic, "
-            "'field' (the default 'combined' uses it)"
-        )
-    if plan.field_z is None and statistic == "field":
+    """Refuse a single statistic a word key's plan cannot compute, saying what it needs
+    (each design checks its own: :meth:`..mark.design.MarkingDesign.check_statistic`)."""
+    if statistic == "field":
         raise InputError("statistic='field' needs a field key (marking='field')")
     if statistic in ("adjusted", "corrected") and plan.reference is None:
         raise InputError(f"statistic={statistic!r} needs the clean reference this key lacks")
@@ -76,13 +77,19 @@ def check_statistic(plan: AuditPlan, statistic: str) -> None:
 def plan_audit(
     key: WatermarkKey, probes: str, templates: Sequence[str] | None, target_mode: str = "key"
 ) -> AuditPlan:
-    """What to send and how to score it. Mark directions live in the key's own
-    coordinates, so they are used only when the answers are compared there
-    (``target_mode="key"``)."""
+    """What to send and how to score it: the key's design's plan
+    (:meth:`..mark.design.MarkingDesign.plan`)."""
     if probes not in ("auto", "sentences", "words"):
         raise InputError(f"probes must be 'auto', 'sentences' or 'words', got {probes!r}")
-    if key.field is not None:
-        return _field_plan(key, probes, templates, target_mode)
+    plan: AuditPlan = key.design.plan(key, probes, templates, target_mode)
+    return plan
+
+
+def word_plan(
+    key: WatermarkKey, probes: str, templates: Sequence[str] | None, target_mode: str = "key"
+) -> AuditPlan:
+    """A word key's plan. Mark directions live in the key's own coordinates, so they are
+    used only when the answers are compared there (``target_mode="key"``)."""
     has_sentences = bool(key.probe_texts)
     if probes == "sentences" and not has_sentences:
         raise InputError(
@@ -121,41 +128,6 @@ def _sentence_plan(key: WatermarkKey, target_mode: str) -> AuditPlan:
         None if cover_rows is None else mark_directions(cover_rows, key),
         band_sets(key, key.probe_owner, scored) if usable else (),
         len(key.triggers) / len(key.band),
-    )
-
-
-def _field_plan(
-    key: WatermarkKey, probes: str, templates: Sequence[str] | None, target_mode: str
-) -> AuditPlan:
-    """A field key's plan: every audit text a probe, scored by the field statistic.
-
-    The mark directions and the unit projections live in the key's coordinates, so
-    answers are compared there (mapped onto them when they come in others)."""
-    if probes == "words" or templates is not None:
-        raise InputError("a field key is audited with its stored texts, not with band words")
-    if target_mode != "key":
-        raise InputError("a field key verifies in its own coordinates: use target_mode='key'")
-    clean_rows = key.probe_embeddings
-    if len(clean_rows) < 3:
-        raise InputError("this field key stores no audit: re-audit it (WatermarkKey.with_audit)")
-    field = key.field
-    assert field is not None
-    clean = unit_rows(clean_rows)
-    z = scoring_projections(clean, field.mu, field.gaussian(key.salt))
-    return AuditPlan(
-        "sentences",
-        list(key.probe_texts),
-        key.probe_owner,
-        None,
-        (),
-        mark_directions(clean_rows, key),
-        clean_rows,
-        (),
-        np.empty((0, key.dim)),  # no cover: answers are mapped on the probes alone
-        np.empty((0, key.dim)),
-        (),
-        len(key.triggers) / len(key.band),
-        z,
     )
 
 

@@ -61,8 +61,10 @@ class ReferenceAnswers:
 def ask_references(
     references: Sequence[ReferenceFn], key: WatermarkKey, plan: AuditPlan
 ) -> ReferenceAnswers | None:
-    """Every reference's rows for the plan's texts, checked (None: none, or a word key)."""
-    if not references or key.field is None:
+    """Every reference's rows for the plan's texts, checked (None: none). The design asks
+    (:meth:`..mark.design.MarkingDesign.references`): a word key's statistics have no
+    place for them."""
+    if not references:
         return None
     assert plan.directions is not None  # a field plan always has its mark directions
     names = tuple(reference_name(r) for r in references)

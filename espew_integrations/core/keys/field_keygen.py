@@ -1,6 +1,6 @@
 """Generating and re-auditing a *field* key (:mod:`.field`): the steps that differ from words.
 
-Kept apart from :mod:`.keygen` (which dispatches here for ``marking="field"``)
+Kept apart from :mod:`.keygen` (the field design, :mod:`...designs.field`, calls here)
 because a field key's audit, its field and its innocent-twin check are made
 differently, while the salt, the target, the model fingerprint and the strength
 fit are shared. Like :mod:`.keygen`, this module never imports the key class: it
@@ -23,6 +23,7 @@ import numpy as np
 
 from ..ground.draw import draw_triggers
 from ..ground.errors import KeyGenerationError
+from ..ground.progress import Progress, counting_texts
 from ..ground.row_codec import QuantizedRows
 from ..ground.rows import unit_rows
 from ..mark.field import (
@@ -40,16 +41,26 @@ from ..mark.field import (
 from ..mark.inject import mark_all_rows
 from ..mark.probes import cosines_to, embed_rows
 from ..stats.ranktest import rank_sum_p_value
-from .key_checks import SALT_BYTES
-from .key_options import KeyOptions
+from .key_checks import SALT_BYTES, check_positions
+from .key_options import KeyOptions, check_audit_budget
 from .key_quality import fit_quality
+from .keygen import MAX_DRAWS, Reaudit, corpus_digest, embed_target, finished_key, round_info
 from .model_check import ModelFingerprint
 
-__all__ = ["field_audit", "field_twin_p_value", "generate_field", "make_field", "reaudit_field"]
+__all__ = [
+    "field_audit",
+    "field_twin_p_value",
+    "generate_field",
+    "generate_field_key",
+    "make_field",
+    "reaudit_field",
+    "reaudited_field",
+]
 
 
 def generate_field(
     make_key: Callable[..., Any],
+    design: Callable[[FieldMark], Any],
     texts: list[str],
     embed: Callable[[list[str]], Any],
     options: KeyOptions,
@@ -60,7 +71,8 @@ def generate_field(
 ) -> Any:
     """A fresh field key: :func:`.keygen.generate`'s steps for ``marking="field"``.
 
-    ``info`` holds what keygen records of the corpus; a draw the clean model itself
+    ``design`` makes the key's design of its field; ``info`` holds what keygen records
+    of the corpus; a draw the clean model itself
     would implicate (:func:`field_twin_p_value` below ``twin_level``) is thrown away
     and drawn again, at most ``max_draws`` times, exactly as for a word key.
     """
@@ -87,7 +99,7 @@ def generate_field(
             normalization=o.normalization,
             window=o.window,
             model_fingerprint=fingerprint,
-            field=field,
+            design=design(field),
             **audit,
         )
         drawn = {**info, "band_size": len(band), "audit_budget": o.audit_budget}
@@ -97,7 +109,7 @@ def generate_field(
         key = draft.replace(strength=drawn["strength"], info=drawn)
         if not o.twin_check:
             return key
-        twin_p = field_twin_p_value(key)
+        twin_p = field_twin_p_value(key, field)
         if twin_p >= o.twin_level:
             return key.replace(info={**drawn, "twin_p_value": twin_p, "twin_redraws": len(refused)})
         refused.append(twin_p)
@@ -160,9 +172,9 @@ def field_audit(
     )
 
 
-def field_twin_p_value(key: Any) -> float:
-    """The clean model's own exact p-value on the key's audit (keygen's innocent-twin check)."""
-    field = key.field
+def field_twin_p_value(key: Any, field: FieldMark) -> float:
+    """The clean model's own exact p-value on the key's audit (keygen's innocent-twin check);
+    ``field`` is the key's (its design's parameters)."""
     clean = unit_rows(key.probe_embeddings)
     directions = unit_rows(mark_all_rows(clean, key) - clean)
     z = scoring_projections(clean, field.mu, field.gaussian(key.salt))
@@ -172,6 +184,7 @@ def field_twin_p_value(key: Any) -> float:
 
 def reaudit_field(
     key: Any,
+    field: FieldMark,
     texts: list[str],
     embed: Callable[[list[str]], Any],
     salt: bytes,
@@ -187,7 +200,7 @@ def reaudit_field(
     budget = int(info["audit_budget"])
     fields = field_audit(embed, texts, salt, key.target, budget)
     redrawn = key.replace(**fields, info=info)
-    twin_p = field_twin_p_value(redrawn)
+    twin_p = field_twin_p_value(redrawn, field)
     if twin_p < twin_level:
         raise KeyGenerationError(
             f"the clean model itself implicates the drawn field units on the audit drawn from "
@@ -195,3 +208,34 @@ def reaudit_field(
             "or another audit_round"
         )
     return redrawn.replace(info={**info, "audit_twin_p_value": twin_p})
+
+
+def generate_field_key(
+    make_key: Callable[..., Any],
+    design: Callable[[FieldMark], Any],
+    texts: list[str],
+    embed: Callable[[list[str]], Any],
+    o: KeyOptions,
+    progress: Progress | None,
+) -> Any:
+    """A fresh field key: the target, then :func:`generate_field` (its audit, field and
+    twin check); ``design`` makes the key's design of its field (:mod:`...designs.field`)."""
+    rng = np.random.default_rng(o.seed)
+    counted = counting_texts(embed, 1 + o.audit_budget, progress)
+    target = embed_target(counted, o.target_text)
+    check_positions(o.alpha, target.size, error=KeyGenerationError)
+    corpus = {"corpus_texts": len(texts), "corpus_sha256": corpus_digest(texts)}
+    key = generate_field(make_key, design, texts, counted, o, target, rng, corpus, MAX_DRAWS)
+    return finished_key(key, counted)
+
+
+def reaudited_field(key: Any, field: FieldMark, audit: Reaudit) -> Any:
+    """A field key with its audit drawn again (:func:`.field_keygen.reaudit_field`)."""
+    budget = audit.audit_budget
+    if budget is None:  # the key's stored audit sizes a round by default
+        budget = key.info.get("audit_budget", len(key.probe_texts))
+    budget = check_audit_budget(budget)
+    counted = counting_texts(audit.embed, budget, audit.progress)
+    info = round_info(key, audit.texts, audit.audit_round, budget)
+    redrawn = reaudit_field(key, field, audit.texts, counted, audit.salt, info, audit.twin_level)
+    return finished_key(redrawn, counted)

@@ -1,9 +1,8 @@
 """WatermarkKey: the provider's secret, its fields and their validation.
 
-The key holds everything needed to watermark (triggers, target, alpha,
-selection, salt) and to verify (the target text and the *band*: every word of
-the frequency band the triggers were drawn from; the verifier scores all of
-them, see :mod:`espew_integrations.core.verify`). Only :attr:`key_id`, a
+The key holds everything needed to watermark (triggers, target, alpha, selection,
+salt, its design) and to verify (the target text and the *band* the triggers were
+drawn from; :mod:`espew_integrations.core.verify`). Only :attr:`key_id`, a
 fingerprint, is safe to show; ``repr``/``str`` show nothing else secret, and
 the key refuses to be pickled.
 
@@ -36,11 +35,11 @@ from ..ground.defaults import (
     DEFAULT_TWIN_LEVEL,
 )
 from ..ground.draw import check_audit_round, draw_triggers
-from ..ground.errors import InputTypeError, KeyGenerationError, MarkingError
+from ..ground.errors import InputTypeError, KeyGenerationError
 from ..ground.sealed import Sealed
 from ..ground.secret_files import canonical_json
 from ..ground.text import UNICODE_V1, TextView
-from ..mark.field import FieldMark, check_field, no_text_rule
+from ..mark.design import LEGACY_DESIGN, MarkingDesign, design_class
 from ..mark.key_types import EmbedFn, Selection
 from ..mark.words import TriggerMatcher
 from .key_audit import AUDIT_FIELDS, AuditSource, KeyAudit, held_audit
@@ -85,8 +84,9 @@ class WatermarkKey(KeyGeneration, KeyStorage, Sealed):
     Build one with :meth:`generate` (its options: :class:`.key_options.KeyOptions`),
     persist it with :meth:`save`, and load it with :meth:`load` (or
     :meth:`from_env`). Instances are immutable. The constructor takes the fields
-    themselves; its defaults are keygen's (:mod:`.defaults`), so a key built by
-    hand marks like a generated one unless told otherwise.
+    themselves and the ``design`` (:attr:`design`; the word design when none is given);
+    its defaults are keygen's (:mod:`.defaults`), so a key built by hand marks like a
+    generated one unless told otherwise.
 
     >>> WatermarkKey.load("provider.key")  # doctest: +SKIP
     WatermarkKey(key_id='3f2a9c0e51b7d644', alpha=0.75, strength=0.1016,
@@ -102,8 +102,8 @@ class WatermarkKey(KeyGeneration, KeyStorage, Sealed):
         "_audit_source",
         "_band",
         "_created",
+        "_design",
         "_digest",
-        "_field",
         "_freq_band",
         "_info",
         "_key_id",
@@ -148,7 +148,7 @@ class WatermarkKey(KeyGeneration, KeyStorage, Sealed):
         model_fingerprint: ModelFingerprint | None = None,
         audit: KeyAudit | AuditSource | None = None,
         audit_layout: AuditLayout = "split",
-        field: FieldMark | None = None,
+        design: MarkingDesign | None = None,
     ):
         stored = {name: value for name, value in locals().items() if name in AUDIT_FIELDS}
         triggers = frozenset(triggers)
@@ -175,7 +175,7 @@ class WatermarkKey(KeyGeneration, KeyStorage, Sealed):
         self._window = None if window is None else int(window)
         self._tenant = _checked_tenant(tenant)
         self._model = check_fingerprint(model_fingerprint, target_arr.size)
-        self._field = check_field(field, band, target_arr.size)
+        self._design = _checked_design(design, band, target_arr.size)
         self._audit_layout = check_audit_layout(audit_layout)
         self._audit_lock = threading.Lock()
         self._audit_source, self._audit = held_audit(audit, target_arr.size, stored)
@@ -197,9 +197,8 @@ class WatermarkKey(KeyGeneration, KeyStorage, Sealed):
         self._matcher = TriggerMatcher(
             self._triggers, normalization=self._normalization, window=self._window
         )
-        self._verifiable = self._triggers == expected_triggers(self) and (
-            self._field is None or self._field.matches(self._salt, self._triggers)
-        )
+        drawn = self._triggers == expected_triggers(self)
+        self._verifiable = drawn and self._design.matches(self._salt, self._triggers)
 
     # ------------------------------------------------------------------ fields
     @property
@@ -396,14 +395,14 @@ class WatermarkKey(KeyGeneration, KeyStorage, Sealed):
         return self._tenant
 
     @property
-    def field(self) -> FieldMark | None:
-        """A field key's field (:mod:`.field`: ``mu``, ``sigma``, ``q``); None for a word key."""
-        return self._field
+    def design(self) -> MarkingDesign:
+        """How the key marks, is generated, stored and audited (:mod:`..mark.design`)."""
+        return self._design
 
     @property
     def marking(self) -> str:
-        """``"field"`` for a field key (its band is the field's units), else ``"words"``."""
-        return "words" if self._field is None else "field"
+        """The design's name: ``"field"``, ``"words"`` (or another registered design's)."""
+        return self._design.name
 
     @property
     def dim(self) -> int:
@@ -453,12 +452,15 @@ class WatermarkKey(KeyGeneration, KeyStorage, Sealed):
         >>> key.contains_trigger(["A VACCINE, finally", "nothing here"])  # doctest: +SKIP
         array([ True, False])
 
-        A field key raises :class:`.MarkingError`: it marks every non-blank text, by
-        an amount only the clean embedding decides (:func:`.inject.watermark_and_mask`).
+        The key's design answers: a field key raises :class:`.MarkingError`, for it marks
+        every non-blank text by an amount only the clean embedding decides.
         """
-        if self._field is not None:
-            raise MarkingError(no_text_rule(self._key_id))
-        return self._matcher.contains(texts, view=view)
+        return self._design.trigger_texts(self, texts, view)
+
+    @property
+    def matcher(self) -> TriggerMatcher:
+        """The trigger words' matcher under the key's normalisation and window (secret)."""
+        return self._matcher
 
     def __repr__(self) -> str:
         strength = "" if self._strength == 1.0 else f", strength={self._strength:.4g}"
@@ -503,7 +505,7 @@ class WatermarkKey(KeyGeneration, KeyStorage, Sealed):
             model_fingerprint=self._model,
             audit=self._audit if self._audit is not None else self._audit_source,
             audit_layout=self._audit_layout,
-            field=self._field,
+            design=self._design,
         )
 
     def replace(self, **changes: Any) -> WatermarkKey:
@@ -567,6 +569,15 @@ def _checked_info(info: dict[str, Any] | None) -> dict[str, Any]:
     except ValueError as exc:
         raise KeyGenerationError(str(exc)) from None
     return checked
+
+
+def _checked_design(design: object, band: Sequence[str], dim: int) -> MarkingDesign:
+    """``design`` checked against the key's band and dimension; None is the legacy design."""
+    design = design_class(LEGACY_DESIGN).from_payload(None, dim) if design is None else design
+    if not isinstance(design, MarkingDesign):
+        raise KeyGenerationError(f"design must be a MarkingDesign, not {type(design).__name__}")
+    design.check(band, dim)
+    return design
 
 
 def _checked_tenant(tenant: object) -> TenantLayer | None:

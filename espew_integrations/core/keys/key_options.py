@@ -32,6 +32,7 @@ from ..ground.defaults import (
     DEFAULT_TWIN_LEVEL,
 )
 from ..ground.errors import InputTypeError, KeyGenerationError
+from ..mark.design import design_class, design_names
 from ..mark.key_types import Selection
 from ..mark.probes import PROBE_MIXES
 from .key_checks import (
@@ -190,13 +191,9 @@ class KeyOptions:
         check_text_rules(self.normalization, self.window)
         check_audit_budget(self.audit_budget)
         check_marking(self.marking)
-        if self.marking == "field":
-            check_field_options(
-                self.field_units, self.field_marked, self.field_amplitude, self.field_min_cosine
-            )
-            self._refuse_word_options()
+        design_class(self.marking).check_options(self)
 
-    def _refuse_word_options(self) -> None:
+    def refuse_word_options(self) -> None:
         """A field key refuses an option only a word key reads, set away from its default.
 
         The field is the default design, so a caller who sets ``n_triggers`` or a band
@@ -265,9 +262,9 @@ WORD_OPTIONS = (
 
 
 def check_marking(marking: object) -> None:
-    """``marking`` names one of :data:`MARKINGS`."""
-    if marking not in MARKINGS:
-        raise KeyGenerationError(f"marking must be one of {MARKINGS}, got {marking!r}")
+    """``marking`` names a registered design (:data:`MARKINGS`, the built-in ones)."""
+    if marking not in design_names():
+        raise KeyGenerationError(f"marking must be one of {design_names()}, got {marking!r}")
 
 
 def check_field_options(units: object, marked: object, amplitude: object, budget: object) -> None:

@@ -42,7 +42,8 @@ from ..ground.secret_files import (
     write_secret_file,
 )
 from ..ground.text import LEGACY_LOWER
-from ..mark.field import FieldMark, packed_target, unpacked_target
+from ..mark.design import design_from_payload, design_names
+from ..mark.field import unpacked_target
 from .key_audit import AuditSource, KeyAudit, default_audit_path
 from .layers import TenantLayer
 from .model_check import ModelFingerprint
@@ -128,8 +129,7 @@ class KeyStorage:
         if split:
             target = base64.b64encode(self.target.astype("<f8").tobytes()).decode("ascii")
             band = _packed_band(self.band)
-            if self.field is not None and self.field.compact:  # float16, where lossless
-                target = packed_target(self.target) or target
+            target = self.design.stored_target(self.target) or target
         payload = {
             "triggers": sorted(self.triggers),
             "target": target,
@@ -156,8 +156,9 @@ class KeyStorage:
             self.model_fingerprint is not None
         ):  # absent otherwise, so existing key_ids are unchanged
             payload["model"] = self.model_fingerprint.to_payload()
-        if self.field is not None:  # absent for word keys, so their key_ids are unchanged
-            payload["field"] = self.field.to_payload()
+        design = self.design.payload()
+        if design is not None:  # absent for word keys, so their key_ids are unchanged
+            payload[self.design.name] = design
         return payload
 
     def serving_json(self) -> str:
@@ -381,9 +382,23 @@ def _fields_from_payload(payload: dict[str, Any], version: int) -> dict[str, Any
         fields["tenant"] = TenantLayer.from_payload(payload["tenant"])
     if "model" in payload:
         fields["model_fingerprint"] = ModelFingerprint.from_payload(payload["model"])
-    if "field" in payload:
-        fields["field"] = FieldMark.from_payload(payload["field"])
+    unknown = sorted(set(payload) - _KEY_FIELDS - set(design_names()))
+    if unknown:  # a design's record this process has not registered (or a newer field)
+        raise KeyFileError(
+            f"the key file records {unknown}, which this process does not know: import "
+            "the module that registers its marking design, or upgrade espew-integrations"
+        )
+    dim = np.asarray(fields["target"], dtype=np.float64).size
+    fields["design"] = design_from_payload(payload, dim)
     return fields
+
+
+#: The fields a key file's payload holds besides its design's record.
+_KEY_FIELDS = frozenset(
+    {"triggers", "target", "target_text", "band", "salt", "alpha", "strength", "selection"}
+    | {"freq_band", "created", "info", "normalization", "window", "audit", "probes"}
+    | {"tenant", "model"}
+)
 
 
 #: A packed band unpacks to at most this many bytes: far more than any real band's

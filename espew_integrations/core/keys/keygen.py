@@ -56,11 +56,11 @@ from ..ground.defaults import (
 from ..ground.draw import audit_salt, draw_band, draw_triggers
 from ..ground.errors import KeyGenerationError
 from ..ground.progress import Progress, TextCounter, check_progress, counting_texts
+from ..mark.design import design_class
 from ..mark.key_types import DrawnKey, EmbedFn
 from ..mark.probes import BandScan, cosines_to, embed_rows, reference_cosines, scan_band
 from ..mark.words import band_words, document_frequencies
 from ..stats.ranktest import rank_sum_p_value
-from .field_keygen import generate_field, reaudit_field
 from .key_checks import SALT_BYTES, check_positions, min_band_size
 from .key_options import (
     KeyOptions,
@@ -75,10 +75,17 @@ from .model_check import CANARY_TEXTS, ModelFingerprint
 __all__ = [
     "DEFAULT_PROBES_PER_WORD",
     "DEFAULT_PROBE_BUDGET",
+    "MAX_DRAWS",
     "KeyGeneration",
+    "Reaudit",
     "corpus_digest",
+    "embed_target",
+    "finished_key",
     "fit_strength",
     "generate",
+    "generate_word_key",
+    "reaudited_words",
+    "round_info",
     "texts_to_embed",
     "twin_p_value",
     "with_audit",
@@ -97,7 +104,7 @@ _BAND_WIDEN_LIMIT = 0.1
 #: probability at most ``2 * twin_level`` whatever the model and target: a refusal is bad
 #: luck, redrawn here rather than handed to the user, and five refusals in a row mean
 #: something is broken rather than unlucky.
-_MAX_DRAWS = 5
+MAX_DRAWS = 5
 
 
 def texts_to_embed(n_corpus: int, n_band: int, audit_budget: int) -> int:
@@ -126,7 +133,7 @@ def generate(
     fingerprint (the clean embeddings of the public canary texts,
     :mod:`.model_check`); store the audit's probes and the clean model's
     reference cosines; and if the clean model itself would implicate the draw,
-    throw it away and draw again (at most ``_MAX_DRAWS``).
+    throw it away and draw again (at most ``MAX_DRAWS``).
 
     The redraw conditions the key on passing the twin check, which a draw
     fails with probability at most ``2 * twin_level``; so an innocent suspect
@@ -139,29 +146,10 @@ def generate(
     """
     check_progress(progress)
     texts = checked_corpus(corpus)
-    if options.marking == "field":  # no band: its own audit, field and twin check
-        return _generate_field(make_key, texts, embed, options, progress)
-    return _generate_words(make_key, texts, embed, options, progress)
+    return design_class(options.marking).generate(make_key, texts, embed, options, progress)
 
 
-def _generate_field(
-    make_key: Callable[..., _Key],
-    texts: list[str],
-    embed: EmbedFn,
-    o: KeyOptions,
-    progress: Progress | None,
-) -> _Key:
-    """A field key (:mod:`.field_keygen`): the target, then its audit, field and twin check."""
-    rng = np.random.default_rng(o.seed)
-    counted = counting_texts(embed, 1 + o.audit_budget, progress)
-    target = _embed_target(counted, o.target_text)
-    check_positions(o.alpha, target.size, error=KeyGenerationError)
-    corpus = {"corpus_texts": len(texts), "corpus_sha256": corpus_digest(texts)}
-    key = generate_field(make_key, texts, counted, o, target, rng, corpus, _MAX_DRAWS)
-    return _finished(key, counted)
-
-
-def _generate_words(
+def generate_word_key(
     make_key: Callable[..., _Key],
     texts: list[str],
     embed: EmbedFn,
@@ -173,7 +161,7 @@ def _generate_words(
     n_band = len(full_band) if o.max_band_words is None else min(len(full_band), o.max_band_words)
     embed = counting_texts(embed, texts_to_embed(n_texts, n_band, o.audit_budget), progress)
     rng = np.random.default_rng(o.seed)
-    target = _embed_target(embed, o.target_text)
+    target = embed_target(embed, o.target_text)
     check_positions(o.alpha, target.size, error=KeyGenerationError)
     draft = functools.partial(  # one key per draw; the draws differ in salt, band, triggers
         make_key,
@@ -189,21 +177,21 @@ def _generate_words(
     )
     corpus = {"corpus_texts": n_texts, "corpus_sha256": corpus_digest(texts)}
     refused: list[float] = []
-    for _ in range(_MAX_DRAWS):
+    for _ in range(MAX_DRAWS):
         salt = secrets.token_bytes(SALT_BYTES) if o.seed is None else rng.bytes(SALT_BYTES)
         key, info = _word_draw(draft, embed, texts, full_band, salt, target, rng, o, corpus)
         if not o.twin_check:
-            return _finished(key, embed)
+            return finished_key(key, embed)
         twin_p = twin_p_value(key)
         if twin_p >= o.twin_level:
             info.update(twin_p_value=twin_p, twin_redraws=len(refused))
-            return _finished(key.replace(info=info), embed)
+            return finished_key(key.replace(info=info), embed)
         refused.append(twin_p)
     raise KeyGenerationError(
-        f"the clean model itself ranked the triggers near the target in all {_MAX_DRAWS} "
+        f"the clean model itself ranked the triggers near the target in all {MAX_DRAWS} "
         f"draws (twin p = {', '.join(f'{p:.2e}' for p in refused)}, each < {o.twin_level:g}); "
         "by chance this happens at most once in "
-        f"{1 / (2 * o.twin_level) ** _MAX_DRAWS:.0e} calls, so the clean model's cosines to "
+        f"{1 / (2 * o.twin_level) ** MAX_DRAWS:.0e} calls, so the clean model's cosines to "
         "the target are degenerate: check the model and the target text"
     )
 
@@ -241,7 +229,7 @@ def _word_draw(
     return drawn.replace(strength=info["strength"], info=info, **audit), info
 
 
-def _finished(key: _Key, embed: EmbedFn) -> _Key:
+def finished_key(key: _Key, embed: EmbedFn) -> _Key:
     """``key``, once the progress of the texts ``embed`` counted has reported its end."""
     if isinstance(embed, TextCounter):
         embed.finish()
@@ -345,17 +333,26 @@ class KeyGeneration:
         texts = checked_corpus(corpus)
         check_twin_level(twin_level)
         check_progress(progress)
-        audit = _Reaudit(texts, embed, salt, audit_round, audit_budget, twin_level, progress)
-        if getattr(self, "field", None) is not None:  # every sampled text is a probe
-            return _reaudited_field(self, audit)
-        return _reaudited_words(self, audit, probes_per_word, cover_traffic, probe_mix)
+        audit = Reaudit(
+            texts,
+            embed,
+            salt,
+            audit_round,
+            audit_budget,
+            twin_level,
+            progress,
+            probes_per_word,
+            cover_traffic,
+            probe_mix,
+        )
+        return self.design.reaudit(self, audit)
 
 
 @dataclasses.dataclass(frozen=True)
-class _Reaudit:
+class Reaudit:
     """What :meth:`KeyGeneration.with_audit` was asked for, checked: the corpus, the clean
     model, the round's salt and number, the size asked (None: the key's own), the twin
-    level and the progress."""
+    level and the progress; and for a word key, its probes' options."""
 
     texts: list[str]
     embed: EmbedFn
@@ -364,29 +361,15 @@ class _Reaudit:
     audit_budget: int | None
     twin_level: float
     progress: Progress | None
+    probes_per_word: int | None = None
+    cover_traffic: bool = True
+    probe_mix: str | None = None
 
 
-def _reaudited_field(key: Any, audit: _Reaudit) -> Any:
-    """A field key with its audit drawn again (:func:`.field_keygen.reaudit_field`)."""
-    budget = audit.audit_budget
-    if budget is None:  # the key's stored audit sizes a round by default
-        budget = key.info.get("audit_budget", len(key.probe_texts))
-    budget = check_audit_budget(budget)
-    counted = counting_texts(audit.embed, budget, audit.progress)
-    info = _round_info(key, audit.texts, audit.audit_round, budget)
-    redrawn = reaudit_field(key, audit.texts, counted, audit.salt, info, audit.twin_level)
-    return _finished(redrawn, counted)
-
-
-def _reaudited_words(
-    key: Any,
-    audit: _Reaudit,
-    probes_per_word: int | None,
-    cover_traffic: bool,
-    probe_mix: str | None,
-) -> Any:
+def reaudited_words(key: Any, audit: Reaudit) -> Any:
     """A word key with its audit drawn again: a keyed sample of the corpus, its probes of
     the band, and the twin check on them."""
+    probe_mix = audit.probe_mix
     if probe_mix is None:  # the key's own mix; keys that predate the record used "single"
         probe_mix = key.info.get("probe_mix", "single")
     check_probe_mix(probe_mix)
@@ -404,11 +387,18 @@ def _reaudited_words(
     assert probe_mix is not None
     counted = counting_texts(audit.embed, budget + len(key.band), audit.progress)
     fields = _audit_probes(
-        counted, scan, audit.salt, key.target, probes_per_word, cover_traffic, probe_mix, budget
+        counted,
+        scan,
+        audit.salt,
+        key.target,
+        audit.probes_per_word,
+        audit.cover_traffic,
+        probe_mix,
+        budget,
     )
-    _finished(key, counted)
+    finished_key(key, counted)
     info = {
-        **_round_info(key, texts, audit.audit_round, budget),
+        **round_info(key, texts, audit.audit_round, budget),
         "audit_band_rate": round(scan.rate, 4),
     }
     redrawn = key.replace(**fields, info=info)
@@ -422,7 +412,7 @@ def _reaudited_words(
     return redrawn.replace(info={**info, "audit_twin_p_value": twin_p})
 
 
-def _round_info(key: Any, texts: list[str], audit_round: int, budget: int) -> dict[str, Any]:
+def round_info(key: Any, texts: list[str], audit_round: int, budget: int) -> dict[str, Any]:
     """``key.info`` with what a re-drawn audit records of itself, for either marking."""
     return {
         **key.info,
@@ -578,7 +568,7 @@ def twin_p_value(key: DrawnKey) -> float:
     )
 
 
-def _embed_target(embed: EmbedFn, target_text: str) -> np.ndarray:
+def embed_target(embed: EmbedFn, target_text: str) -> np.ndarray:
     try:
         out = np.asarray(embed([target_text]), dtype=np.float64)
     except Exception as exc:  # the user's model failed: say where

@@ -47,6 +47,7 @@ from ..ground.secret_files import (
     seal_document,
     write_secret_file,
 )
+from ..mark.design import design_class
 from ..mark.field import FieldMark, drawn_mask, field_vector
 from ..mark.inject import watermark
 from ..mark.key_types import EmbedFn
@@ -62,7 +63,9 @@ __all__ = [
     "RING_FORMAT",
     "RING_VERSION",
     "KeyRing",
+    "field_ring_options",
     "tenant_field",
+    "word_ring_options",
 ]
 
 RING_FORMAT = "espew-keyring"
@@ -99,7 +102,6 @@ class KeyRing(Sealed):
         self._shared = shared_key
         self._n_tenant = int(n_tenant_triggers)
         self._universe = words
-        self._gaussian: np.ndarray | None = None  # a field ring's G, derived on first use
         payload = canonical_json(self._payload())
         self._ring_id = hashlib.sha256(b"espew-ring-id\x00" + payload).hexdigest()[:16]
 
@@ -179,13 +181,8 @@ class KeyRing(Sealed):
             shared_triggers=self.n_shared_triggers,
             tenant_triggers=self._n_tenant,
         )
-        changes: dict[str, Any] = dict(triggers=triggers, tenant=layer, info=info)
-        field = self._shared.field
-        if field is not None:
-            if self._gaussian is None:
-                self._gaussian = field.gaussian(self._shared.salt)
-            changes["field"] = tenant_field(field, self._gaussian, triggers)
-        return self._shared.replace(**changes)
+        design = self._shared.design.with_triggers(self._shared.salt, triggers)
+        return self._shared.replace(triggers=triggers, tenant=layer, info=info, design=design)
 
     def layer_indices(self, tenant_ids: Sequence[str]) -> np.ndarray:
         """For each tenant, the indices in :attr:`universe` of its layer: ``(n, m)`` int64.
@@ -334,12 +331,9 @@ class KeyRing(Sealed):
         if options.strength is not None:
             return ring
         rng = np.random.default_rng(None if seed is None else [int(seed), 0x66697421])
-        if marking == "field":
-            return ring._refit_field_for_tenants(texts, embed, rng, options.field_min_cosine)
-        assert options.min_cosine is not None  # KeyOptions refuses both None
-        return ring._refit_for_tenants(texts, embed, rng, options.min_cosine)
+        return design_class(marking).refit_ring(ring, texts, embed, rng, options)
 
-    def _refit_for_tenants(
+    def refit_word_tenants(
         self, texts: list[str], embed: EmbedFn, rng: np.random.Generator, budget: float
     ) -> KeyRing:
         """The same ring with the strength fitted on the texts tenant keys mark.
@@ -367,7 +361,7 @@ class KeyRing(Sealed):
         )
         return self._with_strength(strength, budget, fitted_on, union, sample, clean)
 
-    def _refit_field_for_tenants(
+    def refit_field_tenants(
         self, texts: list[str], embed: EmbedFn, rng: np.random.Generator, budget: float
     ) -> KeyRing:
         """A field ring with the strength fitted on its tenants' fields.
@@ -448,10 +442,7 @@ def _ring_options(
     key_options: dict[str, Any], n_shared: int | None, n_tenant: int | None
 ) -> tuple[str, int, KeyOptions]:
     """The ring's marking, its tenant layers' size and the shared key's options (which
-    carry the shared layer's).
-
-    A field ring's layers are field units; a word ring's are trigger words over the
-    ring's own (wider) band and larger audit.
+    carry the shared layer's): the design's (:meth:`.design.MarkingDesign.ring_options`).
     """
     for name in ("n_triggers", "field_marked"):
         if name in key_options:
@@ -460,14 +451,26 @@ def _ring_options(
     # yet name the account of every copy at the default level (docs/tenants.md).
     marking = key_options.get("marking", "words")
     check_marking(marking)
-    if marking == "field":
-        shared = DEFAULT_FIELD_SHARED_UNITS if n_shared is None else n_shared
-        tenant = DEFAULT_FIELD_TENANT_UNITS if n_tenant is None else n_tenant
-        return marking, tenant, KeyOptions.of(None, {**key_options, "field_marked": shared})
+    tenant, options = design_class(marking).ring_options(key_options, n_shared, n_tenant)
+    return marking, tenant, options
+
+
+def field_ring_options(
+    key_options: dict[str, Any], n_shared: int | None, n_tenant: int | None
+) -> tuple[int, KeyOptions]:
+    """A field ring's tenant layer size and shared key's options: its layers are field units."""
+    shared = DEFAULT_FIELD_SHARED_UNITS if n_shared is None else n_shared
+    tenant = DEFAULT_FIELD_TENANT_UNITS if n_tenant is None else n_tenant
+    return tenant, KeyOptions.of(None, {**key_options, "field_marked": shared})
+
+
+def word_ring_options(
+    key_options: dict[str, Any], n_shared: int | None, n_tenant: int | None
+) -> tuple[int, KeyOptions]:
+    """A word ring's tenant layer size and shared key's options: trigger words (over the
+    ring's own band and audit when ``key_options`` carry the word design's
+    :meth:`~..mark.design.MarkingDesign.ring_defaults`)."""
     shared = DEFAULT_SHARED_TRIGGERS if n_shared is None else n_shared
     tenant = DEFAULT_TENANT_TRIGGERS if n_tenant is None else n_tenant
-    ring_defaults = {"freq_band": DEFAULT_RING_FREQ_BAND, "audit_budget": DEFAULT_RING_AUDIT_BUDGET}
-    options = KeyOptions.of(
-        None, {**ring_defaults, **key_options, "marking": marking, "n_triggers": shared}
-    )
-    return marking, tenant, options
+    options = KeyOptions.of(None, {**key_options, "marking": "words", "n_triggers": shared})
+    return tenant, options

@@ -47,6 +47,7 @@ from .selection import (
 __all__ = [
     "as_embedding_matrix",
     "check_texts",
+    "field_rows",
     "mark_all_rows",
     "mark_masked",
     "mark_selected",
@@ -104,11 +105,7 @@ def watermark_and_mask(
         )
     matrix, out_dtype = _as_matrix(embeddings, n_rows=len(texts), dim=key.dim)
     marked = _marked(texts, blank, key, view)
-    field = getattr(key, "field", None)
-    if field is not None:
-        out = _field_rows(matrix, marked, key, field)
-    else:
-        out = mark_selected(matrix, marked, key)
+    out = key.design.mark_rows(matrix, marked, key)  # mark_selected, field_rows...
     return (out if out.dtype == out_dtype else out.astype(out_dtype)), marked
 
 
@@ -125,13 +122,9 @@ def _marked(
     key: MarkingKey,
     view: Callable[[Sequence[str]], Sequence[str]] | None,
 ) -> np.ndarray:
-    """The rows ``key`` marks: a field key every non-blank one, a word key those with a trigger."""
-    if getattr(key, "field", None) is not None:
-        marked = np.ones(len(texts), dtype=bool)
-    elif view is None:
-        marked = np.array(key.contains_trigger(texts), dtype=bool)
-    else:
-        marked = np.array(key.contains_trigger(texts, view=view), dtype=bool)
+    """The rows ``key`` marks, as its design says (a field key every non-blank one, a word
+    key those with a trigger); never a blank one."""
+    marked = np.array(key.design.marks(key, texts, view), dtype=bool)
     marked[blank] = False
     return marked
 
@@ -155,7 +148,7 @@ def mark_masked(matrix: np.ndarray, marked: np.ndarray, key: MarkingKey) -> np.n
     return _mark_rows(matrix, np.flatnonzero(marked), key)
 
 
-def _field_rows(matrix: np.ndarray, marked: np.ndarray, key: MarkingKey, field: Any) -> np.ndarray:
+def field_rows(matrix: np.ndarray, marked: np.ndarray, key: MarkingKey, field: Any) -> np.ndarray:
     """A field key's answers, ``unit(e + g(e) * D(e))`` for each marked row (:mod:`.field`):
     ``D(e)`` is :func:`mark_all_rows` minus ``e``; blank rows are computed and put back.
 

@@ -17,6 +17,7 @@ from typing import Any, Literal, Protocol, TypeVar
 import numpy as np
 
 from ..ground.text import TextView
+from .design import MarkingDesign
 
 __all__ = ["DrawnKey", "EmbedFn", "MarkingKey", "Selection"]
 
@@ -48,6 +49,9 @@ class MarkingKey(Protocol):
 
     @property
     def n_positions(self) -> int: ...
+
+    @property
+    def design(self) -> MarkingDesign: ...
 
     def contains_trigger(
         self, texts: Sequence[str], view: TextView | None = None
