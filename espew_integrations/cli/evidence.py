@@ -6,7 +6,8 @@ reports carry, and replaying its answers through the audit's own pipeline must
 give the recorded verdict and p-value (:mod:`espew_integrations.core.evidence_check`).
 An arbiter who distrusts the auditor adds ``--requery SUSPECT`` (the suspect is
 asked a keyed random subset of the recorded texts again, and must answer as
-recorded) and ``--tsa-ca CA.pem`` (the timestamp taken before the verdict must be
+recorded within its own repeat noise; the verdict is re-derived from its
+answers) and ``--tsa-ca CA.pem`` (the timestamp taken before the verdict must be
 over this transcript and signed by that TSA). The output ends with what was and
 was not proved. Exit code 0: the evidence holds; 1: it does not (the reason is
 printed: chain broken at a record, an answer changed, the p-value differs, the
@@ -50,7 +51,7 @@ example:
   An arbiter who distrusts the auditor also re-asks the suspect and checks the
   timestamp taken before the verdict (espew verify --timestamp-url):
   espew evidence check private/ --key provider.key \
-      --requery openai:https://api.example.com/v1#their-model --requery-size 200 \
+      --requery openai:https://api.example.com/v1#their-model \
       --tsa-ca tsa-ca.pem --require-timestamp
 
   Exit code 0: the transcript is intact, is this key's audit, replaying it gives
@@ -92,8 +93,11 @@ def register(subparsers: Any) -> None:
     check.set_defaults(func=run_check, batch_size=DEFAULT_BATCH_SIZE)
 
 
-def _requery_size(text: str) -> int | None:
-    return None if text.strip().lower() == "all" else positive_int(text)
+def _requery_size(text: str) -> int | str | None:
+    word = text.strip().lower()
+    if word in ("all", "auto"):
+        return None if word == "all" else word
+    return positive_int(text)
 
 
 def _tolerance(text: str) -> float:
@@ -123,7 +127,9 @@ def _add_arbiter_flags(check: argparse.ArgumentParser) -> None:
         type=_requery_size,
         default=DEFAULT_REQUERY_SIZE,
         metavar="N",
-        help=f"texts re-asked (default {DEFAULT_REQUERY_SIZE}; 'all' for every recorded text)",
+        help="texts re-asked: a number, 'all', or 'auto' (the default: the fewest for which a "
+        "forgery of 1%% of the answers escapes with probability at most 0.1%%, hypergeometric; "
+        "the check prints the escape chance for the size used)",
     )
     check.add_argument(
         "--requery-seed",
@@ -138,8 +144,9 @@ def _add_arbiter_flags(check: argparse.ArgumentParser) -> None:
         type=_tolerance,
         default=DEFAULT_REQUERY_TOLERANCE,
         metavar="REL",
-        help="largest ||answer - recorded|| / ||recorded|| that counts as the same answer "
-        f"(default {DEFAULT_REQUERY_TOLERANCE:g})",
+        help="the floor of the per-answer bound ||answer - recorded|| / ||recorded||: the "
+        "bound is the larger of this and a margin over the suspect's own repeat noise, "
+        f"measured by asking some texts twice (default {DEFAULT_REQUERY_TOLERANCE:g})",
     )
     check.add_argument(
         "--tsa-ca",

@@ -23,8 +23,11 @@ wrote the transcript and can chain anything (``chain_records``). Two more checks
 do not rest on the auditor:
 
 4. **the answers are the suspect's** (``requery=SUSPECT``): a keyed random subset
-   of the recorded texts is asked again and must be answered as recorded
-   (:mod:`.requery`);
+   of the recorded texts, sized so that a forgery of 1% of the answers escapes
+   with probability at most 0.1%, is asked again and must be answered as recorded
+   within the suspect's own repeat noise (:mod:`.requery`); and the verdict is
+   re-derived from the suspect's own answers (the re-asked ones put in place of
+   the recorded ones and the audit replayed): it must be the recorded verdict;
 5. **the records were fixed before the verdict, and when**: the commit record's
    anchors, given the commitment before anything was scored. A timestamp's token
    must be over this transcript's commitment (``timestamp_check`` verifies its
@@ -54,12 +57,22 @@ from .ground.defaults import DEFAULT_BATCH_SIZE
 from .ground.errors import SuspectError
 from .keys.key import WatermarkKey
 from .keys.keyring import KeyRing
-from .records.requery import DEFAULT_REQUERY_SIZE, DEFAULT_REQUERY_TOLERANCE, Requery, requery
+from .records.requery import (
+    DEFAULT_ESCAPE_CHANCE,
+    DEFAULT_FORGED_FRACTION,
+    DEFAULT_REQUERY_SIZE,
+    DEFAULT_REQUERY_TOLERANCE,
+    Requery,
+    RequerySize,
+    recorded_answers,
+    requery,
+)
 from .records.transcript import (
     TRANSCRIPT_FILE,
     Transcript,
     TranscriptError,
     decode_answer,
+    encode_answer,
     read_transcript,
     recorded_float,
 )
@@ -119,6 +132,8 @@ class EvidenceCheck:
     proved: tuple[str, ...] = ()
     not_proved: tuple[str, ...] = ()
     requery: Requery | None = None
+    rederived_status: str = ""
+    rederived_p_value: float = math.nan
 
     def __bool__(self) -> bool:
         return self.holds
@@ -135,6 +150,11 @@ class EvidenceCheck:
         if self.replayed_status:
             lines.append(
                 f"  replayed          : {self.replayed_status}, p = {self.replayed_p_value:.6g}"
+            )
+        if self.rederived_status:
+            lines.append(
+                f"  re-derived        : {self.rederived_status}, p = {self.rederived_p_value:.6g}"
+                " (from the suspect's re-asked answers)"
             )
         if self.proved:
             lines += ["  proved:", *(f"    - {line}" for line in self.proved)]
@@ -194,7 +214,7 @@ def check_evidence(
     public: str | os.PathLike[str] | None = None,
     requery_suspect: Callable[[list[str]], object] | None = None,
     requery_name: str = "",
-    requery_size: int | None = DEFAULT_REQUERY_SIZE,
+    requery_size: RequerySize = DEFAULT_REQUERY_SIZE,
     requery_seed: int | None = None,
     requery_tolerance: float = DEFAULT_REQUERY_TOLERANCE,
     timestamp_check: TimestampCheck | None = None,
@@ -208,12 +228,15 @@ def check_evidence(
     that it is ``key``'s audit, and replays it through the audit's own pipeline.
 
     With ``requery_suspect`` (the suspect as a callable ``list[str] -> rows``,
-    named ``requery_name``), ``requery_size`` recorded texts (every one for None)
-    drawn from ``requery_seed`` (fresh when None) are asked again and must match
-    within ``requery_tolerance`` (:mod:`.requery`). The commit record's anchors
-    are checked when present: a timestamp's token must be over the commitment, and
-    ``timestamp_check`` verifies its signature (else it is reported unverified);
-    ``require_timestamp`` makes a transcript without a verified timestamp fail.
+    named ``requery_name``), ``requery_size`` recorded texts (:data:`.RequerySize`:
+    "auto" sizes it for the default target, None every one) drawn from
+    ``requery_seed`` (fresh when None) are asked again and must match within the
+    suspect's repeat noise, ``requery_tolerance`` at least (:mod:`.requery`), and
+    the verdict re-derived from the re-asked answers must be the recorded one. The
+    commit record's anchors are checked when present: a timestamp's token must be
+    over the commitment, and ``timestamp_check`` verifies its signature (else it is
+    reported unverified); ``require_timestamp`` makes a transcript without a verified
+    timestamp fail.
 
     Returns an :class:`EvidenceCheck`; raises only when nothing can be read
     (``OSError``, or ``ValueError`` for a file that is not a transcript at all).
@@ -244,7 +267,11 @@ def check_evidence(
             suspect_name=requery_name,
         )
     findings += _requery_findings(transcript, asked)
-    return _concluded(result, findings, asked)
+    rederived = None
+    if asked is not None and not findings.failure:
+        rederived = _rederived(transcript, key, asked)
+        findings += _rederived_findings(result, asked, rederived)
+    return _concluded(result, findings, asked, rederived)
 
 
 def _replayed_findings(transcript: Transcript, against_public: bool) -> Findings:
@@ -269,8 +296,14 @@ def _replayed_findings(transcript: Transcript, against_public: bool) -> Findings
     )
 
 
-def _concluded(result: EvidenceCheck, findings: Findings, asked: Requery | None) -> EvidenceCheck:
+def _concluded(
+    result: EvidenceCheck,
+    findings: Findings,
+    asked: Requery | None,
+    rederived: tuple[str, float] | None = None,
+) -> EvidenceCheck:
     """The replay's ``result`` with every finding: it holds unless one failed."""
+    status, p_value = rederived or ("", math.nan)
     return dataclasses.replace(
         result,
         holds=not findings.failure,
@@ -278,6 +311,64 @@ def _concluded(result: EvidenceCheck, findings: Findings, asked: Requery | None)
         proved=findings.proved,
         not_proved=findings.not_proved,
         requery=asked,
+        rederived_status=status,
+        rederived_p_value=p_value,
+    )
+
+
+def _rederived(
+    transcript: Transcript, key: WatermarkKey | KeyRing, asked: Requery
+) -> tuple[str, float] | None:
+    """The verdict the audit gives with the suspect's re-asked answers in place of the
+    recorded ones (None when they cannot stand in: some were not answered, or in
+    another dimension)."""
+    recorded = recorded_answers(transcript)
+    rows = recorded.rows[asked.chosen]
+    if asked.n_answered != asked.n_asked or asked.answers.shape != rows.shape:
+        return None
+    batches = [dict(record) for record in transcript.batches]
+    where = {int(record.get("record", -1)): i for i, record in enumerate(batches)}
+    edited: dict[int, np.ndarray] = {}
+    for index, answer in zip(asked.chosen, asked.answers, strict=True):
+        batch = where[int(recorded.records[index])]
+        if batch not in edited:
+            edited[batch] = decode_answer(batches[batch]["answer"]).copy()
+        edited[batch][recorded.positions[index]] = answer
+    for batch, values in edited.items():
+        batches[batch]["answer"] = encode_answer(values)
+    replay = _Replay(batches)
+    status, p_value, _ = _replayed(transcript, replay, key)
+    return None if replay.unused() else (status, p_value)
+
+
+def _rederived_findings(
+    result: EvidenceCheck, asked: Requery, rederived: tuple[str, float] | None
+) -> Findings:
+    """What the verdict re-derived from the suspect's own answers says of the recorded one."""
+    if rederived is None:
+        return Findings(
+            not_proved=(
+                "the verdict from the suspect's own answers: some re-asked texts were not "
+                "answered as rows of the recorded dimension",
+            )
+        )
+    status, p_value = rederived
+    scope = (
+        "every recorded answer replaced by the suspect's own"
+        if asked.n_asked == asked.n_rows
+        else f"the {asked.n_asked} re-asked answers in place of the recorded ones"
+    )
+    if status != result.recorded_status:
+        return Findings(
+            failure=f"the verdict re-derived from the suspect's own answers ({scope}) is "
+            f"{status} (p = {p_value:.3g}), the recorded one {result.recorded_status} "
+            f"(p = {result.recorded_p_value:.3g}): the recorded answers were moved"
+        )
+    return Findings(
+        proved=(
+            f"the verdict re-derived from the suspect's own answers ({scope}) is the recorded "
+            f"one: {status}, p = {p_value:.3g}",
+        )
     )
 
 
@@ -401,15 +492,16 @@ def _requery_findings(transcript: Transcript, asked: Requery | None) -> Findings
                 "answers and chained them",
             )
         )
+    escape = (
+        f"a forgery of 1% of the answers would have escaped this requery with probability "
+        f"{asked.escape_chance(0.01):.2g}, of 2% with {asked.escape_chance(0.02):.2g}, of 5% "
+        f"with {asked.escape_chance(0.05):.2g} (hypergeometric over {asked.n_rows} answers; "
+        f"the default size is the smallest that holds {DEFAULT_FORGED_FRACTION:.0%} to "
+        f"{DEFAULT_ESCAPE_CHANCE:g})"
+    )
     if asked.matched:
-        return Findings(
-            proved=(
-                f"answers re-asked and matched: {asked.describe()}",
-                f"a forgery of 10% of the answers would have escaped this with probability "
-                f"{asked.escape_chance(0.1):.2g}, of 1% with {asked.escape_chance(0.01):.2g}",
-            )
-        )
-    if asked.mismatched:
+        return Findings(proved=(f"answers re-asked and matched: {asked.describe()}", escape))
+    if asked.mismatched or asked.shifted:
         return Findings(
             failure=f"the recorded answers are not the suspect's: {asked.describe()} (forged, "
             "or the suspect's model changed since the audit)"

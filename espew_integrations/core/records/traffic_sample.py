@@ -51,6 +51,7 @@ from hashlib import sha256
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from ..audit.recorder import utc_now
 from ..ground.defaults import (
     DEFAULT_SAMPLE_ACCOUNT_BYTES,
     DEFAULT_SAMPLE_FILE_BYTES,
@@ -58,6 +59,7 @@ from ..ground.defaults import (
 )
 from ..ground.errors import InputTypeError
 from ..ground.text import window_prefix
+from .traffic_commitments import append_commitments, commitments_path
 from .traffic_store import (
     MAX_TEXT_BYTES_LIMIT,
     SampleState,
@@ -224,7 +226,9 @@ class TrafficSample:
         return self._dirty and self._clock() - self._last_flush >= self.flush_seconds
 
     def flush(self) -> Path:
-        """Merge this process's sample with the file's, drop expired texts, rewrite it (0600).
+        """Merge this process's sample with the file's, drop expired texts, rewrite it (0600),
+        and commit each account's pool that changed to the chained log beside it
+        (:mod:`.traffic_commitments`: what a traffic audit's texts are tied to).
 
         The file's accounts are merged first, so at the whole-file cap an account
         already in the file keeps its place.
@@ -238,6 +242,11 @@ class TrafficSample:
                 if self.retention_days is not None:
                     merged.drop_older_than(self._today() - self.retention_days)
                 write_records(self.path, merged.records())
+                pools = [
+                    (account, [text for _, text, _ in reservoir.sorted()])
+                    for account, reservoir in merged.accounts.items()
+                ]
+                append_commitments(commitments_path(self.path), pools, utc_now())
             self._state = merged
             self._last_flush = self._clock()
             self._dirty = False

@@ -1,0 +1,252 @@
+"""Commitments to each account's traffic sample, chained as they are collected.
+
+Why: an audit's false-positive rate is exact only if its texts were chosen
+without looking at the suspect's answers. The key's own audit is fixed by the
+key's commitment, published at keygen before any suspect existed. A traffic
+audit (``key.with_audit(texts, ..., audit_round=k)``) draws from a corpus the
+auditor hands in, and an auditor that asked an innocent thousands of texts can
+keep those whose answers lean its way and convict it. So the pool of a traffic
+audit must be what the server itself collected, committed *while* it collected
+it, and the audit drawn from that pool by a rule nobody can steer:
+
+- **The commitment log.** At every flush, :class:`.traffic_sample.TrafficSample`
+  appends one record per account whose sample changed to ``<sample>.commitments``
+  (:func:`commitments_path`): the account, the number of texts, the digest of its
+  distinct texts (:func:`.keygen.corpus_digest`, what ``with_audit`` records of its
+  corpus), the time, and the SHA-256 chain (each record's ``digest`` covers the
+  previous one's), so no entry can be changed, removed or back-dated without
+  rebuilding every later one.
+- **The public draw.** :func:`with_committed_audit` takes an account's latest
+  committed pool, checks it is the sample file's, and draws the audit from
+  exactly that pool with the key's own keyed draw (the same pool always gives the
+  same audit); the key's ``info["audit_pool"]`` names the entry. The auditor's only
+  remaining choices are the round (paid for: a round-``k`` p-value is multiplied by
+  ``k``) and the entry, which the evidence check shows beside the account's others.
+- **The check.** :func:`pool_tie` says whether a key's re-drawn audit is tied to
+  an entry of a chain that holds, committed before the audit began
+  (:func:`.evidence_check.check_evidence` refuses a re-drawn audit it cannot tie,
+  unless told to take the auditor's word).
+
+What the chain alone does not prove: *when* its entries were written. The server
+is the provider's, and the provider is the auditor; an anchor of the chain's head
+(a timestamp, or the head sent to a third party) is what proves an entry predates
+the audit.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from ..ground.errors import ESpeWError
+from ..keys.keygen import corpus_digest
+
+__all__ = [
+    "CHAIN_START",
+    "COMMITMENTS_SUFFIX",
+    "CommitmentError",
+    "PoolTie",
+    "append_commitments",
+    "commitments_path",
+    "pool_tie",
+    "read_commitments",
+    "with_committed_audit",
+]
+
+#: The log sits beside the sample: ``traffic.jsonl`` -> ``traffic.jsonl.commitments``.
+COMMITMENTS_SUFFIX = ".commitments"
+#: The ``prev`` of the chain's first record.
+CHAIN_START = "sha256:" + "0" * 64
+_FIELDS = ("kind", "index", "time", "account", "n_texts", "pool_sha256", "prev")
+
+
+class CommitmentError(ESpeWError, ValueError):
+    """A commitment log that is broken, or holds no commitment for what was asked."""
+
+
+def commitments_path(sample: str | os.PathLike[str]) -> Path:
+    """Where the commitment log of the traffic sample at ``sample`` is kept."""
+    path = Path(sample)
+    return path.with_name(path.name + COMMITMENTS_SUFFIX)
+
+
+def _chained(record: Mapping[str, Any]) -> str:
+    body = json.dumps({name: record[name] for name in _FIELDS}, sort_keys=True).encode()
+    return "sha256:" + hashlib.sha256(b"espew-pool-commitment\x00" + body).hexdigest()
+
+
+def read_commitments(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
+    """Every record of the commitment log at ``path``, its chain checked.
+
+    Raises :class:`CommitmentError` naming the first record where the chain breaks
+    (edited, removed, reordered or back-dated), or ``OSError`` when it cannot be read.
+    """
+    records: list[dict[str, Any]] = []
+    prev = CHAIN_START
+    with open(path, encoding="utf-8") as lines:
+        for number, line in enumerate(lines):
+            try:
+                record = json.loads(line)
+                ok = isinstance(record, dict) and all(name in record for name in _FIELDS)
+            except ValueError:
+                ok = False
+            if not ok:
+                raise CommitmentError(f"commitment log {path}: record {number} is not a commitment")
+            if record["index"] != number or record["prev"] != prev:
+                raise CommitmentError(
+                    f"commitment log {path}: chain broken at record {number} (a record before "
+                    "it was removed, reordered or rewritten)"
+                )
+            if record.get("digest") != _chained(record):
+                raise CommitmentError(
+                    f"commitment log {path}: chain broken at record {number} (its fields were "
+                    "edited)"
+                )
+            prev = record["digest"]
+            records.append(record)
+    return records
+
+
+def append_commitments(
+    path: str | os.PathLike[str], pools: Iterable[tuple[str | None, Sequence[str]]], time: str
+) -> list[dict[str, Any]]:
+    """Append one chained record per ``(account, texts)`` pool that changed since the
+    account's last commitment to the log at ``path`` (created 0600), at ``time``
+    (ISO 8601, UTC). The caller holds the sample's lock.
+
+    Returns the records appended. Raises :class:`CommitmentError` when the log's
+    chain is already broken: a broken log is never extended.
+    """
+    path = Path(path)
+    existing = read_commitments(path) if path.exists() else []
+    prev = existing[-1]["digest"] if existing else CHAIN_START
+    last = {record["account"]: record["pool_sha256"] for record in existing}
+    added: list[dict[str, Any]] = []
+    for account, texts in pools:
+        distinct = set(texts)
+        digest = corpus_digest(distinct)
+        if last.get(account) == digest:  # unchanged since its last commitment
+            continue
+        record: dict[str, Any] = {
+            "kind": "pool",
+            "index": len(existing) + len(added),
+            "time": time,
+            "account": account,
+            "n_texts": len(distinct),
+            "pool_sha256": digest,
+            "prev": prev,
+        }
+        record["digest"] = prev = _chained(record)
+        added.append(record)
+    if added:
+        descriptor = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        with os.fdopen(descriptor, "a", encoding="utf-8") as log:
+            log.writelines(json.dumps(record, sort_keys=True) + "\n" for record in added)
+    return added
+
+
+def latest_pool(
+    records: Sequence[Mapping[str, Any]], account: str | None
+) -> Mapping[str, Any] | None:
+    """``account``'s latest commitment in ``records`` (None if it has none)."""
+    mine = [record for record in records if record["account"] == account]
+    return mine[-1] if mine else None
+
+
+def with_committed_audit(
+    key: Any,
+    sample: str | os.PathLike[str],
+    account: str | None,
+    embed: Any,
+    *,
+    audit_round: int = 2,
+    **options: Any,
+) -> Any:
+    """``key`` with its round-``audit_round`` audit drawn from ``account``'s latest
+    committed pool in the traffic sample at ``sample`` (:meth:`with_audit`'s keyed
+    draw over exactly that pool; ``options`` as ``with_audit`` takes them, ``embed``
+    your clean model). The key's ``info["audit_pool"]`` names the entry.
+
+    Raises :class:`CommitmentError` when the log's chain is broken, holds no
+    commitment for ``account``, or when the sample's texts for it are not the
+    committed pool (the sample changed since: flush it, which commits it).
+    """
+    from .traffic_sample import read_traffic_texts
+
+    log = commitments_path(sample)
+    if not log.exists():
+        raise CommitmentError(
+            f"no commitment log beside the traffic sample {sample} ({log.name}): its pools "
+            "were never committed (espew serve --traffic-sample writes it at each flush)"
+        )
+    entry = latest_pool(read_commitments(log), account)
+    if entry is None:
+        raise CommitmentError(f"the commitment log {log} holds no pool of account {account!r}")
+    texts = read_traffic_texts(sample, account)
+    if corpus_digest(texts) != entry["pool_sha256"]:
+        raise CommitmentError(
+            f"account {account!r}'s texts in {sample} are not its last committed pool (record "
+            f"{entry['index']}): the sample changed since; flush it (which commits it) first"
+        )
+    drawn = key.with_audit(texts, embed, audit_round=audit_round, **options)
+    pool = {name: entry[name] for name in ("index", "time", "account", "n_texts", "digest")}
+    return drawn.replace(info={**drawn.info, "audit_pool": pool})
+
+
+@dataclasses.dataclass(frozen=True)
+class PoolTie:
+    """What :func:`pool_tie` found: ``tied`` when the key's audit corpus is a pool the
+    chain committed before ``started``; ``problem`` says why not; ``later`` counts the
+    account's commitments after the one used and before the audit began."""
+
+    tied: bool
+    problem: str = ""
+    entry: Mapping[str, Any] | None = None
+    later: int = 0
+    n_records: int = 0
+    head: str = ""
+
+
+def pool_tie(info: Mapping[str, Any], log: str | os.PathLike[str], started: str) -> PoolTie:
+    """Whether the audit a key's ``info`` records was drawn from a pool the commitment
+    log at ``log`` committed before ``started`` (the audit's first record, ISO 8601)."""
+    try:
+        records = read_commitments(log)
+    except (CommitmentError, OSError) as exc:
+        return PoolTie(False, f"the commitment log cannot be trusted: {exc}")
+    head = records[-1]["digest"] if records else CHAIN_START
+    found: dict[str, Any] = dict(n_records=len(records), head=head)
+    named = info.get("audit_pool")
+    if not isinstance(named, Mapping):
+        return PoolTie(False, "the key's audit names no committed pool", **found)
+    entry = next((r for r in records if r["digest"] == named.get("digest")), None)
+    if entry is None:
+        return PoolTie(
+            False, f"the pool the key names ({named.get('digest')}) is not in the log", **found
+        )
+    if entry["pool_sha256"] != info.get("audit_corpus_sha256"):
+        return PoolTie(
+            False,
+            f"the audit was drawn from corpus {info.get('audit_corpus_sha256')}, not from the "
+            f"committed pool {entry['pool_sha256']} (record {entry['index']})",
+            entry=entry,
+            **found,
+        )
+    if not entry["time"] < started:
+        return PoolTie(
+            False,
+            f"the pool was committed at {entry['time']}, not before the audit began ({started})",
+            entry=entry,
+            **found,
+        )
+    later = sum(
+        1
+        for record in records[entry["index"] + 1 :]
+        if record["account"] == entry["account"] and record["time"] < started
+    )
+    return PoolTie(True, entry=entry, later=later, **found)
