@@ -110,22 +110,20 @@ def check_evidence(
     requery_tolerance: float = DEFAULT_REQUERY_TOLERANCE,
     tsa_ca: str | os.PathLike[str] | None = None,
     require_timestamp: bool = False,
+    pool_log: str | os.PathLike[str] | None = None,
+    accept_auditor_pool: bool = False,
 ) -> EvidenceCheck:
     """Check an audit's transcript, as an arbiter who distrusts the auditor would.
 
     :func:`espew_integrations.core.evidence_check.check_evidence` (chain, digests,
-    key, replay), plus: with ``requery`` (any suspect ``verify`` takes: a callable,
-    an :class:`~espew_integrations.OpenAIEndpoint`, a LangChain or LlamaIndex
-    embedder...) ``requery_size`` recorded texts ("auto": enough that a forgery of
-    1% of the answers escapes with probability at most 0.1%; None: every one), drawn
-    from ``requery_seed`` (fresh and reported when None), are asked again and must
-    be answered as recorded within the suspect's own repeat noise (and at least
-    ``requery_tolerance``), and the verdict re-derived from them must be the
-    recorded one; a timestamp in the commit record is verified, its signature
-    against ``tsa_ca`` (the TSA's CA certificate, with the ``openssl`` command)
-    when given. ``require_timestamp`` fails a
-    transcript without a verified timestamp. ``str(result)`` lists what was and
-    was not proved.
+    key, replay, where the texts came from: ``pool_log``, ``accept_auditor_pool``),
+    plus: ``requery`` is any suspect ``verify`` takes (a callable, an
+    :class:`~espew_integrations.OpenAIEndpoint`, a LangChain or LlamaIndex
+    embedder...), re-asked ``requery_size`` texts ("auto": enough that a forgery of
+    1% of the answers escapes with probability at most 0.1%; None: every one) and
+    judged within its own repeat noise; a timestamp is verified, its signature
+    against ``tsa_ca`` (the TSA's CA certificate, with the ``openssl`` command).
+    ``str(result)`` lists what was and was not proved.
 
     >>> check_evidence("private/", key, requery=OpenAIEndpoint(url, "m"),   # doctest: +SKIP
     ...                tsa_ca="tsa-ca.pem").holds
@@ -153,6 +151,8 @@ def check_evidence(
         requery_tolerance=requery_tolerance,
         timestamp_check=timestamp_check,
         require_timestamp=require_timestamp,
+        pool_log=pool_log,
+        accept_auditor_pool=accept_auditor_pool,
     )
 
 

@@ -89,6 +89,7 @@ def register(subparsers: Any) -> None:
         "other side: its transcript_digest must be this transcript's",
     )
     _add_arbiter_flags(check)
+    _add_anchor_flags(check)
     add_endpoint_flags(check, verify=True)
     check.set_defaults(func=run_check, batch_size=DEFAULT_BATCH_SIZE)
 
@@ -148,6 +149,24 @@ def _add_arbiter_flags(check: argparse.ArgumentParser) -> None:
         "bound is the larger of this and a margin over the suspect's own repeat noise, "
         f"measured by asking some texts twice (default {DEFAULT_REQUERY_TOLERANCE:g})",
     )
+
+
+def _add_anchor_flags(check: argparse.ArgumentParser) -> None:
+    """The checks of where the texts came from and when the records existed."""
+    check.add_argument(
+        "--pool-log",
+        metavar="SAMPLE.commitments",
+        default=None,
+        help="the commitment log espew serve writes beside its traffic sample: an audit "
+        "re-drawn from a corpus (key reaudit, key.with_audit) must have been drawn from a pool "
+        "it committed before the audit began",
+    )
+    check.add_argument(
+        "--accept-auditor-pool",
+        action="store_true",
+        help="take the auditor's word that a re-drawn audit's texts were chosen before any "
+        "answer was seen (listed under 'not proved' instead of failing the check)",
+    )
     check.add_argument(
         "--tsa-ca",
         metavar="CA.pem",
@@ -178,6 +197,8 @@ def run_check(args: argparse.Namespace) -> int:
             f"no transcript in {args.private_dir} (the audit writes {TRANSCRIPT_FILE} into "
             "its --private-report-dir)"
         )
+    if args.pool_log and not Path(args.pool_log).is_file():
+        raise UsageError(f"--pool-log: no commitment log at {args.pool_log}")
     if args.tsa_ca and not Path(args.tsa_ca).is_file():
         raise UsageError(f"--tsa-ca: no CA certificate at {args.tsa_ca}")
     suspect, name = None, ""
@@ -199,6 +220,8 @@ def run_check(args: argparse.Namespace) -> int:
             requery_tolerance=args.requery_tolerance,
             tsa_ca=args.tsa_ca,
             require_timestamp=args.require_timestamp,
+            pool_log=args.pool_log,
+            accept_auditor_pool=args.accept_auditor_pool,
         )
     finally:
         close = getattr(suspect, "close", None)

@@ -53,6 +53,7 @@ from ..audit.settings import SuspectFn
 from ..ground.defaults import DEFAULT_BATCH_SIZE
 from ..ground.errors import InputError
 from ..ground.untrusted import printable
+from .findings import Findings
 from .transcript import Transcript, TranscriptError, decode_answer
 
 __all__ = [
@@ -70,6 +71,7 @@ __all__ = [
     "escape_chance",
     "recorded_answers",
     "requery",
+    "requery_findings",
     "requery_size_for",
 ]
 
@@ -408,6 +410,36 @@ def _judged(
         threshold=threshold,
         noise_p=noise_p,
         answers=answers,
+    )
+
+
+def requery_findings(asked: Requery | None) -> Findings:
+    """What re-asking the suspect proves, or why the evidence fails (``None``: not asked)."""
+    if asked is None:
+        return Findings(
+            not_proved=(
+                "that the recorded answers are the suspect's: the suspect was not asked again "
+                "(--requery SUSPECT); whoever wrote the transcript could have written any "
+                "answers and chained them",
+            )
+        )
+    escape = (
+        f"a forgery of 1% of the answers would have escaped this requery with probability "
+        f"{asked.escape_chance(0.01):.2g}, of 2% with {asked.escape_chance(0.02):.2g}, of 5% "
+        f"with {asked.escape_chance(0.05):.2g} (hypergeometric over {asked.n_rows} answers; "
+        f"the default size is the smallest that holds {DEFAULT_FORGED_FRACTION:.0%} to "
+        f"{DEFAULT_ESCAPE_CHANCE:g})"
+    )
+    if asked.matched:
+        return Findings(proved=(f"answers re-asked and matched: {asked.describe()}", escape))
+    if asked.mismatched or asked.shifted:
+        return Findings(
+            failure=f"the recorded answers are not the suspect's: {asked.describe()} (forged, "
+            "or the suspect's model changed since the audit)"
+        )
+    return Findings(
+        failure=f"the suspect could not be asked again: {asked.describe()}",
+        not_proved=("that the recorded answers are the suspect's",),
     )
 
 

@@ -16,7 +16,7 @@ it, and the audit drawn from that pool by a rule nobody can steer:
   corpus), the time, and the SHA-256 chain (each record's ``digest`` covers the
   previous one's), so no entry can be changed, removed or back-dated without
   rebuilding every later one.
-- **The public draw.** :func:`with_committed_audit` takes an account's latest
+- **The public draw.** :func:`.traffic_sample.with_committed_audit` takes an account's latest
   committed pool, checks it is the sample file's, and draws the audit from
   exactly that pool with the key's own keyed draw (the same pool always gives the
   same audit); the key's ``info["audit_pool"]`` names the entry. The auditor's only
@@ -45,6 +45,7 @@ from typing import Any
 
 from ..ground.errors import ESpeWError
 from ..keys.keygen import corpus_digest
+from .findings import Findings
 
 __all__ = [
     "CHAIN_START",
@@ -53,9 +54,10 @@ __all__ = [
     "PoolTie",
     "append_commitments",
     "commitments_path",
+    "latest_pool",
+    "pool_findings",
     "pool_tie",
     "read_commitments",
-    "with_committed_audit",
 ]
 
 #: The log sits beside the sample: ``traffic.jsonl`` -> ``traffic.jsonl.commitments``.
@@ -158,46 +160,6 @@ def latest_pool(
     return mine[-1] if mine else None
 
 
-def with_committed_audit(
-    key: Any,
-    sample: str | os.PathLike[str],
-    account: str | None,
-    embed: Any,
-    *,
-    audit_round: int = 2,
-    **options: Any,
-) -> Any:
-    """``key`` with its round-``audit_round`` audit drawn from ``account``'s latest
-    committed pool in the traffic sample at ``sample`` (:meth:`with_audit`'s keyed
-    draw over exactly that pool; ``options`` as ``with_audit`` takes them, ``embed``
-    your clean model). The key's ``info["audit_pool"]`` names the entry.
-
-    Raises :class:`CommitmentError` when the log's chain is broken, holds no
-    commitment for ``account``, or when the sample's texts for it are not the
-    committed pool (the sample changed since: flush it, which commits it).
-    """
-    from .traffic_sample import read_traffic_texts
-
-    log = commitments_path(sample)
-    if not log.exists():
-        raise CommitmentError(
-            f"no commitment log beside the traffic sample {sample} ({log.name}): its pools "
-            "were never committed (espew serve --traffic-sample writes it at each flush)"
-        )
-    entry = latest_pool(read_commitments(log), account)
-    if entry is None:
-        raise CommitmentError(f"the commitment log {log} holds no pool of account {account!r}")
-    texts = read_traffic_texts(sample, account)
-    if corpus_digest(texts) != entry["pool_sha256"]:
-        raise CommitmentError(
-            f"account {account!r}'s texts in {sample} are not its last committed pool (record "
-            f"{entry['index']}): the sample changed since; flush it (which commits it) first"
-        )
-    drawn = key.with_audit(texts, embed, audit_round=audit_round, **options)
-    pool = {name: entry[name] for name in ("index", "time", "account", "n_texts", "digest")}
-    return drawn.replace(info={**drawn.info, "audit_pool": pool})
-
-
 @dataclasses.dataclass(frozen=True)
 class PoolTie:
     """What :func:`pool_tie` found: ``tied`` when the key's audit corpus is a pool the
@@ -250,3 +212,88 @@ def pool_tie(info: Mapping[str, Any], log: str | os.PathLike[str], started: str)
         if record["account"] == entry["account"] and record["time"] < started
     )
     return PoolTie(True, entry=entry, later=later, **found)
+
+
+def pool_findings(
+    key: Any,
+    started: str,
+    pool_log: str | os.PathLike[str] | None,
+    accept_auditor_pool: bool,
+) -> Findings:
+    """Whether the audit ``key`` holds had its texts fixed before any answer was seen
+    (the audit began at ``started``), and by what: the key's own commitment, or a pool
+    committed in the log at ``pool_log``; without either it fails, unless
+    ``accept_auditor_pool`` takes the auditor's word (then it is "not proved")."""
+    shared = key
+    info = shared.info
+    if "audit_corpus_sha256" not in info:  # the key's own audit, drawn at keygen
+        return Findings(
+            proved=(
+                "the audit's texts are the key's own (round 1), drawn at keygen and bound by "
+                f"the key's commitment ({shared.commitment()})",
+            ),
+            not_proved=(
+                "that the key's commitment was published before the suspect was asked: "
+                "compare it with the one published (and timestamped) at keygen",
+            ),
+        )
+    drawn = (
+        f"the audit (round {shared.audit_round}) was drawn from a corpus of "
+        f"{info.get('audit_corpus_texts')} texts (sha256 {info.get('audit_corpus_sha256')})"
+    )
+    if pool_log is None:
+        why = (
+            "no commitment log was given (--pool-log SAMPLE.commitments)"
+            if "audit_pool" in info
+            else "the key names no committed pool: the corpus was handed to key.with_audit, "
+            "not drawn by with_committed_audit from a pool espew serve committed"
+        )
+    else:
+        tie = pool_tie(info, pool_log, started)
+        if tie.tied and tie.entry is not None:
+            return _tied(drawn, tie, started)
+        why = tie.problem
+    text = (
+        f"{drawn}, and nothing ties that corpus to a pool committed before the suspect was "
+        f"asked ({why}); an auditor that has seen the suspect's answers can choose texts "
+        "that lean its way, and the p-value is exact only if it did not"
+    )
+    if accept_auditor_pool:
+        return Findings(
+            not_proved=(
+                f"that the audit's texts were fixed before any answer: taken on the auditor's "
+                f"word (accept_auditor_pool): {text}",
+            )
+        )
+    return Findings(
+        failure=f"the audit's texts are not tied to a commitment: {text}. Give the server's "
+        "commitment log (--pool-log), or --accept-auditor-pool to take the auditor's word"
+    )
+
+
+def _tied(drawn: str, tie: PoolTie, started: str) -> Findings:
+    """What a re-drawn audit tied to a committed pool proves, and what it does not."""
+    entry = tie.entry
+    assert entry is not None
+    return Findings(
+        proved=(
+            f"{drawn}: account {entry['account']!r}'s traffic pool, committed at "
+            f"{entry['time']} (record {entry['index']} of a commitment log whose chain "
+            f"holds, {tie.n_records} records, head {tie.head}), before the audit began "
+            f"at {started}; the key's keyed draw takes the audit from exactly that pool",
+        ),
+        not_proved=(
+            "when the commitment log's records were written: its chain is the server "
+            "operator's (the provider's); an anchor of its head (a timestamp, or the "
+            "head handed to a third party) is what proves the pool predates the audit",
+            *(
+                [
+                    f"why that record: the account's pool was committed again {tie.later} "
+                    "time(s) after it and before the audit began (the auditor chose "
+                    "among them)"
+                ]
+                if tie.later
+                else []
+            ),
+        ),
+    )
