@@ -20,11 +20,8 @@ import pytest
 from espew_integrations import verify
 from espew_integrations.cli import main
 from espew_integrations.core.ground.errors import KeyGenerationError
-from espew_integrations.core.records.traffic_commitments import (
-    commitments_path,
-    with_committed_audit,
-)
-from espew_integrations.core.records.traffic_sample import TrafficSample
+from espew_integrations.core.records.traffic_commitments import commitments_path
+from espew_integrations.core.records.traffic_sample import TrafficSample, with_committed_audit
 from espew_integrations.core.records.transcript import TRANSCRIPT_FILE, read_transcript
 from espew_integrations.evidence import check_evidence
 from tests.support import RT_SUBSET_SIZE
@@ -88,12 +85,13 @@ def test_the_cherry_picking_auditor_is_refused(traffic, committed, key, minilm_m
     report = verify(minilm_model, framed, transcript=private)
     honest = verify(minilm_model, key.with_audit(texts[:N_POOL], minilm_model, audit_round=2))
     assert report.p_value < honest.p_value * 1e-3, (report.p_value, honest.p_value)
+    print(f"picked: {report.status} p={report.p_value:.3g}; honest p={honest.p_value:.3g}")
 
     # ...and the arbiter refuses it
     check = check_evidence(private, framed, pool_log=commitments_path(committed))
     assert not check.holds and check.replayed_status == report.status
     assert "the audit's texts are not tied to a commitment" in check.reason
-    assert "the key names no committed pool" in check.reason
+    assert "names no committed pool" in check.reason
     taken = check_evidence(private, framed, accept_auditor_pool=True)
     assert taken.holds
     assert any("taken on the auditor's word" in line for line in taken.not_proved)

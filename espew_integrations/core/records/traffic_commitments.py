@@ -16,12 +16,14 @@ it, and the audit drawn from that pool by a rule nobody can steer:
   corpus), the time, and the SHA-256 chain (each record's ``digest`` covers the
   previous one's), so no entry can be changed, removed or back-dated without
   rebuilding every later one.
-- **The public draw.** :func:`.traffic_sample.with_committed_audit` takes an account's latest
-  committed pool, checks it is the sample file's, and draws the audit from
-  exactly that pool with the key's own keyed draw (the same pool always gives the
-  same audit); the key's ``info["audit_pool"]`` names the entry. The auditor's only
-  remaining choices are the round (paid for: a round-``k`` p-value is multiplied by
-  ``k``) and the entry, which the evidence check shows beside the account's others.
+- **The public draw.** :func:`.traffic_sample.with_committed_audit` takes an
+  account's latest committed pool, checks it is the sample file's, and draws the
+  audit from exactly that pool with the key's own keyed draw (the same pool and
+  options always give the same audit); the key's ``info["audit_pool"]`` names the
+  entry. The auditor's remaining choices: the round (paid for: a round-``k``
+  p-value is multiplied by ``k``), the entry (the evidence check counts the
+  account's later ones), and ``with_audit``'s options (the audit's size, the
+  probe mix), which the key records but nothing yet fixes in advance.
 - **The check.** :func:`pool_tie` says whether a key's re-drawn audit is tied to
   an entry of a chain that holds, committed before the audit began
   (:func:`.evidence_check.check_evidence` refuses a re-drawn audit it cannot tie,
