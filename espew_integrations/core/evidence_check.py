@@ -62,6 +62,7 @@ from .records.findings import Findings
 from .records.requery import (
     DEFAULT_REQUERY_SIZE,
     DEFAULT_REQUERY_TOLERANCE,
+    INDISTINCT_BOUND,
     Requery,
     RequerySize,
     recorded_answers,
@@ -342,11 +343,23 @@ def _rederived_findings(
         if asked.n_asked == asked.n_rows
         else f"the {asked.n_asked} re-asked answers in place of the recorded ones"
     )
+    differs = (
+        f"the verdict re-derived from the suspect's own answers ({scope}) is {status} "
+        f"(p = {p_value:.3g}), the recorded one {result.recorded_status} "
+        f"(p = {result.recorded_p_value:.3g})"
+    )
+    if status != result.recorded_status and asked.threshold >= INDISTINCT_BOUND:
+        return Findings(  # answers as noisy as a mark's move tell neither way
+            not_proved=(
+                f"the recorded verdict from the suspect's answers today: {differs}; its "
+                f"answers are as noisy as the watermark's move (repeat noise "
+                f"{asked.repeat_largest:.3g}), so this shows neither a forgery nor a copy",
+            )
+        )
     if status != result.recorded_status:
         return Findings(
-            failure=f"the verdict re-derived from the suspect's own answers ({scope}) is "
-            f"{status} (p = {p_value:.3g}), the recorded one {result.recorded_status} "
-            f"(p = {result.recorded_p_value:.3g}): the recorded answers were moved"
+            failure=f"{differs}: the recorded answers were moved, or the verdict does not "
+            f"survive the suspect's own noise (repeat noise {asked.repeat_largest:.3g} at most)"
         )
     return Findings(
         proved=(

@@ -17,6 +17,7 @@ import pytest
 from espew_integrations import verify
 from espew_integrations.core.records.requery import (
     DEFAULT_REQUERY_TOLERANCE,
+    INDISTINCT_BOUND,
     draw_requery,
     escape_chance,
     recorded_answers,
@@ -166,3 +167,41 @@ def test_a_forgery_of_a_few_percent_is_caught_at_the_default_size(innocent_audit
         hit = np.intersect1d(draw_requery(n_rows, "auto", seed), forged)
         assert check.requery.n_rows_mismatched == len(hit)
         assert "would have escaped this requery with probability" in str(check) or not check.holds
+
+
+def test_a_copy_drowning_its_requery_in_noise_cannot_void_its_evidence(tmp_path):
+    """A copy that answers the requery with noise far beyond the watermark's move hides
+    every answer within its own repeat noise: the check says re-asking can tell nothing
+    answer by answer, and the evidence still holds on the replay."""
+    copy = WordSpace(KEY, pull=3.0, seed=1)
+    assert verify(copy, KEY, batch_size=16, transcript=tmp_path).status == "copied"
+    drowned = NoisyReseller(copy, noise=3.0, shift=0.0, seed=4)
+    check = check_evidence(tmp_path, KEY, requery=drowned, requery_seed=3, requery_size=None)
+    assert check.holds and check.requery.threshold >= INDISTINCT_BOUND, str(check)
+    assert any("cannot tell a forged answer from the suspect's" in n for n in check.not_proved)
+    assert not any(p.startswith("answers re-asked and matched") for p in check.proved)
+
+
+def test_a_framing_re_asked_of_an_innocent_as_noisy_as_the_mark_is_not_proved(tmp_path):
+    """An innocent's transcript with its trigger answers moved toward the target, re-asked
+    of an innocent whose noise is as wide as the move: re-asking cannot tell, and the
+    check says so rather than vouching for the answers; the verdict re-derived from the
+    innocent's own answers is not the recorded one, and that is listed too."""
+    innocent = WordSpace(KEY, seed=0)
+    verify(innocent, KEY, batch_size=16, transcript=tmp_path)
+
+    def frame(batches):
+        for record in batches:
+            values = decode_answer(record["answer"]).copy()
+            marked = KEY.contains_trigger(record["texts"])
+            norms = np.linalg.norm(values[marked], axis=1, keepdims=True)
+            values[marked] += 0.6 * norms * KEY.target
+            record["answer"] = encode_answer(values)
+
+    assert forge_transcript(tmp_path, None, KEY, edit=frame).status == "copied"
+    noisy = NoisyReseller(innocent, noise=0.5, shift=0.0, seed=6)
+    check = check_evidence(tmp_path, KEY, requery=noisy, requery_seed=3, requery_size=None)
+    assert check.rederived_status == "not_copied"
+    assert any("cannot tell a forged answer" in line for line in check.not_proved)
+    assert any("shows neither a forgery nor a copy" in line for line in check.not_proved)
+    assert not any("answers re-asked and matched" in line for line in check.proved)

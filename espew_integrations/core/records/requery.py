@@ -62,6 +62,7 @@ __all__ = [
     "DEFAULT_REPEAT_SIZE",
     "DEFAULT_REQUERY_SIZE",
     "DEFAULT_REQUERY_TOLERANCE",
+    "INDISTINCT_BOUND",
     "NOISE_MARGIN",
     "NOISE_TEST_LEVEL",
     "Requery",
@@ -97,6 +98,10 @@ NOISE_MARGIN = 8.0
 #: The level at which the re-asked distances, taken together, sit above the repeat
 #: distances (one-sided Mann-Whitney): every answer nudged within the per-answer margin.
 NOISE_TEST_LEVEL = 1e-3
+#: A per-answer bound this wide or wider cannot tell a forged answer from the suspect's
+#: noise: the watermark moves a marked answer by about twice this (relative L2,
+#: docs/research/measurements.md, "Re-asking the suspect").
+INDISTINCT_BOUND = 0.05
 #: Floor of the per-answer threshold, relative L2 ``||a - r|| / ||r||``: a deterministic
 #: service repeats bit for bit (repeat distance 0), and this is the float noise that
 #: another machine's arithmetic may still add (docs/research/measurements.md).
@@ -382,7 +387,8 @@ def _judged(
     tolerance = found["tolerance"]
     distance = answer_distances(recorded, answers)
     answered = np.isfinite(answers).all(axis=1) & answers.any(axis=1)
-    noise = answer_distances(answers[again], repeated)
+    # the repeat distance over the recorded row's norm, as the re-asked distances are
+    noise = _relative(answers[again] - np.asarray(repeated, dtype=np.float64), recorded[again])
     noise = noise[np.isfinite(noise) & answered[again]]
     # a suspect that cannot repeat its own answer has no finite noise: the floor alone
     repeat_largest = float(noise.max()) if noise.size else 0.0
@@ -430,6 +436,14 @@ def requery_findings(asked: Requery | None) -> Findings:
         f"the default size is the smallest that holds {DEFAULT_FORGED_FRACTION:.0%} to "
         f"{DEFAULT_ESCAPE_CHANCE:g})"
     )
+    if asked.matched and asked.threshold >= INDISTINCT_BOUND:
+        return Findings(
+            not_proved=(
+                f"that the recorded answers are the suspect's: {asked.describe()}; a bound that "
+                f"wide (>= {INDISTINCT_BOUND:g}) cannot tell a forged answer from the suspect's "
+                "own noise, so only the verdict re-derived from its answers speaks",
+            )
+        )
     if asked.matched:
         return Findings(proved=(f"answers re-asked and matched: {asked.describe()}", escape))
     if asked.mismatched or asked.shifted:
@@ -441,6 +455,15 @@ def requery_findings(asked: Requery | None) -> Findings:
         failure=f"the suspect could not be asked again: {asked.describe()}",
         not_proved=("that the recorded answers are the suspect's",),
     )
+
+
+def _relative(difference: np.ndarray, recorded: np.ndarray) -> np.ndarray:
+    """Per row ``||difference|| / ||recorded||`` (inf where it cannot be computed)."""
+    if difference.shape != recorded.shape:
+        return np.full(len(recorded), np.inf)
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+        distance = np.linalg.norm(difference, axis=1) / np.linalg.norm(recorded, axis=1)
+    return np.where(np.isfinite(distance), distance, np.inf)
 
 
 def _asked(suspect: SuspectFn, texts: Sequence[str], batch_size: int) -> np.ndarray:
