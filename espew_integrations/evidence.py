@@ -70,7 +70,7 @@ from .core.evidence_check import EvidenceCheck
 from .core.evidence_check import check_evidence as _check_transcript
 from .core.ground.safe_dir import SafeDirectory
 from .core.ground.untrusted import printable
-from .core.records.requery import DEFAULT_REQUERY_SIZE, DEFAULT_REQUERY_TOLERANCE
+from .core.records.requery import DEFAULT_REQUERY_SIZE, DEFAULT_REQUERY_TOLERANCE, RequerySize
 from .core.records.transcript import TRANSCRIPT_FILE
 
 __all__ = [
@@ -105,24 +105,25 @@ def check_evidence(
     public: str | os.PathLike[str] | None = None,
     requery: Any = None,
     requery_name: str = "",
-    requery_size: int | None = DEFAULT_REQUERY_SIZE,
+    requery_size: RequerySize = DEFAULT_REQUERY_SIZE,
     requery_seed: int | None = None,
     requery_tolerance: float = DEFAULT_REQUERY_TOLERANCE,
     tsa_ca: str | os.PathLike[str] | None = None,
     require_timestamp: bool = False,
+    pool_log: str | os.PathLike[str] | None = None,
+    accept_auditor_pool: bool = False,
 ) -> EvidenceCheck:
     """Check an audit's transcript, as an arbiter who distrusts the auditor would.
 
     :func:`espew_integrations.core.evidence_check.check_evidence` (chain, digests,
-    key, replay), plus: with ``requery`` (any suspect ``verify`` takes: a callable,
-    an :class:`~espew_integrations.OpenAIEndpoint`, a LangChain or LlamaIndex
-    embedder...) ``requery_size`` recorded texts (every one for None), drawn from
-    ``requery_seed`` (fresh and reported when None), are asked again and must be
-    answered as recorded within ``requery_tolerance``; a timestamp in the commit
-    record is verified, its signature against ``tsa_ca`` (the TSA's CA certificate,
-    with the ``openssl`` command) when given. ``require_timestamp`` fails a
-    transcript without a verified timestamp. ``str(result)`` lists what was and
-    was not proved.
+    key, replay, where the texts came from: ``pool_log``, ``accept_auditor_pool``),
+    plus: ``requery`` is any suspect ``verify`` takes (a callable, an
+    :class:`~espew_integrations.OpenAIEndpoint`, a LangChain or LlamaIndex
+    embedder...), re-asked ``requery_size`` texts ("auto": enough that a forgery of
+    1% of the answers escapes with probability at most 0.1%; None: every one) and
+    judged within its own repeat noise; a timestamp is verified, its signature
+    against ``tsa_ca`` (the TSA's CA certificate, with the ``openssl`` command).
+    ``str(result)`` lists what was and was not proved.
 
     >>> check_evidence("private/", key, requery=OpenAIEndpoint(url, "m"),   # doctest: +SKIP
     ...                tsa_ca="tsa-ca.pem").holds
@@ -150,6 +151,8 @@ def check_evidence(
         requery_tolerance=requery_tolerance,
         timestamp_check=timestamp_check,
         require_timestamp=require_timestamp,
+        pool_log=pool_log,
+        accept_auditor_pool=accept_auditor_pool,
     )
 
 

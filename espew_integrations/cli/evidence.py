@@ -6,7 +6,8 @@ reports carry, and replaying its answers through the audit's own pipeline must
 give the recorded verdict and p-value (:mod:`espew_integrations.core.evidence_check`).
 An arbiter who distrusts the auditor adds ``--requery SUSPECT`` (the suspect is
 asked a keyed random subset of the recorded texts again, and must answer as
-recorded) and ``--tsa-ca CA.pem`` (the timestamp taken before the verdict must be
+recorded within its own repeat noise; the verdict is re-derived from its
+answers) and ``--tsa-ca CA.pem`` (the timestamp taken before the verdict must be
 over this transcript and signed by that TSA). The output ends with what was and
 was not proved. Exit code 0: the evidence holds; 1: it does not (the reason is
 printed: chain broken at a record, an answer changed, the p-value differs, the
@@ -50,7 +51,7 @@ example:
   An arbiter who distrusts the auditor also re-asks the suspect and checks the
   timestamp taken before the verdict (espew verify --timestamp-url):
   espew evidence check private/ --key provider.key \
-      --requery openai:https://api.example.com/v1#their-model --requery-size 200 \
+      --requery openai:https://api.example.com/v1#their-model \
       --tsa-ca tsa-ca.pem --require-timestamp
 
   Exit code 0: the transcript is intact, is this key's audit, replaying it gives
@@ -88,12 +89,16 @@ def register(subparsers: Any) -> None:
         "other side: its transcript_digest must be this transcript's",
     )
     _add_arbiter_flags(check)
+    _add_anchor_flags(check)
     add_endpoint_flags(check, verify=True)
     check.set_defaults(func=run_check, batch_size=DEFAULT_BATCH_SIZE)
 
 
-def _requery_size(text: str) -> int | None:
-    return None if text.strip().lower() == "all" else positive_int(text)
+def _requery_size(text: str) -> int | str | None:
+    word = text.strip().lower()
+    if word in ("all", "auto"):
+        return None if word == "all" else word
+    return positive_int(text)
 
 
 def _tolerance(text: str) -> float:
@@ -123,7 +128,9 @@ def _add_arbiter_flags(check: argparse.ArgumentParser) -> None:
         type=_requery_size,
         default=DEFAULT_REQUERY_SIZE,
         metavar="N",
-        help=f"texts re-asked (default {DEFAULT_REQUERY_SIZE}; 'all' for every recorded text)",
+        help="texts re-asked: a number, 'all', or 'auto' (the default: the fewest for which a "
+        "forgery of 1%% of the answers escapes with probability at most 0.1%%, hypergeometric; "
+        "the check prints the escape chance for the size used)",
     )
     check.add_argument(
         "--requery-seed",
@@ -138,8 +145,27 @@ def _add_arbiter_flags(check: argparse.ArgumentParser) -> None:
         type=_tolerance,
         default=DEFAULT_REQUERY_TOLERANCE,
         metavar="REL",
-        help="largest ||answer - recorded|| / ||recorded|| that counts as the same answer "
-        f"(default {DEFAULT_REQUERY_TOLERANCE:g})",
+        help="the floor of the per-answer bound ||answer - recorded|| / ||recorded||: the "
+        "bound is the larger of this and a margin over the suspect's own repeat noise, "
+        f"measured by asking some texts twice (default {DEFAULT_REQUERY_TOLERANCE:g})",
+    )
+
+
+def _add_anchor_flags(check: argparse.ArgumentParser) -> None:
+    """The checks of where the texts came from and when the records existed."""
+    check.add_argument(
+        "--pool-log",
+        metavar="SAMPLE.commitments",
+        default=None,
+        help="the commitment log espew serve writes beside its traffic sample: an audit "
+        "re-drawn from a corpus (key reaudit, key.with_audit) must have been drawn from a pool "
+        "it committed before the audit began",
+    )
+    check.add_argument(
+        "--accept-auditor-pool",
+        action="store_true",
+        help="take the auditor's word that a re-drawn audit's texts were chosen before any "
+        "answer was seen (listed under 'not proved' instead of failing the check)",
     )
     check.add_argument(
         "--tsa-ca",
@@ -171,6 +197,8 @@ def run_check(args: argparse.Namespace) -> int:
             f"no transcript in {args.private_dir} (the audit writes {TRANSCRIPT_FILE} into "
             "its --private-report-dir)"
         )
+    if args.pool_log and not Path(args.pool_log).is_file():
+        raise UsageError(f"--pool-log: no commitment log at {args.pool_log}")
     if args.tsa_ca and not Path(args.tsa_ca).is_file():
         raise UsageError(f"--tsa-ca: no CA certificate at {args.tsa_ca}")
     suspect, name = None, ""
@@ -192,6 +220,8 @@ def run_check(args: argparse.Namespace) -> int:
             requery_tolerance=args.requery_tolerance,
             tsa_ca=args.tsa_ca,
             require_timestamp=args.require_timestamp,
+            pool_log=args.pool_log,
+            accept_auditor_pool=args.accept_auditor_pool,
         )
     finally:
         close = getattr(suspect, "close", None)

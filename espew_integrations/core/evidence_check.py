@@ -23,8 +23,11 @@ wrote the transcript and can chain anything (``chain_records``). Two more checks
 do not rest on the auditor:
 
 4. **the answers are the suspect's** (``requery=SUSPECT``): a keyed random subset
-   of the recorded texts is asked again and must be answered as recorded
-   (:mod:`.requery`);
+   of the recorded texts, sized so that a forgery of 1% of the answers escapes
+   with probability at most 0.1%, is asked again and must be answered as recorded
+   within the suspect's own repeat noise (:mod:`.requery`); and the verdict is
+   re-derived from the suspect's own answers (the re-asked ones put in place of
+   the recorded ones and the audit replayed): it must be the recorded verdict;
 5. **the records were fixed before the verdict, and when**: the commit record's
    anchors, given the commitment before anything was scored. A timestamp's token
    must be over this transcript's commitment (``timestamp_check`` verifies its
@@ -54,12 +57,25 @@ from .ground.defaults import DEFAULT_BATCH_SIZE
 from .ground.errors import SuspectError
 from .keys.key import WatermarkKey
 from .keys.keyring import KeyRing
-from .records.requery import DEFAULT_REQUERY_SIZE, DEFAULT_REQUERY_TOLERANCE, Requery, requery
+from .records.anchors import TimestampCheck, anchor_findings
+from .records.findings import Findings
+from .records.requery import (
+    DEFAULT_REQUERY_SIZE,
+    DEFAULT_REQUERY_TOLERANCE,
+    INDISTINCT_BOUND,
+    Requery,
+    RequerySize,
+    recorded_answers,
+    requery,
+    requery_findings,
+)
+from .records.traffic_commitments import pool_findings
 from .records.transcript import (
     TRANSCRIPT_FILE,
     Transcript,
     TranscriptError,
     decode_answer,
+    encode_answer,
     read_transcript,
     recorded_float,
 )
@@ -75,27 +91,6 @@ P_VALUE_TOLERANCE = 1e-9
 _PRIVATE_REPORTS = ("PRIVATE-word-scores.json", "PRIVATE-trace.json")
 #: The public files that may carry the digest (a trace's is in its shared report).
 _PUBLIC_REPORTS = ("report.json",)
-
-
-@dataclasses.dataclass(frozen=True)
-class Findings:
-    """What one check established: lines ``proved``, lines ``not_proved``, and a
-    ``failure`` ('' if none) that makes the evidence not hold."""
-
-    proved: tuple[str, ...] = ()
-    not_proved: tuple[str, ...] = ()
-    failure: str = ""
-
-    def __add__(self, other: Findings) -> Findings:
-        return Findings(
-            self.proved + other.proved,
-            self.not_proved + other.not_proved,
-            self.failure or other.failure,
-        )
-
-
-#: Verifies a commit record's ``timestamp`` anchor against the commitment.
-TimestampCheck = Callable[[dict, str], Findings]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -119,6 +114,8 @@ class EvidenceCheck:
     proved: tuple[str, ...] = ()
     not_proved: tuple[str, ...] = ()
     requery: Requery | None = None
+    rederived_status: str = ""
+    rederived_p_value: float = math.nan
 
     def __bool__(self) -> bool:
         return self.holds
@@ -135,6 +132,11 @@ class EvidenceCheck:
         if self.replayed_status:
             lines.append(
                 f"  replayed          : {self.replayed_status}, p = {self.replayed_p_value:.6g}"
+            )
+        if self.rederived_status:
+            lines.append(
+                f"  re-derived        : {self.rederived_status}, p = {self.rederived_p_value:.6g}"
+                " (from the suspect's re-asked answers)"
             )
         if self.proved:
             lines += ["  proved:", *(f"    - {line}" for line in self.proved)]
@@ -194,11 +196,13 @@ def check_evidence(
     public: str | os.PathLike[str] | None = None,
     requery_suspect: Callable[[list[str]], object] | None = None,
     requery_name: str = "",
-    requery_size: int | None = DEFAULT_REQUERY_SIZE,
+    requery_size: RequerySize = DEFAULT_REQUERY_SIZE,
     requery_seed: int | None = None,
     requery_tolerance: float = DEFAULT_REQUERY_TOLERANCE,
     timestamp_check: TimestampCheck | None = None,
     require_timestamp: bool = False,
+    pool_log: str | os.PathLike[str] | None = None,
+    accept_auditor_pool: bool = False,
 ) -> EvidenceCheck:
     """Check an audit's transcript in ``private_dir`` against ``key`` (a ring for a trace).
 
@@ -207,19 +211,15 @@ def check_evidence(
     same directory and the ``public`` report (a file or directory, optional) carry,
     that it is ``key``'s audit, and replays it through the audit's own pipeline.
 
-    With ``requery_suspect`` (the suspect as a callable ``list[str] -> rows``,
-    named ``requery_name``), ``requery_size`` recorded texts (every one for None)
-    drawn from ``requery_seed`` (fresh when None) are asked again and must match
-    within ``requery_tolerance`` (:mod:`.requery`). The commit record's anchors
-    are checked when present: a timestamp's token must be over the commitment, and
-    ``timestamp_check`` verifies its signature (else it is reported unverified);
-    ``require_timestamp`` makes a transcript without a verified timestamp fail.
+    With ``requery_suspect`` (named ``requery_name``), ``requery_size`` texts drawn
+    from ``requery_seed`` are asked again, judged within the suspect's repeat noise
+    (``requery_tolerance`` at least) and the verdict re-derived (:mod:`.requery`).
+    ``timestamp_check`` verifies a timestamp anchor's signature; ``require_timestamp``
+    fails without one. A re-drawn audit must be tied to a pool in the log
+    ``pool_log`` unless ``accept_auditor_pool`` (:func:`.pool_findings`).
 
     Returns an :class:`EvidenceCheck`; raises only when nothing can be read
     (``OSError``, or ``ValueError`` for a file that is not a transcript at all).
-
-    >>> check_evidence("private/", WatermarkKey.load("provider.key")).holds  # doctest: +SKIP
-    True
     """
     folder = Path(private_dir)
     path = folder if folder.is_file() else folder / TRANSCRIPT_FILE
@@ -231,7 +231,8 @@ def check_evidence(
     if not result.holds:
         return result
     findings = _replayed_findings(transcript, public is not None)
-    findings += _anchor_findings(transcript, timestamp_check, require_timestamp)
+    findings += _texts_findings(transcript, key, pool_log, accept_auditor_pool)
+    findings += anchor_findings(transcript, timestamp_check, require_timestamp)
     asked = None
     if requery_suspect is not None:
         asked = requery(
@@ -243,8 +244,23 @@ def check_evidence(
             batch_size=_recorded_batch_size(transcript),
             suspect_name=requery_name,
         )
-    findings += _requery_findings(transcript, asked)
-    return _concluded(result, findings, asked)
+    findings += requery_findings(asked)
+    rederived = _rederived(transcript, key, asked, findings)
+    if rederived is not None:
+        findings += _rederived_findings(result, asked, rederived)
+    return _concluded(result, findings, asked, rederived)
+
+
+def _texts_findings(
+    transcript: Transcript,
+    key: WatermarkKey | KeyRing,
+    pool_log: str | os.PathLike[str] | None,
+    accept_auditor_pool: bool,
+) -> Findings:
+    """Where the audit's texts came from (:func:`.traffic_commitments.pool_findings`)."""
+    shared = key.shared_key if isinstance(key, KeyRing) else key
+    started = str(transcript.header.get("started", ""))
+    return pool_findings(shared, started, pool_log, accept_auditor_pool)
 
 
 def _replayed_findings(transcript: Transcript, against_public: bool) -> Findings:
@@ -269,8 +285,14 @@ def _replayed_findings(transcript: Transcript, against_public: bool) -> Findings
     )
 
 
-def _concluded(result: EvidenceCheck, findings: Findings, asked: Requery | None) -> EvidenceCheck:
+def _concluded(
+    result: EvidenceCheck,
+    findings: Findings,
+    asked: Requery | None,
+    rederived: tuple[str, float] | None = None,
+) -> EvidenceCheck:
     """The replay's ``result`` with every finding: it holds unless one failed."""
+    status, p_value = rederived or ("", math.nan)
     return dataclasses.replace(
         result,
         holds=not findings.failure,
@@ -278,6 +300,72 @@ def _concluded(result: EvidenceCheck, findings: Findings, asked: Requery | None)
         proved=findings.proved,
         not_proved=findings.not_proved,
         requery=asked,
+        rederived_status=status,
+        rederived_p_value=p_value,
+    )
+
+
+def _rederived(
+    transcript: Transcript, key: WatermarkKey | KeyRing, asked: Requery | None, found: Findings
+) -> tuple[str, float] | None:
+    """The verdict the audit gives with the suspect's re-asked answers in place of the
+    recorded ones (None when it was not re-asked, or the evidence already failed, or
+    they cannot stand in: some were not answered, or in another dimension)."""
+    if asked is None or found.failure:
+        return None
+    recorded = recorded_answers(transcript)
+    rows = recorded.rows[asked.chosen]
+    if asked.n_answered != asked.n_asked or asked.answers.shape != rows.shape:
+        return None
+    batches = [dict(record) for record in transcript.batches]
+    where = {int(record.get("record", -1)): i for i, record in enumerate(batches)}
+    edited: dict[int, np.ndarray] = {}
+    for index, answer in zip(asked.chosen, asked.answers, strict=True):
+        batch = where[int(recorded.records[index])]
+        if batch not in edited:
+            edited[batch] = decode_answer(batches[batch]["answer"]).copy()
+        edited[batch][recorded.positions[index]] = answer
+    for batch, values in edited.items():
+        batches[batch]["answer"] = encode_answer(values)
+    replay = _Replay(batches)
+    status, p_value, _ = _replayed(transcript, replay, key)
+    return None if replay.unused() else (status, p_value)
+
+
+def _rederived_findings(
+    result: EvidenceCheck, asked: Requery | None, rederived: tuple[str, float]
+) -> Findings:
+    """What the verdict re-derived from the suspect's own answers says of the recorded one."""
+    assert asked is not None
+    status, p_value = rederived
+    scope = (
+        "every recorded answer replaced by the suspect's own"
+        if asked.n_asked == asked.n_rows
+        else f"the {asked.n_asked} re-asked answers in place of the recorded ones"
+    )
+    differs = (
+        f"the verdict re-derived from the suspect's own answers ({scope}) is {status} "
+        f"(p = {p_value:.3g}), the recorded one {result.recorded_status} "
+        f"(p = {result.recorded_p_value:.3g})"
+    )
+    if status != result.recorded_status and asked.threshold >= INDISTINCT_BOUND:
+        return Findings(  # answers as noisy as a mark's move tell neither way
+            not_proved=(
+                f"the recorded verdict from the suspect's answers today: {differs}; its "
+                f"answers are as noisy as the watermark's move (repeat noise "
+                f"{asked.repeat_largest:.3g}), so this shows neither a forgery nor a copy",
+            )
+        )
+    if status != result.recorded_status:
+        return Findings(
+            failure=f"{differs}: the recorded answers were moved, or the verdict does not "
+            f"survive the suspect's own noise (repeat noise {asked.repeat_largest:.3g} at most)"
+        )
+    return Findings(
+        proved=(
+            f"the verdict re-derived from the suspect's own answers ({scope}) is the recorded "
+            f"one: {status}, p = {p_value:.3g}",
+        )
     )
 
 
@@ -305,119 +393,6 @@ def _recorded_batch_size(transcript: Transcript) -> int:
     """The batch size the audit asked with (the default for a transcript without one)."""
     settings = transcript.header.get("settings") or {}
     return int(settings.get("batch_size") or DEFAULT_BATCH_SIZE)
-
-
-def _anchor_findings(
-    transcript: Transcript, timestamp_check: TimestampCheck | None, require_timestamp: bool
-) -> Findings:
-    """What the commit record and its anchors prove, or why they fail."""
-    commit = transcript.commit
-    if commit is None:
-        missing = Findings(
-            not_proved=(
-                "that the answers were fixed before the verdict: the transcript has no commit "
-                "record (written by an older version)",
-            )
-        )
-        return missing + _required(require_timestamp, "it has no commit record")
-    anchors = commit.get("anchors") or {}
-    found = Findings(
-        proved=(
-            f"the commitment {transcript.commitment} over every text and answer is recorded "
-            "before the verdict (by the auditor's own code: an anchor below proves it to others)",
-        )
-    )
-    stamp = anchors.get("timestamp")
-    if not isinstance(stamp, dict):
-        found += Findings(
-            not_proved=(
-                "when the records existed: no timestamp (espew verify --timestamp-url URL); "
-                "records could have been rewritten and the chain rebuilt at any time",
-            )
-        )
-        found += _required(require_timestamp, "no timestamp was taken")
-    elif "error" in stamp:
-        found += Findings(
-            not_proved=(f"when the records existed: the timestamp failed: {stamp['error']}",)
-        )
-        found += _required(require_timestamp, "its timestamp failed")
-    elif timestamp_check is None:
-        found += Findings(
-            not_proved=(
-                "when the records existed: a timestamp is recorded but was not verified "
-                "(espew_integrations.evidence.check_evidence or espew evidence check do)",
-            )
-        )
-        found += _required(require_timestamp, "its timestamp was not verified")
-    else:
-        checked = timestamp_check(stamp, transcript.commitment)
-        found += checked
-        if not checked.proved and not checked.failure:
-            found += _required(require_timestamp, "its timestamp's signature was not checked")
-    return found + _suspect_anchor(transcript, anchors.get("suspect"))
-
-
-def _required(require_timestamp: bool, why: str) -> Findings:
-    if not require_timestamp:
-        return Findings()
-    return Findings(failure=f"a verified timestamp is required, and {why}")
-
-
-def _suspect_anchor(transcript: Transcript, sent: object) -> Findings:
-    """What the digest sent to the suspect proves (only the suspect's logs can confirm it)."""
-    if not isinstance(sent, dict):
-        return Findings(
-            not_proved=(
-                "that the suspect was told the commitment: it was not sent (--send-digest)",
-            )
-        )
-    if sent.get("digest") != transcript.commitment:
-        return Findings(
-            failure=f"the digest recorded as sent to the suspect ({sent.get('digest')!r}) is not "
-            "this transcript's commitment: records were edited after it was sent"
-        )
-    if "error" in sent:
-        return Findings(
-            not_proved=(
-                f"that the suspect was told the commitment: sending failed: {sent['error']}",
-            )
-        )
-    return Findings(
-        not_proved=(
-            f"that the suspect received the commitment: the transcript says it was sent in "
-            f"the {sent.get('header')} header at {sent.get('sent')}; only the suspect's own "
-            "logs can confirm it",
-        )
-    )
-
-
-def _requery_findings(transcript: Transcript, asked: Requery | None) -> Findings:
-    """What re-asking the suspect proves, or why the evidence fails (``None``: not asked)."""
-    if asked is None:
-        return Findings(
-            not_proved=(
-                "that the recorded answers are the suspect's: the suspect was not asked again "
-                "(--requery SUSPECT); whoever wrote the transcript could have written any "
-                "answers and chained them",
-            )
-        )
-    if asked.matched:
-        return Findings(
-            proved=(
-                f"answers re-asked and matched: {asked.describe()}",
-                f"a forgery of 10% of the answers would have escaped this with probability "
-                f"{asked.escape_chance(0.1):.2g}, of 1% with {asked.escape_chance(0.01):.2g}",
-            )
-        )
-    if asked.mismatched:
-        return Findings(
-            failure=f"the recorded answers are not the suspect's: {asked.describe()} (forged, "
-            "or the suspect's model changed since the audit)"
-        )
-    return Findings(
-        failure=f"the suspect could not be asked again: {asked.describe()}",
-        not_proved=("that the recorded answers are the suspect's",),
-    )
 
 
 def _fails(transcript: Transcript, reason: str) -> EvidenceCheck:

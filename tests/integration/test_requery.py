@@ -66,9 +66,9 @@ def test_a_forged_conviction_fools_the_replay_but_not_the_requery(cleared, tmp_p
     assert not caught.holds and caught.requery is not None
     assert "the recorded answers are not the suspect's" in caught.reason
     recorded = recorded_answers(read_transcript(private / TRANSCRIPT_FILE))
-    asked = draw_requery(len(recorded.texts), 32, seed=3)
+    asked = draw_requery(len(recorded.texts), "auto", seed=3)  # the default size
     assert caught.requery.mismatched == tuple(sorted(set(recorded.records[asked].tolist())))
-    assert caught.requery.n_rows_mismatched == 32
+    assert caught.requery.n_rows_mismatched == len(asked) == caught.requery.n_asked
     assert f"in records {caught.requery.mismatched[0]}" in caught.reason
 
 

@@ -201,6 +201,20 @@ def test_traffic_sample_keeps_each_tenants_answered_texts_across_workers(
     for api_key in API_KEYS:
         assert api_key not in sample_path.read_text()
     assert oct(sample_path.stat().st_mode & 0o777) == "0o600"
+    # issue 54: each worker's flush committed each tenant's pool, chained, as it collected
+    from espew_integrations.core.keys.keygen import corpus_digest
+    from espew_integrations.core.records.traffic_commitments import (
+        commitments_path,
+        latest_pool,
+        read_commitments,
+    )
+
+    log = commitments_path(sample_path)
+    commitments = read_commitments(log)  # the chain holds across both workers' writes
+    for tenant in sent:
+        kept = [r["text"] for r in rows if r["account"] == tenant]
+        assert latest_pool(commitments, tenant)["pool_sha256"] == corpus_digest(kept)
+    assert "request" not in log.read_text() and oct(log.stat().st_mode & 0o777) == "0o600"
 
 
 def test_without_a_ring_each_api_key_is_an_account_of_its_own(ring, upstream_url, tmp_path):  # noqa: F811

@@ -100,6 +100,11 @@ def record_start(
         settings=settings,
         **extra,
     )
+    info = key.info
+    if "audit_corpus_sha256" in info:  # a re-drawn audit: what its texts were drawn from
+        fields["audit_corpus_sha256"] = info["audit_corpus_sha256"]
+        if isinstance(info.get("audit_pool"), dict):  # and the commitment that fixed them
+            fields["audit_pool"] = info["audit_pool"]
     subject.recorder.expect(audit, suspect, {"name": subject.name, "label": subject.label}, fields)
 
 

@@ -51,6 +51,7 @@ from hashlib import sha256
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from ..audit.recorder import utc_now
 from ..ground.defaults import (
     DEFAULT_SAMPLE_ACCOUNT_BYTES,
     DEFAULT_SAMPLE_FILE_BYTES,
@@ -58,6 +59,14 @@ from ..ground.defaults import (
 )
 from ..ground.errors import InputTypeError
 from ..ground.text import window_prefix
+from ..keys.keygen import corpus_digest
+from .traffic_commitments import (
+    CommitmentError,
+    append_commitments,
+    commitments_path,
+    latest_pool,
+    read_commitments,
+)
 from .traffic_store import (
     MAX_TEXT_BYTES_LIMIT,
     SampleState,
@@ -86,6 +95,7 @@ __all__ = [
     "read_traffic_texts",
     "stored_text",
     "traffic_account_id",
+    "with_committed_audit",
 ]
 
 #: Texts kept per account: enough for several independent audit rounds of the
@@ -224,7 +234,9 @@ class TrafficSample:
         return self._dirty and self._clock() - self._last_flush >= self.flush_seconds
 
     def flush(self) -> Path:
-        """Merge this process's sample with the file's, drop expired texts, rewrite it (0600).
+        """Merge this process's sample with the file's, drop expired texts, rewrite it (0600),
+        and commit each account's pool that changed to the chained log beside it
+        (:mod:`.traffic_commitments`: what a traffic audit's texts are tied to).
 
         The file's accounts are merged first, so at the whole-file cap an account
         already in the file keeps its place.
@@ -238,6 +250,11 @@ class TrafficSample:
                 if self.retention_days is not None:
                     merged.drop_older_than(self._today() - self.retention_days)
                 write_records(self.path, merged.records())
+                pools = [
+                    (account, [text for _, text, _ in reservoir.sorted()])
+                    for account, reservoir in merged.accounts.items()
+                ]
+                append_commitments(commitments_path(self.path), pools, utc_now())
             self._state = merged
             self._last_flush = self._clock()
             self._dirty = False
@@ -444,3 +461,41 @@ def _account_prefix(account: str | None) -> bytes:
         return b"\x00"
     encoded = account.encode("utf-8", "surrogatepass")
     return b"\x01" + len(encoded).to_bytes(4, "big") + encoded
+
+
+def with_committed_audit(
+    key: Any,
+    sample: str | os.PathLike[str],
+    account: str | None,
+    embed: Any,
+    *,
+    audit_round: int = 2,
+    **options: Any,
+) -> Any:
+    """``key`` with its round-``audit_round`` audit drawn from ``account``'s latest
+    committed pool in the traffic sample at ``sample`` (:meth:`with_audit`'s keyed
+    draw over exactly that pool; ``options`` as ``with_audit`` takes them, ``embed``
+    your clean model). The key's ``info["audit_pool"]`` names the entry.
+
+    Raises :class:`CommitmentError` when the log's chain is broken, holds no
+    commitment for ``account``, or when the sample's texts for it are not the
+    committed pool (the sample changed since: flush it, which commits it).
+    """
+    log = commitments_path(sample)
+    if not log.exists():
+        raise CommitmentError(
+            f"no commitment log beside the traffic sample {sample} ({log.name}): its pools "
+            "were never committed (espew serve --traffic-sample writes it at each flush)"
+        )
+    entry = latest_pool(read_commitments(log), account)
+    if entry is None:
+        raise CommitmentError(f"the commitment log {log} holds no pool of account {account!r}")
+    texts = read_traffic_texts(sample, account)
+    if corpus_digest(texts) != entry["pool_sha256"]:
+        raise CommitmentError(
+            f"account {account!r}'s texts in {sample} are not its last committed pool (record "
+            f"{entry['index']}): the sample changed since; flush it (which commits it) first"
+        )
+    drawn = key.with_audit(texts, embed, audit_round=audit_round, **options)
+    pool = {name: entry[name] for name in ("index", "time", "account", "n_texts", "digest")}
+    return drawn.replace(info={**drawn.info, "audit_pool": pool})
