@@ -28,7 +28,9 @@ service on 500 held-out texts, less L3's own) and ``kept``, that over the untouc
 copy's; the keygen audit's p-value and a traffic audit's (a round-2 audit of
 ``--traffic`` texts drawn from what the thief sent, ``key.with_audit``). A thief
 escapes when its copy keeps more than half the untouched copy's stolen value and
-neither audit convicts it below ``--threshold`` (1e-10, issue 53's bar).
+neither audit convicts it below ``--threshold`` (1e-10, issue 53's bar). An audit whose
+suspect gives every unit the same score (a copy with the exact target projected out)
+ends inconclusive, which convicts nobody: the table shows "inconclusive".
 
     python benchmarks/bench_informed_thieves.py --quick
     python benchmarks/bench_informed_thieves.py --keys 3 --out docs/results/informed-thieves
@@ -139,7 +141,7 @@ def run_key(seed: int, texts, victim, standard, args) -> list[dict]:
             "traffic_queries": traffic_report.n_queries,
         }
         row["escapes"] = bool(
-            row["kept"] > 0.5 and min(row["keygen_p"], row["traffic_p"]) >= args.threshold
+            row["kept"] > 0.5 and min(_p(row["keygen_p"]), _p(row["traffic_p"])) >= args.threshold
         )
         rows.append(row)
         print("  " + _cells(row), flush=True)
@@ -149,11 +151,21 @@ def run_key(seed: int, texts, victim, standard, args) -> list[dict]:
     return rows
 
 
+def _p(p_value: float) -> float:
+    """An audit's p-value for the escape rule: an inconclusive audit (no test ran, NaN)
+    convicts nobody."""
+    return 1.0 if np.isnan(p_value) else p_value
+
+
+def _shown(p_value: float) -> str:
+    return "inconclusive" if np.isnan(p_value) else f"{p_value:.1e}"
+
+
 def _cells(row: dict) -> str:
     cos = "" if row["cos_target"] is None else f"{row['cos_target']:.2f}"
     return (
         f"{row['thief']:<22} cos {cos:>4}  stolen {row['stolen']:+.4f} (kept {row['kept']:.2f})  "
-        f"keygen p {row['keygen_p']:.1e}  traffic p {row['traffic_p']:.1e}"
+        f"keygen p {_shown(row['keygen_p'])}  traffic p {_shown(row['traffic_p'])}"
         + ("  ESCAPES" if row["escapes"] else "")
     )
 
@@ -165,7 +177,8 @@ def table(rows: list[dict], threshold: float, header: str) -> list[str]:
         header,
         f"keys (seeds) {', '.join(map(str, seeds))}; a thief escapes on a key when its copy "
         f"keeps > 0.5 of the untouched copy's stolen value and both audits give p >= "
-        f"{threshold:g}",
+        f"{threshold:g} (an inconclusive audit, whose suspect's answers give every score "
+        "the same value, convicts nobody)",
         "",
         "| thief | cos(removed span, target) | stolen value (kept) | keygen audit p "
         "| traffic audit p | escapes |",
@@ -175,8 +188,8 @@ def table(rows: list[dict], threshold: float, header: str) -> list[str]:
         mine = sorted((r for r in rows if r["thief"] == name), key=lambda r: r["seed"])
         cos = ", ".join("" if r["cos_target"] is None else f"{r['cos_target']:.2f}" for r in mine)
         value = ", ".join(f"{r['stolen']:+.3f} ({r['kept']:.2f})" for r in mine)
-        keygen = ", ".join(f"{r['keygen_p']:.1e}" for r in mine)
-        traffic = ", ".join(f"{r['traffic_p']:.1e}" for r in mine)
+        keygen = ", ".join(_shown(r["keygen_p"]) for r in mine)
+        traffic = ", ".join(_shown(r["traffic_p"]) for r in mine)
         escapes = f"{sum(r['escapes'] for r in mine)}/{len(mine)}"
         lines.append(f"| {name} | {cos} | {value} | {keygen} | {traffic} | {escapes} |")
     return lines

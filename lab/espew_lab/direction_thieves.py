@@ -16,9 +16,10 @@ what such a thief holds:
   selection does to the data; a mark adds a rank-one term ``t_j * Cov(a_k, g)``
   inside the marked regime. The same slope differences computed on the thief's
   own copy's predictions (a linear function of its open features, so they keep
-  the data's background and most of nothing else) are subtracted, and the
-  leading left singular vectors of what is left estimate ``t`` (then the next
-  directions). Every regression of every pair is one of a few matrix products.
+  the data's background and most of nothing else) are subtracted, each entry is
+  divided by its standard error, and the leading left singular vectors of these
+  z-scores estimate ``t`` (then the next directions). Every regression of every
+  pair is one of a few matrix products.
 - :func:`residual_directions`: the principal axes of the residuals (answers
   less the copy's own predictions), where whatever the copy could not explain
   from its features lies.

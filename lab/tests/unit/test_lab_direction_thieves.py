@@ -73,7 +73,8 @@ def test_slopes_match_one_regression_per_pair():
 
 def test_regime_masks_follow_the_public_rule():
     rows = np.array([[0.1, -5.0, 0.3, 2.0], [-3.0, 0.2, 0.0, 1.0]])
-    assert regime_masks(rows, 0.5).tolist() == [[True, False, True, False], [False, True, True, False]]
+    expected = [[True, False, True, False], [False, True, True, False]]
+    assert regime_masks(rows, 0.5).tolist() == expected
 
 
 def test_the_estimate_finds_a_planted_target():
