@@ -2,11 +2,12 @@
 
 Kerckhoffs: the thief has this repository, a corpus like the provider's, an open model
 (paraphrase-MiniLM-L3) and its own stolen answers; only the key is secret. For each
-key (offline MiniLM, Rotten Tomatoes, today's default design, ``victim_key`` with
-``--marking``), the thief sends ``--n-steal`` corpus texts disjoint from the key's audit
-(``thieves.thief_for``), fits a ridge head on L3 to the answers
-(``EncoderRidgeStealer``), and serves that copy's outputs with some directions
-projected out (``espew_lab.direction_thieves.ProjectedCopy``). The directions:
+key (offline MiniLM, Rotten Tomatoes, ``victim_key`` with ``--marking``: by default
+the library's default design, the field mark; ``words`` for the paper's), the thief
+sends ``--n-steal`` corpus texts disjoint from the key's audit (``thieves.thief_for``),
+fits a ridge head on L3 to the answers (``EncoderRidgeStealer``), and serves that
+copy's outputs with some directions projected out
+(``espew_lab.direction_thieves.ProjectedCopy``). The directions:
 
 - ``untouched``: none (the copy every other row is compared with);
 - ``true target``: the key's target itself, which no thief holds: the bound every
@@ -57,6 +58,7 @@ from bench_faithful_copy import TARGET_TEXT, corpus_lookups, victim_key
 from thieves import stolen_value, thief_for
 
 from espew_integrations import WatermarkKey, verify, watermark
+from espew_integrations.core.ground.defaults import DEFAULT_MARKING
 from espew_lab.direction_thieves import (
     ProjectedCopy,
     regime_slope_directions,
@@ -106,8 +108,7 @@ def thieves_of(key: WatermarkKey, answers, predictions, service, ks: Sequence[in
 
 def run_key(seed: int, texts, victim, standard, args) -> list[dict]:
     """Every thief against key ``seed``'s keygen and traffic audits."""
-    options = {"marking": args.marking} if args.marking else {}
-    key = victim_key(texts, victim, seed, **options)
+    key = victim_key(texts, victim, seed, marking=args.marking)
     if key.target_text != TARGET_TEXT:
         raise SystemExit("the guessing thief assumes the benchmarks' public target text")
     thief = thief_for(seed, texts, key, victim, standard, n_steal=args.n_steal)
@@ -203,7 +204,10 @@ def main() -> None:
     parser.add_argument("--k", type=int, nargs="+", default=list(range(1, 9)))
     parser.add_argument("--traffic", type=int, default=2000, help="traffic audit size (texts)")
     parser.add_argument(
-        "--marking", default=None, help="the key design (default: the library's default)"
+        "--marking",
+        default=DEFAULT_MARKING,
+        choices=("field", "words"),
+        help="the key design (default: the library's default key design)",
     )
     parser.add_argument("--threshold", type=float, default=THRESHOLD)
     parser.add_argument("--name", default="informed", help="output file stem")
@@ -218,7 +222,7 @@ def main() -> None:
         print(f"key {seed}", flush=True)
         rows.extend(run_key(seed, texts, victim, standard, args))
     header = (
-        f"{args.marking or 'default'} keys; offline MiniLM, Rotten Tomatoes; thief: "
+        f"{args.marking} keys; offline MiniLM, Rotten Tomatoes; thief: "
         f"{args.n_steal} texts disjoint from the keygen audit, ridge head on L3; keygen audit "
         f"{rows[0]['keygen_queries']} texts, traffic audit {rows[0]['traffic_queries']} of the "
         f"thief's texts (round 2); {time.time() - started:.0f} s"
