@@ -110,3 +110,22 @@ def test_residual_axes_find_what_the_copy_missed():
     axes = residual_directions(answers, predictions, n_directions=2)
     assert abs(axes[0] @ hidden) > 0.99
     assert abs(axes[0] @ axes[1]) < 1e-10
+
+
+def test_the_moving_target_prototype_meets_its_budget_and_spreads_its_mark():
+    from espew_lab.moving_target import MovingTarget, fit_strength
+
+    _, clean, _, _ = _world(4)
+    energy_in_top_axis = {}
+    for design in ("fixed", "map", "regions"):
+        mark = MovingTarget(design, clean[:2000], seed=1)
+        mark.strength = fit_strength(mark, clean[:2000], 0.995)
+        answers = mark(clean)
+        assert np.mean(np.sum(answers * clean, axis=1)) == pytest.approx(0.995, abs=2e-3)
+        moved = answers - clean
+        spectrum = np.linalg.svd(moved - moved.mean(axis=0), compute_uv=False) ** 2
+        energy_in_top_axis[design] = spectrum[0] / spectrum.sum()
+    # one target puts most of the mark on one axis; a row-dependent target does not
+    assert energy_in_top_axis["fixed"] > 0.5
+    assert energy_in_top_axis["map"] < energy_in_top_axis["fixed"] / 2
+    assert energy_in_top_axis["regions"] < energy_in_top_axis["fixed"] / 2
