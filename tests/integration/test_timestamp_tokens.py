@@ -177,3 +177,15 @@ def test_a_refusal_names_its_status():
     refused = bytes.fromhex("3005" + "3003" + "020102")  # PKIStatus rejection, no token
     with pytest.raises(TimestampError, match=r"refused the request \(PKIStatus rejection\)"):
         _token_of_reply(refused)
+
+
+@pytest.mark.parametrize(
+    "data",
+    [b"", b"\x30", b"\x30\x80" * 5000, b"\x30\x84\xff\xff\xff\xff", b"\x04\x00"],
+    ids=["empty", "a lone tag", "nested indefinite lengths", "a 4 GB length", "not a sequence"],
+)
+def test_hostile_structures_are_timestamp_errors(data):
+    with pytest.raises(TimestampError):
+        parse_token(data)
+    with pytest.raises(TimestampError):
+        _token_of_reply(data)
