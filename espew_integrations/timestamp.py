@@ -10,8 +10,11 @@ the transcript's commit record. Editing any record afterwards changes the
 commitment, and no token for the new one can carry the old time.
 
 - :class:`TimestampAnchor` asks the TSA (``espew verify --timestamp-url URL``):
-  it builds the RFC 3161 request itself (a few bytes of DER, no dependency) and
-  posts it with the standard library;
+  it builds the RFC 3161 request and reads the answer with asn1crypto's
+  declared structures (``asn1crypto.tsp``, ``asn1crypto.cms``; the ``[evidence]``
+  extra), and posts it with the standard library. Whatever bytes a TSA or a
+  transcript holds, a token that is not well formed is a :class:`TimestampError`,
+  never a parser's crash;
 - :func:`verify_timestamp` checks a recorded token (``espew evidence check
   --tsa-ca CA.pem``): that its message imprint is the transcript's commitment
   (needs nothing), and that a TSA certified by ``CA.pem`` signed it, with the
@@ -44,6 +47,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+from ._optional import ensure, require
 from .core.evidence_check import Findings
 from .core.ground.errors import ESpeWError, InputError, PathMissingError
 from .core.ground.untrusted import printable
@@ -59,9 +63,14 @@ __all__ = [
 
 #: The most bytes read of a TSA's answer (a token with its certificates is a few KB).
 MAX_REPLY_BYTES = 1 << 20
-_SHA256_ALGORITHM = bytes.fromhex("300d06096086480165030402010500")  # AlgorithmIdentifier
-_SHA256_OID = bytes.fromhex("608648016503040201")
-_GRANTED = (0, 1)  # PKIStatus granted, grantedWithMods
+_GRANTED = ("granted", "granted_with_mods")  # PKIStatus 0 and 1
+#: The extra that brings the ASN.1 structures (asn1crypto) and what it is needed for.
+EXTRA = "evidence"
+_PURPOSE = "RFC 3161 timestamps (espew verify --timestamp-url, espew evidence check --tsa-ca)"
+#: What asn1crypto raises on bytes that are not the structure asked for. It parses
+#: lazily, so these come from the first access to a field, not only from ``load``;
+#: every one of them means "not a token" here.
+_MALFORMED = (ValueError, TypeError, KeyError, IndexError, AttributeError, OverflowError)
 
 
 class TimestampError(ESpeWError, ValueError):
@@ -72,114 +81,129 @@ class OpenSSLMissingError(ESpeWError, RuntimeError):
     """Verifying a timestamp's signature needs the ``openssl`` command, which is not here."""
 
 
-# ---------------------------------------------------------------------- DER, minimal
-def _der(tag: int, content: bytes) -> bytes:
-    """One DER element: ``tag``, its definite length, ``content``."""
-    size = len(content)
-    if size < 0x80:
-        return bytes([tag, size]) + content
-    length = size.to_bytes((size.bit_length() + 7) // 8, "big")
-    return bytes([tag, 0x80 | len(length)]) + length + content
+def _asn1() -> tuple[Any, Any]:
+    """asn1crypto's ``tsp`` and ``cms`` modules, or a :class:`MissingExtraError` naming
+    the ``[evidence]`` extra."""
+    require("asn1crypto", EXTRA, _PURPOSE)
+    from asn1crypto import cms, tsp
 
-
-def _elements(data: bytes, start: int = 0, end: int | None = None) -> list[tuple[int, bytes]]:
-    """The DER elements between ``start`` and ``end``: ``(tag, content)`` each."""
-    end = len(data) if end is None else end
-    out = []
-    at = start
-    while at < end:
-        if at + 2 > end:
-            raise TimestampError("truncated DER element")
-        tag, first = data[at], data[at + 1]
-        at += 2
-        if first < 0x80:
-            size = first
-        else:
-            count = first & 0x7F
-            if count == 0 or count > 4 or at + count > end:
-                raise TimestampError("a DER length that is not definite or too long")
-            size = int.from_bytes(data[at : at + count], "big")
-            at += count
-        if at + size > end:
-            raise TimestampError("a DER element longer than what holds it")
-        out.append((tag, data[at : at + size]))
-        at += size
-    return out
-
-
-def _one(data: bytes, tag: int, what: str) -> bytes:
-    """The content of ``data``, a single DER element that must have ``tag``."""
-    found = _elements(data)
-    if len(found) != 1 or found[0][0] != tag:
-        raise TimestampError(f"{what} is not the DER element it should be")
-    return found[0][1]
-
-
-def _integer(content: bytes) -> int:
-    return int.from_bytes(content, "big", signed=True)
+    return tsp, cms
 
 
 # ---------------------------------------------------------------------- request
 def timestamp_request(digest: bytes, nonce: int) -> bytes:
-    """The DER TimeStampReq for a SHA-256 ``digest``, asking for the TSA's certificate."""
+    """The DER TimeStampReq for a SHA-256 ``digest``, asking for the TSA's certificate.
+
+    >>> timestamp_request(bytes(32), 7).hex()[:16]
+    '303c020101303130'
+    """
     if len(digest) != 32:
         raise InputError("an RFC 3161 request here is over a SHA-256 digest (32 bytes)")
-    imprint = _der(0x30, _SHA256_ALGORITHM + _der(0x04, digest))
-    nonce_bytes = nonce.to_bytes((nonce.bit_length() + 8) // 8, "big")
-    body = _der(0x02, b"\x01") + imprint + _der(0x02, nonce_bytes) + _der(0x01, b"\xff")
-    return _der(0x30, body)
+    tsp, _ = _asn1()
+    imprint = {"hash_algorithm": {"algorithm": "sha256"}}  # asn1crypto adds the NULL
+    request = tsp.TimeStampReq(
+        {
+            "version": "v1",
+            "message_imprint": {**imprint, "hashed_message": digest},
+            "nonce": nonce,
+            "cert_req": True,
+        }
+    )
+    return bytes(request.dump())
 
 
 def _token_of_reply(reply: bytes) -> bytes:
     """The TimeStampToken (DER) of a TimeStampResp, or why the TSA refused."""
-    parts = _elements(_one(reply, 0x30, "the TSA's answer"))
-    if not parts or parts[0][0] != 0x30:
-        raise TimestampError("the TSA's answer has no status")
-    status = _elements(parts[0][1])
-    if not status or status[0][0] != 0x02:
-        raise TimestampError("the TSA's answer has no status")
-    code = _integer(status[0][1])
-    if code not in _GRANTED or len(parts) < 2:
-        raise TimestampError(f"the TSA refused the request (PKIStatus {code})")
-    return _der(parts[1][0], parts[1][1])
+    tsp, _ = _asn1()
+    try:
+        answer = tsp.TimeStampResp.load(reply, strict=True)
+        status = answer["status"]["status"].native
+        der = bytes(answer["time_stamp_token"].dump())
+    except _MALFORMED as exc:
+        # asn1crypto declares the token required; a refusal carries a status alone
+        refused = _refusal(reply)
+        reason = (
+            f"the TSA refused the request (PKIStatus {refused})"
+            if refused
+            else f"the TSA's answer is not an RFC 3161 TimeStampResp: {_why(exc)}"
+        )
+        raise TimestampError(reason) from None
+    if status not in _GRANTED:
+        raise TimestampError(f"the TSA refused the request (PKIStatus {printable(status)})")
+    return der
+
+
+def _refusal(reply: bytes) -> str:
+    """The PKIStatus of a TimeStampResp that holds a status and no token ('' if not one)."""
+    tsp, _ = _asn1()
+    from asn1crypto import core
+
+    class StatusOnly(core.Sequence):  # type: ignore[misc]
+        _fields = [("status", tsp.PKIStatusInfo)]  # noqa: RUF012 (asn1crypto's declaration)
+
+    try:
+        status = StatusOnly.load(reply, strict=True)["status"]["status"].native
+    except _MALFORMED:
+        return ""
+    return "" if status in _GRANTED else printable(status)
 
 
 def parse_token(token: bytes) -> dict[str, Any]:
     """What a TimeStampToken says, unverified: ``digest`` (hex), ``gen_time`` (ISO UTC),
-    ``serial`` and ``nonce``. :class:`TimestampError` if it is not a token."""
-    content_info = _elements(_one(token, 0x30, "the token"))
-    if len(content_info) < 2 or content_info[1][0] != 0xA0:
-        raise TimestampError("the token is not a CMS SignedData")
-    signed = _elements(_one(content_info[1][1], 0x30, "the token's SignedData"))
-    if len(signed) < 3 or signed[2][0] != 0x30:
-        raise TimestampError("the token's SignedData holds no content")
-    encapsulated = _elements(signed[2][1])
-    if len(encapsulated) < 2 or encapsulated[1][0] != 0xA0:
-        raise TimestampError("the token's SignedData holds no TSTInfo")
-    tst = _elements(_one(_one(encapsulated[1][1], 0x04, "the TSTInfo"), 0x30, "the TSTInfo"))
-    if len(tst) < 5:
-        raise TimestampError("the TSTInfo is too short")
-    algorithm, hashed = _elements(tst[2][1])[:2]
-    if _elements(algorithm[1])[0][1] != _SHA256_OID:
-        raise TimestampError("the token is not over a SHA-256 digest")
-    nonce = next((_integer(c) for t, c in tst[5:] if t == 0x02), None)
-    return {
-        "digest": hashed[1].hex(),
-        "gen_time": _generalized_time(tst[4][1]),
-        "serial": format(_integer(tst[3][1]), "x"),
-        "nonce": nonce,
-    }
+    ``serial`` (hex) and ``nonce``. :class:`TimestampError` for anything that is not
+    such a token over a SHA-256 digest, whatever its bytes.
+
+    >>> parse_token(b"\\x30\\x00")
+    Traceback (most recent call last):
+    ...
+    espew_integrations.timestamp.TimestampError: the token is not an RFC 3161 TimeStampToken: ...
+    """
+    tsp, cms = _asn1()
+    try:
+        content_info = cms.ContentInfo.load(bytes(token), strict=True)
+        if content_info["content_type"].native != "signed_data":
+            raise TimestampError("the token is not a CMS SignedData")
+        encapsulated = content_info["content"]["encap_content_info"]
+        if encapsulated["content_type"].native != "tst_info":
+            raise TimestampError("the token's SignedData holds no TSTInfo")
+        tst = tsp.TSTInfo.load(bytes(encapsulated["content"].contents), strict=True)
+        imprint = tst["message_imprint"]
+        if imprint["hash_algorithm"]["algorithm"].native != "sha256":
+            raise TimestampError("the token is not over a SHA-256 digest")
+        digest = imprint["hashed_message"].native
+        if len(digest) != 32:
+            raise TimestampError("the token's SHA-256 digest is not 32 bytes")
+        said = {
+            "digest": digest.hex(),
+            "gen_time": _generalized_time(tst["gen_time"]),
+            "serial": format(tst["serial_number"].native, "x"),
+            "nonce": tst["nonce"].native,
+        }
+    except _MALFORMED as exc:
+        if isinstance(exc, TimestampError):
+            raise
+        reason = f"the token is not an RFC 3161 TimeStampToken: {_why(exc)}"
+        raise TimestampError(reason) from None
+    return said
 
 
-def _generalized_time(content: bytes) -> str:
-    """A DER GeneralizedTime (``YYYYMMDDHHMMSS[.fff]Z``) as an ISO UTC string."""
-    text = content.decode("ascii", "replace")
+def _generalized_time(value: Any) -> str:
+    """A DER GeneralizedTime (``YYYYMMDDHHMMSS[.fff]Z``) as an ISO UTC string, its
+    fraction of a second as the TSA wrote it."""
+    if value.native is None:  # asn1crypto's own check of the form: ValueError if malformed
+        raise TimestampError("the token has no time")
+    text = bytes(value.contents).decode("ascii", "replace")
     if not text.endswith("Z") or len(text) < 15:
         raise TimestampError(f"a token time that is not UTC: {printable(text, limit=40)}")
     whole, _, fraction = text[:-1].partition(".")
     when = _dt.datetime.strptime(whole, "%Y%m%d%H%M%S").replace(tzinfo=_dt.timezone.utc)
     iso = when.isoformat()
     return iso.replace("+00:00", f".{fraction}+00:00") if fraction else iso
+
+
+def _why(exc: Exception) -> str:
+    """asn1crypto's complaint, shortened and printable (it may quote the bytes)."""
+    return printable(str(exc) or type(exc).__name__, limit=200)
 
 
 # ---------------------------------------------------------------------- the anchor
@@ -198,6 +222,7 @@ class TimestampAnchor:
     def __init__(self, url: str, *, timeout: float = 30.0):
         if not url.lower().startswith(("http://", "https://")):
             raise InputError(f"a timestamp URL is http:// or https://, got {url!r}")
+        ensure("asn1crypto", EXTRA, _PURPOSE)  # before the audit, not at its commit
         self.url = url
         self.timeout = float(timeout)
 

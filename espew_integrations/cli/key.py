@@ -24,6 +24,7 @@ from .common import (
 )
 
 __all__ = [
+    "accounts_note",
     "add_audit_source_arguments",
     "audit_corpus",
     "audit_options",
@@ -72,12 +73,21 @@ def add_audit_source_arguments(reaudit: argparse.ArgumentParser, *, what: str) -
         "(espew serve --traffic-sample)",
     )
     reaudit.add_argument("--text-column", default=None, help="CSV column / JSONL field")
-    reaudit.add_argument(
+    accounts = reaudit.add_mutually_exclusive_group()
+    accounts.add_argument(
         "--account",
+        action="append",
         default=None,
         metavar="ID",
         help="--corpus is a traffic sample (espew serve --traffic-sample): draw the audit "
-        "from this account's texts only",
+        "from this account's texts; repeat it to pool several accounts into one audit (one "
+        "exact test: a thief that split its traffic over accounts is judged on all of it)",
+    )
+    accounts.add_argument(
+        "--all-accounts",
+        action="store_true",
+        help="--corpus is a traffic sample: draw the audit from every account's texts, "
+        "pooled (one exact test)",
     )
     add_embedder_argument(reaudit)
     reaudit.add_argument("--out", required=True, help=f"where to write the re-audited {what}")
@@ -159,17 +169,41 @@ def run_check(args: argparse.Namespace) -> int:
 
 
 def audit_corpus(args: argparse.Namespace) -> Any:
-    """The texts to draw the audit from: one account's traffic sample, or --corpus."""
+    """The texts to draw the audit from: the named accounts' traffic, pooled, every
+    account's (``--all-accounts``), or --corpus."""
     from .keygen import corpus_texts
 
-    if args.account is None:
+    every = args.all_accounts
+    if args.account is None and not every:
         return corpus_texts(args)
     from ..core.records.traffic_sample import TrafficSampleError, read_traffic_texts
 
     try:
-        return read_traffic_texts(args.corpus, account=args.account)
+        return read_traffic_texts(args.corpus, account=None if every else args.account)
     except TrafficSampleError as exc:
         raise UsageError(str(exc)) from None
+
+
+def accounts_note(args: argparse.Namespace) -> str:
+    """What a re-audit from several accounts is, and what testing them one by one costs
+    ('' for one account or a plain corpus)."""
+    from ..core.records.traffic_sample import traffic_accounts
+
+    every = args.all_accounts
+    if not every and len(args.account or ()) < 2:
+        return ""
+    counts = traffic_accounts(args.corpus)
+    named = list(counts) if every else list(dict.fromkeys(args.account))
+    sizes = sorted(counts.get(name, 0) for name in named)
+    tests = len(named)
+    return (
+        f"one exact test over {tests} accounts' pooled texts (an account holds "
+        f"{sizes[0]:,} to {sizes[-1]:,}); an audit of one account alone asks at most its "
+        f"own texts, so a copy trained across accounts shows in each only weakly: if you "
+        f"also audit the accounts one by one, multiply the smallest of those {tests} "
+        f"p-values by {tests + 1} (Bonferroni over them and this pooled audit) before "
+        "calling any of them evidence"
+    )
 
 
 def audit_options(args: argparse.Namespace) -> dict[str, Any]:
@@ -200,6 +234,7 @@ def run_reaudit(args: argparse.Namespace) -> int:
     if out.exists() and not args.overwrite:  # before any slow work
         raise UsageError(f"{out} already exists; pass --overwrite to replace it")
     key = load_key(args.key)
+    note = accounts_note(args)  # reads the sample's accounts before any slow work
     moved = reaudited(key, args)
     moved.save(out, overwrite=args.overwrite)
     info = moved.info
@@ -221,4 +256,6 @@ def run_reaudit(args: argparse.Namespace) -> int:
         f"{info['audit_twin_p_value']:.2g}. Written to {out}: same triggers, same marks; "
         "audit with it, keep serving with the original."
     )
+    if note:
+        print(f"accounts: {note}")
     return 0

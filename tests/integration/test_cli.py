@@ -919,6 +919,39 @@ def test_key_reaudit_draws_the_audit_from_one_accounts_traffic_sample(
     )
 
 
+def test_key_reaudit_pools_several_accounts_into_one_audit(tmp_path, key_path, key, capsys):
+    """``--account`` repeated, or ``--all-accounts``: one audit drawn from the accounts'
+    pooled texts (one exact test), with the Bonferroni price of per-account audits said;
+    one missing account of several is named."""
+    from espew_integrations.core.records.traffic_sample import TrafficSample
+
+    tweets = health_tweets_subset(1500)
+    sample = TrafficSample(tmp_path / "traffic.jsonl")
+    for number in range(3):
+        sample.record(tweets[number * 500 : (number + 1) * 500], account=f"acct-{number}")
+    sample.flush()
+    out = tmp_path / "pooled.key"
+    args = ["key", "reaudit", str(key_path), "--corpus", str(sample.path), "--round", "2"]
+    args += ["--account", "acct-0", "--account", "acct-2", "--out", str(out), "--no-progress"]
+    assert main(args) == 0
+    said = capsys.readouterr().out
+    assert "drawn from 1,000 texts" in said
+    assert "one exact test over 2 accounts' pooled texts (an account holds 500 to 500)" in said
+    assert "multiply the smallest of those 2 p-values by 3 (Bonferroni" in said
+    sent = {t for t in (*WatermarkKey.load(out).probe_texts,) if t not in key.band}
+    pooled = set(tweets[:500]) | set(tweets[1000:])
+    assert sent <= pooled and sent & set(tweets[:500]) and sent & set(tweets[1000:])
+
+    every = [*args[: args.index("--account")], "--all-accounts", "--out", str(out)]
+    assert main([*every, "--overwrite", "--no-progress"]) == 0
+    said = capsys.readouterr().out
+    assert "drawn from 1,500 texts" in said and "over 3 accounts' pooled texts" in said
+
+    args[args.index("acct-2")] = "initech"
+    assert main([*args, "--overwrite"]) == EXIT_USAGE
+    assert "no text for account 'initech'; it holds accounts: acct-1" in capsys.readouterr().err
+
+
 def test_traffic_merge_of_three_replicas_then_reaudit_from_the_merge(
     tmp_path, key_path, key, capsys
 ):

@@ -34,6 +34,18 @@ CASES = {
         ["httpx"],
         "http",
     ),
+    # RFC 3161 timestamps: the anchor refuses before an audit starts, the parser on use
+    "TimestampAnchor": (
+        "from espew_integrations.timestamp import TimestampAnchor\n"
+        "TimestampAnchor('http://127.0.0.1:9/tsr')",
+        ["asn1crypto"],
+        "evidence",
+    ),
+    "parse_token": (
+        "from espew_integrations.timestamp import parse_token\nparse_token(b'0')",
+        ["asn1crypto"],
+        "evidence",
+    ),
 }
 
 SCRIPT = """

@@ -9,8 +9,13 @@ import numpy as np
 import pytest
 from scipy.stats import mannwhitneyu, rankdata
 
+from espew_integrations.core.ground.errors import InputError
 from espew_integrations.core.stats import ranktest
-from espew_integrations.core.stats.ranktest import min_p_value, rank_sum_p_value
+from espew_integrations.core.stats.ranktest import (
+    bonferroni_p_value,
+    min_p_value,
+    rank_sum_p_value,
+)
 from tests.support import assert_exact_over_every_draw
 
 
@@ -189,3 +194,13 @@ def test_doubled_mid_ranks_are_twice_scipys_average_ranks(seed):
     assert doubled.dtype == np.int64
     np.testing.assert_array_equal(doubled, 2 * rankdata(scores))
     assert ranktest.doubled_mid_ranks(np.array([])).shape == (0,)
+
+
+def test_bonferroni_p_value_is_the_smallest_times_the_family_size_capped_at_one():
+    assert bonferroni_p_value([0.5, 1e-8, 0.2, 1.0]) == pytest.approx(4e-8)
+    assert bonferroni_p_value([0.3, 0.6]) == 0.6
+    assert bonferroni_p_value([0.9]) == 0.9
+    assert bonferroni_p_value([0.4, 0.5, 0.6]) == 1.0
+    for bad in ([], [0.1, 1.5], [float("nan")], [[0.1]]):
+        with pytest.raises(InputError, match="p-values are a non-empty list"):
+            bonferroni_p_value(bad)

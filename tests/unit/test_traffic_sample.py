@@ -9,10 +9,12 @@ import stat
 
 import pytest
 
+from espew_integrations.core.ground.errors import InputTypeError
 from espew_integrations.core.records.traffic_sample import (
     TrafficSample,
     TrafficSampleError,
     read_traffic_texts,
+    traffic_accounts,
 )
 
 DAY = 86_400.0
@@ -85,6 +87,24 @@ def test_accounts_are_sampled_apart_and_read_back_by_account(tmp_path):
     assert len(read_traffic_texts(path)) == 18
     with pytest.raises(TrafficSampleError, match=r"no text for account 'initech'.*acme, globex"):
         read_traffic_texts(path, account="initech")
+
+
+def test_several_accounts_are_read_back_pooled_and_counted(tmp_path):
+    path = tmp_path / "s.jsonl"
+    sample = TrafficSample(path, capacity=10)
+    sample.record(texts(30, "acme"), account="acme")
+    sample.record(texts(5, "globex"), account="globex")
+    sample.record([*texts(4, "initech"), texts(1, "globex")[0]], account="initech")
+    sample.flush()
+    pooled = read_traffic_texts(path, account=["acme", "globex", "acme"])
+    assert len(pooled) == 15 and set(texts(5, "globex")) <= set(pooled)
+    both = read_traffic_texts(path, account=["globex", "initech"])  # a shared text once
+    assert len(both) == 9 and len(set(both)) == 9
+    assert traffic_accounts(path) == {"acme": 10, "globex": 5, "initech": 5}
+    with pytest.raises(TrafficSampleError, match=r"no text for accounts 'x', 'y'; it holds"):
+        read_traffic_texts(path, account=["acme", "x", "y"])
+    with pytest.raises(InputTypeError, match="accounts are non-empty strings"):
+        read_traffic_texts(path, account=[])
 
 
 def test_the_same_text_from_two_accounts_has_unrelated_priorities(tmp_path):

@@ -95,6 +95,7 @@ __all__ = [
     "read_traffic_texts",
     "stored_text",
     "traffic_account_id",
+    "traffic_accounts",
     "with_committed_audit",
 ]
 
@@ -274,34 +275,74 @@ class TrafficSample:
 
 
 # ---------------------------------------------------------------------- reading, merging
-def read_traffic_texts(path: str | os.PathLike[str], account: str | None = None) -> list[str]:
-    """The texts of a traffic sample file: one account's, or every account's (``None``).
+def read_traffic_texts(
+    path: str | os.PathLike[str], account: str | Sequence[str] | None = None
+) -> list[str]:
+    """The texts of a traffic sample file: one account's, several accounts' pooled, or
+    every account's (``None``), each distinct text once.
 
-    Why a reader here and not the generic text-file reader: ``account`` must
-    match exactly, a sample that holds no text for it is an error that names
-    the accounts it does hold, and the file is read a line at a time, so only
-    that account's texts are held in memory.
+    Why a reader here and not the generic text-file reader: an account must match
+    exactly, a named account that holds no text is an error that names the
+    accounts the sample does hold, and the file is read a line at a time, so only
+    the named accounts' texts are held in memory.
+
+    Why pooling is exact: each account's sample is a keyed draw that never looks at
+    the watermark key, so their union is too, and one audit drawn from it
+    (``espew key reaudit --account A --account B``, ``--all-accounts``) is one
+    exact test, not one per account: a thief that splits its traffic over many
+    accounts is judged on all of it at once.
+
+    >>> read_traffic_texts("traffic.jsonl", ["acme", "globex"])  # doctest: +SKIP
     """
     path = Path(path)
+    wanted = _wanted_accounts(account)
     texts: list[str] = []
+    found: set[str | None] = set()
     held: set[str] = set()
     any_record = False
     for record in iter_records(path, missing_ok=False):
         any_record = True
         owner = record.get("account")
-        if account is None or owner == account:
+        if wanted is None or owner in wanted:
             texts.append(record["text"])
+            found.add(owner)
         elif owner is not None and len(held) <= 10:
             held.add(owner)
-    if account is not None and not texts and any_record:
+    absent = [] if wanted is None else [name for name in wanted if name not in found]
+    if absent and any_record:
         shown = ", ".join(sorted(held)[:10]) + (" ..." if len(held) > 10 else "")
+        names = ", ".join(repr(name) for name in absent[:10])
         raise TrafficSampleError(
-            f"traffic sample {path} holds no text for account {account!r}"
+            f"traffic sample {path} holds no text for account{'s' * (len(absent) > 1)} {names}"
             + (f"; it holds accounts: {shown}" if held else "; it records no accounts")
         )
     if not texts:
         raise TrafficSampleError(f"traffic sample {path} holds no texts yet")
     return list(dict.fromkeys(texts))
+
+
+def traffic_accounts(path: str | os.PathLike[str]) -> dict[str | None, int]:
+    """How many texts each account of a traffic sample file holds, in the file's order
+    (``None``: texts recorded without an account).
+
+    >>> traffic_accounts("traffic.jsonl")  # doctest: +SKIP
+    {'acme': 200, 'globex': 200}
+    """
+    counts: dict[str | None, int] = {}
+    for record in iter_records(Path(path), missing_ok=False):
+        owner = record.get("account")
+        counts[owner] = counts.get(owner, 0) + 1
+    return counts
+
+
+def _wanted_accounts(account: str | Sequence[str] | None) -> list[str] | None:
+    """The accounts asked for, each once, in order; None for every account."""
+    if account is None:
+        return None
+    names = [account] if isinstance(account, str) else list(account)
+    if not names or not all(isinstance(name, str) and name for name in names):
+        raise InputTypeError(f"accounts are non-empty strings, got {account!r}")
+    return list(dict.fromkeys(names))
 
 
 class MergedSample(NamedTuple):
