@@ -217,15 +217,42 @@ def audit_options(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-def reaudited(holder: Any, args: argparse.Namespace) -> Any:
-    """``holder.with_audit`` (a key or a key ring) on the flags' corpus and clean model."""
+def reaudited(holder: Any, args: argparse.Namespace, *, committed: bool = False) -> Any:
+    """``holder.with_audit`` (a key or a key ring) on the flags' corpus and clean model.
+
+    ``committed``: ``holder`` is a key, and a single ``--account`` of a traffic sample
+    whose pools ``espew serve`` committed draws its audit from that account's last
+    committed pool (:func:`.traffic_sample.with_committed_audit`), so that ``espew
+    evidence check --pool-log`` can prove the texts were fixed before the audit.
+    """
     from ..models import resolve_embedder
 
     corpus = audit_corpus(args)
     embed, name = resolve_embedder(args.embedder, **endpoint_options(args))
     with progress(None, f"embedding with {name}", "text", not args.no_progress) as bar:
         # with_audit reports (done, total): the bar gets its total (and so an ETA)
-        return holder.with_audit(corpus, embed, progress=advancing(bar), **audit_options(args))
+        options = {"progress": advancing(bar), **audit_options(args)}
+        if committed and committed_account(args) is not None:
+            from ..core.records.traffic_commitments import CommitmentError
+            from ..core.records.traffic_sample import with_committed_audit
+
+            try:
+                return with_committed_audit(
+                    holder, args.corpus, committed_account(args), embed, **options
+                )
+            except CommitmentError as exc:
+                raise UsageError(str(exc)) from None
+        return holder.with_audit(corpus, embed, **options)
+
+
+def committed_account(args: argparse.Namespace) -> str | None:
+    """The one account whose committed pool a key's re-audit draws from: a single
+    ``--account`` of a traffic sample that has a commitment log (None otherwise)."""
+    from ..core.records.traffic_commitments import commitments_path
+
+    if args.all_accounts or len(args.account or ()) != 1:
+        return None
+    return args.account[0] if commitments_path(args.corpus).exists() else None
 
 
 def run_reaudit(args: argparse.Namespace) -> int:
@@ -235,7 +262,7 @@ def run_reaudit(args: argparse.Namespace) -> int:
         raise UsageError(f"{out} already exists; pass --overwrite to replace it")
     key = load_key(args.key)
     note = accounts_note(args)  # reads the sample's accounts before any slow work
-    moved = reaudited(key, args)
+    moved = reaudited(key, args, committed=True)
     moved.save(out, overwrite=args.overwrite)
     info = moved.info
     round_note = (
@@ -258,4 +285,11 @@ def run_reaudit(args: argparse.Namespace) -> int:
     )
     if note:
         print(f"accounts: {note}")
+    if "audit_pool" in info:
+        pool = info["audit_pool"]
+        print(
+            f"pool: drawn from account {pool['account']!r}'s pool committed at "
+            f"{pool['time']} (record {pool['index']} of {Path(args.corpus).name}'s commitment "
+            "log): espew evidence check --pool-log ties the audit to it"
+        )
     return 0

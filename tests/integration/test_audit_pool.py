@@ -17,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from espew_integrations import verify
+from espew_integrations import WatermarkKey, verify
 from espew_integrations.cli import main
 from espew_integrations.core.ground.errors import KeyGenerationError
 from espew_integrations.core.records.traffic_commitments import commitments_path
@@ -104,3 +104,21 @@ def test_the_cherry_picking_auditor_is_refused(traffic, committed, key, minilm_m
     assert "--accept-auditor-pool" in out
     assert main([*argv, "--accept-auditor-pool"]) == 0
     assert "taken on the auditor's word" in capsys.readouterr().out
+
+
+def test_key_reaudit_of_one_account_draws_from_its_committed_pool(
+    committed, key, minilm_model, tmp_path, capsys
+):
+    """``espew key reaudit --account`` on a committed sample is the honest path: the key
+    names the pool record, so ``evidence check --pool-log`` can tie the audit to it."""
+    key.save(tmp_path / "k.key")
+    out = tmp_path / "round2.key"
+    argv = ["key", "reaudit", str(tmp_path / "k.key"), "--corpus", str(committed)]
+    argv += ["--account", ACCOUNT, "--round", "2", "--out", str(out), "--no-progress"]
+    assert main(argv) == 0
+    printed = capsys.readouterr().out
+    assert f"drawn from account {ACCOUNT!r}'s pool committed at" in printed
+    reaudited = WatermarkKey.load(out)
+    direct = with_committed_audit(key, committed, ACCOUNT, minilm_model, audit_round=2)
+    assert reaudited.info["audit_pool"] == direct.info["audit_pool"]
+    assert reaudited.probe_texts == direct.probe_texts  # the same public draw
