@@ -16,7 +16,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from espew_integrations.core.audit import align_answers, plan_audit, reference_slope, word_scores
+from espew_integrations.core.audit import (
+    adjusted_scores,
+    align_answers,
+    plan_audit,
+    reference_slope,
+    word_scores,
+)
 from espew_integrations.core.ground.draw import draw_triggers
 from espew_integrations.core.keys.key import WatermarkKey
 from espew_integrations.core.stats.ranktest import subset_p_values
@@ -113,7 +119,7 @@ def audit_scores(
     slope = reference_slope(raw, reference)
     out: dict[str, np.ndarray | float] = {
         "raw": raw,
-        "adjusted": raw - slope * reference,
+        "adjusted": adjusted_scores(raw, reference, slope),
         "slope": slope,
     }
     if scores.directed is not None:

@@ -41,6 +41,7 @@ from .plan import AuditPlan, band_sets, check_statistic, maps_answers, plan_audi
 from .recorder import Recorder
 from .scores import (
     WordScores,
+    adjusted_scores,
     mean_per_word,
     probe_cosines,
     reference_slope,
@@ -84,6 +85,7 @@ __all__ = [
     "SuspectFn",
     "TargetMode",
     "WordScores",
+    "adjusted_scores",
     "align_answers",
     "audit_subject",
     "band_sets",

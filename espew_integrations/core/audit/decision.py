@@ -14,14 +14,13 @@ from typing import Any
 
 import numpy as np
 
-from ..ground.stable import snap_residual
 from ..keys.key import WatermarkKey
 from ..mark.probes import unit_rows
 from ..stats.ranktest import min_p_value, rank_sum_p_value
 from .fields import inconclusive
 from .paper_metrics import paper_metrics
 from .report import Status, VerificationReport
-from .scores import WordScores, reference_slope
+from .scores import WordScores, adjusted_scores, reference_slope
 
 __all__ = ["decide", "p_values", "uninformative", "unusable", "withheld"]
 
@@ -159,9 +158,7 @@ def p_values(
     if reference is not None:
         fitted = statistic != "corrected"
         slope = reference_slope(raw[scored], reference[scored]) if fitted else 1.0
-        # the residual is rounding noise where the suspect is the clean model: snapped, it
-        # ties there on every CPU instead of ranking noise (:mod:`..ground.stable`)
-        adjusted = snap_residual(raw - slope * reference)
+        adjusted = adjusted_scores(raw, reference, slope)
         p_adjusted = rank_sum_p_value(adjusted[scored], is_trigger[scored])
         found["corrected" if statistic == "corrected" else "adjusted"] = p_adjusted
         out.update(p_value_adjusted=p_adjusted, reference_slope=slope)

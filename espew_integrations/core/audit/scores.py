@@ -14,7 +14,7 @@ import functools
 
 import numpy as np
 
-from ..ground.stable import least_squares_slope
+from ..ground.stable import least_squares_slope, snap_residual
 from ..mark.probes import unit_rows
 from ..stats.word_evidence import word_scores_from_texts
 from .directed import directed_scores
@@ -22,6 +22,7 @@ from .plan import AuditPlan
 
 __all__ = [
     "WordScores",
+    "adjusted_scores",
     "mean_per_word",
     "probe_cosines",
     "reference_slope",
@@ -125,6 +126,20 @@ def mean_per_word(cosines: np.ndarray, owner: np.ndarray, n_words: int) -> np.nd
     counts = np.bincount(owner[valid], minlength=n_words)
     with np.errstate(invalid="ignore", divide="ignore"):
         return np.where(counts > 0, sums / np.maximum(counts, 1), np.nan)
+
+
+def adjusted_scores(raw: np.ndarray, reference: np.ndarray, slope: float) -> np.ndarray:
+    """The reference-adjusted word scores ``raw - slope * reference``, snapped to the
+    residual grid (:func:`...ground.stable.snap_residual`).
+
+    Why snapped: for the clean model itself the difference is rounding noise, which
+    each BLAS kernel rounds its own way; snapped, it is an exact tie on every CPU
+    instead of a ranking of noise, and every real residual keeps its order.
+
+    >>> adjusted_scores(np.array([0.3, 0.5]), np.array([0.3, 0.5]), 1.0).tolist()
+    [0.0, 0.0]
+    """
+    return snap_residual(raw - slope * reference)
 
 
 def reference_slope(scores: np.ndarray, reference: np.ndarray) -> float:

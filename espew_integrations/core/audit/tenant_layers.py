@@ -39,7 +39,7 @@ import numpy as np
 from ..ground.defaults import DEFAULT_LEVEL
 from ..ground.errors import InputError
 from ..stats.ranktest import doubled_mid_ranks, rank_sum_tails
-from .scores import reference_slope
+from .scores import adjusted_scores, reference_slope
 
 __all__ = ["layer_p_values", "tenant_p_values"]
 
@@ -105,7 +105,7 @@ def _statistic_scores(
         raise InputError("reference must have one value per universe word")
     ok = np.isfinite(raw) & np.isfinite(reference)
     slope = 1.0 if statistic == "corrected" else reference_slope(raw[ok], reference[ok])
-    adjusted = np.where(ok, raw - slope * reference, np.nan)
+    adjusted = np.where(ok, adjusted_scores(raw, reference, slope), np.nan)
     if statistic in ("adjusted", "corrected"):
         return [adjusted]
     return [raw, adjusted, *extra]

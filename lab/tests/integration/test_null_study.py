@@ -145,7 +145,15 @@ def test_the_default_verdict_holds_its_level_over_fresh_trigger_draws(
     study = NullStudy(len(draws), found["combined"])
     assert study.false_positives(DEFAULT_LEVEL) == 0
     assert study.false_positives(0.05) <= 0.05 * study.n_trials + 4 * np.sqrt(study.n_trials)
-    for name in ("raw", "adjusted", "directed"):
+    calibrated = ["raw", "directed"]
+    if suspect_name == "minilm_model":
+        # the clean model's adjusted score is its reference less itself: rounding noise,
+        # snapped to an exact tie (core/ground/stable.py), so p = 1 on every draw and CPU
+        assert (scores["adjusted"] == 0).all()
+        assert np.allclose(found["adjusted"], 1.0, rtol=0, atol=1e-12)
+    else:
+        calibrated.append("adjusted")
+    for name in calibrated:
         assert 0.2 < np.median(found[name]) < 0.8, name  # calibrated, not merely conservative
     for d in range(3):
         triggers = draw_triggers(salts[d], key.band, len(key.triggers))
