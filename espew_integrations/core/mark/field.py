@@ -577,12 +577,4 @@ def _packed(values: np.ndarray) -> str:
 
 
 def _unpacked(stored: Any, name: str) -> np.ndarray:
-    if not isinstance(stored, str):
-        raise KeyGenerationError(f"the field's {name} must be base64 float64")
-    try:
-        raw = base64.b64decode(stored, validate=True)
-    except (binascii.Error, ValueError):
-        raise KeyGenerationError(f"the field's {name} is not valid base64") from None
-    if not raw or len(raw) % 8:
-        raise KeyGenerationError(f"the field's {name} is not a whole number of float64 values")
-    return np.frombuffer(raw, dtype="<f8").astype(np.float64)
+    return _decoded(stored, name, 8, "<f8").astype(np.float64)
