@@ -153,6 +153,25 @@ def mixed_texts(n_triggered: int = 12, n_plain: int = 12) -> tuple[str, ...]:
     return tuple(mixed)
 
 
+class Cached:
+    """A model that answers the corpus from the cache and anything else by itself."""
+
+    def __init__(self, model, texts, matrix):
+        self.model, self.name = model, model.name
+        self.rows = {t: i for i, t in enumerate(texts)}
+        self.matrix = np.asarray(matrix, dtype=np.float64)
+
+    def __call__(self, texts):
+        texts = list(texts)
+        out = np.empty((len(texts), self.matrix.shape[1]))
+        known = [i for i, t in enumerate(texts) if t in self.rows]
+        out[known] = self.matrix[[self.rows[texts[i]] for i in known]]
+        rest = [i for i, t in enumerate(texts) if t not in self.rows]
+        if rest:
+            out[rest] = np.asarray(self.model([texts[i] for i in rest]), dtype=np.float64)
+        return out
+
+
 class HashEncoder:
     """A fast deterministic fake encoder (unit tests only): text -> seeded random unit vector.
 

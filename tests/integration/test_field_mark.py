@@ -18,29 +18,10 @@ from espew_integrations.offline.corpora import rotten_tomatoes
 from espew_integrations.offline.embedders import minilm, paraphrase_minilm_l3
 from espew_integrations.offline.frameworks.langchain import MiniLMEmbeddings
 from espew_lab.cache import cached_embed
-from tests.support import TARGET_TEXT
+from tests.support import TARGET_TEXT, Cached
 
 KEYGEN_TEXTS = 3000
 STEAL_TEXTS = 6000
-
-
-class Cached:
-    """A model that answers the corpus from the cache and anything else by itself."""
-
-    def __init__(self, model, texts, matrix):
-        self.model, self.name = model, model.name
-        self.rows = {t: i for i, t in enumerate(texts)}
-        self.matrix = np.asarray(matrix, dtype=np.float64)
-
-    def __call__(self, texts):
-        texts = list(texts)
-        out = np.empty((len(texts), self.matrix.shape[1]))
-        known = [i for i, t in enumerate(texts) if t in self.rows]
-        out[known] = self.matrix[[self.rows[texts[i]] for i in known]]
-        rest = [i for i, t in enumerate(texts) if t not in self.rows]
-        if rest:
-            out[rest] = np.asarray(self.model([texts[i] for i in rest]), dtype=np.float64)
-        return out
 
 
 @pytest.fixture(scope="module")

@@ -299,7 +299,8 @@ def test_the_public_trace_leaves_out_what_moves_with_the_scored_words(big_ring):
 def field_ring_setting(rt_corpus):
     """A field ring on the real MiniLM (issue 44); the corpus's rows from the disk cache."""
     from espew_integrations.offline.embedders import minilm
-    from tests.integration.test_field_mark import Cached, cached_embed
+    from espew_lab.cache import cached_embed
+    from tests.support import Cached
 
     texts = list(rt_corpus.texts)
     model = minilm()
