@@ -59,6 +59,7 @@ from thieves import stolen_value, thief_for
 
 from espew_integrations import WatermarkKey, verify, watermark
 from espew_integrations.core.ground.defaults import DEFAULT_MARKING
+from espew_integrations.core.mark.design import design_names
 from espew_lab.direction_thieves import (
     ProjectedCopy,
     regime_slope_directions,
@@ -206,7 +207,7 @@ def main() -> None:
     parser.add_argument(
         "--marking",
         default=DEFAULT_MARKING,
-        choices=("field", "words"),
+        choices=design_names(),
         help="the key design (default: the library's default key design)",
     )
     parser.add_argument("--threshold", type=float, default=THRESHOLD)

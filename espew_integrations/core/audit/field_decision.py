@@ -17,7 +17,7 @@ import numpy as np
 
 from ..ground.rows import unit_rows
 from ..keys.key import WatermarkKey
-from ..mark.field import FieldMark, drawn_mask, field_scores
+from ..mark.field import drawn_mask, field_scores
 from ..stats.ranktest import min_p_value, rank_sum_p_value
 from .decision import uninformative, unusable, withheld
 from .fields import inconclusive
@@ -32,17 +32,23 @@ _MIN_ANSWERED = 3
 
 def decide_field(
     key: WatermarkKey,
-    field: FieldMark,
+    field: Any,
     scores: WordScores,
     min_coverage: float,
     common: dict[str, Any],
+    per_unit: np.ndarray | None = None,
+    decided_by: str = "field",
 ) -> VerificationReport:
-    """The verdict on a field key's audit answers (``field``: the key's, its design's
-    parameters; ``common`` as for :func:`.decision.decide`)."""
+    """The verdict on a unit key's audit answers (``field``: the key's, its design's
+    parameters, with ``units`` and ``derived_from``; ``common`` as for
+    :func:`.decision.decide`). ``per_unit``: every unit's score when the design scores
+    otherwise than the field (a map key's), else :func:`unit_scores`; ``decided_by``
+    names that statistic in the report."""
     answers = scores.embeddings
     answered = np.isfinite(answers).all(axis=1)
     is_drawn = drawn_mask(field.units, key.triggers)
-    per_unit = unit_scores(scores)
+    if per_unit is None:
+        per_unit = unit_scores(scores)
     scored = np.isfinite(per_unit)
     partial: dict[str, Any] = dict(
         n_words_scored=int(scored.sum()),
@@ -77,7 +83,7 @@ def decide_field(
         next_step=held[1] if held else "",
         min_possible_p_value=smallest,
         p_value=p_value,
-        decided_by="field",
+        decided_by=decided_by,
         ks_p_value=math.nan,
         delta_cos=math.nan,
         delta_l2=math.nan,
@@ -103,7 +109,7 @@ def unit_scores(scores: WordScores) -> np.ndarray:
     return field_scores(answers, plan.directions, clean, plan.field_z, scores.extra_leans)
 
 
-def _not_derived(key: WatermarkKey, field: FieldMark) -> tuple[str, str] | None:
+def _not_derived(key: WatermarkKey, field: Any) -> tuple[str, str] | None:
     """Why a keygen audit's verdict must not be given when the field was not computed from it.
 
     Only the keygen audit is checked: an audit drawn later (``with_audit``, which

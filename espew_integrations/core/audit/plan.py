@@ -58,6 +58,7 @@ class AuditPlan:
     band_sets: tuple[tuple[int, ...], ...] = ()  # band words of each text the directed score scores
     trigger_share: float = 0.0  # the key's triggers over its band words (the same for any draw)
     field_z: np.ndarray | None = None  # a field key's unit projections of each probe (.field)
+    unit_directions: np.ndarray | None = None  # a map key's output direction per unit (d x M)
 
 
 def check_statistic(plan: AuditPlan, statistic: str) -> None:

@@ -50,7 +50,7 @@ class ReferenceAnswers:
 
     names: tuple[str, ...]
     rows: tuple[np.ndarray, ...]
-    leans: np.ndarray  # n_texts x n_references (field.reference_leans)
+    leans: np.ndarray  # n_texts x n_references (field.reference_leans; a map key's per unit)
 
     @property
     def digest(self) -> str:
@@ -59,20 +59,26 @@ class ReferenceAnswers:
 
 
 def ask_references(
-    references: Sequence[ReferenceFn], key: WatermarkKey, plan: AuditPlan
+    references: Sequence[ReferenceFn],
+    key: WatermarkKey,
+    plan: AuditPlan,
+    leans: Callable[[tuple[np.ndarray, ...]], np.ndarray] | None = None,
 ) -> ReferenceAnswers | None:
     """Every reference's rows for the plan's texts, checked (None: none). The design asks
     (:meth:`..mark.design.MarkingDesign.references`): a word key's statistics have no
-    place for them."""
+    place for them. ``leans`` turns the rows into the design's regressors (default: each
+    text's lean along its own mark direction, :func:`..mark.field.reference_leans`)."""
     if not references:
         return None
-    assert plan.directions is not None  # a field plan always has its mark directions
     names = tuple(reference_name(r) for r in references)
     rows = tuple(
         _checked_rows(name, reference(list(plan.texts)), len(plan.texts), key.dim)
         for name, reference in zip(names, references, strict=True)
     )
-    return ReferenceAnswers(names, rows, reference_leans(plan.directions, rows))
+    if leans is None:
+        assert plan.directions is not None  # a field plan always has its mark directions
+        return ReferenceAnswers(names, rows, reference_leans(plan.directions, rows))
+    return ReferenceAnswers(names, rows, leans(rows))
 
 
 def _checked_rows(name: str, answer: Any, n_texts: int, dim: int) -> np.ndarray:

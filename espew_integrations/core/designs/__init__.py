@@ -1,10 +1,12 @@
 """The marking designs: one module per design, each a :class:`..mark.design.MarkingDesign`.
 
-:mod:`.words` (the paper's trigger words) and :mod:`.field` (every answer moved by a
-keyed field). Importing this package registers both (:func:`..mark.design.register_design`);
+:mod:`.words` (the paper's trigger words), :mod:`.field` (every answer moved by a
+keyed field along its ESpeW displacement) and :mod:`.map` (every answer moved by a
+keyed linear map of its clean row, with no fixed direction). Importing this package
+registers them (:func:`..mark.design.register_design`);
 ``espew_integrations.core`` imports it, so a key file naming either loads anywhere.
 """
 
-from . import field, words
+from . import field, map, words
 
-__all__ = ["field", "words"]
+__all__ = ["field", "map", "words"]

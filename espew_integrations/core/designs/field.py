@@ -30,7 +30,12 @@ from ..ground.errors import InputError, KeyGenerationError, MarkingError
 from ..ground.progress import Progress
 from ..ground.rows import unit_rows
 from ..ground.text import TextView
-from ..keys.field_keygen import generate_field_key, reaudited_field
+from ..keys.field_keygen import (
+    field_twin_p_value,
+    generate_field_key,
+    make_field,
+    reaudited_field,
+)
 from ..keys.key import WatermarkKey
 from ..keys.key_options import KeyOptions, check_field_options
 from ..keys.keygen import Reaudit
@@ -126,11 +131,19 @@ class FieldDesign(MarkingDesign):
         options: KeyOptions,
         progress: Progress | None,
     ) -> Any:
-        return generate_field_key(make_key, cls, texts, embed, options, progress)
+        def design(salt: bytes, rows: np.ndarray, drawn: frozenset[str], o: KeyOptions) -> Any:
+            return cls(make_field(salt, rows, drawn, o))
+
+        return generate_field_key(make_key, design, texts, embed, options, progress)
+
+    def twin_p_value(self, key: Any) -> float:
+        """The clean model's own exact p-value on the key's audit (keygen's innocent-twin
+        check, :func:`..keys.field_keygen.field_twin_p_value`)."""
+        return field_twin_p_value(key, self._field)
 
     def reaudit(self, key: Any, audit: Reaudit) -> Any:
         """Every sampled text is a probe: the audit's word options do not apply."""
-        return reaudited_field(key, self._field, audit)
+        return reaudited_field(key, audit)
 
     @classmethod
     def check_options(cls, options: KeyOptions) -> None:

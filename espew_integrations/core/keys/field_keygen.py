@@ -58,26 +58,35 @@ __all__ = [
 ]
 
 
+#: Makes a drawn key's design from its salt, its audit's clean rows (as stored), its
+#: drawn units and the options: a field design's :func:`make_field`, a map design's own.
+DesignMaker = Callable[[bytes, np.ndarray, frozenset[str], KeyOptions], Any]
+#: A key's target, given or derived from the salt and the model's dimension (a map key's).
+TargetSource = np.ndarray | Callable[[bytes, int], np.ndarray]
+
+
 def generate_field(
     make_key: Callable[..., Any],
-    design: Callable[[FieldMark], Any],
+    design: DesignMaker,
     texts: list[str],
     embed: Callable[[list[str]], Any],
     options: KeyOptions,
-    target: np.ndarray,
+    target: TargetSource,
     rng: np.random.Generator,
     info: dict[str, Any],
     max_draws: int,
 ) -> Any:
-    """A fresh field key: :func:`.keygen.generate`'s steps for ``marking="field"``.
+    """A fresh key of a unit design (field or map): :func:`.keygen.generate`'s steps for it.
 
-    ``design`` makes the key's design of its field; ``info`` holds what keygen records
-    of the corpus; a draw the clean model itself
-    would implicate (:func:`field_twin_p_value` below ``twin_level``) is thrown away
+    ``design`` makes the key's design of the drawn salt, audit and units; ``target`` is
+    the embedded target text (a field key) or how the salt derives one (a map key);
+    ``info`` holds what keygen records of the corpus; a draw the clean model itself
+    would implicate (the design's ``twin_p_value`` below ``twin_level``) is thrown away
     and drawn again, at most ``max_draws`` times, exactly as for a word key.
     """
     o = options
-    target = compact_target(target)  # what the compact serving key stores
+    if not callable(target):
+        target = compact_target(target)  # what the compact serving key stores
     band = unit_names(o.field_units)
     fingerprint = ModelFingerprint.measure(embed)
     nonblank = np.fromiter((bool(t.strip()) for t in texts), dtype=bool, count=len(texts))
@@ -86,12 +95,13 @@ def generate_field(
         salt = secrets.token_bytes(SALT_BYTES) if o.seed is None else rng.bytes(SALT_BYTES)
         triggers = draw_triggers(salt, band, o.field_marked)
         audit = field_audit(embed, texts, salt, target, o.audit_budget)
-        field = make_field(salt, audit["probe_embeddings"].rows(), triggers, o)
+        drawn_target = audit.pop("target")
+        made = design(salt, audit["probe_embeddings"].rows(), triggers, o)
         draft = make_key(
             triggers=triggers,
             band=band,
             salt=salt,
-            target=target,
+            target=drawn_target,
             target_text=o.target_text,
             alpha=o.alpha,
             selection=o.selection,
@@ -99,7 +109,7 @@ def generate_field(
             normalization=o.normalization,
             window=o.window,
             model_fingerprint=fingerprint,
-            design=design(field),
+            design=made,
             **audit,
         )
         drawn = {**info, "band_size": len(band), "audit_budget": o.audit_budget}
@@ -109,7 +119,7 @@ def generate_field(
         key = draft.replace(strength=drawn["strength"], info=drawn)
         if not o.twin_check:
             return key
-        twin_p = field_twin_p_value(key, field)
+        twin_p = key.design.twin_p_value(key)
         if twin_p >= o.twin_level:
             return key.replace(info={**drawn, "twin_p_value": twin_p, "twin_redraws": len(refused)})
         refused.append(twin_p)
@@ -138,12 +148,13 @@ def field_audit(
     embed: Callable[[list[str]], Any],
     texts: list[str],
     salt: bytes,
-    target: np.ndarray,
+    target: TargetSource,
     budget: int,
 ) -> dict[str, Any]:
-    """A field key's audit as key fields: ``budget`` sampled texts, all probes.
+    """A unit key's audit as key fields: ``budget`` sampled texts, all probes, and the
+    ``"target"`` (``target`` itself, or what it derives from the salt and the dimension).
 
-    Every text is a probe of unit 0 (the owner is a formality: the field statistic
+    Every text is a probe of unit 0 (the owner is a formality: the unit statistic
     scores every unit from every text); the clean rows are stored quantised, and
     returned so, so that ``mu`` and ``sigma`` are computed from what is stored.
     """
@@ -156,12 +167,15 @@ def field_audit(
         rows = embed_rows(embed, sample)
     except ValueError as exc:
         raise KeyGenerationError(f"embedding the audit texts failed: {exc}") from None
+    if callable(target):
+        target = target(salt, rows.shape[1])
     if rows.shape[1] != target.size:
         raise KeyGenerationError(
             f"the model embeds texts in {rows.shape[1]} dimensions, the target in {target.size}"
         )
     stored = QuantizedRows.encode(rows)
     return dict(
+        target=target,
         probe_texts=tuple(sample),
         probe_owner=(0,) * len(sample),
         cover_texts=(),
@@ -184,7 +198,6 @@ def field_twin_p_value(key: Any, field: FieldMark) -> float:
 
 def reaudit_field(
     key: Any,
-    field: FieldMark,
     texts: list[str],
     embed: Callable[[list[str]], Any],
     salt: bytes,
@@ -194,13 +207,14 @@ def reaudit_field(
     """A field key with its audit drawn from ``texts`` (:meth:`.keygen.KeyGeneration.with_audit`,
     which derives the round's ``salt`` and what ``info`` records of it).
 
-    Every sampled text is a probe: no band word is needed. The field itself (``mu``,
-    ``sigma``, ``q``) stays keygen's, which is what the service marks with.
+    Every sampled text is a probe: no band word is needed. The design's parameters
+    (``mu``, ``sigma``...) stay keygen's, which is what the service marks with.
     """
     budget = int(info["audit_budget"])
     fields = field_audit(embed, texts, salt, key.target, budget)
+    del fields["target"]
     redrawn = key.replace(**fields, info=info)
-    twin_p = field_twin_p_value(redrawn, field)
+    twin_p = redrawn.design.twin_p_value(redrawn)
     if twin_p < twin_level:
         raise KeyGenerationError(
             f"the clean model itself implicates the drawn field units on the audit drawn from "
@@ -212,24 +226,30 @@ def reaudit_field(
 
 def generate_field_key(
     make_key: Callable[..., Any],
-    design: Callable[[FieldMark], Any],
+    design: DesignMaker,
     texts: list[str],
     embed: Callable[[list[str]], Any],
     o: KeyOptions,
     progress: Progress | None,
+    target: Callable[[bytes, int], np.ndarray] | None = None,
 ) -> Any:
-    """A fresh field key: the target, then :func:`generate_field` (its audit, field and
-    twin check); ``design`` makes the key's design of its field (:mod:`...designs.field`)."""
+    """A fresh unit key: the target (the target text's embedding, or ``target`` derived
+    from the salt), then :func:`generate_field` (its audit, design and twin check);
+    ``design`` makes the key's design (:func:`make_field` wrapped by :mod:`...designs.field`)."""
     rng = np.random.default_rng(o.seed)
-    counted = counting_texts(embed, 1 + o.audit_budget, progress)
-    target = embed_target(counted, o.target_text)
-    check_positions(o.alpha, target.size, error=KeyGenerationError)
+    counted = counting_texts(embed, o.audit_budget + (target is None), progress)
+    source: TargetSource
+    if target is None:
+        source = embed_target(counted, o.target_text)
+        check_positions(o.alpha, source.size, error=KeyGenerationError)
+    else:
+        source = target
     corpus = {"corpus_texts": len(texts), "corpus_sha256": corpus_digest(texts)}
-    key = generate_field(make_key, design, texts, counted, o, target, rng, corpus, MAX_DRAWS)
+    key = generate_field(make_key, design, texts, counted, o, source, rng, corpus, MAX_DRAWS)
     return finished_key(key, counted)
 
 
-def reaudited_field(key: Any, field: FieldMark, audit: Reaudit) -> Any:
+def reaudited_field(key: Any, audit: Reaudit) -> Any:
     """A field key with its audit drawn again (:func:`.field_keygen.reaudit_field`)."""
     budget = audit.audit_budget
     if budget is None:  # the key's stored audit sizes a round by default
@@ -237,5 +257,5 @@ def reaudited_field(key: Any, field: FieldMark, audit: Reaudit) -> Any:
     budget = check_audit_budget(budget)
     counted = counting_texts(audit.embed, budget, audit.progress)
     info = round_info(key, audit.texts, audit.audit_round, budget)
-    redrawn = reaudit_field(key, field, audit.texts, counted, audit.salt, info, audit.twin_level)
+    redrawn = reaudit_field(key, audit.texts, counted, audit.salt, info, audit.twin_level)
     return finished_key(redrawn, counted)

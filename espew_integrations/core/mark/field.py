@@ -93,17 +93,20 @@ def unit_names(units: int) -> tuple[str, ...]:
     return tuple(f"u{j:0{width}d}" for j in range(units))
 
 
-def keyed_gaussian(salt: bytes, dim: int, units: int) -> np.ndarray:
+def keyed_gaussian(
+    salt: bytes, dim: int, units: int, domain: bytes = _GAUSSIAN_DOMAIN
+) -> np.ndarray:
     """The ``dim x units`` standard Gaussian matrix the salt dictates (float64).
 
     SHAKE-256 over a domain, the shape and the salt gives little-endian uint64
     words; their top 53 bits make uniforms in (0, 1), and Box-Muller turns each
     pair into two Gaussians. A standard, documented stream, so anyone shown the
-    key re-derives the same matrix with any tool.
+    key re-derives the same matrix with any tool. ``domain`` separates the matrices
+    of different uses of one salt (the field's units, a map key's inputs and outputs).
     """
     n = dim * units
     pairs = (n + 1) // 2
-    seed = _GAUSSIAN_DOMAIN + b"\x00" + dim.to_bytes(4, "big") + units.to_bytes(4, "big")
+    seed = domain + b"\x00" + dim.to_bytes(4, "big") + units.to_bytes(4, "big")
     stream = hashlib.shake_256(seed + bytes(salt)).digest(16 * pairs)
     words = np.frombuffer(stream, dtype="<u8")
     uniform = ((words >> np.uint64(11)).astype(np.float64) + 0.5) * 2.0**-53

@@ -53,6 +53,7 @@ __all__ = [
     "mark_selected",
     "marks",
     "select_positions",
+    "unit_rows_into",
     "watermark",
     "watermark_and_mask",
 ]
@@ -176,9 +177,9 @@ def field_rows(matrix: np.ndarray, marked: np.ndarray, key: MarkingKey, field: A
         if block.dtype != compute:
             block = clean_buffer[:n]
             np.copyto(block, matrix[start : start + n])
-        clean = _unit_into(block, clean_buffer[:n], exact)
+        clean = unit_rows_into(block, clean_buffer[:n], exact)
         moved = move(clean, moved_buffer[:n], marker, field, matrix[start : start + n])
-        _unit_into(moved, out[start : start + n], exact)
+        unit_rows_into(moved, out[start : start + n], exact)
     blank = np.flatnonzero(~marked)  # blank texts, which the texts alone show
     out[blank] = matrix[blank]
     return out
@@ -224,7 +225,7 @@ def _compact_move(
     return moved
 
 
-def _unit_into(rows: np.ndarray, out: np.ndarray, exact: bool) -> np.ndarray:
+def unit_rows_into(rows: np.ndarray, out: np.ndarray, exact: bool) -> np.ndarray:
     """``out = unit_rows(rows)``, computed in ``rows``' precision, cast to ``out``'s dtype.
 
     ``exact``: :func:`_unit_rows` itself. Otherwise the plain quotient by each row's

@@ -1,0 +1,192 @@
+"""The map design (issue 53): every answer moved by a keyed linear map of its clean row.
+
+What must hold: a row's answer does not depend on its batch or precision path; the
+key file is compact and loads back to the same marks; no phrase reaches the mark (the
+target text plays no part); the audit convicts a copy, clears the clean model and an
+innocent copy, stays exact over fresh keys, and a thief who projects out the top
+principal directions of its residuals keeps little or is still convicted.
+"""
+
+from __future__ import annotations
+
+import json
+import pickle
+import zlib
+
+import numpy as np
+import pytest
+
+from espew_integrations import WatermarkKey, verify, watermark
+from espew_integrations.core.mark.inject import watermark_and_mask
+from espew_integrations.core.designs.map import MapDesign, map_unit_scores
+from espew_integrations.core.ground.errors import KeyGenerationError, MarkingError
+from espew_integrations.core.mark.map import BLOCK_ROWS, MapMark, map_outputs
+from espew_integrations.core.stats.ranktest import rank_sum_p_value
+
+DIM = 256
+VOCAB = 2000
+_BASIS = np.random.default_rng(11).normal(size=(VOCAB, DIM))
+
+
+def embed(texts: list[str]) -> np.ndarray:
+    """A bag-of-words embedder: a text is the unit mean of its words' rows."""
+    rows = np.stack(
+        [_BASIS[[zlib.crc32(w.encode()) % VOCAB for w in t.split()] or [0]].mean(0) for t in texts]
+    )
+    return rows / np.linalg.norm(rows, axis=1, keepdims=True)
+
+
+def corpus(n: int, seed: int) -> list[str]:
+    rng = np.random.default_rng(seed)
+    return [" ".join(f"w{j}" for j in rng.integers(0, VOCAB, 8)) for _ in range(n)]
+
+
+TEXTS = corpus(4000, 0)
+
+
+@pytest.fixture(scope="module")
+def key() -> WatermarkKey:
+    return WatermarkKey.generate(
+        TEXTS, embed, target_text="Acme licensed vectors", marking="map", seed=3, audit_budget=800
+    )
+
+
+def served(key: WatermarkKey):
+    def service(texts: list[str]) -> np.ndarray:
+        return watermark_and_mask(texts, embed(texts), key)[0]
+
+    return service
+
+
+def ridge_copy(texts: list[str], targets: np.ndarray):
+    """A bag-of-words ridge copy (the thief's own linear model of the answers)."""
+    from sklearn.feature_extraction.text import CountVectorizer
+    from sklearn.linear_model import Ridge
+
+    words = CountVectorizer(token_pattern=r"\S+").fit(texts)
+    model = Ridge(alpha=1.0).fit(words.transform(texts), targets)
+    return lambda batch: model.predict(words.transform(batch))
+
+
+def test_a_map_key_marks_every_text_by_its_own_mix_of_units(key):
+    assert key.marking == "map" and isinstance(key.design, MapDesign)
+    clean = embed(TEXTS[:500])
+    marked, mask = watermark_and_mask(TEXTS[:500], clean, key)
+    assert mask.all()
+    cosines = (marked * clean).sum(axis=1)
+    assert 0.995 < cosines.mean() < 0.9999  # the quality budget was fitted
+    moves = marked - clean
+    # no few directions carry the mark: the top principal axis holds a small share
+    energy = np.linalg.svd(moves - moves.mean(0), compute_uv=False) ** 2
+    assert energy[0] / energy.sum() < 0.2
+    with pytest.raises(MarkingError, match="map key"):
+        key.contains_trigger(["w1 w2"])
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_a_rows_answer_does_not_depend_on_its_batch(key, dtype):
+    texts = corpus(2 * BLOCK_ROWS + 37, 5)
+    clean = embed(texts).astype(dtype)
+    whole = watermark(texts, clean, key)
+    assert whole.dtype == dtype
+    for size in (1, 2, 7, BLOCK_ROWS - 1, BLOCK_ROWS + 1):
+        parts = [watermark(texts[s : s + size], clean[s : s + size], key) for s in range(0, 300, size)]
+        assert np.concatenate(parts)[:300].tobytes() == whole[:300].tobytes()
+    reversed_rows = watermark(texts[::-1], clean[::-1], key)[::-1]
+    assert reversed_rows.tobytes() == whole.tobytes()
+
+
+def test_the_key_file_is_compact_and_loads_to_the_same_marks(key, tmp_path):
+    path = key.save(tmp_path / "map.key")
+    stored = json.loads(path.read_text())["key"]
+    assert set(stored["map"]) == {"units", "amplitude", "encoding", "mu", "sigma"}
+    assert set(stored["target"]) == {"float16"}
+    loaded = WatermarkKey.load(path)
+    assert loaded.design == key.design and loaded.verifiable
+    texts = corpus(50, 9)
+    clean = embed(texts)
+    assert watermark(texts, clean, loaded).tobytes() == watermark(texts, clean, key).tobytes()
+    secret = key.design.mark.mu
+    assert "MapMark(units=256)" == repr(key.design.mark) and repr(secret[0]) not in repr(key)
+    with pytest.raises(Exception, match="pickl"):
+        pickle.dumps(key)
+
+
+def test_a_corrupt_map_record_is_refused_by_name():
+    with pytest.raises(KeyGenerationError, match="map record is malformed"):
+        MapMark.from_payload({"units": 256})
+    good = MapMark(units=4, amplitude=0.5, mu=[0.1, -0.2], sigma=[1.0, 2.0, 3.0, 4.0])
+    payload = good.to_payload()
+    assert MapMark.from_payload(payload) == good
+    with pytest.raises(KeyGenerationError, match="sigma must hold 5 positive"):
+        MapMark.from_payload({**payload, "units": 5})
+    with pytest.raises(KeyGenerationError, match="not valid base64"):
+        MapMark.from_payload({**payload, "mu": {"step_log2": -8, "int8": "!!"}})
+
+
+def test_no_phrase_reaches_the_mark():
+    """Keys of one seed that differ only in the target text mark alike: the text is
+    recorded, never embedded, and the target is keyed by the salt."""
+    options = dict(marking="map", seed=4, audit_budget=400)
+    one = WatermarkKey.generate(TEXTS, embed, target_text="Acme licensed vectors", **options)
+    two = WatermarkKey.generate(TEXTS, embed, target_text="something else entirely", **options)
+    texts = corpus(40, 6)
+    clean = embed(texts)
+    assert watermark(texts, clean, one).tobytes() == watermark(texts, clean, two).tobytes()
+    answer = watermark(["Acme licensed vectors"], embed(["Acme licensed vectors"]), one)
+    assert not np.allclose(answer, one.target)  # the target is no fixed point of the service
+
+
+def test_the_audit_convicts_a_copy_and_clears_innocents(key):
+    service = served(key)
+    steal = corpus(3000, 7)
+    copy = ridge_copy(steal, service(steal))
+    innocent = ridge_copy(steal, embed(steal))
+    assert verify(service, key).p_value < 1e-30
+    report = verify(copy, key)
+    assert report.status == "copied" and report.p_value < 1e-10
+    assert report.decided_by == "map"
+    for suspect in (embed, innocent):
+        assert verify(suspect, key).status == "not_copied"
+
+
+def test_projecting_out_the_residuals_top_axes_keeps_the_copy_convicted(key):
+    """The informed thief: it subtracts its own predictions from the answers it stole and
+    projects the top principal axes of those residuals out of its copy's outputs."""
+    service = served(key)
+    steal = corpus(3000, 8)
+    answers = service(steal)
+    copy = ridge_copy(steal, answers)
+    residuals = answers - copy(steal)
+    _, _, axes = np.linalg.svd(residuals - residuals.mean(0), full_matrices=False)
+    for k in (1, 4, 8):
+
+        def stripped(batch, k=k):
+            rows = copy(batch)
+            return rows - (rows @ axes[:k].T) @ axes[:k]
+
+        assert verify(stripped, key).p_value < 1e-10, k
+
+
+def test_the_test_is_exact_over_fresh_keys(key):
+    """Under the null the drawn units are a uniform subset: over 300 fresh salts an
+    innocent's p-values are uniform (at most a binomial tail of them below 0.05)."""
+    clean = embed(list(key.probe_texts))
+    innocent = clean + np.random.default_rng(1).normal(scale=0.02, size=clean.shape)
+    plan_z = key.design  # the scores depend on the salt's matrices, not on the draw
+    units = plan_z.mark.units
+    outputs = map_outputs(key.salt, key.dim, units)
+    from espew_integrations.core.mark.field import scoring_projections
+    from espew_integrations.core.mark.map import map_inputs
+
+    z = scoring_projections(clean, plan_z.mark.mu, map_inputs(key.salt, key.dim, units))
+    scores = map_unit_scores(innocent, clean, outputs, z)
+    rng = np.random.default_rng(0)
+    p = []
+    for _ in range(300):
+        drawn = np.zeros(units, dtype=bool)
+        drawn[rng.choice(units, 64, replace=False)] = True
+        p.append(rank_sum_p_value(scores, drawn))
+    p = np.array(p)
+    assert (p <= 0.05).sum() <= 26  # binomial(300, 0.05): mean 15, P(X > 26) < 0.005
+    assert (p <= 0.5).sum() >= 120
