@@ -86,6 +86,8 @@ from reach_splits import article_splits
 from thieves import N_HELD_OUT, N_STEAL, Thief, disjoint_rows, stolen_value
 
 from espew_integrations import WatermarkKey, verify, watermark
+from espew_integrations.core.ground.defaults import DEFAULT_MARKING
+from espew_integrations.core.mark.design import design_names
 from espew_integrations.core.mark.inject import watermark_and_mask
 from espew_lab.metrics import labelled_retrieval
 from espew_lab.stealers import EncoderRidgeStealer, RidgeStealer
@@ -538,7 +540,7 @@ def null_table(rows: list[dict]) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--setups", nargs="+", choices=list(SETUPS), default=list(SETUPS))
-    parser.add_argument("--marking", choices=("words", "field"), default="field")
+    parser.add_argument("--marking", choices=design_names(), default=DEFAULT_MARKING)
     parser.add_argument("--seed", type=int, default=1, help="the key's seed")
     parser.add_argument(
         "--key-option",

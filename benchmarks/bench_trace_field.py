@@ -16,6 +16,8 @@ names. Run (a few minutes on 2 cores; the corpus's rows come from the disk cache
 
     nice .venv/bin/python benchmarks/bench_trace_field.py \
         | tee docs/results/unavoidable/trace-field.txt
+    nice .venv/bin/python benchmarks/bench_trace_field.py --marking map \
+        | tee docs/results/map/trace-map.txt
 """
 
 from __future__ import annotations
@@ -77,6 +79,9 @@ def main() -> None:
     parser.add_argument(
         "--traffic-audit", type=int, default=6000, help="texts of the round-2 traffic audit"
     )
+    parser.add_argument(
+        "--marking", default="field", choices=("field", "map"), help="the ring's unit design"
+    )
     args = parser.parse_args()
     texts = list(rotten_tomatoes().texts)
     keygen, stolen = texts[: args.keygen], texts[args.keygen : args.keygen + args.steal]
@@ -88,14 +93,14 @@ def main() -> None:
         victim,
         target_text=TARGET_TEXT,
         seed=args.seed,
-        marking="field",
+        marking=args.marking,
         window=victim_model.max_tokens,
     )
     info = ring.shared_key.info
     accounts = [f"acct-{i:02d}" for i in range(args.accounts)]
     print(
-        f"field ring {ring.ring_id}: {ring.n_shared_triggers} shared + {ring.n_tenant_triggers} "
-        f"tenant units of {len(ring.shared_key.band)}, strength {ring.shared_key.strength:.4g}, "
+        f"{args.marking} ring {ring.ring_id}: {ring.n_shared_triggers} shared + "
+        f"{ring.n_tenant_triggers} tenant units of {len(ring.shared_key.band)}, strength {ring.shared_key.strength:.4g}, "
         f"mean cos on the worst sample tenant {info['mean_cosine_marked']:.4f}, audit "
         f"{ring.shared_key.audit_queries} texts; {len(keygen)} keygen texts, {len(stolen)} "
         f"stealing texts (disjoint), {len(accounts)} accounts "

@@ -199,35 +199,38 @@ def add_marking_flags(
         "--marking",
         choices=list(MARKINGS),
         default=marking or default("marking"),
-        help="'field': every answer is marked, by a secret linear function of its clean "
-        "embedding, which no edit of a query's words avoids (the word flags then do not "
-        "apply); 'words': the paper's design, texts holding a secret trigger word "
-        f"(default {marking or default('marking')!r})",
+        help="'map': every answer is moved by a secret linear map of its clean embedding "
+        "onto secret directions, with no one direction a thief could estimate and strip; "
+        "'field': every answer moved along its ESpeW mark, scaled by a secret linear "
+        "function of its clean embedding (the --field-* flags size both; the word flags "
+        "then do not apply); 'words': the paper's design, texts holding a secret trigger "
+        f"word (default {marking or default('marking')!r})",
     )
     parser.add_argument(
         "--field-units",
         type=positive_int,
         default=default("field_units"),
-        help=f"a field key's units (default {default('field_units')})",
+        help=f"a map or field key's units (default {default('field_units')})",
     )
     if marked:
         parser.add_argument(
             "--field-marked",
             type=positive_int,
             default=default("field_marked"),
-            help=f"a field key's drawn units (default {default('field_marked')})",
+            help=f"a map or field key's drawn units (default {default('field_marked')})",
         )
     parser.add_argument(
         "--field-amplitude",
         type=float,
         default=default("field_amplitude"),
-        help=f"a field key's scale before clipping (default {default('field_amplitude'):g})",
+        help="a map or field key's scale at strength 1 "
+        f"(default {default('field_amplitude'):g})",
     )
     parser.add_argument(
         "--field-min-cosine",
         type=float,
         default=default("field_min_cosine"),
-        help="a field key's quality budget: mean cos(clean, watermarked) over the corpus "
+        help="a map or field key's quality budget: mean cos(clean, watermarked) over the corpus "
         f"(default {default('field_min_cosine'):g})",
     )
 

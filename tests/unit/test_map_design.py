@@ -190,3 +190,48 @@ def test_the_test_is_exact_over_fresh_keys(key):
     p = np.array(p)
     assert (p <= 0.05).sum() <= 26  # binomial(300, 0.05): mean 15, P(X > 26) < 0.005
     assert (p <= 0.5).sum() >= 120
+
+
+# ---------------------------------------------------------------------- rings
+TENANTS = [f"acct-{i:02d}" for i in range(20)]
+
+
+@pytest.fixture(scope="module")
+def ring():
+    from espew_integrations import KeyRing
+
+    return KeyRing.generate(
+        TEXTS, embed, target_text="Acme licensed vectors", seed=3, marking="map",
+        audit_budget=800,
+    )  # fmt: skip
+
+
+def test_a_map_ring_marks_each_account_by_both_layers(ring):
+    shared, alice, bob = ring.shared_key, ring.key_for("alice"), ring.key_for("bob")
+    assert ring.marking == alice.marking == "map" and alice.verifiable
+    assert shared.triggers <= alice.triggers and alice.triggers != bob.triggers
+    assert alice.design == shared.design  # the map is shared; the drawn units differ
+    texts = corpus(200, 12)
+    clean = embed(texts)
+    a, b = watermark(texts, clean, alice), watermark(texts, clean, bob)
+    assert not np.allclose(a, b)
+    for marked in (a, b):
+        assert (marked * clean).sum(axis=1).mean() >= ring.shared_key.info[
+            "strength_fitted_to_min_cosine"
+        ] - 5e-4
+
+
+def test_trace_names_the_account_a_copy_learned_from_and_nobody_else(ring):
+    from espew_integrations import trace
+
+    steal = corpus(3000, 13)
+    account = ring.key_for("acct-07")
+    copy = ridge_copy(steal, watermark_and_mask(steal, embed(steal), account)[0])
+    report = trace(copy, ring, TENANTS, seed=0)
+    assert report.copied and report.traced == ("acct-07",)
+    assert report.tenant_p_values["acct-07"] < 1e-6
+    assert sorted(report.tenant_p_values.values())[1] > 1e-3  # nobody else comes close
+    assert report.marking == "map" and "map units" in str(report)
+    innocent = ridge_copy(steal, embed(steal))
+    cleared = trace(innocent, ring, TENANTS, seed=0)
+    assert cleared.status == "not_copied" and cleared.traced == ()

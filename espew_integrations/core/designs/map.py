@@ -67,6 +67,7 @@ __all__ = [
     "MapDesign",
     "map_twin_scores",
     "map_unit_scores",
+    "scores_of_leans",
     "unit_leans",
 ]
 
@@ -107,31 +108,43 @@ def map_unit_scores(
 ) -> np.ndarray:
     """Every unit's map score from the suspect's answers (rows with a NaN are left out).
 
-    For unit ``j`` and text ``i``: ``lean_ij = unit(a_i) . h_j``, ``ref_ij = e_i . h_j``
-    and ``adj_ij = lean_ij - fit_j(ref_ij, extra)``: per unit, a least-squares fit of the
-    lean on an intercept, the clean model's own lean and each reference copy's lean
-    (``extra``, ``n x (r * M)``, reference by reference), so what the suspect shares of
-    where texts already lie cancels. Unit ``j`` scores the correlation-like sum
-    ``sum_i (adj_ij - mean) z_ij / |adj_j - mean|`` with ``z`` the whitened projections:
-    a copy of a marked service leans along ``h_j`` in step with ``z_j`` for the drawn
-    units. Nothing looks at which units were drawn; residuals are snapped
-    (:mod:`..ground.stable`), so the clean model scores exact zeros everywhere.
+    For unit ``j`` and text ``i``: ``lean_ij = unit(a_i) . h_j`` and ``ref_ij = e_i . h_j``
+    (where the clean row already lies along ``h_j``), summed in einsum's fixed order;
+    then :func:`scores_of_leans`. ``extra``: the reference copies' leans (``n x (r * M)``,
+    reference by reference, :meth:`MapDesign.references`).
     """
     answered = np.isfinite(answers).all(axis=1)
     lean = unit_leans(answers[answered], outputs)
     ref = np.einsum("ij,jk->ik", clean_unit[answered], outputs)
+    more = None if extra is None else extra[answered]
+    return scores_of_leans(lean, ref, z[answered], more)
+
+
+def scores_of_leans(
+    lean: np.ndarray, ref: np.ndarray, z: np.ndarray, extra: np.ndarray | None = None
+) -> np.ndarray:
+    """Every unit's score from the answered texts' leans (``n x M`` each).
+
+    ``adj_ij = lean_ij - fit_j(ref_ij, extra)``: per unit, a least-squares fit of the lean
+    on an intercept, the clean model's own lean and each reference copy's lean, so what
+    the suspect shares of where texts already lie cancels. Unit ``j`` scores
+    ``sum_i (adj_ij - mean) z_ij / |adj_j - mean|`` with ``z`` the whitened projections: a
+    copy of a marked service leans along ``h_j`` in step with ``z_j`` for the drawn units.
+    Nothing looks at which units were drawn; residuals are snapped
+    (:mod:`..ground.stable`), so the clean model scores exact zeros everywhere.
+    """
     columns = [np.ones_like(ref), ref]
     if extra is not None and extra.shape[1]:
-        per_reference = extra[answered].reshape(len(ref), -1, ref.shape[1])
+        per_reference = extra.reshape(len(ref), -1, ref.shape[1])
         columns += [per_reference[:, r, :] for r in range(per_reference.shape[1])]
     x = np.stack(columns, axis=2).transpose(1, 0, 2)  # M x n x p
     y = lean.T[:, :, None]  # M x n x 1
-    gram = x.transpose(0, 2, 1) @ x
-    gram += np.eye(gram.shape[1]) * 1e-12 * np.trace(gram, axis1=1, axis2=2)[:, None, None]
-    beta = np.linalg.solve(gram, x.transpose(0, 2, 1) @ y)
+    # the pseudo-inverse: a reference that duplicates another (or the clean model) leaves
+    # the fit singular, never unsolvable; no ridge, so the clean model's residual stays 0
+    beta = np.linalg.pinv(x.transpose(0, 2, 1) @ x) @ (x.transpose(0, 2, 1) @ y)
     adjusted = snap_residual(lean - (x @ beta)[:, :, 0].T)
     adjusted -= adjusted.mean(axis=0)
-    zs = z[answered] - z[answered].mean(axis=0)
+    zs = z - z.mean(axis=0)
     norms = np.sqrt(np.add.reduce(adjusted * adjusted, axis=0))
     sums = np.add.reduce(adjusted * zs, axis=0)
     return np.divide(sums, norms, out=np.zeros_like(sums), where=norms > 0)

@@ -248,7 +248,7 @@ class KeyOptions:
         return dataclasses.replace(options, **overrides) if overrides else options
 
 
-MARKINGS = ("words", "field")
+MARKINGS = ("words", "field", "map")
 #: The options only a word key reads (a field key refuses them set away from their default).
 WORD_OPTIONS = (
     "n_triggers",
