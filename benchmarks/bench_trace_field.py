@@ -100,7 +100,8 @@ def main() -> None:
     accounts = [f"acct-{i:02d}" for i in range(args.accounts)]
     print(
         f"{args.marking} ring {ring.ring_id}: {ring.n_shared_triggers} shared + "
-        f"{ring.n_tenant_triggers} tenant units of {len(ring.shared_key.band)}, strength {ring.shared_key.strength:.4g}, "
+        f"{ring.n_tenant_triggers} tenant units of {len(ring.shared_key.band)}, "
+        f"strength {ring.shared_key.strength:.4g}, "
         f"mean cos on the worst sample tenant {info['mean_cosine_marked']:.4f}, audit "
         f"{ring.shared_key.audit_queries} texts; {len(keygen)} keygen texts, {len(stolen)} "
         f"stealing texts (disjoint), {len(accounts)} accounts "
