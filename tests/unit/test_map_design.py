@@ -21,7 +21,7 @@ from espew_integrations.core.mark.inject import watermark_and_mask
 from espew_integrations.core.designs.map import MapDesign, map_unit_scores
 from espew_integrations.core.ground.errors import KeyGenerationError, MarkingError
 from espew_integrations.core.mark.map import BLOCK_ROWS, MapMark, map_outputs
-from espew_integrations.core.stats.ranktest import rank_sum_p_value
+from espew_integrations.core.stats.ranktest import subset_p_values
 
 DIM = 256
 VOCAB = 2000
@@ -58,14 +58,21 @@ def served(key: WatermarkKey):
     return service
 
 
+def counts(texts: list[str]) -> np.ndarray:
+    """Each text's word counts over the vocabulary (the thief's own bag-of-words features)."""
+    out = np.zeros((len(texts), VOCAB + 1))
+    for i, text in enumerate(texts):
+        for word in text.split():
+            out[i, zlib.crc32(word.encode()) % VOCAB] += 1
+    out[:, VOCAB] = 1.0  # the intercept
+    return out
+
+
 def ridge_copy(texts: list[str], targets: np.ndarray):
     """A bag-of-words ridge copy (the thief's own linear model of the answers)."""
-    from sklearn.feature_extraction.text import CountVectorizer
-    from sklearn.linear_model import Ridge
-
-    words = CountVectorizer(token_pattern=r"\S+").fit(texts)
-    model = Ridge(alpha=1.0).fit(words.transform(texts), targets)
-    return lambda batch: model.predict(words.transform(batch))
+    x = counts(texts)
+    weights = np.linalg.solve(x.T @ x + np.eye(x.shape[1]), x.T @ targets)
+    return lambda batch: counts(batch) @ weights
 
 
 def test_a_map_key_marks_every_text_by_its_own_mix_of_units(key):
@@ -182,12 +189,8 @@ def test_the_test_is_exact_over_fresh_keys(key):
     z = scoring_projections(clean, plan_z.mark.mu, map_inputs(key.salt, key.dim, units))
     scores = map_unit_scores(innocent, clean, outputs, z)
     rng = np.random.default_rng(0)
-    p = []
-    for _ in range(300):
-        drawn = np.zeros(units, dtype=bool)
-        drawn[rng.choice(units, 64, replace=False)] = True
-        p.append(rank_sum_p_value(scores, drawn))
-    p = np.array(p)
+    drawn = np.stack([rng.choice(units, 64, replace=False) for _ in range(300)])
+    p = subset_p_values(scores, drawn)
     assert (p <= 0.05).sum() <= 26  # binomial(300, 0.05): mean 15, P(X > 26) < 0.005
     assert (p <= 0.5).sum() >= 120
 
@@ -235,3 +238,21 @@ def test_trace_names_the_account_a_copy_learned_from_and_nobody_else(ring):
     innocent = ridge_copy(steal, embed(steal))
     cleared = trace(innocent, ring, TENANTS, seed=0)
     assert cleared.status == "not_copied" and cleared.traced == ()
+
+
+def test_the_clean_rows_score_exact_zeros_and_references_adjust(key):
+    """The clean model answering with the audit's stored rows leans exactly as they do:
+    every unit scores 0 and p is 1. A reference copy is fitted away per unit: a suspect
+    that is the reference itself scores nothing, a copy is still convicted."""
+    rows = dict(zip(key.probe_texts, key.probe_embeddings, strict=True))
+
+    def stored(texts):
+        return np.stack([rows[t] for t in texts])
+
+    report = verify(stored, key)
+    assert report.p_value == 1.0 and report.status == "not_copied"
+    steal = corpus(3000, 14)
+    innocent = ridge_copy(steal, embed(steal))
+    copy = ridge_copy(steal, served(key)(steal))
+    assert verify(innocent, key, references=[innocent]).p_value == 1.0
+    assert verify(copy, key, references=[innocent]).p_value < 1e-10
