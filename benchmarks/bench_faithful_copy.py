@@ -395,6 +395,11 @@ def main() -> None:
     parser.add_argument("--n-triggers", type=int, default=None, help="default: the library's")
     parser.add_argument("--freq-band", default=None, help="low-high, e.g. 0.01-0.015")
     parser.add_argument("--probes-per-word", type=int, default=None)
+    parser.add_argument(
+        "--marking",
+        default="words",
+        help="the key design ('map' or 'field': their own defaults, --min-cosine unused)",
+    )
     args = parser.parse_args()
     started = time.perf_counter()
     texts, victim, standard, _ = corpus_lookups()
@@ -405,7 +410,10 @@ def main() -> None:
     results = []
     for seed in args.seeds:
         print(f"key seed {seed}", flush=True)
-        key = victim_key(texts, victim, seed, min_cosine=args.min_cosine, **key_options(args))
+        if args.marking == "words":
+            key = victim_key(texts, victim, seed, min_cosine=args.min_cosine, **key_options(args))
+        else:
+            key = victim_key(texts, victim, seed, marking=args.marking)
         thief = thief_for(seed, texts, key, victim, standard, split=args.split)
         held = thief.steal + thief.held
         own_rows = np.vstack([thief.own_steal, thief.own_held])

@@ -1,13 +1,13 @@
 """``make demo``: the whole story end to end, offline, on a real model and a real corpus.
 
 1. A provider generates a key from the Rotten Tomatoes corpus with the
-   bundled all-MiniLM-L6-v2 (int8 ONNX): a field key (the default design,
-   which marks every answer by a secret function of its clean embedding), its
+   bundled all-MiniLM-L6-v2 (int8 ONNX): a map key (the default design,
+   which moves every answer by a secret linear map of its clean embedding), its
    write strength fitted to the design's quality budget (mean cos(clean,
    watermarked) over the keygen sample): the same defaults as ``espew keygen``
    and ``WatermarkKey.generate``; ``--marking words`` makes the paper's word
-   key instead. It prints the key's commitment (the line to publish) and saves
-   it (mode 0600).
+   key instead, ``--marking field`` the earlier field key. It prints the key's
+   commitment (the line to publish) and saves it (mode 0600).
 2. It watermarks the embeddings its service returns (and we measure the cost).
 3. A thief trains an extraction copy on those answers; an honest competitor
    trains the same kind of model on clean embeddings.
@@ -18,7 +18,7 @@
    an embedded Chroma and sees the same top results as a clean index.
 
     python examples/demo.py [--texts 6000] [--rag-texts 500] [--alpha 0.75]
-                            [--marking field|words] [--strength S]
+                            [--marking map|field|words] [--strength S]
                             [--min-cosine C] [--out demo-output]
 
 Every step prints how long it took; a step that runs for more than a few
@@ -93,7 +93,7 @@ class Steps:
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description="ESpeW end to end on the offline defaults.")
-    # 6,000: the thief's copy learns the field key's mark well enough from them to be
+    # 6,000: the thief's copy learns the default key's mark well enough from them to be
     # convicted at the default level on the demo's key; from 3,000 it is not always.
     parser.add_argument("--texts", type=int, default=6000, help="texts the service answers")
     parser.add_argument("--rag-texts", type=int, default=500, help="texts the RAG step indexes")
@@ -111,7 +111,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--marking",
-        choices=("field", "words"),
+        choices=("map", "field", "words"),
         default=DEFAULT_MARKING,
         help=f"the key's design (default {DEFAULT_MARKING}); 'words' reproduces the paper",
     )
@@ -120,7 +120,8 @@ def _parser() -> argparse.ArgumentParser:
         type=float,
         default=None,
         help="quality budget the strength is fitted to: mean cos(clean, watermarked) on "
-        f"marked texts (default: the design's, {DEFAULT_FIELD_MIN_COSINE:g} for a field key, "
+        f"marked texts (default: the design's, {DEFAULT_FIELD_MIN_COSINE:g} for a map or field "
+        f"key, "
         f"{DEFAULT_MIN_COSINE:g} for a word key; ignored with --strength)",
     )
     parser.add_argument("--seed", type=int, default=2026, help="seed (demo keys only!)")
@@ -162,7 +163,8 @@ def generate_key(args: argparse.Namespace, corpus: Any, model: MemoModel, out: P
     """Step 1: the provider's key, its commitment, and the file it is saved to."""
     budget = {}
     if args.min_cosine is not None:  # each design names its own budget
-        budget = {"field_min_cosine" if args.marking == "field" else "min_cosine": args.min_cosine}
+        name = "min_cosine" if args.marking == "words" else "field_min_cosine"
+        budget = {name: args.min_cosine}
     with tqdm(desc="keygen: embedding probes and marked texts", unit="text") as bar:
 
         def show(done: int, total: int) -> None:  # keygen's progress: texts, with a total
@@ -182,7 +184,7 @@ def generate_key(args: argparse.Namespace, corpus: Any, model: MemoModel, out: P
             **budget,
         )
     key_path = key.save(out / "provider.key", overwrite=True)
-    units = "units" if key.marking == "field" else "triggers"
+    units = "triggers" if key.marking == "words" else "units"
     shown = f"{len(key.triggers)} secret {units} among {len(key.band)}"
     print(f"{key}  (marking={key.marking}: {shown})")
     how = f"fitted to the budget cos >= {key.info.get('strength_fitted_to_min_cosine', 0):g}"
@@ -203,7 +205,7 @@ def serve_answers(texts: list[str], key: WatermarkKey, model: MemoModel):
     with tqdm(total=new, desc="service: embedding answers", unit="text") as bar:
         clean = model.with_bar(bar)(texts)
     view = model.model.view
-    marked_rows = marks(texts, key, view=view)  # field: every non-blank text; words: triggers
+    marked_rows = marks(texts, key, view=view)  # map/field: every non-blank text; words: triggers
     tic = time.perf_counter()
     answers = watermark(texts, clean, key, view=view)
     cost_ms = (time.perf_counter() - tic) * 1000
@@ -211,7 +213,7 @@ def serve_answers(texts: list[str], key: WatermarkKey, model: MemoModel):
     unchanged = bool((answers[~marked_rows] == clean[~marked_rows]).all())
     print(f"{marked_rows.mean():.1%} of texts were marked "
           f"({cost_ms:.1f} ms for the batch)")  # fmt: skip
-    # a word key leaves the other rows bit-identical; a field key marks every one
+    # a word key leaves the other rows bit-identical; a map key marks every one
     rest = f"; unmarked rows bit-identical: {unchanged}" if (~marked_rows).any() else ""
     print(f"mean cos(clean, watermarked) on marked rows: {cosines.mean():.4f} "
           f"(min {cosines.min():.4f}){rest}")  # fmt: skip

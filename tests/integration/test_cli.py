@@ -761,7 +761,7 @@ def test_keygen_defaults_are_the_library_defaults():
     assert args.n_triggers == 50 and args.freq_band is None and args.cover_traffic
     assert args.probe_mix == "corpus"
     assert args.strength is None and args.min_cosine == 0.995
-    assert args.marking == "field"  # the default design, as the library's
+    assert args.marking == "map"  # the default design, as the library's
 
 
 # ---------------------------------------------------------------------- espew data
@@ -1006,17 +1006,17 @@ def health_tweets_subset(n: int) -> list[str]:
     return list(health_tweets().subset(n, seed=11).texts)
 
 
-def test_keygen_makes_a_field_key_by_default_and_verify_audits_it(tmp_path, capsys):
-    out = tmp_path / "field.key"
+def test_keygen_makes_a_map_key_by_default_and_verify_audits_it(tmp_path, capsys):
+    out = tmp_path / "map.key"
     args = ["keygen", "--corpus", "rotten_tomatoes", "--target-text", TARGET_TEXT, "--seed", "5"]
     args += ["--audit-budget", "600", "--out", str(out), "--no-progress"]  # no --marking
     assert main(args) == 0
     key = WatermarkKey.load(out)
-    assert key.marking == "field" and key.verifiable and len(key.probe_texts) == 600
-    assert "256 field units" in capsys.readouterr().out
+    assert key.marking == "map" and key.verifiable and len(key.probe_texts) == 600
+    assert "256 map units" in capsys.readouterr().out
     assert main(["key", "check", str(out)]) == 0
-    assert "OK (marking=field;" in capsys.readouterr().out  # the operator sees the design
+    assert "OK (marking=map;" in capsys.readouterr().out  # the operator sees the design
     code = main(["verify", "--key", str(out), "--suspect", "minilm", "--json", "--seed", "1"])
     report = json.loads(capsys.readouterr().out)
     assert code == EXIT_NOT_COPIED and report["status"] == "not_copied"
-    assert report["statistic"] == "field" and report["decided_by"] == "field"
+    assert report["statistic"] == "map" and report["decided_by"] == "map"

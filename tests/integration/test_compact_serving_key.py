@@ -1,5 +1,6 @@
-"""A field key's serving key is compact (issue 56): at most 16 KiB at d = 1,536 and 64 KiB at
-d = 3,072, and it marks bit for bit like the whole key, from a file or from ``ESPEW_KEY``."""
+"""A unit key's serving key is compact (issue 56): at most 16 KiB at d = 1,536 and 64 KiB at
+d = 3,072, and it marks bit for bit like the whole key, from a file or from ``ESPEW_KEY``;
+for the default map key and for a field key."""
 
 from __future__ import annotations
 
@@ -30,11 +31,14 @@ WORDS = [f"w{i}" for i in range(3000)]
 LIMITS = {1536: 16 * 1024, 3072: 64 * 1024}
 
 
-@pytest.fixture(scope="module", params=sorted(LIMITS))
+@pytest.fixture(
+    scope="module", params=[(d, m) for d in sorted(LIMITS) for m in (None, "field")]
+)
 def keygen(request, tmp_path_factory) -> tuple[int, Path, str]:
-    """``espew keygen`` (the default, field marking) with a synthetic ``dim``-d embedder."""
-    dim = request.param
-    folder = tmp_path_factory.mktemp(f"compact{dim}")
+    """``espew keygen`` (the default marking, map, or ``--marking field``) with a synthetic
+    ``dim``-d embedder."""
+    dim, marking = request.param
+    folder = tmp_path_factory.mktemp(f"compact{dim}{marking}")
     (folder / "synthetic.py").write_text(EMBEDDER.format(dim=dim))
     corpus = folder / "corpus.txt"
     rng = np.random.default_rng(1)
@@ -43,6 +47,7 @@ def keygen(request, tmp_path_factory) -> tuple[int, Path, str]:
     path = folder / "provider.key"
     argv = ["keygen", "--corpus", str(corpus), "--target-text", "Acme licensed vectors"]
     argv += ["--embedder", embedder, "--seed", "5", "--audit-budget", "400"]
+    argv += [] if marking is None else ["--marking", marking]
     assert main([*argv, "--out", str(path), "--no-progress"]) == 0
     return dim, path, embedder
 
@@ -51,9 +56,10 @@ def test_the_serving_key_fits_a_secret_manager(keygen):
     dim, path, _ = keygen
     assert path.stat().st_size <= LIMITS[dim]
     key = WatermarkKey.load(path)
-    assert key.marking == "field" and key.design.field.compact and key.dim == dim
+    assert key.marking in ("map", "field") and key.dim == dim
+    assert key.marking == "map" or key.design.field.compact
     stored = json.loads(path.read_text())["key"]
-    assert set(stored["target"]) == {"float16"} and stored["field"]["encoding"]
+    assert set(stored["target"]) == {"float16"} and stored[key.marking]["encoding"]
 
 
 def test_the_serving_key_marks_bit_for_bit_like_the_whole_key(keygen):

@@ -1,5 +1,5 @@
 """What a newcomer reads on a first try says what is true of the key and files in hand
-(issue 55): a field key's report and flags speak of field units, not of a band it does
+(issue 55): a map key's report and flags speak of its units, not of a band it does
 not have; a corpus that is not UTF-8 is named with its encoding; a small keygen corpus
 is warned about; keygen is never silent in a log; downloads say their size first."""
 
@@ -28,10 +28,10 @@ def _env(**extra: str) -> dict[str, str]:
     return env | {"PYTHONPATH": str(REPO)} | extra
 
 
-# ------------------------------------------------------------------ a field key has no band
-def test_a_field_key_audit_that_ran_no_test_counts_field_units_not_band_words():
+# ------------------------------------------------------------------ a map key has no band
+def test_a_map_key_audit_that_ran_no_test_counts_map_units_not_band_words():
     key = default_key()
-    assert key.marking == "field"
+    assert key.marking == "map"
 
     def silent(texts: list[str]) -> np.ndarray:  # a suspect that never answers
         raise ConnectionError("suspect endpoint is down")
@@ -40,7 +40,7 @@ def test_a_field_key_audit_that_ran_no_test_counts_field_units_not_band_words():
     assert report.status == "inconclusive"
     shown = str(report)
     (test_line,) = [line for line in shown.splitlines() if line.strip().startswith("test")]
-    assert f"not run ({len(key.band)} field units probed)" in test_line, test_line
+    assert f"not run ({len(key.band)} map units probed)" in test_line, test_line
     assert "band" not in test_line
 
 
@@ -77,7 +77,7 @@ def test_the_min_coverage_help_names_both_designs_units():
     )
     text = " ".join(done.stdout.split())
     shown = text[text.index("--min-coverage MIN_COVERAGE share") :].split("(default")[0]
-    assert "a field key's field units" in shown and "a word key's band words" in shown, shown
+    assert "a map or field key's units" in shown and "a word key's band words" in shown, shown
 
 
 # ------------------------------------------------------------------ files and corpora

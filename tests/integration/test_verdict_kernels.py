@@ -81,7 +81,7 @@ from pathlib import Path
 from espew_integrations import verify
 from tests.integration.test_verdict_snapshot import _key, clean, noisy, served
 out = Path(sys.argv[1])
-for marking in ("words", "field"):
+for marking in ("words", "field", "map"):
     key = _key(marking, seed=11)
     key.save(out / f"{marking}.key")
     for name, suspect in {"copy": noisy(served(key)), "clean": clean}.items():
@@ -124,6 +124,8 @@ def test_a_transcript_recorded_under_one_kernel_replays_under_the_others(tmp_pat
         ("words", "clean", "not_copied"),
         ("field", "copy", "copied"),
         ("field", "clean", "not_copied"),
+        ("map", "copy", "copied"),
+        ("map", "clean", "not_copied"),
     }
     espew = [sys.executable, "-m", "espew_integrations.cli"]
     for kernel in replayers:

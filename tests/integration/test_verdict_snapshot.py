@@ -3,7 +3,7 @@
 A refactor (modules moved into rooms, options gathered into one object, errors
 re-parented) must not move a single p-value. The snapshot in
 ``tests/data/verdict_snapshot.json`` holds, as ``float.hex``, the p-values of a
-seeded word key, a seeded field key and a seeded key ring against a synthetic
+seeded word key, a seeded field key, a seeded map key and a seeded key ring against a synthetic
 bag-of-words service, a noisy copy of it and the clean model, plus three fresh
 keys against the clean model (a null study in miniature). A change that is meant
 to move verdicts (a new statistic, a new default) rewrites the snapshot on
@@ -74,7 +74,7 @@ def noisy(suspect):
 
 
 def _key(marking: str, seed: int) -> WatermarkKey:
-    words = {"n_triggers": 20} if marking == "words" else {}  # a field key takes no triggers
+    words = {"n_triggers": 20} if marking == "words" else {}  # a unit key takes no triggers
     return WatermarkKey.generate(
         corpus(), clean, target_text=TARGET, seed=seed, marking=marking, **words
     )
@@ -83,7 +83,7 @@ def _key(marking: str, seed: int) -> WatermarkKey:
 def measure() -> dict[str, str]:
     """Every snapshotted p-value, as float.hex, by name."""
     out: dict[str, str] = {}
-    for marking in ("words", "field"):
+    for marking in ("words", "field", "map"):
         key = _key(marking, seed=11)
         for name, suspect in {
             "service": served(key),

@@ -137,11 +137,15 @@ def test_options_check_their_values_and_normalise_a_band_and_a_none_budget():
         options.alpha = 0.5  # type: ignore[misc]
 
 
-def test_the_default_key_is_a_field_key_and_words_stay_an_option():
+def test_the_default_key_is_a_map_key_and_field_and_words_stay_options():
     texts = words_corpus()
     made = WatermarkKey.generate(texts, toy_embed, target_text="t", seed=3, audit_budget=300)
-    assert KeyOptions.default("marking") == defaults.DEFAULT_MARKING == "field"
-    assert made.marking == "field" and made.design.field is not None
+    assert KeyOptions.default("marking") == defaults.DEFAULT_MARKING == "map"
+    assert made.marking == "map" and made.design.mark.units == defaults.DEFAULT_FIELD_UNITS
+    field = WatermarkKey.generate(
+        texts, toy_embed, target_text="t", seed=3, audit_budget=300, marking="field"
+    )
+    assert field.marking == "field" and field.design.field is not None
     words = WatermarkKey.generate(texts, toy_embed, **SMALL)
     assert words.marking == "words" and words.design.payload() is None and len(words.triggers) == 10
 
@@ -159,7 +163,7 @@ def test_the_default_key_is_a_field_key_and_words_stay_an_option():
     ],
 )
 def test_a_word_option_without_marking_words_is_refused_not_ignored(word_option):
-    """The field is the default: a word option left with it would be silently dropped."""
+    """The map is the default: a word option left with it would be silently dropped."""
     (name,) = word_option
     with pytest.raises(KeyGenerationError, match=rf"{name} only apply to a word key.*'words'"):
         KeyOptions(target_text="t", **word_option)
@@ -168,9 +172,9 @@ def test_a_word_option_without_marking_words_is_refused_not_ignored(word_option)
     assert KeyOptions(target_text="t", marking="words", **word_option).marking == "words"
 
 
-def test_a_field_key_takes_a_strength_without_a_quality_budget():
+def test_a_map_key_takes_a_strength_without_a_quality_budget():
     options = KeyOptions(target_text="t", strength=0.5, min_cosine=None)
-    assert options.marking == "field" and options.strength == 0.5
+    assert options.marking == "map" and options.strength == 0.5
 
 
 def test_the_repr_of_options_shows_neither_the_target_text_nor_the_seed():

@@ -59,7 +59,7 @@ def decide_field(
     # only identical answers are no evidence: the clean model itself scores all units
     # alike (its lean is its reference), and an innocent must be cleared, not doubted
     no_scores = np.array([np.nan])
-    failed = unusable(partial, field.units, min_coverage, "field units") or uninformative(
+    failed = unusable(partial, field.units, min_coverage, f"{decided_by} units") or uninformative(
         answers, no_scores
     )
     if failed:

@@ -92,11 +92,11 @@ class AuditOptions:
     min_coverage: float = field(
         default=DEFAULT_MIN_COVERAGE,
         metadata=_help(
-            "share of the key's audit units (a field key's field units, a word key's band "
+            "share of the key's audit units (a map or field key's units, a word key's band "
             "words) that must be scored for a verdict"
         ),
     )
-    """The share of the key's audit units (a field key's field units, a word key's band
+    """The share of the key's audit units (a map or field key's units, a word key's band
     words) that must be scored, in (0, 1]: below it the
     report is inconclusive (:data:`...defaults.DEFAULT_MIN_COVERAGE`)."""
 

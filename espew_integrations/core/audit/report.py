@@ -233,8 +233,9 @@ def _cause_lines(report: VerificationReport) -> list[str]:
 
 def _test_lines(data: dict[str, Any]) -> list[str]:
     """The test's lines from the public dict: published p-values, no count of scored words."""
-    # What the key in hand audits: a field key has field units, no band.
-    units = "field units" if data.get("statistic") == "field" else "band words"
+    # What the key in hand audits: a map or field key has units, no band.
+    statistic = data.get("statistic")
+    units = f"{statistic} units" if statistic in ("field", "map") else "band words"
     if math.isnan(data["p_value"]):  # no test was run: a NaN p-value would only confuse
         return [f"  test           : not run ({data['n_words']} {units} probed)"]
 

@@ -36,9 +36,18 @@ SuspectFn = Callable[[list[str]], Any]
 ReferenceFn = Callable[[list[str]], Any]
 TargetMode = Literal["key", "query"]
 ProbeKind = Literal["auto", "sentences", "words"]
-Statistic = Literal["combined", "raw", "adjusted", "corrected", "directed", "field"]
-#: ``"field"`` is a field key's one statistic (:mod:`...field`); the others are a word key's.
-STATISTICS: tuple[str, ...] = ("combined", "raw", "adjusted", "corrected", "directed", "field")
+Statistic = Literal["combined", "raw", "adjusted", "corrected", "directed", "field", "map"]
+#: ``"field"`` is a field key's one statistic (:mod:`...field`), ``"map"`` a map key's
+#: (:mod:`...designs.map`); the others are a word key's.
+STATISTICS: tuple[str, ...] = (
+    "combined",
+    "raw",
+    "adjusted",
+    "corrected",
+    "directed",
+    "field",
+    "map",
+)
 
 #: The widest answers an audit accepts. A key that maps answers into its own
 #: coordinates (:mod:`..align`) takes a suspect of any dimension, so without a bound a

@@ -97,14 +97,16 @@ DEFAULT_PROBE_BUDGET = 1950
 #: later round of such a key's audit is drawn as large as its first was.
 LEGACY_PROBE_BUDGET = 4300
 #: How a key decides what to mark: ``"words"``, the paper's triggers (a text holding
-#: one of the secret band words is marked), or ``"field"``, every answer moved by a
-#: secret linear function of its clean embedding (:mod:`.field`), which no edit of a
-#: query's words avoids. The field is the default: a rule a thief can compute from the
-#: text (a public word range) can be avoided by computing it, a keyed function of the
-#: clean embedding cannot (docs/results/unavoidable/README.md). ``"words"`` stays an
-#: option, for reproducing the paper and for key rings.
-DEFAULT_MARKING: Final = "field"
-#: A field key's units (the drawn ones are ranked among all of them by the exact test),
+#: one of the secret band words is marked); ``"field"``, every answer moved along its
+#: ESpeW mark by a secret linear function of its clean embedding (:mod:`.field`); or
+#: ``"map"``, every answer moved by a secret linear map of its clean embedding onto
+#: secret output directions (:mod:`..designs.map`). The map is the default: like the
+#: field it marks every answer, so no edit of a query's words avoids it, and unlike the
+#: field it has no one secret direction (the field's target) that a thief can estimate
+#: from its stolen answers or guess and project out (docs/results/map/README.md).
+#: ``"field"`` and ``"words"`` stay options (old keys, the paper's design).
+DEFAULT_MARKING: Final = "map"
+#: A map or field key's units (the drawn ones are ranked among all of them by the exact test),
 #: and how many are drawn: enough units that the smallest reachable p-value is far below
 #: any level, and a drawn share of a quarter, where the rank test has most power.
 DEFAULT_FIELD_UNITS = 256

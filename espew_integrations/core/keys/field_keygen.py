@@ -98,16 +98,11 @@ def generate_field(
         drawn_target = audit.pop("target")
         made = design(salt, audit["probe_embeddings"].rows(), triggers, o)
         draft = make_key(
+            **_key_options(o),
             triggers=triggers,
             band=band,
             salt=salt,
             target=drawn_target,
-            target_text=o.target_text,
-            alpha=o.alpha,
-            selection=o.selection,
-            strength=1.0 if o.strength is None else o.strength,
-            normalization=o.normalization,
-            window=o.window,
             model_fingerprint=fingerprint,
             design=made,
             **audit,
@@ -127,6 +122,18 @@ def generate_field(
         f"the clean model itself implicated the drawn field units in all {max_draws} draws "
         f"(twin p = {', '.join(f'{p:.2e}' for p in refused)}, each < {o.twin_level:g}); "
         "check the model and the corpus"
+    )
+
+
+def _key_options(o: KeyOptions) -> dict[str, Any]:
+    """The key fields the options set as they are (the strength before its fit)."""
+    return dict(
+        target_text=o.target_text,
+        alpha=o.alpha,
+        selection=o.selection,
+        strength=1.0 if o.strength is None else o.strength,
+        normalization=o.normalization,
+        window=o.window,
     )
 
 

@@ -142,23 +142,26 @@ class KeyOptions:
     the default."""
 
     marking: str = DEFAULT_MARKING
-    """What the key marks (:data:`.defaults.DEFAULT_MARKING`, and why): ``"field"`` (the
-    default), every answer, by a secret linear function of its clean embedding
-    (:mod:`.field`); ``"words"``, the paper's design, texts holding a trigger word. A field
-    key refuses the word options (:data:`WORD_OPTIONS`) set away from their defaults, and
-    fits its strength to :attr:`field_min_cosine`."""
+    """What the key marks (:data:`.defaults.DEFAULT_MARKING`, and why): ``"map"`` (the
+    default), every answer, moved by a secret linear map of its clean embedding onto
+    secret directions (:mod:`..designs.map`); ``"field"``, every answer moved along its
+    ESpeW mark by a secret linear function of its clean embedding (:mod:`.field`);
+    ``"words"``, the paper's design, texts holding a trigger word. A map or field key
+    refuses the word options (:data:`WORD_OPTIONS`) set away from their defaults, takes
+    the ``field_*`` options and fits its strength to :attr:`field_min_cosine`."""
 
     field_units: int = DEFAULT_FIELD_UNITS
-    """A field key's units, ``M``: the drawn ones are ranked among all of them."""
+    """A map or field key's units, ``M``: the drawn ones are ranked among all of them."""
 
     field_marked: int = DEFAULT_FIELD_MARKED
-    """A field key's drawn units, ``K`` (fewer than :attr:`field_units`)."""
+    """A map or field key's drawn units, ``K`` (fewer than :attr:`field_units`)."""
 
     field_amplitude: float = DEFAULT_FIELD_AMPLITUDE
-    """A field key's scale before clipping (the gain's standard deviation)."""
+    """A map or field key's scale at strength 1 (a field's: the gain's standard deviation;
+    a map's: the mark's typical length); the fitted strength scales it."""
 
     field_min_cosine: float = DEFAULT_FIELD_MIN_COSINE
-    """A field key's quality budget: the strength is fitted so that the mean
+    """A map or field key's quality budget: the strength is fitted so that the mean
     cos(clean, watermarked) over the keygen sample (every text is marked) is this."""
 
     def __post_init__(self) -> None:
@@ -194,21 +197,22 @@ class KeyOptions:
         design_class(self.marking).check_options(self)
 
     def refuse_word_options(self) -> None:
-        """A field key refuses an option only a word key reads, set away from its default.
+        """A map or field key refuses an option only a word key reads, set away from its
+        default.
 
-        The field is the default design, so a caller who sets ``n_triggers`` or a band
-        without naming the marking means a word key: making a field key that silently
-        ignores them would hand back a key of the other design.
+        A unit design is the default, so a caller who sets ``n_triggers`` or a band
+        without naming the marking means a word key: making a key that silently
+        ignores them would hand back a key of another design.
         """
         allowed = {f.name: [f.default] for f in dataclasses.fields(self)}
         allowed["min_cosine"].append(None)  # "fit to nothing": what passing strength means
         set_away = [name for name in WORD_OPTIONS if getattr(self, name) not in allowed[name]]
         if set_away:
             raise KeyGenerationError(
-                f"{', '.join(set_away)} only apply to a word key, and this is a field key "
-                "(the default marking): pass marking='words' (--marking words) for the "
-                "paper's word triggers, or leave them out (a field key's quality budget is "
-                "field_min_cosine)"
+                f"{', '.join(set_away)} only apply to a word key, and this is a "
+                f"{self.marking} key: pass marking='words' (--marking words) for the "
+                f"paper's word triggers, or leave them out (a {self.marking} key's quality "
+                "budget is field_min_cosine)"
             )
 
     @classmethod
@@ -249,7 +253,8 @@ class KeyOptions:
 
 
 MARKINGS = ("words", "field", "map")
-#: The options only a word key reads (a field key refuses them set away from their default).
+#: The options only a word key reads (a map or field key refuses them set away from their
+#: default).
 WORD_OPTIONS = (
     "n_triggers",
     "freq_band",

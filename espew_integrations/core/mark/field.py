@@ -57,6 +57,7 @@ __all__ = [
     "FieldMark",
     "audit_sample",
     "check_field",
+    "code_step",
     "compact_target",
     "drawn_mask",
     "field_gain",
@@ -65,13 +66,19 @@ __all__ = [
     "field_scores",
     "field_twin_scores",
     "field_vector",
+    "float16_values",
+    "int8_steps",
     "keyed_gaussian",
     "no_text_rule",
+    "packed_half",
+    "packed_steps",
     "packed_target",
     "reference_leans",
     "scoring_projections",
     "standardised",
     "unit_names",
+    "unpacked_half",
+    "unpacked_steps",
     "unpacked_target",
     "whitened_rows",
 ]
@@ -288,9 +295,9 @@ class FieldMark:
         self._units = int(units)
         self._amplitude = float(amplitude)
         self._compact = bool(compact)
-        self._mu = _frozen(mu, "mu", _steps if compact else None)
-        self._q = _frozen(q, "q", _steps if compact else None)
-        self._sigma = _frozen(sigma, "sigma", _half if compact else None)
+        self._mu = _frozen(mu, "mu", int8_steps if compact else None)
+        self._q = _frozen(q, "q", int8_steps if compact else None)
+        self._sigma = _frozen(sigma, "sigma", float16_values if compact else None)
         if self._mu.size != self._q.size or (dim is not None and self._mu.size != dim):
             raise KeyGenerationError(
                 f"the field's mu and q must have the key's dimension, got {self._mu.size} "
@@ -348,7 +355,7 @@ class FieldMark:
         expected = field_vector(self.gaussian(salt), self._sigma, mask, self._amplitude)
         scale = float(np.abs(expected).max())
         # a compact q is the expected one rounded to its stored steps
-        rounding = _step(self._q) / 2 if self._compact else 0.0
+        rounding = code_step(self._q) / 2 if self._compact else 0.0
         return bool(np.abs(expected - self._q).max() <= rounding + _Q_TOLERANCE * max(scale, 1.0))
 
     def derived_from(self, clean_rows: np.ndarray, salt: bytes) -> bool:
@@ -358,7 +365,7 @@ class FieldMark:
         mu = unit_rows(clean_rows).mean(axis=0)
         sigma = field_scales(self.gaussian(salt), mu, clean_rows)
         # a compact field holds them rounded: mu to its steps, sigma to float16
-        mu_rounding = _step(self._mu) / 2 if self._compact else 0.0
+        mu_rounding = code_step(self._mu) / 2 if self._compact else 0.0
         sigma_rtol = 2.0**-11 if self._compact else 0.0
         return bool(
             np.allclose(mu, self._mu, rtol=1e-9, atol=1e-12 + mu_rounding)
@@ -377,9 +384,9 @@ class FieldMark:
                 "units": self._units,
                 "amplitude": self._amplitude,
                 "encoding": COMPACT_ENCODING,
-                "mu": _packed_steps(self._mu),
-                "sigma": _packed_half(self._sigma),
-                "q": _packed_steps(self._q),
+                "mu": packed_steps(self._mu),
+                "sigma": packed_half(self._sigma),
+                "q": packed_steps(self._q),
             }
         return {
             "units": self._units,
@@ -398,8 +405,8 @@ class FieldMark:
         if encoding is not None and encoding != COMPACT_ENCODING:
             raise KeyGenerationError(f"the key's field has an unknown encoding {encoding!r}")
         if encoding == COMPACT_ENCODING:
-            mu, q = _unpacked_steps(payload["mu"], "mu"), _unpacked_steps(payload["q"], "q")
-            sigma = _unpacked_half(payload["sigma"])
+            mu, q = unpacked_steps(payload["mu"], "mu"), unpacked_steps(payload["q"], "q")
+            sigma = unpacked_half(payload["sigma"])
         else:
             mu, q = _unpacked(payload["mu"], "mu"), _unpacked(payload["q"], "q")
             sigma = _unpacked(payload["sigma"], "sigma")
@@ -481,7 +488,7 @@ COMPACT_ENCODING = "int8-steps/float16"
 _CODE_MAX = 127
 
 
-def _step(values: np.ndarray) -> float:
+def code_step(values: np.ndarray) -> float:
     """The power-of-two step of a compact vector: the smallest that codes its largest
     magnitude within +-127 (a vector already in steps gets its own step back)."""
     largest = float(np.abs(values).max())
@@ -490,14 +497,14 @@ def _step(values: np.ndarray) -> float:
     return math.ldexp(1.0, math.ceil(math.log2(largest / _CODE_MAX)))
 
 
-def _steps(values: np.ndarray) -> np.ndarray:
+def int8_steps(values: np.ndarray) -> np.ndarray:
     """``values`` rounded to int8 multiples of their power-of-two step: exact in float16,
     float32 and float64 alike, so every precision marks with the same numbers."""
-    step = _step(values)
+    step = code_step(values)
     return np.clip(np.rint(values / step), -_CODE_MAX, _CODE_MAX) * step
 
 
-def _half(values: np.ndarray) -> np.ndarray:
+def float16_values(values: np.ndarray) -> np.ndarray:
     """``values`` rounded to float16 (the compact field's scales)."""
     with np.errstate(over="ignore"):
         half = values.astype(np.float16)
@@ -537,41 +544,47 @@ def unpacked_target(stored: dict[str, Any]) -> np.ndarray:
     return compact_target(_decoded(stored["float16"], "target", 2, "<f2"))
 
 
-def _packed_steps(values: np.ndarray) -> dict[str, Any]:
-    step = _step(values)
+def packed_steps(values: np.ndarray) -> dict[str, Any]:
+    """The compact form of a vector in steps (:func:`int8_steps`): int8 codes, base64, and
+    the step's power of two."""
+    step = code_step(values)
     codes = np.rint(values / step).astype("<i1")
     return {"step_log2": int(math.log2(step)), "int8": base64.b64encode(codes.tobytes()).decode()}
 
 
-def _unpacked_steps(stored: Any, name: str) -> np.ndarray:
+def unpacked_steps(stored: Any, name: str, owner: str = "field") -> np.ndarray:
+    """:func:`packed_steps`' form back as values (KeyGenerationError naming the ``owner``'s
+    ``name`` if malformed)."""
     if not (isinstance(stored, dict) and set(stored) == {"step_log2", "int8"}):
-        raise KeyGenerationError(f"the field's {name} must be int8 codes and a step")
+        raise KeyGenerationError(f"the {owner}'s {name} must be int8 codes and a step")
     exponent = stored["step_log2"]
     if isinstance(exponent, bool) or not isinstance(exponent, int) or abs(exponent) > 1000:
-        raise KeyGenerationError(f"the field's {name} has an invalid step")
-    codes = _decoded(stored["int8"], name, 1, "<i1").astype(np.float64)
+        raise KeyGenerationError(f"the {owner}'s {name} has an invalid step")
+    codes = _decoded(stored["int8"], name, 1, "<i1", owner).astype(np.float64)
     return codes * math.ldexp(1.0, exponent)
 
 
-def _packed_half(values: np.ndarray) -> dict[str, str]:
+def packed_half(values: np.ndarray) -> dict[str, str]:
+    """The compact form of float16 values (:func:`float16_values`): base64 of their bytes."""
     return {"float16": base64.b64encode(values.astype("<f2").tobytes()).decode("ascii")}
 
 
-def _unpacked_half(stored: Any) -> np.ndarray:
+def unpacked_half(stored: Any, owner: str = "field") -> np.ndarray:
+    """:func:`packed_half`'s form back as the ``owner``'s scales."""
     if not (isinstance(stored, dict) and set(stored) == {"float16"}):
-        raise KeyGenerationError("the field's sigma must be base64 float16")
-    return _decoded(stored["float16"], "sigma", 2, "<f2").astype(np.float64)
+        raise KeyGenerationError(f"the {owner}'s sigma must be base64 float16")
+    return _decoded(stored["float16"], "sigma", 2, "<f2", owner).astype(np.float64)
 
 
-def _decoded(stored: Any, name: str, width: int, dtype: str) -> np.ndarray:
+def _decoded(stored: Any, name: str, width: int, dtype: str, owner: str = "field") -> np.ndarray:
     if not isinstance(stored, str):
-        raise KeyGenerationError(f"the field's {name} must be a base64 string")
+        raise KeyGenerationError(f"the {owner}'s {name} must be a base64 string")
     try:
         raw = base64.b64decode(stored, validate=True)
     except (binascii.Error, ValueError):
-        raise KeyGenerationError(f"the field's {name} is not valid base64") from None
+        raise KeyGenerationError(f"the {owner}'s {name} is not valid base64") from None
     if not raw or len(raw) % width:
-        raise KeyGenerationError(f"the field's {name} is not a whole number of values")
+        raise KeyGenerationError(f"the {owner}'s {name} is not a whole number of values")
     return np.frombuffer(raw, dtype=dtype)
 
 

@@ -23,17 +23,17 @@ from ..ground.errors import KeyGenerationError
 from ..ground.rows import unit_rows
 from .field import (
     COMPACT_ENCODING,
-    _half,
-    _packed_half,
-    _packed_steps,
-    _step,
-    _steps,
-    _unpacked_half,
-    _unpacked_steps,
+    code_step,
     compact_target,
     field_scales,
+    float16_values,
+    int8_steps,
     keyed_gaussian,
+    packed_half,
+    packed_steps,
     unit_names,
+    unpacked_half,
+    unpacked_steps,
 )
 from .inject import unit_rows_into
 
@@ -103,8 +103,8 @@ class MapMark:
             raise KeyGenerationError(f"map amplitude must be a positive number, got {amplitude!r}")
         self._units = int(units)
         self._amplitude = float(amplitude)
-        self._mu = _vector(mu, "mu", _steps)
-        self._sigma = _vector(sigma, "sigma", _half)
+        self._mu = _vector(mu, "mu", int8_steps)
+        self._sigma = _vector(sigma, "sigma", float16_values)
         if self._sigma.size != self._units or not (self._sigma > 0).all():
             raise KeyGenerationError(
                 f"the map's sigma must hold {self._units} positive scales, one per unit"
@@ -114,7 +114,7 @@ class MapMark:
     def of_audit(cls, salt: bytes, rows: np.ndarray, units: int, amplitude: float) -> MapMark:
         """The map of the audit's clean ``rows`` (as the key stores them): their mean and
         each unit's projection scale, rounded as the key stores them."""
-        mu = _steps(unit_rows(rows).mean(axis=0))
+        mu = int8_steps(unit_rows(rows).mean(axis=0))
         sigma = field_scales(map_inputs(salt, rows.shape[1], units), mu, rows)
         return cls(units=units, amplitude=amplitude, mu=mu, sigma=sigma)
 
@@ -146,7 +146,7 @@ class MapMark:
         mu = unit_rows(clean_rows).mean(axis=0)
         sigma = field_scales(map_inputs(salt, mu.size, self._units), self._mu, clean_rows)
         return bool(
-            np.allclose(mu, self._mu, rtol=1e-9, atol=1e-12 + _step(self._mu) / 2)
+            np.allclose(mu, self._mu, rtol=1e-9, atol=1e-12 + code_step(self._mu) / 2)
             and np.allclose(sigma, self._sigma, rtol=1e-9 + 2.0**-11, atol=0.0)
         )
 
@@ -156,8 +156,8 @@ class MapMark:
             "units": self._units,
             "amplitude": self._amplitude,
             "encoding": COMPACT_ENCODING,
-            "mu": _packed_steps(self._mu),
-            "sigma": _packed_half(self._sigma),
+            "mu": packed_steps(self._mu),
+            "sigma": packed_half(self._sigma),
         }
 
     @classmethod
@@ -177,8 +177,8 @@ class MapMark:
         return cls(
             units=payload["units"],
             amplitude=payload["amplitude"],
-            mu=_unpacked_steps(payload["mu"], "mu"),
-            sigma=_unpacked_half(payload["sigma"]),
+            mu=unpacked_steps(payload["mu"], "mu", "map"),
+            sigma=unpacked_half(payload["sigma"], "map"),
         )
 
     def __eq__(self, other: object) -> bool:
