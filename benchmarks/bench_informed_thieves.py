@@ -18,6 +18,8 @@ copy's outputs with some directions projected out
   the background); ``k = 1`` is the estimate of the target;
 - ``residual PCA k``: the top ``k`` principal axes of the answers less the copy's own
   predictions (``residual_directions``);
+- ``answer PCA keep k``: all but the top ``k`` principal axes of the stolen answers
+  (the copy truncated to the subspace the service's answers vary in most);
 - ``guessed target text``: the service's answer to the key's target text (a public
   phrase here: the benchmarks' ``TARGET_TEXT``), one query;
 - ``public phrases``: the service's answers to a handful of public brand phrases (the
@@ -68,6 +70,8 @@ from espew_lab.direction_thieves import (
 )
 from espew_lab.stealers import EncoderRidgeStealer
 
+#: The principal axes of its stolen answers a truncating thief keeps (the rest projected out).
+KEEP_AXES = (256, 128, 64)
 #: Phrases anyone reads in this repository's docs or would try first as a brand's target.
 PUBLIC_PHRASES = (
     "Acme Embeddings API: licensed vectors, Acme Corp",
@@ -102,6 +106,12 @@ def thieves_of(key: WatermarkKey, answers, predictions, service, ks: Sequence[in
     out: dict[str, np.ndarray | None] = {"untouched": None, "true target": key.target[None, :]}
     out.update({f"regime-slope {k}": slopes[:k] for k in ks})
     out.update({f"residual PCA {k}": residuals[:k] for k in ks})
+    # keep only the top principal axes of the stolen answers: the mark, spread over
+    # random directions, mostly lies in the low-variance rest
+    centred = answers - answers.mean(axis=0)
+    axes = np.linalg.svd(centred, full_matrices=False)[2]
+    for kept in KEEP_AXES:
+        out[f"answer PCA keep {kept}"] = axes[kept:]
     out["guessed target text"] = service([key.target_text])
     out[f"public phrases ({len(phrases)})"] = service(phrases)
     return out

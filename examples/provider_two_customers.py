@@ -6,8 +6,9 @@
 # **key ring** also names the account, so you can close it and show its logs:
 #
 # 1. **ring**: one master secret; every customer gets a key of its own
-#    (`ring.key_for(account)`), made of a *shared* layer of trigger words every key
-#    carries and the account's *own* layer, derived from the master;
+#    (`ring.key_for(account)`), made of a *shared* layer of secret units every key
+#    carries and the account's *own* layer, derived from the master (a map ring, the
+#    default: every answer is marked, by a secret linear map of its clean embedding);
 # 2. **serve** two customers, Alice and Bob, each with their own key;
 # 3. **the theft** (simulated): Bob collects answers and trains a copy
 #    (`RidgeStealer`: hashed tf-idf features + ridge regression);
@@ -18,9 +19,7 @@
 #
 # Everything runs offline: the bundled all-MiniLM-L6-v2 (int8 ONNX, 384-d) and the
 # bundled Rotten Tomatoes snippets. `ESPEW_EXAMPLE_TEXTS` sets how many answers Bob
-# collects (default 3000: measured, his copy is convicted at p = 2e-8 and traced to him
-# at p = 6e-7, adjusted for the 2 accounts; fewer answers carry too little of a key
-# fitted to cos 0.995). See docs/tenants.md for the design and the measured figures.
+# collects (default 3000). See docs/tenants.md for the design and the measured figures.
 #
 # The same code is in `examples/provider_two_customers.py`; this notebook is
 # generated from it by `examples/make_notebooks.py`.
@@ -47,8 +46,8 @@ print(f"working in {workdir}")
 # ## 1. The key ring
 #
 # Like `WatermarkKey.generate`, from texts like the ones you serve. The strength is
-# fitted so that every customer's key keeps mean cos(clean, watermarked) >= 0.995 on
-# the texts it marks. `seed=7` makes this example reproducible; a real ring is
+# fitted so that every customer's key keeps mean cos(clean, watermarked) at 0.9987
+# (every text is marked). `seed=7` makes this example reproducible; a real ring is
 # generated without a seed.
 
 # %%
@@ -83,7 +82,7 @@ def embeddings_api(api_key: str, texts: list[str]) -> np.ndarray:
 
 
 for account, key in keys.items():
-    print(f"{account}: key {key.key_id}, marks {key.contains_trigger(corpus.texts).mean():.1%}")
+    print(f"{account}: key {key.key_id}, {len(key.triggers)} secret units of {len(key.band)}")
 
 # %% [markdown]
 # ## 3. Bob trains a copy on his answers
@@ -114,7 +113,7 @@ print(f"honest competitor: copied={honest.copied}, traced={list(honest.traced)}"
 # ## 5. Evidence
 #
 # `trace.json` names the traced accounts only; `report.json` and `summary.md` are the
-# shared layer's public report. None of them carries a per-word score or the list of
+# shared layer's public report. None of them carries a per-unit score or the list of
 # accounts you tested.
 
 # %%

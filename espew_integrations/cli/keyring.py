@@ -68,7 +68,7 @@ example:
   espew keyring generate --corpus rotten_tomatoes --embedder minilm \\
       --target-text "a funny and moving film about love and family" --out provider.ring
   espew keyring key --ring provider.ring --tenant customer-42 --out customer-42.key
-  espew keyring generate --marking field ...   # layers of field units, not words
+  espew keyring generate --marking words ...   # layers of trigger words (the paper's)
   espew keyring reaudit provider.ring --corpus traffic.jsonl --text-column text \
       --round 2 --embedder minilm --out provider-round-2.ring
 """
@@ -111,17 +111,17 @@ def _register_generate(actions: Any) -> None:
         "--n-shared-triggers",
         type=positive_int,
         default=None,
-        help="trigger words (a field ring: field units) every customer's key carries "
-        f"(default {DEFAULT_SHARED_TRIGGERS}; field {DEFAULT_FIELD_SHARED_UNITS})",
+        help="units (a word ring: trigger words) every customer's key carries "
+        f"(default {DEFAULT_FIELD_SHARED_UNITS}; words {DEFAULT_SHARED_TRIGGERS})",
     )
     generate.add_argument(
         "--n-tenant-triggers",
         type=positive_int,
         default=None,
-        help="trigger words (a field ring: field units) of each customer's own "
-        f"(default {DEFAULT_TENANT_TRIGGERS}; field {DEFAULT_FIELD_TENANT_UNITS})",
+        help="units (a word ring: trigger words) of each customer's own "
+        f"(default {DEFAULT_FIELD_TENANT_UNITS}; words {DEFAULT_TENANT_TRIGGERS})",
     )
-    add_marking_flags(generate, marked=False, marking="words")  # a ring is a word ring unless asked
+    add_marking_flags(generate, marked=False)  # a ring marks as a single key does
     add_min_cosine_argument(
         generate, help="quality budget of the customers' keys (mean cos on marked texts)"
     )

@@ -221,6 +221,7 @@ def real_ring(minilm_model, rt_corpus):
         target_text=TARGET_TEXT,
         seed=3,
         window=minilm_model.max_tokens,
+        marking="words",  # the paper's ring of trigger words (the default ring is a map ring)
     )
 
 

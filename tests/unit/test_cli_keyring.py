@@ -120,6 +120,7 @@ def test_keyring_generate_on_a_tiny_embedder(tmp_path, monkeypatch):
     argv = ["keyring", "generate", "--corpus", str(corpus), "--embedder", "tiny_model:embed"]
     argv += ["--target-text", "zzz target", "--out", str(out), "--seed", "1", "--no-progress"]
     argv += ["--freq-band", "0.02", "0.04", "--n-shared-triggers", "5", "--n-tenant-triggers", "5"]
+    argv += ["--marking", "words"]  # a word ring: its band and trigger layers
     assert main(argv) == 0, "keyring generate failed"
     ring = KeyRing.load(out)
     assert ring.n_shared_triggers == 5 and ring.n_tenant_triggers == 5

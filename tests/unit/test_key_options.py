@@ -206,7 +206,7 @@ def test_an_options_object_and_keyword_arguments_make_the_same_key():
     assert isinstance(by_object, WatermarkKey)
 
 
-def test_a_ring_takes_its_own_band_and_audit_defaults_through_the_same_options():
+def test_a_word_ring_takes_its_own_band_and_audit_defaults_through_the_same_options():
     texts = words_corpus(n_texts=1500, n_band=120)
     ring = KeyRing.generate(
         texts,
@@ -218,6 +218,7 @@ def test_a_ring_takes_its_own_band_and_audit_defaults_through_the_same_options()
         freq_band=(0.003, 0.02),
         twin_check=False,
         strength=0.5,
+        marking="words",
     )
     assert ring.shared_key.info["audit_budget"] == defaults.DEFAULT_RING_AUDIT_BUDGET
     assert ring.shared_key.freq_band == (0.003, 0.02) and len(ring.shared_key.triggers) == 6

@@ -32,6 +32,7 @@ import numpy as np
 from ..ground.defaults import (
     DEFAULT_FIELD_SHARED_UNITS,
     DEFAULT_FIELD_TENANT_UNITS,
+    DEFAULT_MARKING,
     DEFAULT_RING_AUDIT_BUDGET,
     DEFAULT_RING_FREQ_BAND,
     DEFAULT_SHARED_TRIGGERS,
@@ -292,22 +293,25 @@ class KeyRing(Sealed):
         """A fresh ring: the shared key from :meth:`WatermarkKey.generate` plus a master secret.
 
         ``key_options`` are those of :class:`.key_options.KeyOptions` (``target_text``,
-        required; ``seed``, ``min_cosine``, ``window``, ``freq_band``, ``marking``...),
-        but for ``n_triggers`` and ``field_marked``: the shared layer has
-        ``n_shared_triggers`` words and each tenant layer ``n_tenant_triggers`` more,
-        drawn from the rest of the band (defaults :data:`.defaults.DEFAULT_SHARED_TRIGGERS`
-        and :data:`.defaults.DEFAULT_TENANT_TRIGGERS`). The band defaults to
+        required; ``seed``, ``window``, ``marking``...), but for ``n_triggers`` and
+        ``field_marked``: the shared layer has ``n_shared_triggers`` units (a word
+        ring: words) and each tenant layer ``n_tenant_triggers`` more, drawn from the
+        rest. ``seed`` makes the ring reproducible (experiments only); ``None`` takes
+        the master and the salt from the OS.
+
+        **A map ring** (the default, as for a single key) **or a field ring**
+        (``marking="field"``): the layers are units (defaults
+        :data:`.defaults.DEFAULT_FIELD_SHARED_UNITS` and
+        :data:`.defaults.DEFAULT_FIELD_TENANT_UNITS`), the band and word options do
+        not apply, and the audit is the single key's (``audit_budget``): every audit
+        text scores every unit, so a tenant layer gets no fewer texts than the shared
+        one.
+
+        **A word ring** (``marking="words"``): the layers are trigger words (defaults
+        :data:`.defaults.DEFAULT_SHARED_TRIGGERS` and
+        :data:`.defaults.DEFAULT_TENANT_TRIGGERS`); the band defaults to
         :data:`.defaults.DEFAULT_RING_FREQ_BAND` and the audit to
         :data:`.defaults.DEFAULT_RING_AUDIT_BUDGET` texts, not the single key's.
-        ``seed`` makes the ring reproducible (experiments only); ``None`` takes the
-        master and the salt from the OS.
-
-        **A field ring** (``marking="field"``): the layers are field units
-        (defaults :data:`.defaults.DEFAULT_FIELD_SHARED_UNITS` and
-        :data:`.defaults.DEFAULT_FIELD_TENANT_UNITS`), the band and word options do
-        not apply, and the audit is the single field key's (``audit_budget``): every
-        audit text scores every unit, so a tenant layer gets no fewer texts than the
-        shared one.
 
         **Quality budget.** Customers are served tenant keys, not the shared
         key, and a tenant key marks other texts (those with a word of either
@@ -447,9 +451,9 @@ def _ring_options(
     for name in ("n_triggers", "field_marked"):
         if name in key_options:
             raise InputTypeError(f"pass n_shared_triggers and n_tenant_triggers, not {name}")
-    # A ring is a word ring unless a field ring is asked for: a field ring's trace does not
-    # yet name the account of every copy at the default level (docs/tenants.md).
-    marking = key_options.get("marking", "words")
+    # A ring marks as a single key does unless told otherwise: a map ring's trace names
+    # the account of a ridge copy far below the default level (docs/results/map/README.md).
+    marking = key_options.get("marking", DEFAULT_MARKING)
     check_marking(marking)
     tenant, options = design_class(marking).ring_options(key_options, n_shared, n_tenant)
     return marking, tenant, options
