@@ -220,6 +220,12 @@ def main() -> None:
         choices=design_names(),
         help="the key design (default: the library's default key design)",
     )
+    parser.add_argument(
+        "--thief-model",
+        default="l3",
+        choices=("l3", "mpnet"),
+        help="the open encoder the thief's ridge head sits on (mpnet: all-mpnet-base-v2)",
+    )
     parser.add_argument("--threshold", type=float, default=THRESHOLD)
     parser.add_argument("--name", default="informed", help="output file stem")
     parser.add_argument("--out", type=Path, default=None)
@@ -228,13 +234,23 @@ def main() -> None:
         args.keys, args.n_steal, args.k = 1, 3000, [1, 2, 4, 8]
     started = time.time()
     texts, victim, standard, _ = corpus_lookups()
+    if args.thief_model == "mpnet":  # a larger open encoder of another family as the base
+        from bench_faithful_copy import Lookup
+
+        from espew_integrations.offline.embedders import all_mpnet_base_v2
+        from espew_lab.cache import cached_embed
+
+        mpnet = all_mpnet_base_v2()
+        rows = cached_embed(mpnet, texts, model_name=mpnet.name, progress=True)
+        standard = Lookup(mpnet, texts, rows)
     rows: list[dict] = []
     for seed in range(1, args.keys + 1):
         print(f"key {seed}", flush=True)
         rows.extend(run_key(seed, texts, victim, standard, args))
     header = (
         f"{args.marking} keys; offline MiniLM, Rotten Tomatoes; thief: "
-        f"{args.n_steal} texts disjoint from the keygen audit, ridge head on L3; keygen audit "
+        f"{args.n_steal} texts disjoint from the keygen audit, ridge head on "
+        f"{'L3' if args.thief_model == 'l3' else 'all-mpnet-base-v2'}; keygen audit "
         f"{rows[0]['keygen_queries']} texts, traffic audit {rows[0]['traffic_queries']} of the "
         f"thief's texts (round 2); {time.time() - started:.0f} s"
     )

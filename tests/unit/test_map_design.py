@@ -155,6 +155,10 @@ def test_the_audit_convicts_a_copy_and_clears_innocents(key):
     assert report.decided_by == "map"
     for suspect in (embed, innocent):
         assert verify(suspect, key).status == "not_copied"
+    # a copy that serves its answers behind a secret rotation is mapped back and convicted
+    rotation = np.linalg.qr(np.random.default_rng(5).normal(size=(DIM, DIM)))[0]
+    assert verify(lambda texts: copy(texts) @ rotation, key).p_value < 1e-10
+    assert verify(lambda texts: innocent(texts) @ rotation, key).status == "not_copied"
 
 
 def test_projecting_out_the_residuals_top_axes_keeps_the_copy_convicted(key):
