@@ -119,7 +119,8 @@ def thieves_of(key: WatermarkKey, answers, predictions, service, ks: Sequence[in
 
 def run_key(seed: int, texts, victim, standard, args) -> list[dict]:
     """Every thief against key ``seed``'s keygen and traffic audits."""
-    key = victim_key(texts, victim, seed, marking=args.marking)
+    budget = {} if args.field_min_cosine is None else {"field_min_cosine": args.field_min_cosine}
+    key = victim_key(texts, victim, seed, marking=args.marking, **budget)
     if key.target_text != TARGET_TEXT:
         raise SystemExit("the guessing thief assumes the benchmarks' public target text")
     thief = thief_for(seed, texts, key, victim, standard, n_steal=args.n_steal)
@@ -225,6 +226,12 @@ def main() -> None:
         default="l3",
         choices=("l3", "mpnet"),
         help="the open encoder the thief's ridge head sits on (mpnet: all-mpnet-base-v2)",
+    )
+    parser.add_argument(
+        "--field-min-cosine",
+        type=float,
+        default=None,
+        help="a map or field key's quality budget (default: the library's)",
     )
     parser.add_argument("--threshold", type=float, default=THRESHOLD)
     parser.add_argument("--name", default="informed", help="output file stem")
