@@ -8,6 +8,7 @@ tokenizer, the rank test, probe building...) are imported from their own
 modules under :mod:`espew_integrations.core`.
 """
 
+from . import _blas_threads  # noqa: F401  (one BLAS thread for a batch's products, if installed)
 from .core.audit.options import AuditOptions
 from .core.audit.report import VerificationReport
 from .core.ground.defaults import DEFAULT_LEVEL

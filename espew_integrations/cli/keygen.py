@@ -223,8 +223,7 @@ def add_marking_flags(
         "--field-amplitude",
         type=float,
         default=default("field_amplitude"),
-        help="a map or field key's scale at strength 1 "
-        f"(default {default('field_amplitude'):g})",
+        help=f"a map or field key's scale at strength 1 (default {default('field_amplitude'):g})",
     )
     parser.add_argument(
         "--field-min-cosine",

@@ -53,6 +53,7 @@ LAYERS: dict[str, int] = {
     f"{PACKAGE}.textfiles": 1,
     f"{PACKAGE}.arguments": 1,
     f"{PACKAGE}._optional": 1,
+    f"{PACKAGE}._blas_threads": 1,  # installs the core's BLAS scope where threadpoolctl is
     # 2. Tools for people: the command line. (The robustness lab is a distribution of its
     #    own, espew-lab in lab/, that imports only the public names: lab/tests.)
     f"{PACKAGE}.cli": 2,

@@ -17,9 +17,9 @@ import numpy as np
 import pytest
 
 from espew_integrations import WatermarkKey, verify, watermark
-from espew_integrations.core.mark.inject import watermark_and_mask
 from espew_integrations.core.designs.map import MapDesign, map_unit_scores
 from espew_integrations.core.ground.errors import KeyGenerationError, MarkingError
+from espew_integrations.core.mark.inject import watermark_and_mask
 from espew_integrations.core.mark.map import BLOCK_ROWS, MapMark, map_outputs
 from espew_integrations.core.stats.ranktest import subset_p_values
 
@@ -97,10 +97,49 @@ def test_a_rows_answer_does_not_depend_on_its_batch(key, dtype):
     whole = watermark(texts, clean, key)
     assert whole.dtype == dtype
     for size in (1, 2, 7, BLOCK_ROWS - 1, BLOCK_ROWS + 1):
-        parts = [watermark(texts[s : s + size], clean[s : s + size], key) for s in range(0, 300, size)]
+        parts = [
+            watermark(texts[s : s + size], clean[s : s + size], key) for s in range(0, 300, size)
+        ]
         assert np.concatenate(parts)[:300].tobytes() == whole[:300].tobytes()
     reversed_rows = watermark(texts[::-1], clean[::-1], key)[::-1]
     assert reversed_rows.tobytes() == whole.tobytes()
+
+
+MARK_IN_A_CHILD = """
+import hashlib, sys
+import numpy as np
+from espew_integrations import WatermarkKey, watermark
+from espew_integrations.core.mark import map as mark_map
+if sys.argv[2] == "no-controller":
+    import contextlib
+    mark_map.use_blas_scope(contextlib.nullcontext)
+key = WatermarkKey.load(sys.argv[1])
+rows = np.random.default_rng(3).normal(size=(700, key.dim))
+texts = [f"t{i}" for i in range(700)]
+marked = watermark(texts, rows, key).tobytes()
+marked += watermark(texts, rows.astype(np.float32), key).tobytes()
+print(hashlib.sha256(marked).hexdigest())
+"""
+
+
+def test_one_or_many_blas_threads_mark_the_same_bits(key, tmp_path):
+    """BLAS splits a product's rows and columns among threads, never a dot product's sum:
+    one thread (where threadpoolctl limits it) or two give the same answers."""
+    import os
+    import subprocess
+    import sys
+
+    path = key.save(tmp_path / "map.key")
+    digests = set()
+    for threads, controller in (("1", "default"), ("2", "default"), ("2", "no-controller")):
+        env = {**os.environ, "OPENBLAS_NUM_THREADS": threads, "OMP_NUM_THREADS": threads}
+        done = subprocess.run(
+            [sys.executable, "-c", MARK_IN_A_CHILD, str(path), controller],
+            env=env, capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr[-2000:]
+        digests.add(done.stdout.strip())
+    assert len(digests) == 1
 
 
 def test_the_key_file_is_compact_and_loads_to_the_same_marks(key, tmp_path):
@@ -114,7 +153,7 @@ def test_the_key_file_is_compact_and_loads_to_the_same_marks(key, tmp_path):
     clean = embed(texts)
     assert watermark(texts, clean, loaded).tobytes() == watermark(texts, clean, key).tobytes()
     secret = key.design.mark.mu
-    assert "MapMark(units=256)" == repr(key.design.mark) and repr(secret[0]) not in repr(key)
+    assert repr(key.design.mark) == "MapMark(units=256)" and repr(secret[0]) not in repr(key)
     with pytest.raises(Exception, match="pickl"):
         pickle.dumps(key)
 

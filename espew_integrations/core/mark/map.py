@@ -12,6 +12,7 @@ depends on its batch.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import threading
 from collections.abc import Callable
@@ -46,6 +47,7 @@ __all__ = [
     "map_outputs",
     "map_rows",
     "map_target",
+    "use_blas_scope",
 ]
 
 _INPUT_DOMAIN = b"espew-map-v1/inputs"
@@ -237,16 +239,36 @@ def map_rows(matrix: np.ndarray, marked: np.ndarray, key: Any, operator: MapOper
     they came; computed in the rows' own precision, one fixed-shape block at a time."""
     out = np.empty_like(matrix)
     clean, z, moved = operator.buffers()
-    for start in range(0, len(matrix), BLOCK_ROWS):
-        n = min(BLOCK_ROWS, len(matrix) - start)
-        unit_rows_into(matrix[start : start + n], clean[:n], exact=False)
-        clean[n:] = 0.0
-        np.matmul(clean, operator.inputs, out=z)
-        z -= operator.offset
-        np.clip(z, -MAP_CLIP, MAP_CLIP, out=z)
-        np.matmul(z, operator.outputs, out=moved)
-        moved[:n] += clean[:n]
-        unit_rows_into(moved[:n], out[start : start + n], exact=False)
+    with _SCOPE[0]():
+        for start in range(0, len(matrix), BLOCK_ROWS):
+            n = min(BLOCK_ROWS, len(matrix) - start)
+            unit_rows_into(matrix[start : start + n], clean[:n], exact=False)
+            clean[n:] = 0.0
+            np.matmul(clean, operator.inputs, out=z)
+            z -= operator.offset
+            np.clip(z, -MAP_CLIP, MAP_CLIP, out=z)
+            np.matmul(z, operator.outputs, out=moved)
+            moved[:n] += clean[:n]
+            unit_rows_into(moved[:n], out[start : start + n], exact=False)
     blank = np.flatnonzero(~marked)
     out[blank] = matrix[blank]
     return out
+
+
+def use_blas_scope(scope: Callable[[], contextlib.AbstractContextManager[Any]]) -> None:
+    """Run every batch's block products inside ``scope()`` (default: as is).
+
+    The package installs one BLAS thread there where ``threadpoolctl`` is installed
+    (:mod:`espew_integrations._blas_threads`; the ``[http]`` extra brings it): a block's
+    products are small (256 rows), and a multithreaded BLAS spends more on waking and
+    joining its threads than on the arithmetic, most of all on a loaded server
+    (``benchmarks/bench_watermark.py``). The core itself imports nothing but numpy and
+    scipy. The bits do not change with the thread count: BLAS splits a product's rows
+    and columns among threads, never a dot product's sum
+    (``tests/unit/test_map_design.py`` checks it).
+    """
+    _SCOPE[0] = scope
+
+
+#: What a batch's products run inside (:func:`use_blas_scope`).
+_SCOPE: list[Callable[[], contextlib.AbstractContextManager[Any]]] = [contextlib.nullcontext]
