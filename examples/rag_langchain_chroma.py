@@ -52,9 +52,8 @@ print(f"{len(texts)} review snippets to index; working in {workdir}")
 # Here we generate a demo key from the corpus. The fixed `seed` makes the notebook
 # reproducible; never seed a real key, since anyone with the seed can rebuild it.
 #
-# The key is a field key, the default design: it marks every text, by a tiny amount
-# that a secret function of the text's clean embedding decides, so no edit of the words
-# avoids it. The write strength is fitted so that watermarked vectors keep a mean
+# The key is a map key, the default design: it moves every text by a tiny amount, a
+# secret linear map of the text's clean embedding, so no edit of the words avoids it. The write strength is fitted so that watermarked vectors keep a mean
 # cosine of 0.9987 to the clean ones (`field_min_cosine`, the default).
 # `marking="words"` makes the paper's word key instead (texts holding a secret trigger
 # word are marked). `window=model.max_tokens` is how much of a text the model reads.
@@ -147,8 +146,8 @@ print(f"same top-1: {same_top1}/{len(queries)}")
 # %% [markdown]
 # ## Where the difference comes from
 #
-# Every text's vector is moved, each by the small amount the key's field gives its
-# clean embedding; near texts move alike, so neighbours stay neighbours.
+# Every text's vector is moved, each by the small amount the key's map gives its clean
+# embedding; the map is linear, so near texts move alike and neighbours stay neighbours.
 
 # %%
 marked = marks(texts, key, view=model.view)  # the rows the wrapper marked: all of them
@@ -171,5 +170,6 @@ print(f"stored vectors that differ from the clean ones: {int((a != b).any(axis=1
 # %% [markdown]
 # The key was fitted to keep a mean cosine of 0.9987 over the texts it marks, and the
 # stored vectors show it. A word key marks about a third of such texts, each by more
-# (0.995 on average); both keep about 95% of a clean index's top-10 results
-# (docs/results/unavoidable/README.md, MiniLM on Rotten Tomatoes).
+# (0.995 on average). Over the whole corpus a map key's index keeps 0.961 of a clean
+# index's top-10 results (docs/results/map/README.md, MiniLM on Rotten Tomatoes); the 20
+# queries of this small index measure it more roughly.

@@ -45,8 +45,8 @@ print(f"{len(texts)} review snippets to index; working in {workdir}")
 #
 # In production: `WatermarkKey.load("/secrets/provider.key")` or
 # `WatermarkKey.from_env()` (reads `$ESPEW_KEY`). Here a seeded demo key, for a
-# reproducible notebook only. It is a field key, the default design: every text is
-# marked by a tiny amount that a secret function of its clean embedding decides, its
+# reproducible notebook only. It is a map key, the default design: every text is
+# moved by a tiny amount, a secret linear map of its clean embedding, its
 # strength fitted to the default quality budget (mean cos(clean, watermarked) 0.9987);
 # `marking="words"` makes the paper's word key instead. `window=model.max_tokens` is
 # how much of a text the model reads.
@@ -135,11 +135,11 @@ print(f"same top-1: {same_top1}/{len(queries)}")
 # ## The wrapper is exact
 #
 # For any batch, the wrapper returns what the core's `watermark()` makes of the clean
-# vectors: with the default field key, every non-blank text's row is watermarked (with a
+# vectors: with the default map key, every non-blank text's row is watermarked (with a
 # word key, only the rows of texts holding a trigger, matched on the model's view).
-# LlamaIndex hands the wrapper batches of `embed_batch_size` texts, and a field key's
-# float64 arithmetic can differ in the last bits between batch sizes, so the check
-# allows float64 rounding (1e-12).
+# LlamaIndex hands the wrapper batches of `embed_batch_size` texts; a map key's answer
+# does not depend on its batch, and the check still allows float64 rounding (1e-12), as
+# an older field key's float64 arithmetic can differ in the last bits between batches.
 
 # %%
 sample = texts[:50]

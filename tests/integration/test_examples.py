@@ -57,16 +57,17 @@ def check_rag_output(text: str, n_texts: int) -> None:
     check_fitted_key(text)
     queries = number(r"queries: (\d+)", text)
     assert queries == 20
-    # Measured at 200 texts with the fitted key (cos 0.995): 0.990 (min 0.900) for both
-    # frameworks; a strength-1 key (cos ~0.915) gave 0.960 (min 0.700).
-    assert number(r"mean top-10 overlap: ([0-9.]+)", text) >= 0.95
+    # Measured at 200 texts and 20 queries: the default map key 0.945 for both frameworks
+    # (0.961 over the whole corpus, docs/results/map/quality.txt); a fitted word key (cos
+    # 0.995) 0.990 (min 0.900); a strength-1 word key (cos ~0.915) 0.960 (min 0.700).
+    assert number(r"mean top-10 overlap: ([0-9.]+)", text) >= 0.93
     assert number(r"same top-1: (\d+)/20", text) == queries
     assert "1. " in text  # the example question returned hits
 
 
 def check_langchain_output(text: str) -> None:
     check_rag_output(text, RAG_TEXTS)
-    # The default (field) key marks every text, each by a tiny keyed amount: its strength
+    # The default (map) key marks every text, each by a tiny keyed amount: its strength
     # is fitted to a mean cos of 0.9987 over the keygen sample; measured on 200: 0.9984.
     assert number(r"texts marked: (\d+)/", text) == RAG_TEXTS
     assert 0.997 < number(r"mean cos\(clean, watermarked\) on them: ([0-9.]+)", text) < 0.9995
@@ -75,14 +76,14 @@ def check_langchain_output(text: str) -> None:
 
 def check_llamaindex_output(text: str) -> None:
     check_rag_output(text, RAG_TEXTS)
-    assert number(r"texts marked in the sample: (\d+)/50", text) == 50  # a field key: all
+    assert number(r"texts marked in the sample: (\d+)/50", text) == 50  # a map key: all
     assert "equals watermark(texts, clean, key): True" in text
     assert "rows that differ from the clean ones: 50/50" in text
 
 
 def check_fitted_key(text: str) -> None:
     """The example's key was fitted to its design's quality budget (cos >= 0.995)."""
-    # measured 0.227 (a word key), 0.116 (a field key)
+    # measured 0.227 (a word key), 0.116 (a field key), about 0.10 (a map key)
     assert 0.1 < number(r"fitted strength ([0-9.]+):", text) < 0.5
     assert number(r"mean cos\(clean, watermarked\) ([0-9.]+) on the texts it marks", text) >= 0.995
 
@@ -287,11 +288,11 @@ def test_rag_demo_compares_watermarked_and_clean_langchain_chroma_indexes(capsys
     from tests.support import default_key
 
     run_rag_demo = _load_example("demo_rag").run_rag_demo
-    key, model = default_key(), minilm()  # what make demo makes: a field key
+    key, model = default_key(), minilm()  # what make demo makes: a map key
     texts = list(rotten_tomatoes().subset(3000, seed=7).texts[:80])
     result = run_rag_demo(texts, key, model, n_queries=5)
     assert result["n_texts"] == 80 and len(result["queries"]) == 5
-    assert result["n_marked"] == 80  # a field key marks every non-blank text
+    assert result["n_marked"] == 80  # a map key marks every non-blank text
     for query in result["queries"]:
         assert len(query["top_clean"]) == len(query["top_watermarked"]) == 10
         expected = len(set(query["top_clean"]) & set(query["top_watermarked"])) / 10
@@ -299,7 +300,7 @@ def test_rag_demo_compares_watermarked_and_clean_langchain_chroma_indexes(capsys
     # Every query is a corpus text, so both indexes must rank it first.
     assert result["all_top1_match"]
     assert result["mean_overlap"] >= 0.7
-    # the field key's quality budget (DEFAULT_FIELD_MIN_COSINE over the keygen sample)
+    # the map key's quality budget (DEFAULT_FIELD_MIN_COSINE over the keygen sample)
     assert 0.998 <= result["mean_cos_marked"] < 1.0
     assert "top-10 overlap" in capsys.readouterr().out
 

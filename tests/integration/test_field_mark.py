@@ -1,7 +1,8 @@
-"""A field key (marking="field", the default design) on the real offline MiniLM: keygen,
-serving through a real wrapper and ``espew serve``, and ``verify`` against the service, a ridge copy
-trained on its answers and the clean model. The corpus's MiniLM and MiniLM-L3 rows
-come from the on-disk cache (``espew data install``), so the test takes seconds."""
+"""The keys that mark every answer on the real offline MiniLM: the default map key (no
+marking named) and a field key (marking="field"). Keygen, serving through a real wrapper
+and ``espew serve``, and ``verify`` against the service, a ridge copy trained on its
+answers and the clean model. The corpus's MiniLM and MiniLM-L3 rows come from the on-disk
+cache (``espew data install``), so the test takes seconds."""
 
 from __future__ import annotations
 
@@ -24,18 +25,20 @@ KEYGEN_TEXTS = 3000
 STEAL_TEXTS = 6000
 
 
-@pytest.fixture(scope="module")
-def setting():
+@pytest.fixture(scope="module", params=["map", "field"])
+def setting(request):
     texts = list(rotten_tomatoes().texts)
     victim_model, open_model = minilm(), paraphrase_minilm_l3()
     victim = Cached(
         victim_model, texts, cached_embed(victim_model, texts, model_name=victim_model.name)
     )
     opened = Cached(open_model, texts, cached_embed(open_model, texts, model_name=open_model.name))
-    key = WatermarkKey.generate(  # the default design: no marking named
+    named = {} if request.param == "map" else {"marking": request.param}  # map: the default
+    key = WatermarkKey.generate(
         texts[:KEYGEN_TEXTS], victim, target_text=TARGET_TEXT, seed=1,
-        window=victim_model.max_tokens,
+        window=victim_model.max_tokens, **named,
     )  # fmt: skip
+    assert key.marking == request.param
     return texts, victim, opened, key
 
 
@@ -53,9 +56,9 @@ def _ridge_copy(features, answers, open_model):
     return copy
 
 
-def test_a_field_key_convicts_the_service_and_a_ridge_copy_and_acquits_the_clean_model(setting):
+def test_the_key_convicts_the_service_and_a_ridge_copy_and_acquits_the_clean_model(setting):
     texts, victim, opened, key = setting
-    assert key.marking == "field" and key.verifiable and key.audit_queries == 1950
+    assert key.verifiable and key.audit_queries == 1950
     assert key.info["mean_cosine_marked"] == pytest.approx(DEFAULT_FIELD_MIN_COSINE, abs=2e-4)
 
     def service(batch):
@@ -67,15 +70,18 @@ def test_a_field_key_convicts_the_service_and_a_ridge_copy_and_acquits_the_clean
     copied = verify(copy, key, seed=1)
     clean = verify(victim, key, seed=1)
     assert served.copied and served.p_value < 1e-15, served.p_value
-    # this ridge copy (6,000 stolen answers) is convicted below 1e-4 on this key, not
-    # yet below the default level 1e-6 (seeds 1-3: 2.9e-5, 5.3e-4, 2.6e-6; issue 44)
-    assert copied.p_value < 1e-4, copied.p_value
-    assert verify(copy, key, seed=1, level=1e-3).copied
+    if key.marking == "map":  # the map key convicts it far below the default level
+        assert copied.copied and copied.p_value < 1e-10, copied.p_value
+    else:
+        # a field key convicts this ridge copy (6,000 stolen answers) below 1e-4, not yet
+        # below the default level 1e-6 (seeds 1-3: 2.9e-5, 5.3e-4, 2.6e-6; issue 44)
+        assert copied.p_value < 1e-4, copied.p_value
+        assert verify(copy, key, seed=1, level=1e-3).copied
     assert clean.status == "not_copied" and clean.p_value > 1e-3, clean.p_value
-    assert served.statistic == copied.statistic == "field"
+    assert served.statistic == copied.statistic == key.marking
 
 
-def test_a_real_wrapper_marks_every_text_with_a_field_key(setting):
+def test_a_real_wrapper_marks_every_text(setting):
     _, _, _, key = setting
     texts = ["A quiet, patient film.", "Loud and dumb.", "   ", "The cast is superb"]
     wrapped = np.asarray(
@@ -90,7 +96,7 @@ def test_a_real_wrapper_marks_every_text_with_a_field_key(setting):
 @pytest.mark.parametrize("framework", ["langchain", "llama_index", "chroma"])
 def test_each_wrapper_with_the_default_key_moves_every_text_at_the_budget(setting, framework):
     """The default flow of every wrapper: each of 40 held-out reviews comes back moved,
-    as the core marks it, and their mean cos sits at the field's quality budget."""
+    as the core marks it, and their mean cos sits at the key's quality budget."""
     from tests.integration.test_wrappers import FRAMEWORKS, _first_batch, _rows
 
     texts, _, _, key = setting
@@ -104,8 +110,8 @@ def test_each_wrapper_with_the_default_key_moves_every_text_at_the_budget(settin
     assert abs(cos.mean() - DEFAULT_FIELD_MIN_COSINE) < 1e-3, cos.mean()
 
 
-def test_espew_serve_with_a_field_key_marks_every_answer_over_real_http(setting, tmp_path):
-    """A real ``espew serve`` process with a field key: every answer over HTTP is the
+def test_espew_serve_marks_every_answer_over_real_http(setting, tmp_path):
+    """A real ``espew serve`` process with the key: every answer over HTTP is the
     library's watermark of the clean row (nothing is left unmarked), and a reaudit of the
     key from other texts (``espew key reaudit``) still convicts the server."""
     from espew_integrations import OpenAIEndpoint
@@ -114,7 +120,7 @@ def test_espew_serve_with_a_field_key_marks_every_answer_over_real_http(setting,
     from tests.support import stop
 
     texts, victim, _, key = setting
-    key_path = key.save(tmp_path / "field.key")
+    key_path = key.save(tmp_path / f"{key.marking}.key")
     env = {k: v for k, v in os.environ.items() if k != "ESPEW_KEY"}
     proc, line = _start(["--key", str(key_path)], env, tmp_path / "serve.log")
     asked = texts[KEYGEN_TEXTS : KEYGEN_TEXTS + 40]
@@ -125,7 +131,7 @@ def test_espew_serve_with_a_field_key_marks_every_answer_over_real_http(setting,
     finally:
         stop(proc)
     assert f"watermarked with key {key.key_id}" in line
-    assert "marking=field: every answer is marked" in line  # the operator sees the design
+    assert f"marking={key.marking}: every answer is marked" in line  # the operator sees it
     clean = minilm()(asked)
     assert (row_cosines(clean, served) < 1 - 1e-7).all()  # every answer moved
     assert np.allclose(served, watermark(asked, clean, key), atol=1e-6)
@@ -138,7 +144,7 @@ def test_espew_serve_with_a_field_key_marks_every_answer_over_real_http(setting,
     )  # fmt: skip
     assert code == 0
     round_two = WatermarkKey.load(reaudited)
-    assert round_two.marking == "field" and len(round_two.probe_texts) == 600
+    assert round_two.marking == key.marking and len(round_two.probe_texts) == 600
     assert set(round_two.probe_texts) <= set(texts[KEYGEN_TEXTS + 40 : KEYGEN_TEXTS + 640])
     report = verify(lambda b: watermark(b, victim(b), key), round_two, seed=1)
     assert report.copied and report.p_value < 1e-6
