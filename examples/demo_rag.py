@@ -126,7 +126,7 @@ def run_rag_demo(
     ``known_vectors`` are clean vectors already computed for some texts.
     Returns the per-query overlaps, their mean and minimum, whether every
     top-1 hit agrees, and the mean cosine between the clean and the
-    watermarked vectors of the marked texts (a field key, the default, marks every
+    watermarked vectors of the marked texts (a map key, the default, marks every
     non-blank text; a word key those holding a trigger).
     """
     texts = list(dict.fromkeys(texts))  # Chroma ids must be unique; so must the texts

@@ -53,8 +53,9 @@ print(f"{len(texts)} review snippets to index; working in {workdir}")
 # reproducible; never seed a real key, since anyone with the seed can rebuild it.
 #
 # The key is a map key, the default design: it moves every text by a tiny amount, a
-# secret linear map of the text's clean embedding, so no edit of the words avoids it. The write strength is fitted so that watermarked vectors keep a mean
-# cosine of 0.9987 to the clean ones (`field_min_cosine`, the default).
+# secret linear map of the text's clean embedding, so no edit of the words avoids it.
+# The write strength is fitted so that watermarked vectors keep a mean cosine of 0.9987
+# to the clean ones (`field_min_cosine`, the default).
 # `marking="words"` makes the paper's word key instead (texts holding a secret trigger
 # word are marked). `window=model.max_tokens` is how much of a text the model reads.
 #

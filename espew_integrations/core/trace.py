@@ -23,10 +23,11 @@ Why each tenant's test is exact, even for a copy of another tenant's answers,
 how overlapping layers are re-tested and how many tenants are adjusted for:
 :mod:`.audit.tenant_layers`, which holds the statistic.
 
-**A field ring** (:mod:`.keyring`, ``marking="field"``): the layers are field
-units, and the one interrogation scores every unit by the field statistic
-(:func:`.audit.unit_scores`, what ``verify`` ranks a field key's drawn units
-by); the shared verdict is ``verify``'s for the shared field key, and each
+**A map ring** (the default) **or a field ring** (:mod:`.keyring`,
+``marking="field"``): the layers are units, and the one interrogation scores every
+unit by the design's statistic (``key.design.universe_scores``: what ``verify``
+ranks the key's drawn units by); the shared verdict is ``verify``'s for the shared
+key, and each
 tenant's units are ranked among the units outside the shared layer by the
 same exact test, adjusted the same way (one statistic, so the factor is the
 number of tenants). The units' scores depend on the audit's clean rows and

@@ -7,12 +7,18 @@ which texts matter by content, order or batch), score the answers, and let the
 design decide with an exact rank test (:mod:`.stats.ranktest`) over draws that
 are equally likely under the null.
 
-**The field design** (the default, :mod:`.designs.field`): every audit text is a
-probe; each field unit scores how the suspect's answers lean along each text's
-own mark direction with the unit's keyed projection of the text's clean
-embedding, and the drawn units are ranked among all units
-(:func:`.audit.field_decision.decide_field`); the auditor's reference copies, if
-given, adjust the leans (:mod:`.audit.references`).
+**The map design** (the default, :mod:`.designs.map`): every audit text is a
+probe; each unit scores how the suspect's answers lean along the unit's keyed output
+direction in step with the unit's keyed projection of the text's clean embedding,
+after a per-unit fit removes what the clean model's own lean (and the auditor's
+reference copies', if given) explains, and the drawn units are ranked among all
+units (:func:`.designs.map.map_unit_scores`).
+
+**The field design** (:mod:`.designs.field`): every audit text is a probe; each
+field unit scores how the suspect's answers lean along each text's own mark
+direction with the unit's keyed projection of the text's clean embedding, and the
+drawn units are ranked among all units (:func:`.audit.field_decision.decide_field`);
+the auditor's reference copies, if given, adjust the leans (:mod:`.audit.references`).
 
 **The word design** (the paper's, :mod:`.designs.words`). The paper's probe-level
 KS test treats its probes as independent samples,
@@ -110,8 +116,8 @@ def verify(
     ``transcript`` (a private directory) records what was sent and what came back
     (:mod:`.transcript`; ``report.transcript_digest`` commits to it); the reports
     name the suspect ``suspect_name`` (default: described) and ``suspect_label``.
-    ``references`` (a field key only): the auditor's reference copies, asked for the
-    audit's texts before the suspect; the field statistic adjusts for their leans
+    ``references`` (a map or field key only): the auditor's reference copies, asked for
+    the audit's texts before the suspect; the map and field statistics adjust for their leans
     (:mod:`.audit.references`; the report names them in ``reference_names``).
 
     >>> verify(suspect_model, key).copied          # doctest: +SKIP
