@@ -299,3 +299,15 @@ def test_the_clean_rows_score_exact_zeros_and_references_adjust(key):
     copy = ridge_copy(steal, served(key)(steal))
     assert verify(innocent, key, references=[innocent]).p_value == 1.0
     assert verify(copy, key, references=[innocent]).p_value < 1e-10
+
+
+def test_a_map_key_whose_units_are_not_the_salts_draw_convicts_nobody(key):
+    """A dishonest auditor who swaps the drawn units after seeing a suspect's scores (or
+    a corrupted key) holds a key that is not verifiable: verify never says "copied"."""
+    names = sorted(key.band)
+    swapped = frozenset(names[:64]) if frozenset(names[:64]) != key.triggers else None
+    assert swapped is not None
+    forged = key.replace(triggers=swapped)
+    assert key.verifiable and not forged.verifiable
+    report = verify(served(key), forged)
+    assert report.status != "copied"
