@@ -108,6 +108,10 @@ SUSPECTS = {
 }
 
 
+#: Open encoders beside L3 that a thief's ridge head may sit on (``--mpnet-head``).
+EXTRA_HEADS: dict[str, Known] = {}
+
+
 @dataclass(frozen=True)
 class Setup:
     model: str  # "minilm" or "mpnet"
@@ -316,6 +320,9 @@ def build_suspects(key: WatermarkKey, data: Data, seed: int) -> tuple[dict, dict
         "clean encoder-head copy (innocent)": head(own, thief, clean_answers),
         "clean model (innocent)": clean,
     }
+    for name, base in EXTRA_HEADS.items():  # --mpnet-head: a larger open encoder as the base
+        suspects[f"{name}-head copy"] = head(base, thief, answers)
+        suspects[f"clean {name}-head copy (innocent)"] = head(base, thief, clean_answers)
     kept = np.mean([len(d.split()) / len(t.split()) for d, t in zip(deleted, thief, strict=True)])
     sent = {"untouched": thief, "deleted": deleted, "deleted_words_kept": float(kept)}
     return suspects, sent
@@ -565,8 +572,19 @@ def main() -> None:
     parser.add_argument(
         "--null-check", type=int, default=20, help="field null: salts also scored the plain way"
     )
+    parser.add_argument(
+        "--mpnet-head",
+        action="store_true",
+        help="also a thief whose ridge head sits on all-mpnet-base-v2, and its innocent twin",
+    )
     parser.add_argument("--out", type=Path, default=Path("results/reach"))
     args = parser.parse_args()
+    if args.mpnet_head:
+        from espew_integrations.offline.embedders import all_mpnet_base_v2
+
+        EXTRA_HEADS["MPNet"] = Known(all_mpnet_base_v2())
+        SUSPECTS["MPNet-head copy"] = (True, "untouched")
+        SUSPECTS["clean MPNet-head copy (innocent)"] = (False, "untouched")
     os.environ.setdefault("ESPEW_EMBED_CACHE", str(STORE))
     started = time.perf_counter()
     rows = []
