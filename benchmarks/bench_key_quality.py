@@ -73,6 +73,7 @@ CONFIGS = {
     "field, field_min_cosine 0.998": {"marking": "field", "field_min_cosine": 0.998},
     "field, field_min_cosine 0.9987": {"marking": "field", "field_min_cosine": 0.9987},
     "map (marking='map', the default: 256 units, 64 drawn)": {"marking": "map"},
+    "map, field_min_cosine 0.999": {"marking": "map", "field_min_cosine": 0.999},
 }
 
 
