@@ -312,10 +312,15 @@ def table(results: list[dict], args: argparse.Namespace, threshold: float = 1e-1
     A guilty suspect's p-value at or above ``threshold`` is in bold."""
     labels = [a for a in ("auto", "traffic", "words") if a in results[0]["audits"]]
     seeds = ", ".join(str(r["seed"]) for r in results)
+    budget = (
+        f"Keys fitted to mean cos(clean, watermarked) >= {args.min_cosine} on marked rows; "
+        if args.marking == "words"
+        else f"{args.marking} keys at their design's quality budget (every row marked); "
+    )
     lines = [
         f"Split: **{args.split}** (the thief's stealing texts: {results[0]['thief']}). "
-        f"Keys fitted to mean cos(clean, watermarked) >= {args.min_cosine} on marked rows; "
-        f"keys (seeds) {seeds}. Stolen value: top-10 neighbour overlap with the clean "
+        + budget
+        + f"keys (seeds) {seeds}. Stolen value: top-10 neighbour overlap with the clean "
         "service on the thief's 500 held-out texts, less that of its own base model "
         f"(paraphrase-MiniLM-L3, {results[0]['base_top10']:.3f}); mean over keys. "
         f"A guilty suspect at p >= {threshold:g} in bold.",
