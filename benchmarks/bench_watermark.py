@@ -48,9 +48,9 @@ from espew_integrations.core.ground.defaults import (
     DEFAULT_FIELD_UNITS,
 )
 from espew_integrations.core.ground.draw import draw_triggers
+from espew_integrations.core.mark.compact import compact_target
 from espew_integrations.core.mark.field import (
     FieldMark,
-    compact_target,
     drawn_mask,
     field_scales,
     field_vector,

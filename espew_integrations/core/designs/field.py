@@ -13,7 +13,7 @@ field statistic (:func:`..audit.field_decision.decide_field`).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
 import numpy as np
@@ -26,7 +26,7 @@ from ..audit.references import ReferenceAnswers, ask_references
 from ..audit.report import VerificationReport
 from ..audit.scores import WordScores
 from ..audit.settings import ReferenceFn
-from ..ground.errors import InputError, KeyGenerationError, MarkingError
+from ..ground.errors import KeyGenerationError, MarkingError
 from ..ground.progress import Progress
 from ..ground.rows import unit_rows
 from ..ground.text import TextView
@@ -34,30 +34,21 @@ from ..keys.field_keygen import (
     field_twin_p_value,
     generate_field_key,
     make_field,
-    reaudited_field,
 )
 from ..keys.key import WatermarkKey
-from ..keys.key_options import KeyOptions, check_field_options
-from ..keys.keygen import Reaudit
-from ..keys.keyring import KeyRing, field_ring_options, tenant_field
-from ..mark.design import MarkingDesign, register_design
-from ..mark.field import (
-    FieldMark,
-    check_field,
-    no_text_rule,
-    packed_target,
-    scoring_projections,
-)
+from ..keys.key_options import KeyOptions
+from ..keys.keyring import tenant_field
+from ..mark.compact import packed_target
+from ..mark.design import register_design
+from ..mark.field import FieldMark, check_field, no_text_rule, scoring_projections
 from ..mark.inject import field_rows
+from .units import UnitDesign
 
 __all__ = ["FieldDesign"]
 
-#: The fewest stored audit texts a field key can be audited with.
-_MIN_AUDIT_TEXTS = 3
-
 
 @register_design
-class FieldDesign(MarkingDesign):
+class FieldDesign(UnitDesign):
     """Every non-blank text marked by the field ``field`` (its ``mu``, ``sigma``, ``q``).
 
     >>> key.design.field.units  # doctest: +SKIP
@@ -67,8 +58,8 @@ class FieldDesign(MarkingDesign):
     name = "field"
     units = "field units"
     layers = "field units"
-    summary = "every answer is marked"
     decision_rule = FIELD_DECISION_RULE
+    trace_rule = FIELD_TRACE_RULE
 
     def __init__(self, field: FieldMark):
         if not isinstance(field, FieldMark):
@@ -84,9 +75,6 @@ class FieldDesign(MarkingDesign):
         return self._field
 
     # ------------------------------------------------------------------ marking
-    def marks(self, key: Any, texts: Sequence[str], view: TextView | None) -> np.ndarray:
-        return np.ones(len(texts), dtype=bool)
-
     def trigger_texts(self, key: Any, texts: Sequence[str], view: TextView | None) -> np.ndarray:
         raise MarkingError(no_text_rule(key.key_id))
 
@@ -141,39 +129,6 @@ class FieldDesign(MarkingDesign):
         check, :func:`..keys.field_keygen.field_twin_p_value`)."""
         return field_twin_p_value(key, self._field)
 
-    def reaudit(self, key: Any, audit: Reaudit) -> Any:
-        """Every sampled text is a probe: the audit's word options do not apply."""
-        return reaudited_field(key, audit)
-
-    @classmethod
-    def check_options(cls, options: KeyOptions) -> None:
-        """The field options obey their rules, and no word option is set (a caller who
-        sets one means a word key)."""
-        check_field_options(
-            options.field_units,
-            options.field_marked,
-            options.field_amplitude,
-            options.field_min_cosine,
-        )
-        options.refuse_word_options()
-
-    @classmethod
-    def ring_options(
-        cls, key_options: Mapping[str, Any], n_shared: int | None, n_tenant: int | None
-    ) -> tuple[int, KeyOptions]:
-        return field_ring_options(dict(key_options), n_shared, n_tenant)
-
-    @classmethod
-    def refit_ring(
-        cls,
-        ring: KeyRing,
-        texts: list[str],
-        embed: Any,
-        rng: np.random.Generator,
-        options: KeyOptions,
-    ) -> KeyRing:
-        return ring.refit_field_tenants(texts, embed, rng, options.field_min_cosine)
-
     # ------------------------------------------------------------------ the audit
     def plan(
         self,
@@ -186,15 +141,7 @@ class FieldDesign(MarkingDesign):
 
         The mark directions and the unit projections live in the key's coordinates, so
         answers are compared there (mapped onto them when they come in others)."""
-        if probes == "words" or templates is not None:
-            raise InputError("a field key is audited with its stored texts, not with band words")
-        if target_mode != "key":
-            raise InputError("a field key verifies in its own coordinates: use target_mode='key'")
-        clean_rows = key.probe_embeddings
-        if len(clean_rows) < _MIN_AUDIT_TEXTS:
-            raise InputError(
-                "this field key stores no audit: re-audit it (WatermarkKey.with_audit)"
-            )
+        clean_rows = self.audited_rows(key, probes, templates, target_mode)
         clean = unit_rows(clean_rows)
         z = scoring_projections(clean, self._field.mu, self._field.gaussian(key.salt))
         return AuditPlan(
@@ -212,19 +159,6 @@ class FieldDesign(MarkingDesign):
             len(key.triggers) / len(key.band),
             z,
         )
-
-    def check_statistic(self, plan: AuditPlan, statistic: str) -> None:
-        if statistic not in ("combined", "field"):
-            raise InputError(
-                f"statistic={statistic!r} scores band words; a field key has one statistic, "
-                "'field' (the default 'combined' uses it)"
-            )
-
-    def statistic_used(self, plan: AuditPlan, statistic: str) -> str:
-        return "field"
-
-    def n_statistics(self, plan: AuditPlan, statistic: str) -> int:
-        return 1
 
     def references(
         self, references: Sequence[ReferenceFn], key: WatermarkKey, plan: AuditPlan
@@ -245,6 +179,3 @@ class FieldDesign(MarkingDesign):
     ) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None]:
         """Each universe unit's field score: one statistic, no reference, no directed score."""
         return unit_scores(scores)[in_universe], None, None
-
-    def trace_fields(self) -> dict[str, Any]:
-        return {"marking": self.name, "decision_rule": FIELD_TRACE_RULE}

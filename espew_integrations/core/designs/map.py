@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import math
 import threading
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
 import numpy as np
@@ -46,20 +46,20 @@ from ..audit.references import ReferenceAnswers, ask_references
 from ..audit.report import VerificationReport
 from ..audit.scores import WordScores
 from ..audit.settings import ReferenceFn
-from ..ground.errors import InputError, KeyGenerationError, MarkingError
+from ..ground.errors import KeyGenerationError, MarkingError
 from ..ground.progress import Progress
 from ..ground.rows import unit_rows
 from ..ground.stable import snap_residual
 from ..ground.text import TextView
-from ..keys.field_keygen import generate_field_key, reaudited_field
+from ..keys.field_keygen import generate_field_key
 from ..keys.key import WatermarkKey
-from ..keys.key_options import KeyOptions, check_field_options
-from ..keys.keygen import Reaudit
-from ..keys.keyring import KeyRing, field_ring_options
-from ..mark.design import MarkingDesign, register_design
-from ..mark.field import drawn_mask, packed_target, scoring_projections, unit_names
+from ..keys.key_options import KeyOptions
+from ..mark.compact import packed_target
+from ..mark.design import register_design
+from ..mark.field import drawn_mask, scoring_projections, unit_names
 from ..mark.map import MapMark, MapOperator, map_inputs, map_outputs, map_rows, map_target
 from ..stats.ranktest import rank_sum_p_value
+from .units import MIN_AUDIT_TEXTS, UnitDesign
 
 __all__ = [
     "MAP_DECISION_RULE",
@@ -70,9 +70,6 @@ __all__ = [
     "scores_of_leans",
     "unit_leans",
 ]
-
-#: The fewest stored audit texts a map key can be audited with, and answered ones scored.
-_MIN_AUDIT_TEXTS = 3
 
 MAP_DECISION_RULE = (
     "one-sided exact rank-sum (Mann-Whitney) permutation test over a map key's units: "
@@ -163,15 +160,15 @@ def map_twin_scores(clean_unit: np.ndarray, outputs: np.ndarray, z: np.ndarray) 
 
 # ---------------------------------------------------------------------- the design
 @register_design
-class MapDesign(MarkingDesign):
+class MapDesign(UnitDesign):
     """Every non-blank text moved by the keyed map of its clean row (``mark``: ``mu``,
     ``sigma``, the units and the amplitude; the drawn units are the key's triggers)."""
 
     name = "map"
     units = "map units"
     layers = "map units"
-    summary = "every answer is marked"
     decision_rule = MAP_DECISION_RULE
+    trace_rule = MAP_TRACE_RULE
 
     def __init__(self, mark: MapMark):
         if not isinstance(mark, MapMark):
@@ -188,9 +185,6 @@ class MapDesign(MarkingDesign):
         return self._mark
 
     # ------------------------------------------------------------------ marking
-    def marks(self, key: Any, texts: Sequence[str], view: TextView | None) -> np.ndarray:
-        return np.ones(len(texts), dtype=bool)
-
     def trigger_texts(self, key: Any, texts: Sequence[str], view: TextView | None) -> np.ndarray:
         raise MarkingError(
             f"key {key.key_id} is a map key: it marks every text by a keyed map of its clean "
@@ -246,18 +240,6 @@ class MapDesign(MarkingDesign):
 
     # ------------------------------------------------------------------ key generation
     @classmethod
-    def check_options(cls, options: KeyOptions) -> None:
-        """The unit options obey the field's rules (``field_units``, ``field_marked``,
-        ``field_amplitude``, ``field_min_cosine``), and no word option is set."""
-        check_field_options(
-            options.field_units,
-            options.field_marked,
-            options.field_amplitude,
-            options.field_min_cosine,
-        )
-        options.refuse_word_options()
-
-    @classmethod
     def generate(
         cls,
         make_key: Callable[..., Any],
@@ -285,27 +267,6 @@ class MapDesign(MarkingDesign):
         scores = map_twin_scores(clean, outputs, z)
         return float(rank_sum_p_value(scores, drawn_mask(self._mark.units, key.triggers)))
 
-    def reaudit(self, key: Any, audit: Reaudit) -> Any:
-        """Every sampled text is a probe: the audit's word options do not apply."""
-        return reaudited_field(key, audit)
-
-    @classmethod
-    def ring_options(
-        cls, key_options: Mapping[str, Any], n_shared: int | None, n_tenant: int | None
-    ) -> tuple[int, KeyOptions]:
-        return field_ring_options({**key_options, "marking": cls.name}, n_shared, n_tenant)
-
-    @classmethod
-    def refit_ring(
-        cls,
-        ring: KeyRing,
-        texts: list[str],
-        embed: Any,
-        rng: np.random.Generator,
-        options: KeyOptions,
-    ) -> KeyRing:
-        return ring.refit_field_tenants(texts, embed, rng, options.field_min_cosine)
-
     # ------------------------------------------------------------------ the audit
     def plan(
         self,
@@ -316,13 +277,7 @@ class MapDesign(MarkingDesign):
     ) -> AuditPlan:
         """Every audit text a probe, scored per unit along the units' output directions
         (in the key's coordinates: answers in others are mapped onto them)."""
-        if probes == "words" or templates is not None:
-            raise InputError("a map key is audited with its stored texts, not with band words")
-        if target_mode != "key":
-            raise InputError("a map key verifies in its own coordinates: use target_mode='key'")
-        clean_rows = key.probe_embeddings
-        if len(clean_rows) < _MIN_AUDIT_TEXTS:
-            raise InputError("this map key stores no audit: re-audit it (WatermarkKey.with_audit)")
+        clean_rows = self.audited_rows(key, probes, templates, target_mode)
         units = self._mark.units
         clean = unit_rows(clean_rows)
         z = scoring_projections(clean, self._mark.mu, map_inputs(key.salt, key.dim, units))
@@ -342,19 +297,6 @@ class MapDesign(MarkingDesign):
             z,
             map_outputs(key.salt, key.dim, units),
         )
-
-    def check_statistic(self, plan: AuditPlan, statistic: str) -> None:
-        if statistic not in ("combined", "map"):
-            raise InputError(
-                f"statistic={statistic!r} does not score a map key; it has one statistic, "
-                "'map' (the default 'combined' uses it)"
-            )
-
-    def statistic_used(self, plan: AuditPlan, statistic: str) -> str:
-        return "map"
-
-    def n_statistics(self, plan: AuditPlan, statistic: str) -> int:
-        return 1
 
     def references(
         self, references: Sequence[ReferenceFn], key: WatermarkKey, plan: AuditPlan
@@ -387,16 +329,13 @@ class MapDesign(MarkingDesign):
         """Each universe unit's map score: one statistic, no reference, no directed score."""
         return _plan_unit_scores(scores)[in_universe], None, None
 
-    def trace_fields(self) -> dict[str, Any]:
-        return {"marking": self.name, "decision_rule": MAP_TRACE_RULE}
-
 
 def _plan_unit_scores(scores: WordScores) -> np.ndarray:
     """Every unit's score from a map plan's answers (all NaN if too few answered)."""
     plan, answers = scores.plan, scores.embeddings
     assert plan.field_z is not None and plan.unit_directions is not None
     assert plan.clean_rows is not None
-    if np.isfinite(answers).all(axis=1).sum() < _MIN_AUDIT_TEXTS:
+    if np.isfinite(answers).all(axis=1).sum() < MIN_AUDIT_TEXTS:
         return np.full(plan.field_z.shape[1], np.nan)
     clean = unit_rows(plan.clean_rows)
     return map_unit_scores(answers, clean, plan.unit_directions, plan.field_z, scores.extra_leans)

@@ -26,10 +26,10 @@ from ..ground.errors import KeyGenerationError
 from ..ground.progress import Progress, counting_texts
 from ..ground.row_codec import QuantizedRows
 from ..ground.rows import unit_rows
+from ..mark.compact import compact_target
 from ..mark.field import (
     FieldMark,
     audit_sample,
-    compact_target,
     drawn_mask,
     field_scales,
     field_twin_scores,

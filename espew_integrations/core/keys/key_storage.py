@@ -42,8 +42,8 @@ from ..ground.secret_files import (
     write_secret_file,
 )
 from ..ground.text import LEGACY_LOWER
+from ..mark.compact import unpacked_target
 from ..mark.design import design_from_payload, design_names
-from ..mark.field import unpacked_target
 from .key_audit import AuditSource, KeyAudit, default_audit_path
 from .layers import TenantLayer
 from .model_check import ModelFingerprint
@@ -433,7 +433,7 @@ def _unpacked_band(stored: Any) -> Any:
 
 def _stored_target(stored: Any) -> Any:
     """A version 3 target: base64 of little-endian float64, or a compact key's float16
-    (:func:`.field.packed_target`); a JSON list is read too."""
+    (:func:`..mark.compact.packed_target`); a JSON list is read too."""
     if isinstance(stored, dict):
         return unpacked_target(stored)
     if not isinstance(stored, str):

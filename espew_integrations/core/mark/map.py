@@ -4,7 +4,7 @@ The design that uses it (which texts, keygen, the audit) is
 :mod:`..designs.map`, whose docstring says why the map exists. Here: ``G`` and ``H``
 drawn from the salt (:func:`.field.keyed_gaussian` under domains of their own), what
 the key stores (:class:`MapMark`: ``mu`` as int8 steps, ``sigma`` as float16, the
-field's compact encoding), and the marking itself (:func:`map_rows`), in the rows'
+compact encoding of :mod:`.compact`), and the marking itself (:func:`map_rows`), in the rows'
 own precision through fixed-shape blocks (:data:`BLOCK_ROWS` rows, the last one
 zero-padded): BLAS then sees one shape for every batch, so a row's answer never
 depends on its batch.
@@ -22,20 +22,20 @@ import numpy as np
 
 from ..ground.errors import KeyGenerationError
 from ..ground.rows import unit_rows
-from .field import (
+from .compact import (
     COMPACT_ENCODING,
+    checked_amplitude,
     code_step,
     compact_target,
-    field_scales,
     float16_values,
+    frozen_vector,
     int8_steps,
-    keyed_gaussian,
     packed_half,
     packed_steps,
-    unit_names,
     unpacked_half,
     unpacked_steps,
 )
+from .field import field_scales, keyed_gaussian, unit_names
 from .inject import unit_rows_into
 
 __all__ = [
@@ -99,14 +99,10 @@ class MapMark:
 
     def __init__(self, *, units: int, amplitude: float, mu: Any, sigma: Any):
         unit_names(units)  # the rule on the count
-        if not (isinstance(amplitude, (int, float)) and not isinstance(amplitude, bool)) or not (
-            0.0 < amplitude < math.inf
-        ):
-            raise KeyGenerationError(f"map amplitude must be a positive number, got {amplitude!r}")
         self._units = int(units)
-        self._amplitude = float(amplitude)
-        self._mu = _vector(mu, "mu", int8_steps)
-        self._sigma = _vector(sigma, "sigma", float16_values)
+        self._amplitude = checked_amplitude(amplitude, "map")
+        self._mu = frozen_vector(mu, "mu", int8_steps, "map")
+        self._sigma = frozen_vector(sigma, "sigma", float16_values, "map")
         if self._sigma.size != self._units or not (self._sigma > 0).all():
             raise KeyGenerationError(
                 f"the map's sigma must hold {self._units} positive scales, one per unit"
@@ -153,7 +149,7 @@ class MapMark:
         )
 
     def to_payload(self) -> dict[str, Any]:
-        """The JSON form stored in the serving key (the field's compact encoding)."""
+        """The JSON form stored in the serving key (:data:`.compact.COMPACT_ENCODING`)."""
         return {
             "units": self._units,
             "amplitude": self._amplitude,
@@ -193,17 +189,6 @@ class MapMark:
 
     def __repr__(self) -> str:
         return f"MapMark(units={self._units})"
-
-
-def _vector(values: Any, name: str, rounded: Callable[[np.ndarray], np.ndarray]) -> np.ndarray:
-    try:
-        array = np.array(values, dtype=np.float64).reshape(-1)
-    except (TypeError, ValueError):
-        raise KeyGenerationError(f"the map's {name} is not a numeric vector") from None
-    if not array.size or not np.isfinite(array).all():
-        raise KeyGenerationError(f"the map's {name} must be a non-empty finite vector")
-    rounded_array = rounded(array)
-    return np.frombuffer(rounded_array.tobytes(), dtype=np.float64)
 
 
 # ---------------------------------------------------------------------- marking
