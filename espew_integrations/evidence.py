@@ -10,9 +10,9 @@ triggers scored, exact p-values), a suspect that withheld one word's answers
 learns whether that word is a trigger. Hence two bundles:
 
 :func:`save_evidence` writes the **public** files, safe to share
-(``report.json`` and a plain-language ``summary.md``); it lives in the core
-(:mod:`espew_integrations.core.audit.evidence_files`) so that ``report.save()``
-needs nothing above it, and is re-exported here.
+(``report.json`` and a plain-language ``summary.md``); it lives in the core's
+records room (:mod:`espew_integrations.core.records.evidence`), which ``report.save()``
+writes through, and is re-exported here.
 
 :func:`save_private_evidence` writes the **private** files, for the
 provider's records or an arbiter who also gets the key, never for the other
@@ -32,7 +32,7 @@ side (their names start with ``PRIVATE-``):
   RFC 3161 timestamp taken over it before the verdict (``tsa_ca=``,
   :mod:`espew_integrations.timestamp`).
 
-Both write through :class:`~espew_integrations.core.ground.safe_dir.SafeDirectory`:
+Both write through :class:`~espew_integrations.core.records.safe_dir.SafeDirectory`:
 existing files are never replaced unless ``force=True``, the directory must
 not be a symbolic link, and a link planted in it is replaced, never followed.
 
@@ -60,17 +60,16 @@ from .core.audit.evidence_files import (
     PRIVATE_REPORT_KEYS,
     PUBLIC_P_FLOOR,
     VERDICT_TITLES,
-    evidence_paths,
     public_report,
     render_summary,
-    save_evidence,
 )
 from .core.audit.report import VerificationReport
 from .core.evidence_check import EvidenceCheck
 from .core.evidence_check import check_evidence as _check_transcript
-from .core.ground.safe_dir import SafeDirectory
 from .core.ground.untrusted import printable
+from .core.records.evidence import evidence_paths, save_evidence
 from .core.records.requery import DEFAULT_REQUERY_SIZE, DEFAULT_REQUERY_TOLERANCE, RequerySize
+from .core.records.safe_dir import SafeDirectory
 from .core.records.transcript import TRANSCRIPT_FILE
 
 __all__ = [

@@ -48,7 +48,7 @@ from typing import Any
 
 import numpy as np
 
-from .audit.evidence_files import EVIDENCE_FILES, PUBLIC_P_FLOOR, format_public_p, public_p_value
+from .audit.evidence_files import PUBLIC_P_FLOOR, format_public_p, public_p_value
 from .audit.fields import FIELD_TRACE_RULE, TRACE_RULE
 from .audit.options import AuditOptions
 from .audit.pipeline import AuditRun, run_audit
@@ -60,16 +60,13 @@ from .audit.subject import REPLAYED_SETTINGS, Subject
 from .audit.tenant_layers import tenant_p_values
 from .ground.errors import InputError, OptionsError
 from .ground.progress import Progress, check_progress
-from .ground.safe_dir import SafeDirectory
 from .keys.keyring import KeyRing
 from .keys.layers import check_tenant_id
 from .mark.design import design_class
+from .records.evidence import save_trace_evidence
 from .records.transcript import as_recorder, encode_answer
 
-__all__ = ["FIELD_TRACE_RULE", "TRACE_FILE", "TRACE_RULE", "TraceReport", "trace"]
-
-#: The shareable trace report's file name (next to the shared layer's report.json).
-TRACE_FILE = "trace.json"
+__all__ = ["FIELD_TRACE_RULE", "TRACE_RULE", "TraceReport", "trace"]
 
 
 # ---------------------------------------------------------------------- report
@@ -166,12 +163,10 @@ class TraceReport:
         ``trace.json`` (:meth:`to_dict`) next to the shared layer's own
         ``report.json`` and ``summary.md`` (:meth:`VerificationReport.save`);
         existing files are kept unless ``force=True``, and nothing is written
-        if any of them is in the way.
+        if any of them is in the way. The records room writes them
+        (:func:`.records.evidence.save_trace_evidence`).
         """
-        with SafeDirectory(directory) as folder:
-            folder.refuse_existing([TRACE_FILE, *EVIDENCE_FILES.values()], force=force)
-            self.shared.save(directory, force=force)
-            return folder.write(TRACE_FILE, self.to_json().encode(), mode=0o644, force=force)
+        return save_trace_evidence(self.shared, self.to_json(), directory, force=force)
 
     def __str__(self) -> str:
         """The public form as text (:meth:`to_dict`): floored p-values, traced accounts only."""

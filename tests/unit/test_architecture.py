@@ -586,3 +586,106 @@ def test_no_module_outside_the_designs_branches_on_a_keys_design():
 )
 def test_the_design_scan_catches_branches_on_the_design(source, branches):
     assert bool(design_branches(ast.parse(source))) is branches
+
+
+# ---------------------------------------------------------------------- who writes files
+#: The core's modules outside the records room that write files, each with why: the
+#: keys room (below the records) stores the key and the ring itself, through the one
+#: secret-file primitive. Each entry must still write (a stale one fails): it only shrinks.
+FILE_WRITERS_OUTSIDE_RECORDS: dict[str, str] = {
+    f"{PACKAGE}.core.ground.secret_files": "the secret file (mode 0600, atomic, bounded "
+    "reads) through which the keys room, below the records, stores keys and rings",
+    f"{PACKAGE}.core.keys.key_storage": "WatermarkKey.save: the key file (secret_files)",
+    f"{PACKAGE}.core.keys.keyring": "KeyRing.save: the ring file (secret_files)",
+}
+#: Functions that write or create files, by the module they are called on (None: any).
+_OS_WRITES = frozenset({"open", "fdopen", "replace", "rename", "renames", "remove", "unlink"})
+_OS_WRITES |= {"link", "symlink", "mkdir", "makedirs", "rmdir", "removedirs", "chmod", "write"}
+_NUMPY_SAVES = frozenset({"save", "savez", "savez_compressed", "savetxt"})
+_WRITING_CALLS: dict[str, frozenset[str] | None] = {
+    "os": _OS_WRITES | {"truncate", "mkfifo"},
+    "io": frozenset({"open"}),
+    "shutil": None,
+    "tempfile": None,
+    "np": _NUMPY_SAVES,
+    "numpy": _NUMPY_SAVES,
+    "json": frozenset({"dump"}),
+    "pickle": frozenset({"dump"}),
+}
+#: Methods that write whatever they are called on (``Path``'s, an array's ``tofile``), the
+#: builtin ``open``, and the package's own file primitives.
+_WRITING_METHODS = frozenset({"open", "write_text", "write_bytes", "mkdir", "touch", "unlink"})
+_WRITING_METHODS |= {"rmdir", "symlink_to", "hardlink_to", "chmod", "tofile"}
+_FILE_PRIMITIVES = frozenset({"SafeDirectory", "write_secret_file", "replace_atomically"})
+
+
+def file_writes(tree: ast.AST) -> list[str]:
+    """The calls in ``tree`` that write to the file system (``line: call``): the builtin
+    ``open``, ``os``/``shutil``/``tempfile``/``np.save``-style functions, ``Path`` methods
+    (``write_text``, ``mkdir``...) and the package's file primitives (``SafeDirectory``,
+    ``write_secret_file``, ``replace_atomically``)."""
+    found = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        func = node.func
+        if isinstance(func, ast.Name):
+            writes = func.id == "open" or func.id in _FILE_PRIMITIVES
+            name = func.id
+        elif isinstance(func, ast.Attribute):
+            owner = func.value.id if isinstance(func.value, ast.Name) else ""
+            module_calls = _WRITING_CALLS.get(owner, frozenset())
+            writes = (
+                (owner in _WRITING_CALLS and (module_calls is None or func.attr in module_calls))
+                or func.attr in _WRITING_METHODS
+                or func.attr in _FILE_PRIMITIVES
+            )
+            name = f"{owner or '...'}.{func.attr}"
+        else:
+            continue
+        if writes:
+            found.append(f"{node.lineno}: {name}")
+    return found
+
+
+def test_only_the_records_room_writes_files_in_the_core():
+    """The audit and every other room decide; the records write (the transcript, the
+    evidence, the traffic sample), save the key's own files
+    (:data:`FILE_WRITERS_OUTSIDE_RECORDS`)."""
+    core, records = f"{PACKAGE}.core", f"{PACKAGE}.core.records"
+    writers = {
+        name: writes
+        for name, path in MODULES.items()
+        if name.startswith(core + ".") or name == core
+        if not name.startswith(records + ".") and name != records
+        if (writes := file_writes(ast.parse(path.read_text(encoding="utf-8"))))
+    }
+    wrong = [f"{n}: {w}" for n, w in writers.items() if n not in FILE_WRITERS_OUTSIDE_RECORDS]
+    assert not wrong, "core modules outside core/records write files:\n" + "\n".join(wrong)
+    stale = set(FILE_WRITERS_OUTSIDE_RECORDS) - set(writers)
+    assert not stale, f"stale FILE_WRITERS_OUTSIDE_RECORDS entries (they write no file): {stale}"
+
+
+@pytest.mark.parametrize(
+    ("source", "writes"),
+    [
+        ('with open(path, "w") as f: pass', True),
+        ("Path(p).write_text(text)", True),
+        ("target.write_bytes(data)", True),
+        ("directory.mkdir(parents=True)", True),
+        ("os.replace(tmp, path)", True),
+        ("fd = os.open(path, os.O_WRONLY)", True),
+        ("shutil.copyfile(a, b)", True),
+        ("np.save(path, rows)", True),
+        ("json.dump(data, stream)", True),
+        ("with SafeDirectory(d) as target: pass", True),
+        ("write_secret_file(path, data)", True),
+        ("text = json.dumps(data)", False),
+        ('name = text.replace("a", "b")', False),
+        ("data = path.read_text()", False),
+        ("rows = np.asarray(rows)", False),
+        ("record(subject, answers)", False),
+    ],
+)
+def test_the_file_scan_catches_writes(source, writes):
+    assert bool(file_writes(ast.parse(source))) is writes

@@ -51,8 +51,8 @@ import numpy as np
 from ..audit.recorder import Recorder, utc_now
 from ..audit.subject import unwrapped
 from ..ground.errors import ESpeWError, StateError
-from ..ground.safe_dir import SafeDirectory
 from ..ground.untrusted import printable
+from .safe_dir import SafeDirectory
 
 __all__ = [
     "TRANSCRIPT_DIGEST_HEADER",
