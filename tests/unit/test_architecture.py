@@ -342,15 +342,11 @@ def test_every_module_has_a_layer_and_known_exceptions_are_not_stale():
 #: The core's rooms, lowest first: a room may import its own modules or a lower room's,
 #: never a higher one's. The core's own top (``core/__init__``, ``verify``, ``trace``,
 #: ``evidence_check``: the front ends that put an audit and its records together) may
-#: import every room. docs/architecture.md draws them.
+#: import every room. docs/architecture.md draws them. Each room's job is stated once, in
+#: the first line of its ``__init__``'s docstring (:func:`room_job`).
 ROOMS: dict[str, int] = {
-    "ground": 0,  # text, rows, defaults, errors, secret files, the keyed draw
-    "mark": 1,  # which texts a key marks, and the watermark itself
-    "stats": 2,  # the exact rank test, the alignment, the word evidence
-    "keys": 3,  # the key: options, generation, audit sample, storage, rings
-    "audit": 4,  # plan, asking, scores, decision, the report and its public evidence
-    "designs": 5,  # the marking designs: one module per design (words, field)
-    "records": 6,  # transcripts, requery, the traffic sample: written to disk
+    name: rank
+    for rank, name in enumerate(("ground", "mark", "stats", "keys", "audit", "designs", "records"))
 }
 CORE_TOP = len(ROOMS)
 
@@ -363,10 +359,28 @@ def room(module: str) -> int:
     return ROOMS.get(parts[2], CORE_TOP)
 
 
+def room_job(name: str) -> str:
+    """A room's job: the first line of its ``__init__``'s docstring, its one statement."""
+    source = MODULES[f"{PACKAGE}.core.{name}"].read_text(encoding="utf-8")
+    return (ast.get_docstring(ast.parse(source)) or "").splitlines()[0]
+
+
+def test_every_room_states_its_job_in_the_first_line_of_its_init():
+    for name in ROOMS:
+        job = room_job(name)
+        assert job.endswith(".") and len(job) <= 96, f"core/{name}/__init__.py: {job!r}"
+
+
+def test_the_architecture_page_draws_each_room_with_the_job_its_init_states():
+    page = (ROOT.parent / "docs" / "architecture.md").read_text(encoding="utf-8")
+    missing = [name for name in ROOMS if f"\n{name + '/':<11}{room_job(name)}\n" not in page]
+    assert not missing, f"docs/architecture.md's drawing of rooms {missing}: copy each job line"
+
+
 def test_the_cores_rooms_import_only_their_own_or_a_lower_room():
     core = f"{PACKAGE}.core"
     wrong = [
-        f"{e.importer} ({sorted(ROOMS, key=ROOMS.get)[room(e.importer)]}) -> {e.imported}"
+        f"{e.importer} ({room_job(sorted(ROOMS, key=ROOMS.get)[room(e.importer)])}) -> {e.imported}"
         for e in EDGES
         if e.importer.startswith(core)
         and e.imported.startswith(core)

@@ -1,4 +1,4 @@
-"""The audit pipeline, as public seams: plan, ask, score, decide.
+"""The audit: plan, ask, score, decide; the report and what of it is public (no file).
 
 One audit, whatever front end runs it (:func:`~espew_integrations.core.verify.verify`,
 :func:`~espew_integrations.core.trace.trace`, the lab's null studies)::
