@@ -21,7 +21,11 @@ How hard the audit is to follow is measured by the walk a reader takes from
 **Stays** are the distinct functions the walk enters (``verify`` included);
 **returns** are the ``return`` statements in their bodies (a nested function's
 and a lambda's are not the walk's). Each function is entered once, whichever
-call reaches it first. ``tests/unit/test_walk.py`` holds the ceiling.
+call reaches it first. The *module tour* is a second reading of the same walk: the
+modules it is in, in call order (a call into another module and back is two stays),
+and how many of those stays come back to a module already visited.
+``tests/unit/test_walk.py`` holds the ceilings; ``docs/results/walk.txt`` is this
+script's output.
 
 Run it::
 
@@ -33,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import functools
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -48,8 +53,8 @@ AUDIT_ROOMS = (f"{CORE}.audit", f"{CORE}.designs")
 CARRIER_NAMES = frozenset({"key", "design", "plan"})
 
 
-def _module_name(path: Path) -> str:
-    parts = list(path.relative_to(ROOT.parent).with_suffix("").parts)
+def _module_name(path: Path, root: Path) -> str:
+    parts = list(path.relative_to(root.parent).with_suffix("").parts)
     if parts[-1] == "__init__":
         parts.pop()
     return ".".join(parts)
@@ -74,11 +79,12 @@ def _absolute(module: Module, node: ast.ImportFrom) -> str:
     return ".".join(base + ([node.module] if node.module else []))
 
 
+@functools.cache
 def load(root: Path = ROOT) -> dict[str, Module]:
     """Every module of the package: its top-level functions, classes and imports."""
     modules = {}
     for path in sorted(root.rglob("*.py")):
-        module = Module(_module_name(path), path.name == "__init__.py")
+        module = Module(_module_name(path, root), path.name == "__init__.py")
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             if isinstance(node, ast.ImportFrom):
                 source = _absolute(module, node)

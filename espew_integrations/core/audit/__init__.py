@@ -3,7 +3,7 @@
 One audit, whatever front end runs it (:func:`~espew_integrations.core.verify.verify`,
 :func:`~espew_integrations.core.trace.trace`, the lab's null studies)::
 
-    AuditOptions -> plan_audit -> record_start -> interrogate -> score -> design.decide
+    AuditOptions -> design.plan -> record_start -> interrogate -> score -> design.decide
                       (plan)        (subject)      (asking,       (scores)  (decision,
                                                     suspect_calls,           field_decision;
                                                     alignment)               trace: tenant_layers)

@@ -79,7 +79,9 @@ def plan_audit(
     key: WatermarkKey, probes: str, templates: Sequence[str] | None, target_mode: str = "key"
 ) -> AuditPlan:
     """What to send and how to score it: the key's design's plan
-    (:meth:`..mark.design.MarkingDesign.plan`)."""
+    (:meth:`..mark.design.MarkingDesign.plan`), ``probes`` checked first. For a caller
+    without :class:`.options.AuditOptions` (a null study); the pipeline
+    (:func:`.pipeline.run_audit`) asks the design itself, its options checked."""
     if probes not in ("auto", "sentences", "words"):
         raise InputError(f"probes must be 'auto', 'sentences' or 'words', got {probes!r}")
     plan: AuditPlan = key.design.plan(key, probes, templates, target_mode)
