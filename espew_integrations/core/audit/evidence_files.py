@@ -29,9 +29,9 @@ because its plot needs matplotlib.
 
 This module lives in the core, next to :class:`~.report.VerificationReport`,
 so that ``report.save(directory)`` needs nothing above the core: it is the
-standard library plus :mod:`.safe_dir` and :mod:`.untrusted`. Text that came
+standard library plus :mod:`..ground.safe_dir` and :mod:`..ground.untrusted`. Text that came
 from the suspect (``report.errors``, ``report.reason``) goes through
-:func:`~.untrusted.printable` first.
+:func:`~..ground.untrusted.printable` first.
 
 >>> paths = save_evidence(report, "evidence/")   # doctest: +SKIP
 >>> sorted(paths)
@@ -236,7 +236,7 @@ def public_fields(data: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-#: The kinds of map :mod:`.align` fits, as its description names them.
+#: The kinds of map :mod:`..stats.align` fits, as its description names them.
 _ALIGNMENT_KINDS = ("signed permutation", "orthonormal map")
 
 
