@@ -9,7 +9,7 @@ any figure that moves with which band words were scored (the number of
 triggers scored, exact p-values), a suspect that withheld one word's answers
 learns whether that word is a trigger. Hence two bundles:
 
-:func:`save_evidence` writes the **public** files, safe to share
+:func:`~.core.audit.evidence_files.save_evidence` writes the **public** files, safe to share
 (``report.json`` and a plain-language ``summary.md``); it lives in the core
 (:mod:`espew_integrations.core.audit.evidence_files`) so that ``report.save()``
 needs nothing above it, and is re-exported here.
