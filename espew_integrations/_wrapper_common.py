@@ -5,7 +5,7 @@ else lives here once, so they cannot drift apart:
 
 - **finding the key** (:func:`resolve_key`): at most one of ``key``,
   ``key_path`` or ``key_env``; with none, ``$ESPEW_KEY`` as every ``espew``
-  command reads it (:mod:`.core.key_source`), and a clear error naming the
+  command reads it (:mod:`.core.keys.key_source`), and a clear error naming the
   three when that is unset too;
 - **checking texts** (:func:`checked_texts`, :func:`checked_text`) at the
   wrapper boundary, before the (possibly paid) inner model sees them, with one
@@ -110,7 +110,7 @@ def resolve_key(
     memory), ``key_path="provider.key"`` (the file is loaded and checked now)
     or ``key_env="VAR"`` (the variable holds a key file path or the key's
     JSON). With none of them, ``$ESPEW_KEY`` is read when it is set, as every
-    ``espew`` command reads it (:mod:`.core.key_source`: one rule for the key);
+    ``espew`` command reads it (:mod:`.core.keys.key_source`: one rule for the key);
     two sources are refused rather than reconciled.
 
     >>> resolve_key(None, key_env="ESPEW_KEY")  # doctest: +SKIP
@@ -237,7 +237,7 @@ class WatermarkingWrapper:
         """``watermark(texts, clean, key, view=view)``: the core validates ``clean``.
 
         The first call checks that the wrapped model is the one the key was made
-        with (:class:`.core.model_check.ModelGuard`: one model call on the public
+        with (:class:`.core.keys.model_check.ModelGuard`: one model call on the public
         canary texts, then nothing per call) and raises KeyModelMismatchError if not.
         """
         self._guard.check()  # type: ignore[attr-defined]

@@ -82,7 +82,7 @@ class OpenSSLMissingError(ESpeWError, RuntimeError):
 
 
 def _asn1() -> tuple[Any, Any]:
-    """asn1crypto's ``tsp`` and ``cms`` modules, or a :class:`MissingExtraError` naming
+    """asn1crypto's ``tsp`` and ``cms`` modules, or a :class:`~._optional.MissingExtraError` naming
     the ``[evidence]`` extra."""
     require("asn1crypto", EXTRA, _PURPOSE)
     from asn1crypto import cms, tsp

@@ -23,7 +23,7 @@ Why each tenant's test is exact, even for a copy of another tenant's answers,
 how overlapping layers are re-tested and how many tenants are adjusted for:
 :mod:`.audit.tenant_layers`, which holds the statistic.
 
-**A map ring** (the default) **or a field ring** (:mod:`.keyring`,
+**A map ring** (the default) **or a field ring** (:mod:`.keys.keyring`,
 ``marking="field"``): the layers are units, and the one interrogation scores every
 unit by the design's statistic (``key.design.universe_scores``: what ``verify``
 ranks the key's drawn units by); the shared verdict is ``verify``'s for the shared
@@ -84,7 +84,7 @@ class TraceReport:
     ``repr(report)`` give is safe to hand to the suspect's owner: the shared
     verdict's public form (:meth:`VerificationReport.to_dict`), only the
     traced accounts, by id, and the verdict's p-values floored as the shared
-    report's are (:func:`~.evidence_files.public_p_value`);
+    report's are (:func:`~.audit.evidence_files.public_p_value`);
     ``n_universe_scored`` (how many words outside the shared layer were
     scored: it moves with whether a word the suspect withheld is a shared
     trigger), the traced accounts' own p-values (see :func:`_public_trace`)
@@ -212,7 +212,7 @@ class TraceReport:
 
 def _public_trace(out: dict[str, Any]) -> dict[str, Any]:
     """The trace's public form: the verdict's and the shared layer's p-values floored
-    and rounded as the shared report's (:func:`~.evidence_files.public_p_value`, each
+    and rounded as the shared report's (:func:`~.audit.evidence_files.public_p_value`, each
     with its ``_below_floor`` flag); ``n_universe_scored`` and the traced accounts'
     own p-values left out, ``decided_by`` left out below the floor.
 
@@ -253,7 +253,7 @@ def trace(
     ``tenants`` are the account ids to test (typically every account the
     ring's keys were served to; the adjustment grows with their number, the
     query count does not). The other options mean what they mean for
-    :func:`verify` (``deadline`` too: the seconds the one interrogation may
+    :func:`~.verify.verify` (``deadline`` too: the seconds the one interrogation may
     take; ``transcript``, ``suspect_name`` and ``suspect_label`` too: the transcript
     also keeps the ring's id and the accounts), and the shared verdict is exactly
     ``verify(suspect, ring.shared_key, ...)``'s.
@@ -334,7 +334,7 @@ def _universe_scores(
     scores: WordScores, ring: KeyRing, statistic: str
 ) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None]:
     """Per universe word: the suspect's mean cosine to the target, the clean
-    reference's, and the directed score (:mod:`.directed`).
+    reference's, and the directed score (:mod:`.audit.directed`).
 
     Why from the shared audit's word scores: every tenant layer is a subset of
     the universe, so the one interrogation :func:`trace` already made, and

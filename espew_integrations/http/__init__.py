@@ -1,21 +1,21 @@
 """OpenAI-compatible HTTP on both sides of the watermark.
 
-- :class:`OpenAIEndpoint` (:mod:`.client`): query a suspect's embeddings API
+- :class:`~.client.OpenAIEndpoint` (:mod:`.client`): query a suspect's embeddings API
   as a ``verify()`` suspect (needs ``httpx``).
-- :func:`create_app` / :func:`running_server` (:mod:`.server`, which
+- :func:`~.app.create_app` / :func:`~.background.running_server` (:mod:`.server`, which
   re-exports :mod:`.app`, :mod:`.serving` and :mod:`.background`): serve any
   embedder, watermarked or not, as ``POST /v1/embeddings`` (needs
   ``starlette`` and ``uvicorn``); ``espew serve`` on the command line.
 - :mod:`.protocol`: the OpenAI embeddings wire format, written once and
   shared by the server, the client, the upstream and the middleware.
-- :class:`AsyncUpstream` (:mod:`.upstream`): the pooled async client of the
+- :class:`~.upstream.AsyncUpstream` (:mod:`.upstream`): the pooled async client of the
   server ``espew serve`` proxies (the ``openai:`` embedder).
-- :class:`ESpeWMiddleware` (:mod:`.middleware`): wrap an existing
+- :class:`~.middleware.ESpeWMiddleware` (:mod:`.middleware`): wrap an existing
   Starlette/FastAPI embeddings app in one line.
-- :class:`WatermarkMetrics` (:mod:`.metrics`): what both count, served by
-  :func:`create_metrics_app` on the operator's own listener, never on the API
+- :class:`~.metrics.WatermarkMetrics` (:mod:`.metrics`): what both count, served by
+  :func:`~.metrics.create_metrics_app` on the operator's own listener, never on the API
   (``pip install '.[metrics]'``).
-- :class:`TenantKeys` (:mod:`.tenants`): per-customer keys from a key ring.
+- :class:`~.tenants.TenantKeys` (:mod:`.tenants`): per-customer keys from a key ring.
 
 Install with ``pip install '.[http]'``.
 """

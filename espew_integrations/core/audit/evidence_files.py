@@ -212,7 +212,7 @@ def public_fields(data: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-#: The kinds of map :mod:`.align` fits, as its description names them.
+#: The kinds of map :mod:`..stats.align` fits, as its description names them.
 _ALIGNMENT_KINDS = ("signed permutation", "orthonormal map")
 
 

@@ -136,7 +136,7 @@ def _sentence_plan(key: WatermarkKey, target_mode: str) -> AuditPlan:
 
 def maps_answers(key: WatermarkKey) -> bool:
     """Whether ``verify(..., target_mode="key")`` with the default sentence probes maps
-    a suspect's answers into the key's coordinates (:mod:`..align`): a key that stores
+    a suspect's answers into the key's coordinates (:mod:`..stats.align`): a key that stores
     its audit's clean probe and cover rows. Such a key needs no ``target_mode="query"``
     for a suspect of another dimension or with scrambled coordinates. :func:`plan_audit`
     stores the cover rows (what :func:`.alignment.align_answers` fits on) on this same

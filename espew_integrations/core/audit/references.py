@@ -3,7 +3,7 @@
 Why apart from the asking: a reference (:mod:`..stats.references`) is not the
 suspect. It is asked once, before the suspect, for the plan's texts; its rows must
 be in the key's coordinates (its dimension is the key's) and finite, one per text,
-or the audit stops with an :class:`~..errors.InputError` naming the reference.
+or the audit stops with an :class:`~..ground.errors.InputError` naming the reference.
 Only a field key uses them (:func:`..mark.field.field_scores`); a word key's
 statistics have no place for them, so they are not asked.
 
