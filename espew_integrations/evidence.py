@@ -9,8 +9,8 @@ any figure that moves with which band words were scored (the number of
 triggers scored, exact p-values), a suspect that withheld one word's answers
 learns whether that word is a trigger. Hence two bundles:
 
-:func:`~espew_integrations.core.records.evidence.save_evidence` writes the **public** files, safe to share
-(``report.json`` and a plain-language ``summary.md``); it lives in the core's
+:func:`~espew_integrations.core.records.evidence.save_evidence` writes the **public**
+files, safe to share (``report.json`` and a plain-language ``summary.md``); it lives in the core's
 records room (:mod:`espew_integrations.core.records.evidence`), which ``report.save()``
 writes through, and is re-exported here.
 
