@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import re
 import selectors
@@ -187,6 +188,74 @@ def percentile(values: list[float], q: float) -> float:
     return float(np.percentile(values, q)) * 1000
 
 
+def stage_profile(upstream_url: str, key_path: Path, repeats: int = 8) -> list[str]:
+    """The proxy's path for one request, stage by stage, in this process: CPU ms each.
+
+    The same calls ``espew serve`` makes for a proxied request (the request parsed,
+    the upstream's answer fetched by its pooled httpx client and decoded, the rows
+    marked, the answer encoded), without the server around them (uvicorn's own
+    reading and writing is not in it). Medians over ``repeats`` after two warm-ups.
+    """
+    from espew_integrations import watermark
+    from espew_integrations.http.protocol import RequestLimits, encode_embeddings, parse_request
+    from espew_integrations.http.upstream import AsyncUpstream
+
+    key = WatermarkKey.load(key_path)
+    texts = texts_for(0, 0)
+    request = json.dumps({"model": "acme", "input": texts, "encoding_format": "base64"}).encode()
+    upstream = AsyncUpstream(upstream_url, "fake-gpu-embed")
+    stages: dict[str, list[float]] = {
+        "parse the request": [],
+        "fetch the upstream's answer (httpx)": [],
+        "decode it (JSON, base64)": [],
+        "mark the rows": [],
+        "encode the answer": [],
+    }
+    names = list(stages)
+
+    def timed(name: str, started: float) -> None:
+        stages[name].append(time.process_time() - started)
+
+    async def run() -> np.ndarray:
+        client = upstream._client()
+        payload = {"model": upstream.model, "input": texts, "encoding_format": "base64"}
+        for _ in range(repeats + 2):
+            started = time.process_time()
+            parse_request(request, "acme", RequestLimits())
+            timed(names[0], started)
+            started = time.process_time()
+            body = (await client.post(upstream.url, json=payload)).content
+            timed(names[1], started)
+            started = time.process_time()
+            clean = decode_embeddings(body, len(texts))
+            timed(names[2], started)
+            started = time.process_time()
+            marked = watermark(texts, clean, key)
+            timed(names[3], started)
+            started = time.process_time()
+            encode_embeddings(marked, "base64", "acme", texts)
+            timed(names[4], started)
+        await upstream.aclose()
+        return marked
+
+    marked = asyncio.run(run())
+    lines = [f"the proxy's path for one {len(texts)}-text request, CPU ms per stage (median):"]
+    total = 0.0
+    for name, values in stages.items():
+        ms = statistics.median(values[2:]) * 1000
+        total += ms
+        lines.append(f"  {name:<38} {ms:6.1f}")
+    lines.append(
+        f"  {'sum':<38} {total:6.1f}  -> {len(texts) / total * 1000:,.0f} rows per CPU-second"
+    )
+    started = time.process_time()
+    encode_embeddings(marked, "float", "acme", texts)
+    lines.append(
+        f"  (the answer as JSON floats instead:    {(time.process_time() - started) * 1000:6.1f})"
+    )
+    return lines
+
+
 def main() -> None:
     global DIM, BATCH, CLIENTS
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -201,6 +270,9 @@ def main() -> None:
     parser.add_argument("--upstream-delay", type=float, default=0.1, help="seconds per batch")
     parser.add_argument("--marking", choices=["map", "field", "words"], default="words")
     parser.add_argument("--out", type=Path, help="also write the table, with this command")
+    parser.add_argument(
+        "--stages", action="store_true", help="also time the proxy's path stage by stage"
+    )
     args = parser.parse_args()
     DIM, BATCH, CLIENTS = args.dim, args.texts, args.clients
     gpu_batch = args.upstream_batch or BATCH
@@ -228,6 +300,7 @@ def main() -> None:
         f"{'proxy CPU ms':>12} {'up CPU ms':>9} {'client CPU ms':>13}"
     )
     rounds_seen: list[str] = []
+    stage_lines: list[str] = []
     with tempfile.TemporaryDirectory() as tmp:
         tmp_path = Path(tmp)
         key_path = tmp_path / "bench.key"
@@ -238,6 +311,8 @@ def main() -> None:
             upstream_args += ["--vectors", "table"]
             upstream, upstream_url = start(upstream_args, tmp_path / "upstream.log")
             try:
+                if args.stages:
+                    stage_lines += stage_profile(upstream_url, key_path)
                 for workers in args.workers:
                     proxy_args = [
                         "-m",
@@ -296,6 +371,8 @@ def main() -> None:
             finally:
                 upstream.terminate()
                 upstream.wait(10)
+    for line in stage_lines:
+        say(line)
     say("rounds (upstream alone, then the proxy, in this order):")
     for line in rounds_seen:
         say(line)
