@@ -192,7 +192,7 @@ def stage_profile(upstream_url: str, key_path: Path, repeats: int = 8) -> list[s
     """The proxy's path for one request, stage by stage, in this process: CPU ms each.
 
     The same calls ``espew serve`` makes for a proxied request (the request parsed,
-    the upstream's answer fetched by its pooled httpx client and decoded, the rows
+    the upstream's answer fetched by its pooled aiohttp session and decoded, the rows
     marked, the answer encoded), without the server around them (uvicorn's own
     reading and writing is not in it). Medians over ``repeats`` after two warm-ups.
     """
@@ -206,7 +206,7 @@ def stage_profile(upstream_url: str, key_path: Path, repeats: int = 8) -> list[s
     upstream = AsyncUpstream(upstream_url, "fake-gpu-embed")
     stages: dict[str, list[float]] = {
         "parse the request": [],
-        "fetch the upstream's answer (httpx)": [],
+        "fetch the upstream's answer": [],
         "decode it (JSON, base64)": [],
         "mark the rows": [],
         "encode the answer": [],
@@ -217,14 +217,16 @@ def stage_profile(upstream_url: str, key_path: Path, repeats: int = 8) -> list[s
         stages[name].append(time.process_time() - started)
 
     async def run() -> np.ndarray:
-        client = upstream._client()
-        payload = {"model": upstream.model, "input": texts, "encoding_format": "base64"}
+        payload = json.dumps(
+            {"model": upstream.model, "input": texts, "encoding_format": "base64"}
+        ).encode()
         for _ in range(repeats + 2):
             started = time.process_time()
             parse_request(request, "acme", RequestLimits())
             timed(names[0], started)
             started = time.process_time()
-            body = (await client.post(upstream.url, json=payload)).content
+            status, _, body = await upstream._post(payload)
+            assert status == 200, body[:200]
             timed(names[1], started)
             started = time.process_time()
             clean = decode_embeddings(body, len(texts))
@@ -253,7 +255,42 @@ def stage_profile(upstream_url: str, key_path: Path, repeats: int = 8) -> list[s
     lines.append(
         f"  (the answer as JSON floats instead:    {(time.process_time() - started) * 1000:6.1f})"
     )
+    lines += alternatives(upstream_url, texts, repeats)
     return lines
+
+
+def alternatives(upstream_url: str, texts: list[str], repeats: int) -> list[str]:
+    """CPU ms of the two costliest stages done by other libraries: the fetch by httpx
+    (the auditor's client, and the proxy's before it moved to aiohttp), the decoding
+    with orjson's JSON parser where it is installed (not a dependency of the project)."""
+    import httpx
+
+    payload = {"model": "fake-gpu-embed", "input": texts, "encoding_format": "base64"}
+    url = f"{upstream_url}/embeddings"
+
+    async def fetch() -> float:
+        times = []
+        async with httpx.AsyncClient(timeout=60) as client:
+            for _ in range(repeats + 2):
+                started = time.process_time()
+                body = (await client.post(url, json=payload)).content
+                assert len(body) > len(texts)
+                times.append(time.process_time() - started)
+        return statistics.median(times[2:]) * 1000
+
+    lines = [f"  (the fetch with httpx instead:         {asyncio.run(fetch()):6.1f})"]
+    try:
+        import orjson
+    except ImportError:
+        return lines
+    body = httpx.post(url, json=payload, timeout=60).content
+    times = []
+    for _ in range(repeats + 2):
+        started = time.process_time()
+        decode_embeddings(orjson.loads(body), len(texts))
+        times.append(time.process_time() - started)
+    ms = statistics.median(times[2:]) * 1000
+    return [*lines, f"  (the decoding with orjson's parser:    {ms:6.1f})"]
 
 
 def main() -> None:
