@@ -283,11 +283,12 @@ def alternatives(upstream_url: str, texts: list[str], repeats: int) -> list[str]
         return statistics.median(times[2:]) * 1000
 
     lines = [f"  (the fetch with httpx instead:         {asyncio.run(fetch()):6.1f})"]
+    body = httpx.post(url, json=payload, timeout=60).content
+    lines += stdlib_base64(body, texts, repeats)
     try:
         import orjson
     except ImportError:
         return lines
-    body = httpx.post(url, json=payload, timeout=60).content
     times = []
     for _ in range(repeats + 2):
         started = time.process_time()
@@ -295,6 +296,34 @@ def alternatives(upstream_url: str, texts: list[str], repeats: int) -> list[str]
         times.append(time.process_time() - started)
     ms = statistics.median(times[2:]) * 1000
     return [*lines, f"  (the decoding with orjson's parser:    {ms:6.1f})"]
+
+
+def stdlib_base64(body: bytes, texts: list[str], repeats: int) -> list[str]:
+    """CPU ms of the decoding and the encoding with the standard library's base64 codec
+    (what serves where pybase64 is missing)."""
+    import base64
+
+    from espew_integrations.http import protocol
+
+    fast = protocol._b64encode, protocol._b64decode
+    protocol._b64encode, protocol._b64decode = base64.b64encode, base64.b64decode
+    try:
+        decoding, encoding = [], []
+        for _ in range(repeats + 2):
+            started = time.process_time()
+            rows = decode_embeddings(body, len(texts))
+            decoding.append(time.process_time() - started)
+            started = time.process_time()
+            protocol.encode_embeddings(rows, "base64", "acme", texts)
+            encoding.append(time.process_time() - started)
+    finally:
+        protocol._b64encode, protocol._b64decode = fast
+    decode_ms = statistics.median(decoding[2:]) * 1000
+    encode_ms = statistics.median(encoding[2:]) * 1000
+    return [
+        f"  (the decoding with the stdlib's base64: {decode_ms:5.1f})",
+        f"  (the encoding with the stdlib's base64: {encode_ms:5.1f})",
+    ]
 
 
 def main() -> None:
