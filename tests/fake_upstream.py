@@ -79,7 +79,13 @@ def base64_answer(rows: np.ndarray) -> bytes:
 
 
 def make_app(
-    dim: int, delay: float, batch: int, slots: int, fail_every: int = 0, table: bool = False
+    dim: int,
+    delay: float,
+    batch: int,
+    slots: int,
+    fail_every: int = 0,
+    table: bool = False,
+    float_only: bool = False,
 ):
     from starlette.applications import Starlette
     from starlette.requests import Request
@@ -101,6 +107,9 @@ def make_app(
         if body.get("model") != MODEL:
             message = f"model {body.get('model')!r} not found"
             return JSONResponse({"error": {"message": message}}, status_code=404)
+        if float_only and body.get("encoding_format", "float") != "float":
+            message = "encoding_format must be 'float' on this server"
+            return JSONResponse({"error": {"message": message}}, status_code=400)
         n_batches = -(-len(texts) // batch)
         now = asyncio.get_running_loop().time()
         slot = min(range(slots), key=free_at.__getitem__)
@@ -136,12 +145,15 @@ def main() -> None:
     parser.add_argument(
         "--vectors", choices=["seeded", "table"], default="seeded", help="see the module's doc"
     )
+    parser.add_argument("--float-only", action="store_true", help="refuse base64 (HTTP 400)")
     args = parser.parse_args()
     sock = socket.socket()
     sock.bind(("127.0.0.1", args.port))
     sock.listen(1024)
     table = args.vectors == "table"
-    app = make_app(args.dim, args.delay, args.batch, args.slots, args.fail_every, table)
+    app = make_app(
+        args.dim, args.delay, args.batch, args.slots, args.fail_every, table, args.float_only
+    )
     config = uvicorn.Config(app, log_level="warning", access_log=False, backlog=1024)
     server = uvicorn.Server(config)
     print(f"listening on http://127.0.0.1:{sock.getsockname()[1]}/v1", flush=True)
