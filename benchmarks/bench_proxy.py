@@ -20,8 +20,8 @@ rows/s, with the default (map) key as ``espew keygen`` makes it on a synthetic
 1,536-d embedder (goal: the proxy keeps >= 95%):
 
     python benchmarks/bench_proxy.py --dim 1536 --texts 2048 --clients 4 --slots 1 \
-        --upstream-batch 64 --upstream-delay 0.0032 --marking map \
-        --out docs/results/serving/bench_proxy_20k.txt
+        --upstream-batch 64 --upstream-delay 0.0032 --marking map --seconds 8 --rounds 5 \
+        --workers 1 2 --stages --out docs/results/serving/bench_proxy_20k.txt
 
 (``--upstream-batch`` texts per ``--upstream-delay`` seconds of GPU time: 64 / 0.0032 s
 = 20,000 rows/s whatever the batches the proxy's client sends.) The fake upstream
