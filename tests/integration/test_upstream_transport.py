@@ -112,3 +112,13 @@ def test_the_proxy_asks_for_base64_unless_told_float(tmp_path, float_only_upstre
         assert got.tobytes() == watermark(texts, vectors(texts, DIM), key).tobytes()
     finally:
         stop(proc)
+
+
+def test_the_codec_in_use_is_pybase64_which_the_http_extra_installs():
+    """The [http] extra installs pybase64 (the dev install has it), and the protocol uses
+    it; the unit tier, where only numpy and scipy import, tests the stdlib fallback."""
+    import pybase64
+
+    from espew_integrations.http import protocol
+
+    assert protocol.base64_codec() == (pybase64.b64encode, pybase64.b64decode)

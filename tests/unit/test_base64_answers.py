@@ -49,11 +49,6 @@ def test_the_stdlib_codec_where_pybase64_is_missing_writes_and_reads_the_same(mo
         decode_embeddings(answer([b64(vectors[0]), "@@@@", b64(vectors[2])]), 3)
 
 
-def test_the_codec_in_use_is_pybase64_where_the_http_extra_installed_it():
-    pybase64 = pytest.importorskip("pybase64")
-    assert protocol.base64_codec() == (pybase64.b64encode, pybase64.b64decode)
-
-
 @pytest.mark.parametrize(
     ("embeddings", "problem"),
     [
