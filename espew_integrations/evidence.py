@@ -12,7 +12,7 @@ learns whether that word is a trigger. Hence two bundles:
 :func:`save_evidence` writes the **public** files, safe to share
 (``report.json`` and a plain-language ``summary.md``); it lives in the core
 (:mod:`espew_integrations.core.audit.evidence_files`) so that ``report.save()``
-needs nothing above it, and is re-exported here.
+needs nothing above it; import it from there.
 
 :func:`save_private_evidence` writes the **private** files, for the
 provider's records or an arbiter who also gets the key, never for the other
@@ -56,14 +56,8 @@ import numpy as np
 
 from ._optional import require
 from .core.audit.evidence_files import (
-    EVIDENCE_FILES,
     PRIVATE_REPORT_KEYS,
-    PUBLIC_P_FLOOR,
     VERDICT_TITLES,
-    evidence_paths,
-    public_report,
-    render_summary,
-    save_evidence,
 )
 from .core.audit.report import VerificationReport
 from .core.evidence_check import EvidenceCheck
@@ -71,25 +65,13 @@ from .core.evidence_check import check_evidence as _check_transcript
 from .core.ground.safe_dir import SafeDirectory
 from .core.ground.untrusted import printable
 from .core.records.requery import DEFAULT_REQUERY_SIZE, DEFAULT_REQUERY_TOLERANCE, RequerySize
-from .core.records.transcript import TRANSCRIPT_FILE
 
 __all__ = [
-    "DEFAULT_REQUERY_SIZE",
-    "DEFAULT_REQUERY_TOLERANCE",
-    "EVIDENCE_FILES",
     "PRIVATE_FILES",
-    "PRIVATE_REPORT_KEYS",
-    "PUBLIC_P_FLOOR",
-    "TRANSCRIPT_FILE",
-    "EvidenceCheck",
     "check_evidence",
-    "evidence_paths",
     "matplotlib_available",
     "private_evidence_paths",
-    "public_report",
     "render_private_plot",
-    "render_summary",
-    "save_evidence",
     "save_private_evidence",
 ]
 

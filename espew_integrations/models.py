@@ -46,14 +46,12 @@ from .core.ground.errors import EmbeddingInputError, ESpeWError
 
 __all__ = [
     "MODEL_NAMES",
-    "MissingExtraError",
     "ModelSpecError",
     "ResolvedEmbedder",
     "SentenceTransformerEmbedder",
     "canonical_model_name",
     "check_available",
     "import_object",
-    "install_line",
     "is_sentence_transformer",
     "load_model",
     "resolve_embedder",

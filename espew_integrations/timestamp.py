@@ -48,9 +48,9 @@ from pathlib import Path
 from typing import Any
 
 from ._optional import ensure, require
-from .core.evidence_check import Findings
 from .core.ground.errors import ESpeWError, InputError, PathMissingError
 from .core.ground.untrusted import printable
+from .core.records.findings import Findings
 
 __all__ = [
     "OpenSSLMissingError",

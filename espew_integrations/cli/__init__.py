@@ -36,31 +36,11 @@ import sys
 import traceback
 from collections.abc import Sequence
 
-from ..models import resolve_embedder
 from . import data, embed, evidence, key, keygen, keyring, plugins, serve, traffic, verify
-from .common import (
-    EXIT_COPIED,
-    EXIT_INCONCLUSIVE,
-    EXIT_NOT_COPIED,
-    EXIT_USAGE,
-    Parser,
-    UsageError,
-    load_key,
-)
+from .common import EXIT_USAGE, Parser, UsageError
 from .redact import scrub, secret_values
 
-__all__ = [
-    "COMMANDS",
-    "EXIT_COPIED",
-    "EXIT_INCONCLUSIVE",
-    "EXIT_NOT_COPIED",
-    "EXIT_USAGE",
-    "UsageError",
-    "build_parser",
-    "load_key",
-    "main",
-    "resolve_embedder",
-]
+__all__ = ["COMMANDS", "build_parser", "main"]
 
 #: The command modules, in the order ``espew --help`` lists them.
 COMMANDS = (keygen, key, embed, verify, evidence, keyring, serve, traffic, data, plugins)

@@ -176,7 +176,8 @@ def audit_corpus(args: argparse.Namespace) -> Any:
     every = args.all_accounts
     if args.account is None and not every:
         return corpus_texts(args)
-    from ..core.records.traffic_sample import TrafficSampleError, read_traffic_texts
+    from ..core.records.traffic_sample import read_traffic_texts
+    from ..core.records.traffic_store import TrafficSampleError
 
     try:
         return read_traffic_texts(args.corpus, account=None if every else args.account)

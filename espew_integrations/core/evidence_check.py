@@ -50,9 +50,10 @@ from typing import Any
 
 import numpy as np
 
-from .audit import REPLAYED_SETTINGS, DeadlinePassed
 from .audit.options import AuditOptions
 from .audit.references import replayed_references
+from .audit.subject import REPLAYED_SETTINGS
+from .audit.suspect_calls import DeadlinePassed
 from .ground.defaults import DEFAULT_BATCH_SIZE
 from .ground.errors import SuspectError
 from .keys.key import WatermarkKey
@@ -82,7 +83,7 @@ from .records.transcript import (
 from .trace import trace
 from .verify import verify
 
-__all__ = ["P_VALUE_TOLERANCE", "EvidenceCheck", "Findings", "check_evidence"]
+__all__ = ["P_VALUE_TOLERANCE", "EvidenceCheck", "check_evidence"]
 
 #: Relative difference allowed between the recorded and the replayed p-value: the
 #: same pipeline on another machine may round a score in its last bit.

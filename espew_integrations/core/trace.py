@@ -49,7 +49,7 @@ from typing import Any
 import numpy as np
 
 from .audit.evidence_files import EVIDENCE_FILES, PUBLIC_P_FLOOR, format_public_p, public_p_value
-from .audit.fields import FIELD_TRACE_RULE, TRACE_RULE
+from .audit.fields import TRACE_RULE
 from .audit.options import AuditOptions
 from .audit.pipeline import AuditRun, run_audit
 from .audit.recorder import Recorder
@@ -66,7 +66,7 @@ from .keys.layers import check_tenant_id
 from .mark.design import design_class
 from .records.transcript import as_recorder, encode_answer
 
-__all__ = ["FIELD_TRACE_RULE", "TRACE_FILE", "TRACE_RULE", "TraceReport", "trace"]
+__all__ = ["TRACE_FILE", "TraceReport", "trace"]
 
 #: The shareable trace report's file name (next to the shared layer's report.json).
 TRACE_FILE = "trace.json"

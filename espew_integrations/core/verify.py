@@ -111,7 +111,7 @@ def verify(
     below ``min_coverage`` of the band's words scored the report is inconclusive (so
     it is for uninformative answers, an unverifiable key, a suspect that sends no
     answer for ``stall_timeout`` seconds, and asking beyond ``deadline`` seconds when
-    one is set, :class:`.audit.Deadline`), saying why and what to do next.
+    one is set, :class:`.audit.suspect_calls.Deadline`), saying why and what to do next.
     ``progress(done, total)`` hears of each batch (:mod:`.progress`).
     ``transcript`` (a private directory) records what was sent and what came back
     (:mod:`.transcript`; ``report.transcript_digest`` commits to it); the reports

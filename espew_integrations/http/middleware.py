@@ -1,7 +1,7 @@
 """ESpeWMiddleware: watermark an existing Starlette/FastAPI embeddings app with one line.
 
 Why: many providers already run their own embedding app. Rewriting it around
-:func:`~espew_integrations.http.server.create_app` is a migration; wrapping it
+:func:`~espew_integrations.http.app.create_app` is a migration; wrapping it
 is one line::
 
     app = ESpeWMiddleware(app, key=WatermarkKey.load("provider.key"))

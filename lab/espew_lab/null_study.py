@@ -16,13 +16,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from espew_integrations.core.audit import (
-    adjusted_scores,
-    align_answers,
-    plan_audit,
-    reference_slope,
-    word_scores,
-)
+from espew_integrations.core.audit.alignment import align_answers
+from espew_integrations.core.audit.plan import plan_audit
+from espew_integrations.core.audit.scores import adjusted_scores, reference_slope, word_scores
 from espew_integrations.core.ground.draw import draw_triggers
 from espew_integrations.core.keys.key import WatermarkKey
 from espew_integrations.core.stats.ranktest import subset_p_values

@@ -3,11 +3,11 @@
 Each trial draws a fresh ring (new master secret, new shared salt, so new
 shared and tenant layers, derived by the functions :class:`.keyring.KeyRing`
 uses) over a synthetic band, draws per-word scores for a suspect, and runs the real
-statistic :func:`.trace.tenant_p_values` on them. Synthetic scores are enough:
-under the null the test only needs the scores to be independent of the draws,
-which they are by construction, and the rank test is distribution-free. The
-raw and reference scores are correlated, as a faithful copy's are, and a
-directed score (:mod:`..core.directed`) correlated with the raw one is passed
+statistic :func:`espew_integrations.core.audit.tenant_layers.tenant_p_values` on them.
+Synthetic scores are enough: under the null the test only needs the scores to be
+independent of the draws, which they are by construction, and the rank test is
+distribution-free. The raw and reference scores are correlated, as a faithful copy's
+are, and a directed score (:mod:`..core.directed`) correlated with the raw one is passed
 too, so all three parts of the combined statistic are exercised, with the
 factor 3 the key's stored probe embeddings bring.
 
@@ -17,7 +17,8 @@ Two kinds of suspect:
 * ``copy_of_one``: trained on account 0's answers (its layer and the shared
   layer shifted up); every *other* named account is a false accusation. This
   is the case where chance overlap between layers could mislead, and what the
-  second-round removal in :func:`.trace.tenant_p_values` is for.
+  second-round removal in
+  :func:`espew_integrations.core.audit.tenant_layers.tenant_p_values` is for.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ import dataclasses
 
 import numpy as np
 
-from espew_integrations.core.audit import tenant_p_values
+from espew_integrations.core.audit.tenant_layers import tenant_p_values
 from espew_integrations.core.keys.layers import draw_layer_indices, tenant_salt, universe
 
 __all__ = ["TenantNullStudy", "tenant_null_study"]

@@ -2,7 +2,7 @@
 
 The quality figures are measured on the rows a key marks (:class:`MarkedRows`)
 with the core's own watermark and cosine, so a tuned cosine is what the service
-will cost. Part of :mod:`.tune`, which re-exports the public names.
+will cost. Part of :mod:`.tune`; its names are imported from here.
 """
 
 from __future__ import annotations
@@ -16,10 +16,11 @@ from typing import Any
 import numpy as np
 
 from espew_integrations.core.ground.defaults import DEFAULT_TWIN_LEVEL
+from espew_integrations.core.ground.rows import unit_rows
 from espew_integrations.core.keys.key import WatermarkKey
 from espew_integrations.core.keys.keygen import fit_strength, twin_p_value
 from espew_integrations.core.mark.inject import watermark
-from espew_integrations.core.mark.probes import reference_cosines, row_cosines, unit_rows
+from espew_integrations.core.mark.probes import reference_cosines, row_cosines
 from espew_integrations.core.verify import verify
 
 __all__ = [

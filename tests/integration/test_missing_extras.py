@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from espew_integrations import verify
-from espew_integrations.models import MissingExtraError, install_line
+from espew_integrations._optional import MissingExtraError, install_line
 from tests.support import make_key
 
 ROOT = Path(__file__).resolve().parents[2]

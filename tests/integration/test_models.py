@@ -7,9 +7,9 @@ import importlib.util
 import numpy as np
 import pytest
 
+from espew_integrations._optional import MissingExtraError
 from espew_integrations.models import (
     MODEL_NAMES,
-    MissingExtraError,
     ModelSpecError,
     canonical_model_name,
     check_available,

@@ -82,7 +82,8 @@ def surface(source: str, module: str = "<source>") -> Surface:
                 ):
                     raise ValueError(f"{module}: __all__ is not a literal list of strings")
                 listed = [e.value for e in value.elts if isinstance(e, ast.Constant)]
-                exported = [*(exported or []), *listed] if isinstance(node, ast.AugAssign) else listed
+                extended = isinstance(node, ast.AugAssign)
+                exported = [*(exported or []), *listed] if extended else listed
     public = exported if exported is not None else [n for n in defined if not n.startswith("_")]
     return Surface(defined=frozenset(defined), public=frozenset(public))
 
@@ -153,7 +154,7 @@ def test_the_scan_passes_one_definition_imported_privately():
 
 
 def test_an_all_the_scan_cannot_read_is_an_error():
-    with pytest.raises(ValueError, match="pkg.a: __all__ is not a literal"):
+    with pytest.raises(ValueError, match=r"pkg\.a: __all__ is not a literal"):
         surface("__all__ = names()\n", "pkg.a")
 
 

@@ -13,6 +13,7 @@ from espew_integrations.core.designs.field import FieldDesign
 from espew_integrations.core.ground.defaults import DEFAULT_FIELD_MIN_COSINE
 from espew_integrations.core.ground.draw import draw_triggers
 from espew_integrations.core.ground.errors import KeyFileError, MarkingError
+from espew_integrations.core.ground.rows import unit_rows
 from espew_integrations.core.keys.key import WatermarkKey
 from espew_integrations.core.mark.field import (
     FIELD_CLIP,
@@ -32,7 +33,7 @@ from espew_integrations.core.mark.inject import (
     watermark,
     watermark_and_mask,
 )
-from espew_integrations.core.mark.probes import row_cosines, unit_rows
+from espew_integrations.core.mark.probes import row_cosines
 from espew_integrations.core.stats.ranktest import rank_sum_p_value
 from espew_integrations.core.verify import verify
 from tests.support import make_key, run_python

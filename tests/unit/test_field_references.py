@@ -13,6 +13,7 @@ from espew_integrations.core.audit.plan import plan_audit
 from espew_integrations.core.evidence_check import check_evidence
 from espew_integrations.core.ground.draw import draw_triggers
 from espew_integrations.core.ground.errors import InputError, OptionsError
+from espew_integrations.core.ground.rows import unit_rows
 from espew_integrations.core.keys.key import WatermarkKey
 from espew_integrations.core.mark.field import (
     drawn_mask,
@@ -23,7 +24,6 @@ from espew_integrations.core.mark.field import (
     unit_names,
 )
 from espew_integrations.core.mark.inject import watermark
-from espew_integrations.core.mark.probes import unit_rows
 from espew_integrations.core.stats.ranktest import rank_sum_p_value
 from espew_integrations.core.stats.references import (
     bag_of_words_reference,
