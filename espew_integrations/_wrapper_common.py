@@ -5,7 +5,7 @@ else lives here once, so they cannot drift apart:
 
 - **finding the key** (:func:`resolve_key`): at most one of ``key``,
   ``key_path`` or ``key_env``; with none, ``$ESPEW_KEY`` as every ``espew``
-  command reads it (:mod:`.core.key_source`), and a clear error naming the
+  command reads it (:mod:`.core.keys.key_source`), and a clear error naming the
   three when that is unset too;
 - **checking texts** (:func:`checked_texts`, :func:`checked_text`) at the
   wrapper boundary, before the (possibly paid) inner model sees them, with one
@@ -79,7 +79,7 @@ ViewArgument: TypeAlias = TextView | Literal[_Discover.DISCOVER] | None
 
 # ---------------------------------------------------------------------- the key
 @dataclass(frozen=True, repr=False)
-class KeySource:
+class WrapperKey:
     """The key a wrapper uses and, when it was given by location, that location.
 
     ``location`` is what a wrapper may persist or pickle instead of the key:
@@ -87,14 +87,15 @@ class KeySource:
     ``{}`` for a key object given in memory (which is never persisted). A relative
     path stays relative, so a collection or a saved pipeline that moves with its key
     file still finds it; it is resolved against the working directory of the
-    process that loads it. ``repr`` names the key_id only.
+    process that loads it. ``repr`` names the key_id only. (Where a key is looked for,
+    before it is loaded, is :class:`~.core.keys.key_source.KeySource`'s.)
     """
 
     key: WatermarkKey
     location: dict[str, str]
 
     def __repr__(self) -> str:
-        return f"KeySource(key_id={self.key.key_id!r}, location={self.location!r})"
+        return f"WrapperKey(key_id={self.key.key_id!r}, location={self.location!r})"
 
 
 def resolve_key(
@@ -103,18 +104,18 @@ def resolve_key(
     key_path: str | os.PathLike[str] | None = None,
     key_env: str | None = None,
     wrapper: str = "the wrapper",
-) -> KeySource:
+) -> WrapperKey:
     """The key from at most one of a key object, a key file or an environment variable.
 
     One documented way for every wrapper: ``key=WatermarkKey.load(path)`` (in
     memory), ``key_path="provider.key"`` (the file is loaded and checked now)
     or ``key_env="VAR"`` (the variable holds a key file path or the key's
     JSON). With none of them, ``$ESPEW_KEY`` is read when it is set, as every
-    ``espew`` command reads it (:mod:`.core.key_source`: one rule for the key);
+    ``espew`` command reads it (:mod:`.core.keys.key_source`: one rule for the key);
     two sources are refused rather than reconciled.
 
     >>> resolve_key(None, key_env="ESPEW_KEY")  # doctest: +SKIP
-    KeySource(key_id='3f2a9c0e51b7d644', location={'key_env': 'ESPEW_KEY'})
+    WrapperKey(key_id='3f2a9c0e51b7d644', location={'key_env': 'ESPEW_KEY'})
     """
     sources = {"key": key, "key_path": key_path, "key_env": key_env}
     given = [name for name, value in sources.items() if value is not None]
@@ -128,7 +129,7 @@ def resolve_key(
                 f"key must be a WatermarkKey, got {type(key).__name__}; for a key file pass "
                 "key_path=, for an environment variable key_env="
             )
-        return KeySource(key, {})
+        return WrapperKey(key, {})
     if key_env is not None and (not isinstance(key_env, str) or not key_env):
         raise InputTypeError(
             f"key_env must be the name of an environment variable, got {key_env!r}"
@@ -143,7 +144,7 @@ def resolve_key(
             "key_path='provider.key' or key_env='VAR' (a variable holding a key file path or "
             f"the key's JSON), or set {DEFAULT_KEY_VARIABLE}"
         )
-    return KeySource(source.load(), source.location)
+    return WrapperKey(source.load(), source.location)
 
 
 # ---------------------------------------------------------------------- texts

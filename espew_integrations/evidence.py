@@ -60,8 +60,7 @@ from .core.audit.evidence_files import (
     VERDICT_TITLES,
 )
 from .core.audit.report import VerificationReport
-from .core.evidence_check import EvidenceCheck
-from .core.evidence_check import check_evidence as _check_transcript
+from .core.evidence_check import EvidenceCheck, check_transcript
 from .core.ground.safe_dir import SafeDirectory
 from .core.ground.untrusted import printable
 from .core.records.requery import DEFAULT_REQUERY_SIZE, DEFAULT_REQUERY_TOLERANCE, RequerySize
@@ -97,7 +96,7 @@ def check_evidence(
 ) -> EvidenceCheck:
     """Check an audit's transcript, as an arbiter who distrusts the auditor would.
 
-    :func:`espew_integrations.core.evidence_check.check_evidence` (chain, digests,
+    :func:`espew_integrations.core.evidence_check.check_transcript` (chain, digests,
     key, replay, where the texts came from: ``pool_log``, ``accept_auditor_pool``),
     plus: ``requery`` is any suspect ``verify`` takes (a callable, an
     :class:`~espew_integrations.OpenAIEndpoint`, a LangChain or LlamaIndex
@@ -122,7 +121,7 @@ def check_evidence(
         from .core.audit.subject import describe_suspect
 
         requery_name = describe_suspect(requery)
-    return _check_transcript(
+    return check_transcript(
         private_dir,
         key,
         public=public,

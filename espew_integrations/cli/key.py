@@ -26,14 +26,14 @@ from .common import (
 __all__ = [
     "accounts_note",
     "add_audit_source_arguments",
+    "add_key_command",
     "audit_corpus",
     "audit_options",
     "reaudited",
-    "register",
 ]
 
 
-def register(subparsers: Any) -> None:
+def add_key_command(subparsers: Any) -> None:
     """Add ``key`` (with its ``check`` action) to the ``espew`` subcommands."""
     key_cmd = subparsers.add_parser(
         "key", help="inspect a key file: `espew key check KEY` re-checks it, prints its commitment"

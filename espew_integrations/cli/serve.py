@@ -21,7 +21,7 @@ from .common import (
     require_extra,
 )
 
-__all__ = ["register"]
+__all__ = ["add_serve_command"]
 
 # What the server needs beyond the core: import name -> package (the [http] extra).
 _SERVER_MODULES = {"starlette": "starlette", "uvicorn": "uvicorn", "httpx": "httpx"}
@@ -51,7 +51,7 @@ example:
 """
 
 
-def register(subparsers: Any) -> None:
+def add_serve_command(subparsers: Any) -> None:
     """Add ``serve`` to the ``espew`` subcommands."""
     serve = subparsers.add_parser(
         "serve",

@@ -17,7 +17,7 @@ from typing import Any
 
 from .common import UsageError, positive_int
 
-__all__ = ["register"]
+__all__ = ["add_traffic_command"]
 
 _EXAMPLE = """
 example:
@@ -30,7 +30,7 @@ example:
 """
 
 
-def register(subparsers: Any) -> None:
+def add_traffic_command(subparsers: Any) -> None:
     """Add ``traffic`` (``merge``, ``account``) to the ``espew`` subcommands."""
     from ..core.ground.defaults import DEFAULT_SAMPLE_ACCOUNT_BYTES, DEFAULT_SAMPLE_FILE_BYTES
     from ..core.records.traffic_sample import DEFAULT_SAMPLE_CAPACITY

@@ -25,7 +25,7 @@ from .common import (
 from .files import prepare_private_dir, prepare_report_dir
 from .redact import scrub, secret_values
 
-__all__ = ["register"]
+__all__ = ["add_verify_command"]
 
 _EXIT_BY_STATUS = {"not_copied": EXIT_NOT_COPIED, "copied": EXIT_COPIED}
 
@@ -47,7 +47,7 @@ example:
 """
 
 
-def register(subparsers: Any) -> None:
+def add_verify_command(subparsers: Any) -> None:
     """Add ``verify`` to the ``espew`` subcommands."""
     verify = subparsers.add_parser(
         "verify",

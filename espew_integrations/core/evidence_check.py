@@ -1,4 +1,4 @@
-"""check_evidence(): re-derive an audit's verdict offline, from its transcript alone.
+"""check_transcript(): re-derive an audit's verdict offline, from its transcript alone.
 
 An arbiter is handed the auditor's private directory and the key (or ring). To
 trust the verdict they need three things, and this module checks each:
@@ -80,10 +80,10 @@ from .records.transcript import (
     read_transcript,
     recorded_float,
 )
-from .trace import trace
-from .verify import verify
+from .trace import trace_callable
+from .verify import verify_callable
 
-__all__ = ["P_VALUE_TOLERANCE", "EvidenceCheck", "check_evidence"]
+__all__ = ["P_VALUE_TOLERANCE", "EvidenceCheck", "check_transcript"]
 
 #: Relative difference allowed between the recorded and the replayed p-value: the
 #: same pipeline on another machine may round a score in its last bit.
@@ -96,7 +96,7 @@ _PUBLIC_REPORTS = ("report.json",)
 
 @dataclasses.dataclass(frozen=True)
 class EvidenceCheck:
-    """The outcome of :func:`check_evidence`: ``holds`` iff the transcript is intact,
+    """The outcome of :func:`check_transcript`: ``holds`` iff the transcript is intact,
     is the given key's audit, its replay gives the recorded verdict, and every
     check asked for or anchor recorded agrees; ``reason`` says why not (or what was
     re-derived). ``proved`` and ``not_proved`` say, line by line, what an arbiter
@@ -190,7 +190,7 @@ class _Replay:
         return f"record {extra} and those after it were never asked by this audit (records added)"
 
 
-def check_evidence(
+def check_transcript(
     private_dir: str | os.PathLike[str],
     key: WatermarkKey | KeyRing,
     *,
@@ -475,10 +475,12 @@ def _replayed(
     names = {"suspect_name": names.get("name", ""), "suspect_label": names.get("label", "")}
     if header.get("audit") == "trace" and isinstance(key, KeyRing):
         del settings["templates"]
-        report = trace(replay, key, header.get("tenants") or [], AuditOptions(**settings), **names)
+        report = trace_callable(
+            replay, key, header.get("tenants") or [], AuditOptions(**settings), **names
+        )
         return report.status, report.p_value, report.traced
     shared = key.shared_key if isinstance(key, KeyRing) else key
-    verdict = verify(replay, shared, AuditOptions(**settings), **names)
+    verdict = verify_callable(replay, shared, AuditOptions(**settings), **names)
     return verdict.status, verdict.p_value, ()
 
 

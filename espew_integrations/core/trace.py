@@ -1,4 +1,4 @@
-"""trace(): was a suspect trained on a ring's answers, and on which account's?
+"""trace_callable(): was a suspect trained on a ring's answers, and on which account's?
 
 One audit serves every tenant. The suspect is asked the ring's probes once
 (the same shuffled queries :func:`.verify.verify` sends for the shared key);
@@ -66,7 +66,7 @@ from .keys.layers import check_tenant_id
 from .mark.design import design_class
 from .records.transcript import as_recorder, encode_answer
 
-__all__ = ["TRACE_FILE", "TraceReport", "trace"]
+__all__ = ["TRACE_FILE", "TraceReport", "trace_callable"]
 
 #: The shareable trace report's file name (next to the shared layer's report.json).
 TRACE_FILE = "trace.json"
@@ -241,7 +241,7 @@ def _public_trace(out: dict[str, Any]) -> dict[str, Any]:
 
 
 # ---------------------------------------------------------------------- trace
-def trace(
+def trace_callable(
     suspect: Any,
     ring: KeyRing,
     tenants: Iterable[str],

@@ -6,7 +6,7 @@ trigger draws: each draw is one fresh key (same band and target, new
 triggers), and its p-value is the rank test on the same scores
 (:func:`~espew_integrations.core.stats.ranktest.subset_p_values`). This makes
 10,000+ null trials a matter of seconds, and it is exactly the computation
-:func:`~espew_integrations.core.verify.verify` performs for each of those keys.
+:func:`~espew_integrations.core.verify.verify_callable` performs for each of those keys.
 A measuring tool, not part of a verdict, hence the lab.
 """
 

@@ -21,7 +21,7 @@ from espew_integrations.core.keys.key import WatermarkKey
 from espew_integrations.core.keys.keygen import fit_strength, twin_p_value
 from espew_integrations.core.mark.inject import watermark
 from espew_integrations.core.mark.probes import reference_cosines, row_cosines
-from espew_integrations.core.verify import verify
+from espew_integrations.core.verify import verify_callable
 
 __all__ = [
     "Embedder",
@@ -135,7 +135,7 @@ def _judge_target(
     target below keygen's twin level is one ``WatermarkKey.generate`` would refuse.
     """
     # The clean model itself on the key's audit, raw scores: what an innocent twin shows.
-    twin = verify(victim, key, seed=seed, level=0.5, statistic="raw")
+    twin = verify_callable(victim, key, seed=seed, level=0.5, statistic="raw")
     scores = np.array(twin.trigger_scores + twin.benign_scores)
     spread = float(scores.std()) if scores.size > 1 else math.nan
     per_alpha = []

@@ -247,7 +247,7 @@ def test_bad_arguments_are_rejected():
 
 
 def test_the_core_verify_takes_callables_and_names_the_adapter_for_anything_else():
-    from espew_integrations.core.verify import verify as core_verify
+    from espew_integrations.core.verify import verify_callable as core_verify
 
     key = make_key(64, n_band=100, n_triggers=10)
 

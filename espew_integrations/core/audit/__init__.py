@@ -1,7 +1,7 @@
 """The audit pipeline, as public seams: plan, ask, score, decide.
 
-One audit, whatever front end runs it (:func:`~espew_integrations.core.verify.verify`,
-:func:`~espew_integrations.core.trace.trace`, the lab's null studies)::
+One audit, whatever front end runs it (:func:`~espew_integrations.core.verify.verify_callable`,
+:func:`~espew_integrations.core.trace.trace_callable`, the lab's null studies)::
 
     AuditOptions -> plan_audit -> record_start -> interrogate -> score -> design.decide
                       (plan)        (subject)      (asking,       (scores)  (decision,
