@@ -41,8 +41,8 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from ._optional import MissingExtraError, install_line
-from .core.ground.errors import EmbeddingInputError, ESpeWError
+from ._optional import install_line
+from .core.ground.errors import EmbeddingInputError, ESpeWError, MissingExtraError
 
 __all__ = [
     "MODEL_NAMES",

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from espew_integrations._optional import LAB_INSTALL, MissingExtraError, require
+from espew_integrations._optional import LAB_INSTALL, require
 from espew_integrations.cli import main
 from espew_integrations.cli.common import (
     EXIT_INCONCLUSIVE,
@@ -26,7 +26,7 @@ from espew_integrations.cli.common import (
     counting,
     suspect_spec,
 )
-from espew_integrations.core.ground.errors import ESpeWError
+from espew_integrations.core.ground.errors import ESpeWError, MissingExtraError
 from espew_integrations.core.ground.untrusted import tally
 from espew_integrations.models import ModelSpecError, resolve_embedder
 from tests.support import REPO, free_port, make_key

@@ -7,7 +7,7 @@ import importlib.util
 import numpy as np
 import pytest
 
-from espew_integrations._optional import MissingExtraError
+from espew_integrations.core.ground.errors import MissingExtraError
 from espew_integrations.models import (
     MODEL_NAMES,
     ModelSpecError,
