@@ -238,7 +238,7 @@ class WatermarkingWrapper:
         """``watermark(texts, clean, key, view=view)``: the core validates ``clean``.
 
         The first call checks that the wrapped model is the one the key was made
-        with (:class:`.core.model_check.ModelGuard`: one model call on the public
+        with (:class:`.core.keys.model_check.ModelGuard`: one model call on the public
         canary texts, then nothing per call) and raises KeyModelMismatchError if not.
         """
         self._guard.check()  # type: ignore[attr-defined]

@@ -9,10 +9,10 @@ any figure that moves with which band words were scored (the number of
 triggers scored, exact p-values), a suspect that withheld one word's answers
 learns whether that word is a trigger. Hence two bundles:
 
-:func:`save_evidence` writes the **public** files, safe to share
-(``report.json`` and a plain-language ``summary.md``); it lives in the core
-(:mod:`espew_integrations.core.audit.evidence_files`) so that ``report.save()``
-needs nothing above it; import it from there.
+:func:`~espew_integrations.core.records.evidence.save_evidence` writes the **public**
+files, safe to share (``report.json`` and a plain-language ``summary.md``); it lives in
+the core's records room (:mod:`espew_integrations.core.records.evidence`), which
+``report.save()`` writes through; import it from there.
 
 :func:`save_private_evidence` writes the **private** files, for the
 provider's records or an arbiter who also gets the key, never for the other
@@ -32,7 +32,7 @@ side (their names start with ``PRIVATE-``):
   RFC 3161 timestamp taken over it before the verdict (``tsa_ca=``,
   :mod:`espew_integrations.timestamp`).
 
-Both write through :class:`~espew_integrations.core.ground.safe_dir.SafeDirectory`:
+Both write through :class:`~espew_integrations.core.records.safe_dir.SafeDirectory`:
 existing files are never replaced unless ``force=True``, the directory must
 not be a symbolic link, and a link planted in it is replaced, never followed.
 
@@ -61,9 +61,9 @@ from .core.audit.evidence_files import (
 )
 from .core.audit.report import VerificationReport
 from .core.evidence_check import EvidenceCheck, check_transcript
-from .core.ground.safe_dir import SafeDirectory
 from .core.ground.untrusted import printable
 from .core.records.requery import DEFAULT_REQUERY_SIZE, DEFAULT_REQUERY_TOLERANCE, RequerySize
+from .core.records.safe_dir import SafeDirectory
 
 __all__ = [
     "PRIVATE_FILES",

@@ -82,8 +82,8 @@ class OpenSSLMissingError(ESpeWError, RuntimeError):
 
 
 def _asn1() -> tuple[Any, Any]:
-    """asn1crypto's ``tsp`` and ``cms`` modules, or a :class:`MissingExtraError` naming
-    the ``[evidence]`` extra."""
+    """asn1crypto's ``tsp`` and ``cms`` modules, or a
+    :class:`~.core.ground.errors.MissingExtraError` naming the ``[evidence]`` extra."""
     require("asn1crypto", EXTRA, _PURPOSE)
     from asn1crypto import cms, tsp
 

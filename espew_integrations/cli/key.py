@@ -1,7 +1,7 @@
 """``espew key check``: re-check a key file and print its commitment.
 
 ``espew key reaudit``: the same key with its audit drawn from another corpus
-(:meth:`WatermarkKey.with_audit`), for a suspect whose traffic is not like the
+(:meth:`..core.keys.key.WatermarkKey.with_audit`), for a suspect whose traffic is not like the
 keygen corpus.
 """
 
@@ -223,7 +223,7 @@ def reaudited(holder: Any, args: argparse.Namespace, *, committed: bool = False)
 
     ``committed``: ``holder`` is a key, and a single ``--account`` of a traffic sample
     whose pools ``espew serve`` committed draws its audit from that account's last
-    committed pool (:func:`.traffic_sample.with_committed_audit`), so that ``espew
+    committed pool (:func:`..core.records.traffic_sample.with_committed_audit`), so that ``espew
     evidence check --pool-log`` can prove the texts were fixed before the audit.
     """
     from ..models import resolve_embedder

@@ -283,7 +283,7 @@ def run_trace(args: argparse.Namespace) -> int:
 
 def _save_private_trace(report: Any, directory: str, *, force: bool) -> None:
     """PRIVATE-trace.json (every figure exactly, every account tested) beside the transcript."""
-    from ..core.ground.safe_dir import SafeDirectory
+    from ..core.records.safe_dir import SafeDirectory
 
     content = (json.dumps(report.to_private_dict(), indent=2) + "\n").encode("utf-8")
     try:

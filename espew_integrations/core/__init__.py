@@ -10,3 +10,7 @@ root's :func:`espew_integrations.verify` also takes framework objects (see
 # The built-in marking designs register themselves (words, field): imported here, the
 # package every core module is loaded through, a key file naming either loads anywhere.
 from . import designs as designs
+
+# report.save() writes through the records room (the audit writes no file): loaded here,
+# its evidence writer is installed wherever a report is made.
+from .records import evidence as _records_evidence  # noqa: F401  (installs the writer)

@@ -4,13 +4,13 @@ An arbiter is handed the auditor's private directory and the key (or ring). To
 trust the verdict they need three things, and this module checks each:
 
 1. **the transcript is intact**: its SHA-256 chain holds from the header to the
-   end record (:func:`.transcript.read_transcript` names the record where it
+   end record (:func:`.records.transcript.read_transcript` names the record where it
    breaks), and its digest is the one the private report (and, when given, the
    public report handed to the suspect's side) carries;
 2. **it is this key's audit**: the header's commitment is the key's;
 3. **the verdict follows from the answers**: a suspect that answers from the
-   transcript is audited again by :func:`.verify.verify` (or
-   :func:`.trace.trace`) itself, with the recorded settings and the recorded
+   transcript is audited again by :func:`.verify.verify_callable` (or
+   :func:`.trace.trace_callable`) itself, with the recorded settings and the recorded
    order of the texts; every batch it is asked must be the batch recorded, in
    the same order, and every recorded batch must be asked. The replayed status
    and p-value must equal the recorded ones.
@@ -25,7 +25,7 @@ do not rest on the auditor:
 4. **the answers are the suspect's** (``requery=SUSPECT``): a keyed random subset
    of the recorded texts, sized so that a forgery of 1% of the answers escapes
    with probability at most 0.1%, is asked again and must be answered as recorded
-   within the suspect's own repeat noise (:mod:`.requery`); and the verdict is
+   within the suspect's own repeat noise (:mod:`.records.requery`); and the verdict is
    re-derived from the suspect's own answers (the re-asked ones put in place of
    the recorded ones and the audit replayed): it must be the recorded verdict;
 5. **the records were fixed before the verdict, and when**: the commit record's
@@ -214,10 +214,10 @@ def check_transcript(
 
     With ``requery_suspect`` (named ``requery_name``), ``requery_size`` texts drawn
     from ``requery_seed`` are asked again, judged within the suspect's repeat noise
-    (``requery_tolerance`` at least) and the verdict re-derived (:mod:`.requery`).
+    (``requery_tolerance`` at least) and the verdict re-derived (:mod:`.records.requery`).
     ``timestamp_check`` verifies a timestamp anchor's signature; ``require_timestamp``
-    fails without one. A re-drawn audit must be tied to a pool in the log
-    ``pool_log`` unless ``accept_auditor_pool`` (:func:`.pool_findings`).
+    fails without one. A re-drawn audit must be tied to a pool in the log ``pool_log``
+    unless ``accept_auditor_pool`` (:func:`.records.traffic_commitments.pool_findings`).
 
     Returns an :class:`EvidenceCheck`; raises only when nothing can be read
     (``OSError``, or ``ValueError`` for a file that is not a transcript at all).
@@ -258,7 +258,7 @@ def _texts_findings(
     pool_log: str | os.PathLike[str] | None,
     accept_auditor_pool: bool,
 ) -> Findings:
-    """Where the audit's texts came from (:func:`.traffic_commitments.pool_findings`)."""
+    """Where the audit's texts came from (:func:`.records.traffic_commitments.pool_findings`)."""
     shared = key.shared_key if isinstance(key, KeyRing) else key
     started = str(transcript.header.get("started", ""))
     return pool_findings(shared, started, pool_log, accept_auditor_pool)

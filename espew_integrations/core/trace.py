@@ -1,11 +1,11 @@
 """trace_callable(): was a suspect trained on a ring's answers, and on which account's?
 
 One audit serves every tenant. The suspect is asked the ring's probes once
-(the same shuffled queries :func:`.verify.verify` sends for the shared key);
+(the same shuffled queries :func:`.verify.verify_callable` sends for the shared key);
 the answers give a raw, a reference-adjusted and (for keys that store their
 probes' clean embeddings) a directed score per band word, and
 
-* the **shared layer** gets :func:`.verify.verify`'s verdict for
+* the **shared layer** gets :func:`.verify.verify_callable`'s verdict for
   :attr:`KeyRing.shared_key` (``report.shared``);
 * each **tenant layer** gets the same exact one-sided rank-sum test, over the
   universe (the band words that are not shared triggers): are the tenant's
@@ -23,7 +23,7 @@ Why each tenant's test is exact, even for a copy of another tenant's answers,
 how overlapping layers are re-tested and how many tenants are adjusted for:
 :mod:`.audit.tenant_layers`, which holds the statistic.
 
-**A map ring** (the default) **or a field ring** (:mod:`.keyring`,
+**A map ring** (the default) **or a field ring** (:mod:`.keys.keyring`,
 ``marking="field"``): the layers are units, and the one interrogation scores every
 unit by the design's statistic (``key.design.universe_scores``: what ``verify``
 ranks the key's drawn units by); the shared verdict is ``verify``'s for the shared
@@ -48,7 +48,7 @@ from typing import Any
 
 import numpy as np
 
-from .audit.evidence_files import EVIDENCE_FILES, PUBLIC_P_FLOOR, format_public_p, public_p_value
+from .audit.evidence_files import PUBLIC_P_FLOOR, format_public_p, public_p_value
 from .audit.fields import TRACE_RULE
 from .audit.options import AuditOptions
 from .audit.pipeline import AuditRun, run_audit
@@ -60,22 +60,19 @@ from .audit.subject import REPLAYED_SETTINGS, Subject
 from .audit.tenant_layers import tenant_p_values
 from .ground.errors import InputError, OptionsError
 from .ground.progress import Progress, check_progress
-from .ground.safe_dir import SafeDirectory
 from .keys.keyring import KeyRing
 from .keys.layers import check_tenant_id
 from .mark.design import design_class
+from .records.evidence import save_trace_evidence
 from .records.transcript import as_recorder, encode_answer
 
-__all__ = ["TRACE_FILE", "TraceReport", "trace_callable"]
-
-#: The shareable trace report's file name (next to the shared layer's report.json).
-TRACE_FILE = "trace.json"
+__all__ = ["TraceReport", "trace_callable"]
 
 
 # ---------------------------------------------------------------------- report
 @dataclasses.dataclass(frozen=True, repr=False)
 class TraceReport:
-    """The outcome of :func:`trace`.
+    """The outcome of :func:`trace_callable`.
 
     ``copied``, ``status`` and ``p_value`` are the verdict on both layers
     (``decided_by`` says which; the shared layer's own verdict is ``shared``,
@@ -87,7 +84,7 @@ class TraceReport:
     ``repr(report)`` give is safe to hand to the suspect's owner: the shared
     verdict's public form (:meth:`VerificationReport.to_dict`), only the
     traced accounts, by id, and the verdict's p-values floored as the shared
-    report's are (:func:`~.evidence_files.public_p_value`);
+    report's are (:func:`~.audit.evidence_files.public_p_value`);
     ``n_universe_scored`` (how many words outside the shared layer were
     scored: it moves with whether a word the suspect withheld is a shared
     trigger), the traced accounts' own p-values (see :func:`_public_trace`)
@@ -166,12 +163,10 @@ class TraceReport:
         ``trace.json`` (:meth:`to_dict`) next to the shared layer's own
         ``report.json`` and ``summary.md`` (:meth:`VerificationReport.save`);
         existing files are kept unless ``force=True``, and nothing is written
-        if any of them is in the way.
+        if any of them is in the way. The records room writes them
+        (:func:`.records.evidence.save_trace_evidence`).
         """
-        with SafeDirectory(directory) as folder:
-            folder.refuse_existing([TRACE_FILE, *EVIDENCE_FILES.values()], force=force)
-            self.shared.save(directory, force=force)
-            return folder.write(TRACE_FILE, self.to_json().encode(), mode=0o644, force=force)
+        return save_trace_evidence(self.shared, self.to_json(), directory, force=force)
 
     def __str__(self) -> str:
         """The public form as text (:meth:`to_dict`): floored p-values, traced accounts only."""
@@ -217,7 +212,7 @@ class TraceReport:
 
 def _public_trace(out: dict[str, Any]) -> dict[str, Any]:
     """The trace's public form: the verdict's and the shared layer's p-values floored
-    and rounded as the shared report's (:func:`~.evidence_files.public_p_value`, each
+    and rounded as the shared report's (:func:`~.audit.evidence_files.public_p_value`, each
     with its ``_below_floor`` flag); ``n_universe_scored`` and the traced accounts'
     own p-values left out, ``decided_by`` left out below the floor.
 
@@ -258,7 +253,7 @@ def trace_callable(
     ``tenants`` are the account ids to test (typically every account the
     ring's keys were served to; the adjustment grows with their number, the
     query count does not). The other options mean what they mean for
-    :func:`verify` (``deadline`` too: the seconds the one interrogation may
+    :func:`~.verify.verify_callable` (``deadline`` too: the seconds the one interrogation may
     take; ``transcript``, ``suspect_name`` and ``suspect_label`` too: the transcript
     also keeps the ring's id and the accounts), and the shared verdict is exactly
     ``verify(suspect, ring.shared_key, ...)``'s.
@@ -339,10 +334,10 @@ def _universe_scores(
     scores: WordScores, ring: KeyRing, statistic: str
 ) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None]:
     """Per universe word: the suspect's mean cosine to the target, the clean
-    reference's, and the directed score (:mod:`.directed`).
+    reference's, and the directed score (:mod:`.audit.directed`).
 
     Why from the shared audit's word scores: every tenant layer is a subset of
-    the universe, so the one interrogation :func:`trace` already made, and
+    the universe, so the one interrogation :func:`trace_callable` already made, and
     the scores its shared verdict computed, score them all; no query is sent
     per tenant. The reference is None when the plan has none or the statistic
     does not use it; so is the directed score. A field ring's universe words are

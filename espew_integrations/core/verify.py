@@ -30,7 +30,7 @@ innocents"). We test at the word level instead:
 
 1. every word of the key's band (the triggers and all equally frequent words
    they were drawn from) is probed the same way: by default with the natural
-   corpus texts stored in the key at keygen (:mod:`.probes`), which a thief
+   corpus texts stored in the key at keygen (:mod:`.mark.probes`), which a thief
    cannot tell from ordinary traffic; optionally by the word alone;
 2. all probes go to the suspect shuffled together, so it cannot tell trigger
    probes from the others by content, order or batch;
@@ -38,16 +38,16 @@ innocents"). We test at the word level instead:
    probes' embeddings to the target; a *reference-adjusted* score, the raw
    score minus ``slope *`` the provider's clean model's score for the same
    probes (stored in the key), with the slope fitted over all words
-   (:func:`reference_slope`), which cancels each word's natural position; and
-   a *directed* score (:mod:`.directed`): each audit text's answer (less what
+   (:func:`~.audit.scores.reference_slope`), which cancels each word's natural position; and
+   a *directed* score (:mod:`.audit.directed`): each audit text's answer (less what
    a ridge fit on the clean rows explains) projected on that text's own mark
    direction, computed from the clean embeddings the key stores, and summed
    into a score for each band word over every text that holds it, the texts
    shared with other band words weighed by how likely those are to mark
-   (:mod:`.word_evidence`). The directed score ignores
+   (:mod:`.stats.word_evidence`). The directed score ignores
    the coordinates a mark never touches, so it is the one that catches the
    copies that carry only a trace of a quality-preserving watermark;
-4. the exact rank test of :mod:`.ranktest` asks, for each score, whether the
+4. the exact rank test of :mod:`.stats.ranktest` asks, for each score, whether the
    triggers rank unusually high among all equally likely trigger draws; the
    verdict's p-value is ``min(1, m * min(p))`` over the m scores the key
    supports (Bonferroni; m = 3 for keys with probe embeddings, 2 for older
@@ -75,7 +75,7 @@ from .ground.progress import Progress, check_progress
 from .keys.key import WatermarkKey
 from .records.transcript import as_recorder, encode_answer
 
-#: :func:`verify` alone: the audit pipeline's names are :mod:`.audit`'s.
+#: :func:`verify_callable` alone: the audit pipeline's names are :mod:`.audit`'s.
 __all__ = ["verify_callable"]
 
 
@@ -96,15 +96,15 @@ def verify_callable(
     documented there with its default and why), or its fields passed as keyword
     arguments (``level=``, ``batch_size=``, ``seed=``...), or both: the keywords then
     replace those fields of ``options``. A bad option is an
-    :class:`~.errors.OptionsError` (a ``ValueError``), before anything is asked.
+    :class:`~.ground.errors.OptionsError` (a ``ValueError``), before anything is asked.
     ``suspect`` is a callable ``list[str] -> array (n, d')`` (the package-root
     :func:`espew_integrations.verify` also takes LangChain, LlamaIndex, Chroma and
-    :class:`OpenAIEndpoint` suspects). The key's design plans, scores and decides the
+    :class:`~..http.client.OpenAIEndpoint` suspects). The key's design plans, scores and decides the
     audit (:mod:`.audit.pipeline`; the module docstring): ``probes="auto"`` sends the
     texts stored in the key, shuffled (``seed`` fixes it), in batches of ``batch_size``;
     ``statistic="combined"`` decides on every score the design supports.
     ``target_mode="key"`` compares with the stored target, mapping answers back when
-    the key stores its audit's clean rows (:mod:`.align`); ``"query"`` uses the
+    the key stores its audit's clean rows (:mod:`.stats.align`); ``"query"`` uses the
     suspect's own embedding of ``key.target_text``, which it therefore sees.
 
     Faults of the suspect never count as evidence: they leave words unscored, and
@@ -112,9 +112,9 @@ def verify_callable(
     it is for uninformative answers, an unverifiable key, a suspect that sends no
     answer for ``stall_timeout`` seconds, and asking beyond ``deadline`` seconds when
     one is set, :class:`.audit.suspect_calls.Deadline`), saying why and what to do next.
-    ``progress(done, total)`` hears of each batch (:mod:`.progress`).
+    ``progress(done, total)`` hears of each batch (:mod:`.ground.progress`).
     ``transcript`` (a private directory) records what was sent and what came back
-    (:mod:`.transcript`; ``report.transcript_digest`` commits to it); the reports
+    (:mod:`.records.transcript`; ``report.transcript_digest`` commits to it); the reports
     name the suspect ``suspect_name`` (default: described) and ``suspect_label``.
     ``references`` (a map or field key only): the auditor's reference copies, asked for
     the audit's texts before the suspect; the map and field statistics adjust for their leans

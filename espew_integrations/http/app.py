@@ -53,7 +53,7 @@ whether each request carried a trigger. Serve ``app.state.metrics.asgi_app()`` o
 listener only the operator reaches (``serve(app, metrics_app=..., metrics_port=...)``).
 ``tenants`` (a :class:`~.tenants.TenantKeys`) replaces ``key`` and ``api_key``: each
 client's API key selects its tenant's key from a key ring, and an unknown one gets a
-401. ``traffic_sample`` (a :class:`~..core.traffic_sample.TrafficSample`) keeps a keyed
+401. ``traffic_sample`` (a :class:`~..core.records.traffic_sample.TrafficSample`) keeps a keyed
 sample of the texts answered, per tenant with ``tenants``, otherwise per credential (a
 keyed hash of the client's API key), for audits drawn from what a suspect sent
 (``espew key reaudit``).

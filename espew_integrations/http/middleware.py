@@ -89,7 +89,7 @@ class ESpeWMiddleware:
     middleware never serves metrics on the app it wraps, where any
     client could read the marked count (a trigger oracle).
 
-    ``traffic_sample`` (a :class:`~..core.traffic_sample.TrafficSample`)
+    ``traffic_sample`` (a :class:`~..core.records.traffic_sample.TrafficSample`)
     keeps a keyed sample of the texts answered, for audits drawn from what a
     suspect sent; ``traffic_account`` maps a request's ASGI scope to its
     account id (e.g. from your authentication), so that each account is

@@ -1,4 +1,5 @@
-"""Per-customer keys in the server: each client API key is one tenant of a :class:`KeyRing`.
+"""Per-customer keys in the server: each client API key is one tenant of a
+:class:`~..core.keys.keyring.KeyRing`.
 
 Why: a provider serving many API customers wants a stolen copy to name the
 account whose answers trained it. ``espew serve --ring RING
@@ -71,7 +72,8 @@ class TenantKeys:
         """A ring file (``KeyRing.load``) and a JSON map file of API key -> tenant id.
 
         The map is read only if it is a regular file of at most
-        :data:`MAX_TENANT_MAP_BYTES` (a :class:`KeyFileError`, a ``ValueError``, if not).
+        :data:`MAX_TENANT_MAP_BYTES` (a :class:`~..core.ground.errors.KeyFileError`, a
+        ``ValueError``, if not).
         """
         from ..core.keys.keyring import KeyRing
 

@@ -1,4 +1,4 @@
-"""Offering answered texts to a :class:`~..core.traffic_sample.TrafficSample` from a server.
+"""Offering answered texts to a :class:`~..core.records.traffic_sample.TrafficSample` from a server.
 
 Why one place: ``espew serve`` and :class:`~.middleware.ESpeWMiddleware` both
 record what they answered, under the account the request's credential names,

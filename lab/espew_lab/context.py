@@ -28,7 +28,8 @@ __all__ = [
 
 
 def resolve_model(spec: str) -> Callable[[list[str]], np.ndarray]:
-    """An embedder for a model spec, through the library's one registry (:mod:`..models`).
+    """An embedder for a model spec, through the library's one registry
+    (:mod:`espew_integrations.models`).
 
     ``"minilm"``, ``"paraphrase-minilm-l3"`` (underscore spelling accepted) or
     ``"module:factory"``, a zero-argument callable that returns the embedder

@@ -8,7 +8,7 @@ whatever LOOKS like an audit to an honest model, and everything else to its
 copy. Its customers keep the copy's quality; the auditor only ever measures
 the honest model, which is innocent by construction, and acquits. The core's
 default audit, a keyed uniform sample of the corpus
-(:meth:`..core.probes.BandScan.sample`), is built to give this router nothing
+(:meth:`espew_integrations.core.mark.probes.BandScan.sample`), is built to give this router nothing
 to catch; the lab measures whether it does.
 
 :class:`AuditRouter` is that thief. :func:`looks_like_audit` is a realistic

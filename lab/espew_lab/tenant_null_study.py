@@ -1,15 +1,16 @@
 """Null studies for `trace()`: how often is an innocent account named?
 
 Each trial draws a fresh ring (new master secret, new shared salt, so new
-shared and tenant layers, derived by the functions :class:`.keyring.KeyRing`
-uses) over a synthetic band, draws per-word scores for a suspect, and runs the real
-statistic :func:`espew_integrations.core.audit.tenant_layers.tenant_p_values` on them.
+shared and tenant layers, derived by the functions
+:class:`espew_integrations.core.keys.keyring.KeyRing` uses) over a synthetic band,
+draws per-word scores for a suspect, and runs the real statistic
+:func:`espew_integrations.core.audit.tenant_layers.tenant_p_values` on them.
 Synthetic scores are enough: under the null the test only needs the scores to be
 independent of the draws, which they are by construction, and the rank test is
-distribution-free. The raw and reference scores are correlated, as a faithful copy's
-are, and a directed score (:mod:`..core.directed`) correlated with the raw one is passed
-too, so all three parts of the combined statistic are exercised, with the
-factor 3 the key's stored probe embeddings bring.
+distribution-free. The raw and reference scores are correlated, as a faithful
+copy's are, and a directed score (:mod:`espew_integrations.core.audit.directed`)
+correlated with the raw one is passed too, so all three parts of the combined
+statistic are exercised, with the factor 3 the key's stored probe embeddings bring.
 
 Two kinds of suspect:
 
@@ -104,8 +105,10 @@ def _fresh_layers(
 ) -> tuple[np.ndarray, int]:
     """A fresh ring's tenant layers: new shared salt, new master, the ring's own derivation.
 
-    The same functions :class:`.keyring.KeyRing` calls (:func:`.layers.universe`,
-    :func:`.layers.tenant_salt`, :func:`.layers.draw_layer_indices`), without
+    The same functions :class:`espew_integrations.core.keys.keyring.KeyRing` calls
+    (:func:`espew_integrations.core.keys.layers.universe`,
+    :func:`espew_integrations.core.keys.layers.tenant_salt`,
+    :func:`espew_integrations.core.keys.layers.draw_layer_indices`), without
     building a full key per trial.
     """
     words = universe(rng.bytes(32), band, n_shared)

@@ -140,7 +140,7 @@ def tune(
 
     Every alpha is measured with the paper's full write (strength 1) and, when
     ``fit_strength`` and the full write exceeds the quality budget, also with
-    the largest strength that fits the budget (:func:`strength_for_budget`).
+    the largest strength that fits the budget (:func:`~.tune_judge.strength_for_budget`).
     Each point is judged by the faithful copy (the watermarked service
     itself) and by a ridge copy after ``attack`` and, with ``neural_judge``,
     by a frozen-MLP copy on the ``standard`` model after ``attack`` and, with

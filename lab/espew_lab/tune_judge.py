@@ -64,7 +64,7 @@ class MarkedRows:
 def strength_for_budget(marked: MarkedRows, key: WatermarkKey, min_cos: float) -> float:
     """The largest strength whose mean cos(clean, watermarked) on marked rows is >= min_cos.
 
-    The core's one bisection (:func:`~espew_integrations.core.keys.keygen.fit_strength`),
+    The core's one bisection (:func:`~espew_integrations.core.keys.key_quality.fit_strength`),
     measured on this corpus's marked rows; 1.0 if the paper's full write fits.
     """
     return fit_strength(lambda s: marked.mean_cosine(key.replace(strength=s)), min_cos)
@@ -130,9 +130,10 @@ def _judge_target(
 ) -> dict[str, Any]:
     """Twin p-value, score spread and, per alpha, the distortion and detectability proxy.
 
-    The twin p-value is keygen's innocent-twin check (:func:`.keygen.twin_p_value`:
-    the clean model's raw scores on the sentence and the word probes), so a
-    target below keygen's twin level is one ``WatermarkKey.generate`` would refuse.
+    The twin p-value is keygen's innocent-twin check
+    (:func:`espew_integrations.core.keys.keygen.twin_p_value`: the clean model's raw
+    scores on the sentence and the word probes), so a target below keygen's twin
+    level is one ``WatermarkKey.generate`` would refuse.
     """
     # The clean model itself on the key's audit, raw scores: what an innocent twin shows.
     twin = verify_callable(victim, key, seed=seed, level=0.5, statistic="raw")

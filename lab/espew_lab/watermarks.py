@@ -8,7 +8,8 @@ the COPY verdicts are calibrated the same way and comparable across methods:
 
 - ``none``: the service returns clean embeddings; verified with the ESpeW key
   (the paper's "Original" row: what an innocent copy looks like);
-- ``espew_smallest`` / ``espew_hashed``: the core :func:`watermark`;
+- ``espew_smallest`` / ``espew_hashed``: the core
+  :func:`~espew_integrations.core.mark.inject.watermark`;
 - ``embmarker``: Peng et al. 2023, e_p = normalize(w e_t + (1 - w) e_o) with
   w = min(#distinct triggers, m) / m, m = 4 (anchors.md);
 - ``warden``: Shetty et al. 2024, five Gram-Schmidt-orthogonalised targets,

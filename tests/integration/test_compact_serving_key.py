@@ -31,9 +31,7 @@ WORDS = [f"w{i}" for i in range(3000)]
 LIMITS = {1536: 16 * 1024, 3072: 64 * 1024}
 
 
-@pytest.fixture(
-    scope="module", params=[(d, m) for d in sorted(LIMITS) for m in (None, "field")]
-)
+@pytest.fixture(scope="module", params=[(d, m) for d in sorted(LIMITS) for m in (None, "field")])
 def keygen(request, tmp_path_factory) -> tuple[int, Path, str]:
     """``espew keygen`` (the default marking, map, or ``--marking field``) with a synthetic
     ``dim``-d embedder."""

@@ -167,6 +167,29 @@ def test_report_save_writes_the_public_bundle(copied_report, tmp_path):
     assert names == ["report.json", "summary.md"]
 
 
+def test_report_save_writes_through_the_records_room(copied_report, tmp_path, monkeypatch):
+    """The audit writes no file: ``report.save`` calls the records' writer, the bytes the
+    audit built (``evidence_contents``) land as they are."""
+    from espew_integrations.core.audit import report as report_module
+    from espew_integrations.core.audit.evidence_files import evidence_contents
+    from espew_integrations.core.records import evidence as records_evidence
+
+    calls = []
+
+    def spy(report, directory, *, force=False):
+        calls.append((report, directory, force))
+        return records_evidence.save_evidence(report, directory, force=force)
+
+    monkeypatch.setattr(report_module, "_EVIDENCE_WRITER", [spy])
+    path = copied_report.save(tmp_path, force=True)
+    assert calls == [(copied_report, tmp_path, True)]
+    for name, content in evidence_contents(copied_report).values():
+        assert (tmp_path / name).read_bytes() == content
+    assert path == tmp_path / "report.json"
+    monkeypatch.undo()
+    assert [records_evidence.save_evidence] == report_module._EVIDENCE_WRITER
+
+
 def test_not_copied_summary_reads_as_no_evidence(key):
     report = verify(suspect(0.0), key, seed=0)
     assert report.status == "not_copied"

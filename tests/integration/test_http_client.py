@@ -509,7 +509,7 @@ def test_server_error_text_is_made_printable(hostile):
 
 
 def test_evidence_from_a_key_echoing_endpoint_holds_no_key(hostile, small_key, tmp_path):
-    from espew_integrations.core.audit.evidence_files import save_evidence
+    from espew_integrations.core.records.evidence import save_evidence
 
     server, url = hostile
     server.respond = lambda n, auth: (200, with_item(n, 0, embedding=f"\x1b[1m{auth}"))

@@ -342,15 +342,11 @@ def test_every_module_has_a_layer_and_known_exceptions_are_not_stale():
 #: The core's rooms, lowest first: a room may import its own modules or a lower room's,
 #: never a higher one's. The core's own top (``core/__init__``, ``verify``, ``trace``,
 #: ``evidence_check``: the front ends that put an audit and its records together) may
-#: import every room. docs/architecture.md draws them.
+#: import every room. docs/architecture.md draws them. Each room's job is stated once, in
+#: the first line of its ``__init__``'s docstring (:func:`room_job`).
 ROOMS: dict[str, int] = {
-    "ground": 0,  # text, rows, defaults, errors, secret files, the keyed draw
-    "mark": 1,  # which texts a key marks, and the watermark itself
-    "stats": 2,  # the exact rank test, the alignment, the word evidence
-    "keys": 3,  # the key: options, generation, audit sample, storage, rings
-    "audit": 4,  # plan, asking, scores, decision, the report and its public evidence
-    "designs": 5,  # the marking designs: one module per design (words, field)
-    "records": 6,  # transcripts, requery, the traffic sample: written to disk
+    name: rank
+    for rank, name in enumerate(("ground", "mark", "stats", "keys", "audit", "designs", "records"))
 }
 CORE_TOP = len(ROOMS)
 
@@ -363,10 +359,28 @@ def room(module: str) -> int:
     return ROOMS.get(parts[2], CORE_TOP)
 
 
+def room_job(name: str) -> str:
+    """A room's job: the first line of its ``__init__``'s docstring, its one statement."""
+    source = MODULES[f"{PACKAGE}.core.{name}"].read_text(encoding="utf-8")
+    return (ast.get_docstring(ast.parse(source)) or "").splitlines()[0]
+
+
+def test_every_room_states_its_job_in_the_first_line_of_its_init():
+    for name in ROOMS:
+        job = room_job(name)
+        assert job.endswith(".") and len(job) <= 96, f"core/{name}/__init__.py: {job!r}"
+
+
+def test_the_architecture_page_draws_each_room_with_the_job_its_init_states():
+    page = (ROOT.parent / "docs" / "architecture.md").read_text(encoding="utf-8")
+    missing = [name for name in ROOMS if f"\n{name + '/':<11}{room_job(name)}\n" not in page]
+    assert not missing, f"docs/architecture.md's drawing of rooms {missing}: copy each job line"
+
+
 def test_the_cores_rooms_import_only_their_own_or_a_lower_room():
     core = f"{PACKAGE}.core"
     wrong = [
-        f"{e.importer} ({sorted(ROOMS, key=ROOMS.get)[room(e.importer)]}) -> {e.imported}"
+        f"{e.importer} ({room_job(sorted(ROOMS, key=ROOMS.get)[room(e.importer)])}) -> {e.imported}"
         for e in EDGES
         if e.importer.startswith(core)
         and e.imported.startswith(core)
@@ -586,3 +600,106 @@ def test_no_module_outside_the_designs_branches_on_a_keys_design():
 )
 def test_the_design_scan_catches_branches_on_the_design(source, branches):
     assert bool(design_branches(ast.parse(source))) is branches
+
+
+# ---------------------------------------------------------------------- who writes files
+#: The core's modules outside the records room that write files, each with why: the
+#: keys room (below the records) stores the key and the ring itself, through the one
+#: secret-file primitive. Each entry must still write (a stale one fails): it only shrinks.
+FILE_WRITERS_OUTSIDE_RECORDS: dict[str, str] = {
+    f"{PACKAGE}.core.ground.secret_files": "the secret file (mode 0600, atomic, bounded "
+    "reads) through which the keys room, below the records, stores keys and rings",
+    f"{PACKAGE}.core.keys.key_storage": "WatermarkKey.save: the key file (secret_files)",
+    f"{PACKAGE}.core.keys.keyring": "KeyRing.save: the ring file (secret_files)",
+}
+#: Functions that write or create files, by the module they are called on (None: any).
+_OS_WRITES = frozenset({"open", "fdopen", "replace", "rename", "renames", "remove", "unlink"})
+_OS_WRITES |= {"link", "symlink", "mkdir", "makedirs", "rmdir", "removedirs", "chmod", "write"}
+_NUMPY_SAVES = frozenset({"save", "savez", "savez_compressed", "savetxt"})
+_WRITING_CALLS: dict[str, frozenset[str] | None] = {
+    "os": _OS_WRITES | {"truncate", "mkfifo"},
+    "io": frozenset({"open"}),
+    "shutil": None,
+    "tempfile": None,
+    "np": _NUMPY_SAVES,
+    "numpy": _NUMPY_SAVES,
+    "json": frozenset({"dump"}),
+    "pickle": frozenset({"dump"}),
+}
+#: Methods that write whatever they are called on (``Path``'s, an array's ``tofile``), the
+#: builtin ``open``, and the package's own file primitives.
+_WRITING_METHODS = frozenset({"open", "write_text", "write_bytes", "mkdir", "touch", "unlink"})
+_WRITING_METHODS |= {"rmdir", "symlink_to", "hardlink_to", "chmod", "tofile"}
+_FILE_PRIMITIVES = frozenset({"SafeDirectory", "write_secret_file", "replace_atomically"})
+
+
+def file_writes(tree: ast.AST) -> list[str]:
+    """The calls in ``tree`` that write to the file system (``line: call``): the builtin
+    ``open``, ``os``/``shutil``/``tempfile``/``np.save``-style functions, ``Path`` methods
+    (``write_text``, ``mkdir``...) and the package's file primitives (``SafeDirectory``,
+    ``write_secret_file``, ``replace_atomically``)."""
+    found = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        func = node.func
+        if isinstance(func, ast.Name):
+            writes = func.id == "open" or func.id in _FILE_PRIMITIVES
+            name = func.id
+        elif isinstance(func, ast.Attribute):
+            owner = func.value.id if isinstance(func.value, ast.Name) else ""
+            module_calls = _WRITING_CALLS.get(owner, frozenset())
+            writes = (
+                (owner in _WRITING_CALLS and (module_calls is None or func.attr in module_calls))
+                or func.attr in _WRITING_METHODS
+                or func.attr in _FILE_PRIMITIVES
+            )
+            name = f"{owner or '...'}.{func.attr}"
+        else:
+            continue
+        if writes:
+            found.append(f"{node.lineno}: {name}")
+    return found
+
+
+def test_only_the_records_room_writes_files_in_the_core():
+    """The audit and every other room decide; the records write (the transcript, the
+    evidence, the traffic sample), save the key's own files
+    (:data:`FILE_WRITERS_OUTSIDE_RECORDS`)."""
+    core, records = f"{PACKAGE}.core", f"{PACKAGE}.core.records"
+    writers = {
+        name: writes
+        for name, path in MODULES.items()
+        if name.startswith(core + ".") or name == core
+        if not name.startswith(records + ".") and name != records
+        if (writes := file_writes(ast.parse(path.read_text(encoding="utf-8"))))
+    }
+    wrong = [f"{n}: {w}" for n, w in writers.items() if n not in FILE_WRITERS_OUTSIDE_RECORDS]
+    assert not wrong, "core modules outside core/records write files:\n" + "\n".join(wrong)
+    stale = set(FILE_WRITERS_OUTSIDE_RECORDS) - set(writers)
+    assert not stale, f"stale FILE_WRITERS_OUTSIDE_RECORDS entries (they write no file): {stale}"
+
+
+@pytest.mark.parametrize(
+    ("source", "writes"),
+    [
+        ('with open(path, "w") as f: pass', True),
+        ("Path(p).write_text(text)", True),
+        ("target.write_bytes(data)", True),
+        ("directory.mkdir(parents=True)", True),
+        ("os.replace(tmp, path)", True),
+        ("fd = os.open(path, os.O_WRONLY)", True),
+        ("shutil.copyfile(a, b)", True),
+        ("np.save(path, rows)", True),
+        ("json.dump(data, stream)", True),
+        ("with SafeDirectory(d) as target: pass", True),
+        ("write_secret_file(path, data)", True),
+        ("text = json.dumps(data)", False),
+        ('name = text.replace("a", "b")', False),
+        ("data = path.read_text()", False),
+        ("rows = np.asarray(rows)", False),
+        ("record(subject, answers)", False),
+    ],
+)
+def test_the_file_scan_catches_writes(source, writes):
+    assert bool(file_writes(ast.parse(source))) is writes

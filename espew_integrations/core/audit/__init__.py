@@ -1,27 +1,27 @@
-"""The audit pipeline, as public seams: plan, ask, score, decide.
+"""The audit: plan, ask, score, decide; the report and what of it is public (no file).
 
 One audit, whatever front end runs it (:func:`~espew_integrations.core.verify.verify_callable`,
 :func:`~espew_integrations.core.trace.trace_callable`, the lab's null studies)::
 
-    AuditOptions -> plan_audit -> record_start -> interrogate -> score -> design.decide
+    AuditOptions -> design.plan -> record_start -> interrogate -> score -> design.decide
                       (plan)        (subject)      (asking,       (scores)  (decision,
                                                     suspect_calls,           field_decision;
                                                     alignment)               trace: tenant_layers)
 
 Each step is a module with one job:
 
-- :mod:`.options`: :class:`AuditOptions`, every option, its default and its one check;
+- :mod:`.options`: :class:`~.options.AuditOptions`, every option, its default and its one check;
 - :mod:`.settings`: the option types, the widest answer, the suspect's check;
 - :mod:`.word_probes`: the legacy word probes (a band word in templates);
-- :mod:`.plan`: :class:`AuditPlan`, what to ask and how to score it (cached band sets);
+- :mod:`.plan`: :class:`~.plan.AuditPlan`, what to ask and how to score it (cached band sets);
 - :mod:`.subject`: who is asked, and its recorder;
-- :mod:`.recorder`: :class:`Recorder`, what the audit tells whoever records it (the
+- :mod:`.recorder`: :class:`~.recorder.Recorder`, what the audit tells whoever records it (the
   transcript is one; the audit writes no file itself);
 - :mod:`.suspect_calls`: calling the suspect in batches under a stall guard (and a
   deadline when asked);
-- :mod:`.asking`: :func:`interrogate`, the shuffled asking and the answers put back;
-- :mod:`.alignment`: answers mapped into the key's coordinates (:mod:`..align`);
-- :mod:`.scores`: :class:`WordScores`, each band word's raw, adjusted and directed score;
+- :mod:`.asking`: :func:`~.asking.interrogate`, the shuffled asking and the answers put back;
+- :mod:`.alignment`: answers mapped into the key's coordinates (:mod:`..stats.align`);
+- :mod:`.scores`: :class:`~.scores.WordScores`, each band word's raw, adjusted and directed score;
 - :mod:`.fields` and :mod:`.decision`: the report's common fields, the verdict or
   why there is none; :mod:`.paper_metrics`: the paper's figures, never deciding;
 - :mod:`.tenant_layers`: each tenant layer's exact test, for ``trace``;

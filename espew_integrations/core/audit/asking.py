@@ -183,7 +183,7 @@ def first_answered(texts: Sequence[str], order: np.ndarray, answers: np.ndarray)
     """For each position of ``texts``, the position of that text's first answered copy.
 
     An audit drawn from traffic that repeats texts sends a repeat again
-    (:meth:`..probes.BandScan.sample`). Every copy of a text is scored with the
+    (:meth:`..mark.probes.BandScan.sample`). Every copy of a text is scored with the
     first usable answer the suspect gave to it, in the order sent, so a thief that
     answers a text it has already seen from an honest model gains nothing. A copy
     that failed (a fault, not evidence) gives way to a later one: a thief cannot

@@ -1,7 +1,7 @@
 """The decision: one interrogation's word scores to a verdict, or to why there is none.
 
 The triggers' ranks among the scored band words are tested exactly
-(:mod:`..ranktest`) for each score the plan supports; the verdict's p-value is
+(:mod:`..stats.ranktest`) for each score the plan supports; the verdict's p-value is
 ``min(1, k * m * min(p))`` over the m scores (Bonferroni, k the key's audit
 round). A verdict is withheld, never guessed, when too few words were scored,
 the answers are all alike, the band cannot reach the level, a fault would

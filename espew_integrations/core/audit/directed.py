@@ -30,7 +30,7 @@ fit down (docs/research/method.md, "The cover texts join the fit";
 ``benchmarks/bench_cover_fit.py``). ``unscored_answers`` and
 ``unscored_clean`` add rows to the fit that get no score; verify scores
 every audit text (passing them all as ``answers``) and leaves the weighing of
-texts that hold several band words to :mod:`.word_evidence`.
+texts that hold several band words to :mod:`..stats.word_evidence`.
 
 Why the rank test stays exact: the directions depend only on the clean
 probe embeddings and on how the key writes (alpha, strength, selection,

@@ -27,14 +27,13 @@ figure exact, the per-word scores, a plot) is
 :func:`espew_integrations.evidence.save_private_evidence`, outside the core
 because its plot needs matplotlib.
 
-This module lives in the core, next to :class:`~.report.VerificationReport`,
-so that ``report.save(directory)`` needs nothing above the core: it is the
-standard library plus :mod:`.safe_dir` and :mod:`.untrusted`. Text that came
-from the suspect (``report.errors``, ``report.reason``) goes through
-:func:`~.untrusted.printable` first.
+This module builds what the files hold and writes nothing: the records room
+writes them (:func:`espew_integrations.core.records.evidence.save_evidence`, which
+``report.save(directory)`` calls). Text that came from the suspect
+(``report.errors``, ``report.reason``) goes through
+:func:`~espew_integrations.core.ground.untrusted.printable` first.
 
->>> paths = save_evidence(report, "evidence/")   # doctest: +SKIP
->>> sorted(paths)
+>>> sorted(evidence_contents(report))   # doctest: +SKIP
 ['json', 'summary']
 """
 
@@ -42,12 +41,9 @@ from __future__ import annotations
 
 import json
 import math
-import os
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any, Protocol
 
-from ..ground.safe_dir import SafeDirectory
 from ..ground.untrusted import counted, printable
 
 __all__ = [
@@ -60,13 +56,12 @@ __all__ = [
     "VERDICT_TITLES",
     "WITHHELD_REPORT_KEYS",
     "ReportLike",
-    "evidence_paths",
+    "evidence_contents",
     "format_public_p",
     "public_fields",
     "public_p_value",
     "public_report",
     "render_summary",
-    "save_evidence",
 ]
 
 
@@ -75,7 +70,7 @@ class ReportLike(Protocol):
 
     :class:`~.report.VerificationReport` is one. The files are built from that
     dict alone, so this module never imports :mod:`.report` (which imports this
-    one to implement ``save()``), not even for its type hints.
+    one for the public form), not even for its type hints.
     """
 
     def to_dict(self, *, public: bool = True) -> dict[str, Any]: ...
@@ -151,31 +146,12 @@ WITHHELD_REPORT_KEYS = (
 )
 #: The verdict as one word or two, for titles.
 VERDICT_TITLES = {"copied": "COPIED", "not_copied": "NOT COPIED", "inconclusive": "INCONCLUSIVE"}
-# The public per-word plot earlier versions wrote next to report.json. It disclosed
-# the scores, so it is no longer written, and a copy left from an earlier report is
-# removed (with force) so the bundle never mixes two verifications.
-_OLD_PLOT = "scores.png"
-_PUBLIC_MODE = 0o644
 _ERRORS_SHOWN = 5
 
 _INCONCLUSIVE_LINE = (
     "INCONCLUSIVE: no verdict could be reached, so this result is not evidence either way."
 )
 _NUMBERS = {1: "one", 2: "two", 3: "three"}
-
-
-def evidence_paths(directory: str | os.PathLike[str]) -> dict[str, Path]:
-    """Every path :func:`save_evidence` writes or (with ``force``) replaces in ``directory``.
-
-    ``json`` and ``summary`` are written; ``old_plot`` is the public per-word
-    plot of earlier versions, which is only ever removed. A caller that checks
-    these paths before an audit (as ``espew verify --report-dir`` does) knows
-    that saving afterwards will not fail on an existing file.
-    """
-    directory = Path(directory)
-    paths = {kind: directory / name for kind, name in EVIDENCE_FILES.items()}
-    paths["old_plot"] = directory / _OLD_PLOT
-    return paths
 
 
 def public_p_value(value: float, level: float | None = None) -> tuple[float, bool]:
@@ -236,7 +212,7 @@ def public_fields(data: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-#: The kinds of map :mod:`.align` fits, as its description names them.
+#: The kinds of map :mod:`..stats.align` fits, as its description names them.
 _ALIGNMENT_KINDS = ("signed permutation", "orthonormal map")
 
 
@@ -266,36 +242,17 @@ def public_report(report: ReportLike) -> dict[str, Any]:
     return data
 
 
-def save_evidence(
-    report: ReportLike,
-    directory: str | os.PathLike[str],
-    *,
-    force: bool = False,
-    plot: bool | None = None,
-) -> dict[str, Path]:
-    """Write the public ``report.json`` and ``summary.md`` into ``directory`` (created if needed).
+def evidence_contents(report: ReportLike) -> dict[str, tuple[str, bytes]]:
+    """The public files' names and bytes by kind (``json``, ``summary``); nothing is written.
 
-    Nothing in them lets the suspect's owner tell which probed words are the
-    triggers (see the module docstring). Existing evidence files are replaced
-    only with ``force=True``; otherwise :class:`FileExistsError` names them and
-    nothing is written. With ``force``, a ``scores.png`` left by an earlier
-    version is removed. ``plot`` is accepted for compatibility and ignored: the
-    per-word plot is private now. Returns the written paths by kind.
+    Both are built from :func:`public_report` alone; the records room writes them
+    (:func:`espew_integrations.core.records.evidence.save_evidence`).
     """
-    del plot  # the plot disclosed per-word scores; only the private bundle draws it
     data = public_report(report)
-    files = {
+    return {
         "json": (EVIDENCE_FILES["json"], (json.dumps(data, indent=2) + "\n").encode("utf-8")),
         "summary": (EVIDENCE_FILES["summary"], render_summary(report).encode("utf-8")),
     }
-    with SafeDirectory(directory) as target:
-        target.refuse_existing([name for name, _ in files.values()] + [_OLD_PLOT], force=force)
-        written = {
-            kind: target.write(name, content, mode=_PUBLIC_MODE, force=force)
-            for kind, (name, content) in files.items()
-        }
-        target.remove(_OLD_PLOT)
-    return written
 
 
 # ---------------------------------------------------------------------- summary.md

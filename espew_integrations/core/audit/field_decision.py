@@ -1,8 +1,8 @@
 """A field key's decision: the suspect's answers to its audit, scored per field unit, to a verdict.
 
-Why apart from :mod:`.decision`: a field key (:mod:`...field`) has no band words,
+Why apart from :mod:`.decision`: a field key (:mod:`..designs.field`) has no band words,
 so none of the word scores apply; its one statistic ranks the drawn units among
-all the field's units (:func:`...field.field_scores`, then :mod:`...ranktest`).
+all the field's units (:func:`..mark.field.field_scores`, then :mod:`..stats.ranktest`).
 The rules that withhold a verdict are the word keys' (:func:`.decision.withheld`),
 plus one: a keygen audit must be the one the field's ``mu`` and ``sigma`` were
 computed from, so that nobody chose them after seeing a suspect.
@@ -96,7 +96,7 @@ def unit_scores(scores: WordScores) -> np.ndarray:
     """Every field unit's score from a field plan's answers (all NaN if too few answered).
 
     What the key's verdict ranks its drawn units by, and what ``trace`` ranks each
-    tenant's units by (:mod:`...trace`): one score vector per interrogation. With
+    tenant's units by (:mod:`..trace`): one score vector per interrogation. With
     reference leans (``scores.extra_leans``, :mod:`.references`) each text's lean is
     adjusted for them too.
     """

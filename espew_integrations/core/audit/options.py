@@ -2,12 +2,12 @@
 
 :func:`~espew_integrations.core.verify.verify_callable`,
 :func:`~espew_integrations.core.trace.trace_callable`, a transcript's replay
-(:mod:`...evidence_check`) and the flags of ``espew verify`` and ``espew trace`` all
+(:mod:`..evidence_check`) and the flags of ``espew verify`` and ``espew trace`` all
 take their options through this one frozen object, so an option added, renamed or
 given a new default here is one for all of them; the keyword arguments of ``verify``
-and ``trace`` are its fields. The defaults live in :mod:`...defaults`. Building one
+and ``trace`` are its fields. The defaults live in :mod:`..ground.defaults`. Building one
 checks every option (:meth:`AuditOptions._check`, the one validator), so a bad value
-is refused with an :class:`~..errors.OptionsError` naming it before a single text is
+is refused with an :class:`~..ground.errors.OptionsError` naming it before a single text is
 sent to the suspect.
 
 >>> from espew_integrations.core.audit.options import AuditOptions
@@ -66,7 +66,7 @@ class AuditOptions:
 
     level: float = field(default=DEFAULT_LEVEL, metadata=_help("false-positive rate"))
     """The false-positive rate a "copied" verdict is held below, in (0, 1)
-    (:data:`...defaults.DEFAULT_LEVEL`)."""
+    (:data:`..ground.defaults.DEFAULT_LEVEL`)."""
 
     probes: ProbeKind = "auto"
     """``"auto"``: the natural-text probes stored in the key (or, for keys that store
@@ -83,7 +83,7 @@ class AuditOptions:
         default=DEFAULT_BATCH_SIZE, metadata=_help("texts sent to the suspect in one call")
     )
     """Texts sent to the suspect in one call, at least 1
-    (:data:`...defaults.DEFAULT_BATCH_SIZE`)."""
+    (:data:`..ground.defaults.DEFAULT_BATCH_SIZE`)."""
 
     seed: int | None = field(default=None, metadata=_help("probe shuffle seed"))
     """The shuffle's seed (``None``: drawn, and kept in the transcript so that its replay
@@ -98,7 +98,7 @@ class AuditOptions:
     )
     """The share of the key's audit units (a map or field key's units, a word key's band
     words) that must be scored, in (0, 1]: below it the
-    report is inconclusive (:data:`...defaults.DEFAULT_MIN_COVERAGE`)."""
+    report is inconclusive (:data:`..ground.defaults.DEFAULT_MIN_COVERAGE`)."""
 
     deadline: float | None = DEFAULT_DEADLINE
     """Seconds the asking may take in all (``None``: no total bound, the default): at the
@@ -106,11 +106,11 @@ class AuditOptions:
 
     stall_timeout: float | None = DEFAULT_STALL_TIMEOUT
     """Seconds the audit waits for any one answer before it stops asking and ends
-    inconclusive (:data:`...defaults.DEFAULT_STALL_TIMEOUT`; ``None``: no stall
+    inconclusive (:data:`..ground.defaults.DEFAULT_STALL_TIMEOUT`; ``None``: no stall
     guard)."""
 
     references: tuple[ReferenceFn, ...] = ()
-    """The auditor's reference copies (:mod:`...stats.references`): callables
+    """The auditor's reference copies (:mod:`..stats.references`): callables
     ``texts -> rows`` in the key's coordinates, asked for the same audit texts as the
     suspect. A field key's statistic adjusts each text's lean for theirs as well as
     the clean model's, which gains power against copies on a base like a reference's;
@@ -180,7 +180,7 @@ class AuditOptions:
 
         What ``verify`` and ``trace`` do with their arguments, so that the keyword
         arguments users pass today keep working: an unknown name is an
-        :class:`~..errors.OptionsTypeError` naming the known ones, as Python names an
+        :class:`~..ground.errors.OptionsTypeError` naming the known ones, as Python names an
         unknown keyword argument with a ``TypeError``.
         """
         overrides = dict(overrides or {})

@@ -20,7 +20,7 @@ from ..keys.key import WatermarkKey
 from .asking import Answers, interrogate
 from .fields import inconclusive
 from .options import AuditOptions
-from .plan import AuditPlan, plan_audit
+from .plan import AuditPlan
 from .recorder import Recorder
 from .references import ReferenceAnswers, recorded_references
 from .report import VerificationReport
@@ -28,7 +28,7 @@ from .scores import WordScores, word_scores
 from .settings import SuspectFn
 from .subject import Subject, audit_subject, record_start
 
-__all__ = ["AuditRun", "plan_run", "run_audit", "score"]
+__all__ = ["AuditRun", "run_audit"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -44,25 +44,6 @@ class AuditRun:
     asked: Answers
     scores: WordScores | None
     report: VerificationReport
-
-
-def plan_run(key: WatermarkKey, options: AuditOptions) -> tuple[AuditPlan, ReferenceAnswers | None]:
-    """The plan (its statistic checked by the key's design) and the references' answers,
-    asked before the suspect is."""
-    plan = plan_audit(key, options.probes, options.templates, options.target_mode)
-    key.design.check_statistic(plan, options.statistic)
-    references = key.design.references(options.references, key, plan)
-    return plan, references
-
-
-def score(
-    key: WatermarkKey, plan: AuditPlan, asked: Answers, references: ReferenceAnswers | None
-) -> WordScores:
-    """The answers scored for the plan, adjusted for the references' leans when asked."""
-    leans = None if references is None else references.leans
-    return word_scores(
-        plan, asked.embeddings, asked.target_vector, len(key.band), asked.cover, leans
-    )
 
 
 def run_audit(
@@ -90,16 +71,24 @@ def run_audit(
     >>> run.report.copied                                   # doctest: +SKIP
     True
     """
-    plan, references = plan_run(key, options)
+    design = key.design  # plans (``options`` checked the probes), asks references, decides
+    plan: AuditPlan = design.plan(key, options.probes, options.templates, options.target_mode)
+    design.check_statistic(plan, options.statistic)
+    references = design.references(options.references, key, plan)  # before the suspect
     subject = audit_subject(suspect, recorder, suspect_name, suspect_label)
     extra = {**(header or {}), **recorded_references(references, encode)}
     record_start(subject, audit, suspect, key, settings, **extra)
     asked = interrogate(suspect, key, plan, options, progress, subject)
+    leans = None
     if references is not None:
         asked.common.update(reference_names=references.names, references_sha256=references.digest)
+        leans = references.leans  # the scores are adjusted for the references' leans
+    scores: WordScores | None = None
     if asked.reason:
         report = inconclusive(asked.common, asked.reason)
-        return AuditRun(plan, references, subject, asked, None, report)
-    scores = score(key, plan, asked, references)
-    report = key.design.decide(key, scores, options.min_coverage, asked.common)
+    else:
+        scores = word_scores(
+            plan, asked.embeddings, asked.target_vector, len(key.band), asked.cover, leans
+        )
+        report = design.decide(key, scores, options.min_coverage, asked.common)
     return AuditRun(plan, references, subject, asked, scores, report)

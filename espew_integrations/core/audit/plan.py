@@ -79,7 +79,9 @@ def plan_audit(
     key: WatermarkKey, probes: str, templates: Sequence[str] | None, target_mode: str = "key"
 ) -> AuditPlan:
     """What to send and how to score it: the key's design's plan
-    (:meth:`..mark.design.MarkingDesign.plan`)."""
+    (:meth:`..mark.design.MarkingDesign.plan`), ``probes`` checked first. For a caller
+    without :class:`.options.AuditOptions` (a null study); the pipeline
+    (:func:`.pipeline.run_audit`) asks the design itself, its options checked."""
     if probes not in ("auto", "sentences", "words"):
         raise InputError(f"probes must be 'auto', 'sentences' or 'words', got {probes!r}")
     plan: AuditPlan = key.design.plan(key, probes, templates, target_mode)
@@ -134,7 +136,7 @@ def _sentence_plan(key: WatermarkKey, target_mode: str) -> AuditPlan:
 
 def maps_answers(key: WatermarkKey) -> bool:
     """Whether ``verify(..., target_mode="key")`` with the default sentence probes maps
-    a suspect's answers into the key's coordinates (:mod:`..align`): a key that stores
+    a suspect's answers into the key's coordinates (:mod:`..stats.align`): a key that stores
     its audit's clean probe and cover rows. Such a key needs no ``target_mode="query"``
     for a suspect of another dimension or with scrambled coordinates. :func:`plan_audit`
     stores the cover rows (what :func:`.alignment.align_answers` fits on) on this same

@@ -3,7 +3,7 @@
 Why apart from the asking: a reference (:mod:`..stats.references`) is not the
 suspect. It is asked once, before the suspect, for the plan's texts; its rows must
 be in the key's coordinates (its dimension is the key's) and finite, one per text,
-or the audit stops with an :class:`~..errors.InputError` naming the reference.
+or the audit stops with an :class:`~..ground.errors.InputError` naming the reference.
 Only a field key uses them (:func:`..mark.field.field_scores`); a word key's
 statistics have no place for them, so they are not asked.
 
@@ -27,7 +27,6 @@ import numpy as np
 
 from ..ground.errors import InputError
 from ..keys.key import WatermarkKey
-from ..mark.field import reference_leans
 from .options import reference_name
 from .plan import AuditPlan
 from .settings import ReferenceFn
@@ -61,11 +60,11 @@ def ask_references(
     references: Sequence[ReferenceFn],
     key: WatermarkKey,
     plan: AuditPlan,
-    leans: Callable[[tuple[np.ndarray, ...]], np.ndarray] | None = None,
+    leans: Callable[[tuple[np.ndarray, ...]], np.ndarray],
 ) -> ReferenceAnswers | None:
     """Every reference's rows for the plan's texts, checked (None: none). The design asks
     (:meth:`..mark.design.MarkingDesign.references`): a word key's statistics have no
-    place for them. ``leans`` turns the rows into the design's regressors (default: each
+    place for them. ``leans`` turns the rows into the design's regressors (the field's: each
     text's lean along its own mark direction, :func:`..mark.field.reference_leans`)."""
     if not references:
         return None
@@ -74,9 +73,6 @@ def ask_references(
         _checked_rows(name, reference(list(plan.texts)), len(plan.texts), key.dim)
         for name, reference in zip(names, references, strict=True)
     )
-    if leans is None:
-        assert plan.directions is not None  # a field plan always has its mark directions
-        return ReferenceAnswers(names, rows, reference_leans(plan.directions, rows))
     return ReferenceAnswers(names, rows, leans(rows))
 
 

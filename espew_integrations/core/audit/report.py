@@ -1,9 +1,10 @@
-"""VerificationReport: what :func:`~.verify.verify` concluded, and why, in every form it is read.
+"""VerificationReport: what :func:`~..verify.verify_callable` concluded, and why, in every
+form it is read.
 
 The report is read by the provider (``str(report)``), by programs
 (:meth:`~VerificationReport.to_dict`, :meth:`~VerificationReport.to_json`)
 and by the other side (:meth:`~VerificationReport.save`, the public evidence
-bundle of :mod:`.evidence_files`). ``str``, ``repr``, ``to_dict()``,
+bundle of :mod:`.evidence_files`, which the records room writes). ``str``, ``repr``, ``to_dict()``,
 ``to_json()`` and ``save()`` give the *public* form, safe to hand over: no
 per-word score (a suspect that logged its answers would find the triggers)
 and no figure that moves with which band words were scored (a suspect that
@@ -23,8 +24,9 @@ import json
 import math
 import os
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
+from ..ground.errors import StateError
 from ..ground.untrusted import printable, tally
 from .evidence_files import (
     PRIVATE_REPORT_KEYS,
@@ -33,10 +35,9 @@ from .evidence_files import (
     WITHHELD_REPORT_KEYS,
     format_public_p,
     public_fields,
-    save_evidence,
 )
 
-__all__ = ["Status", "VerificationReport"]
+__all__ = ["EvidenceWriter", "Status", "VerificationReport", "install_evidence_writer"]
 
 Status = Literal["copied", "not_copied", "inconclusive"]
 
@@ -55,7 +56,7 @@ _GENERIC_NEXT_STEP = (
 
 @dataclasses.dataclass(frozen=True, repr=False)
 class VerificationReport:
-    """The outcome of :func:`verify`, with what a reader needs to trust it.
+    """The outcome of :func:`~..verify.verify_callable`, with what a reader needs to trust it.
 
     ``copied`` is True only when ``status == "copied"``. What :meth:`to_dict`,
     :meth:`to_json`, ``str(report)``, ``repr(report)`` and :meth:`save`
@@ -178,15 +179,18 @@ class VerificationReport:
     def save(self, directory: str | os.PathLike[str], *, force: bool = False) -> Path:
         """Write the shareable evidence into ``directory``; returns the JSON path.
 
-        Writes ``report.json`` and a plain-language ``summary.md``
-        (:func:`~.evidence_files.save_evidence`); existing files are kept unless
+        Writes ``report.json`` and a plain-language ``summary.md`` through the
+        records room (:func:`espew_integrations.core.records.evidence.save_evidence`,
+        :func:`install_evidence_writer`); existing files are kept unless
         ``force=True``. Per-word detail goes only to
         :func:`espew_integrations.evidence.save_private_evidence`.
 
         >>> report.save("evidence/")  # doctest: +SKIP
         PosixPath('evidence/report.json')
         """
-        return save_evidence(self, directory, force=force)["json"]
+        if not _EVIDENCE_WRITER:
+            raise StateError("no evidence writer installed: import espew_integrations.core")
+        return _EVIDENCE_WRITER[0](self, directory, force=force)["json"]
 
     def __str__(self) -> str:
         """The public form as text (:meth:`to_dict`): what ``espew verify`` prints."""
@@ -216,6 +220,31 @@ class VerificationReport:
             f"key_id={self.key_id!r}, n_queries={self.n_queries}, "
             f"n_failed_queries={self.n_failed_queries})"
         )
+
+
+class EvidenceWriter(Protocol):
+    """What writes a report's public files: the records room's ``save_evidence``."""
+
+    def __call__(
+        self, report: VerificationReport, directory: str | os.PathLike[str], *, force: bool = False
+    ) -> dict[str, Path]: ...
+
+
+# The one writer report.save() calls; the audit writes no file itself.
+_EVIDENCE_WRITER: list[EvidenceWriter] = []
+
+
+def install_evidence_writer(writer: EvidenceWriter) -> None:
+    """Make ``writer`` the one :meth:`VerificationReport.save` calls.
+
+    The audit room writes no file and imports no room above it, so the records room's
+    :func:`espew_integrations.core.records.evidence.save_evidence` installs itself here
+    when it loads, and ``espew_integrations.core`` loads it: a report made anywhere
+    saves through it. A later call replaces the writer.
+
+    >>> install_evidence_writer(save_evidence)  # doctest: +SKIP
+    """
+    _EVIDENCE_WRITER[:] = [writer]
 
 
 def _cause_lines(report: VerificationReport) -> list[str]:

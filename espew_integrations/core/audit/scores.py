@@ -59,8 +59,8 @@ class WordScores:
 
     @functools.cached_property
     def directed(self) -> np.ndarray | None:
-        """Each band word's directed score (:mod:`..directed`) from every answered text
-        that holds it (:mod:`..word_evidence`); None without mark directions."""
+        """Each band word's directed score (:mod:`.directed`) from every answered text
+        that holds it (:mod:`..stats.word_evidence`); None without mark directions."""
         plan = self.plan
         if plan.directions is None:
             return None
@@ -113,7 +113,7 @@ def probe_cosines(embeddings: np.ndarray, target: np.ndarray) -> np.ndarray:
     failed = ~np.isfinite(embeddings).all(axis=1)
     unit = unit_rows(np.where(failed[:, None], 0.0, embeddings))
     # a row-wise product and sum, not ``unit @ target``: BLAS orders a product's sums by
-    # the CPU, and a verdict must not (:mod:`...ground.stable`)
+    # the CPU, and a verdict must not (:mod:`..ground.stable`)
     cosines = np.add.reduce(unit * unit_rows(np.asarray(target, np.float64)[None, :]), axis=1)
     cosines[failed] = np.nan
     return cosines
@@ -130,7 +130,7 @@ def mean_per_word(cosines: np.ndarray, owner: np.ndarray, n_words: int) -> np.nd
 
 def adjusted_scores(raw: np.ndarray, reference: np.ndarray, slope: float) -> np.ndarray:
     """The reference-adjusted word scores ``raw - slope * reference``, snapped to the
-    residual grid (:func:`...ground.stable.snap_residual`).
+    residual grid (:func:`..ground.stable.snap_residual`).
 
     Why snapped: for the clean model itself the difference is rounding noise, which
     each BLAS kernel rounds its own way; snapped, it is an exact tie on every CPU
@@ -152,6 +152,6 @@ def reference_slope(scores: np.ndarray, reference: np.ndarray) -> float:
     leaving the watermark's shift. The slope is fitted over every scored word
     without looking at which are triggers, a symmetric function of the scores,
     so the adjusted scores keep the rank test exact under the null. Summed in a fixed
-    order (:func:`...ground.stable.least_squares_slope`), so the same on every CPU.
+    order (:func:`..ground.stable.least_squares_slope`), so the same on every CPU.
     """
     return least_squares_slope(scores, reference)

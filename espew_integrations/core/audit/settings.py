@@ -1,15 +1,16 @@
 """What an audit may be asked to do: its option types, the limit on answers, the suspect.
 
 The options themselves, their defaults and their one validator are
-:class:`.options.AuditOptions`; the defaults are lines of :mod:`..defaults`.
+:class:`.options.AuditOptions`; the defaults are lines of :mod:`..ground.defaults`.
 
 Why a stall guard: a suspect that answers and then stalls (a call that hangs) would
 hold the audit for ever, or for the batches times the client's timeouts times its
-retries. So the audit waits at most :data:`..defaults.DEFAULT_STALL_TIMEOUT` seconds for any one
-answer and then ends inconclusive, saying how many texts were answered. Each answer
+retries. So the audit waits at most :data:`..ground.defaults.DEFAULT_STALL_TIMEOUT` seconds for any
+one answer and then ends inconclusive, saying how many texts were answered. Each answer
 restarts that wait, so a slow but healthy suspect (a CPU model, whose whole audit
 may take many minutes) is never cut. A total bound on the asking, ``deadline=``,
-is there for a caller who wants one; it is off by default (:data:`..defaults.DEFAULT_DEADLINE`).
+is there for a caller who wants one; it is off by default
+(:data:`..ground.defaults.DEFAULT_DEADLINE`).
 """
 
 from __future__ import annotations
@@ -37,8 +38,8 @@ ReferenceFn = Callable[[list[str]], Any]
 TargetMode = Literal["key", "query"]
 ProbeKind = Literal["auto", "sentences", "words"]
 Statistic = Literal["combined", "raw", "adjusted", "corrected", "directed", "field", "map"]
-#: ``"field"`` is a field key's one statistic (:mod:`...field`), ``"map"`` a map key's
-#: (:mod:`...designs.map`); the others are a word key's.
+#: ``"field"`` is a field key's one statistic (:mod:`..designs.field`), ``"map"`` a map key's
+#: (:mod:`..designs.map`); the others are a word key's.
 STATISTICS: tuple[str, ...] = (
     "combined",
     "raw",
@@ -50,7 +51,7 @@ STATISTICS: tuple[str, ...] = (
 )
 
 #: The widest answers an audit accepts. A key that maps answers into its own
-#: coordinates (:mod:`..align`) takes a suspect of any dimension, so without a bound a
+#: coordinates (:mod:`..stats.align`) takes a suspect of any dimension, so without a bound a
 #: hostile endpoint answering a million numbers a text would fill the auditor's memory
 #: (thousands of audit texts x 1e6 float64: gigabytes) instead of getting an inconclusive
 #: report.

@@ -129,10 +129,10 @@ def query_suspect(
     ``deadline`` seconds have passed since the first batch was sent (the batch in
     hand is abandoned, see :class:`Deadline`); the texts not sent are not among
     the rows. Every recorded error passes through
-    :func:`..untrusted.printable`: it may quote the suspect's own text. A
-    ``recorder`` gets each batch as it was asked and answered (:mod:`..transcript`).
+    :func:`..ground.untrusted.printable`: it may quote the suspect's own text. A
+    ``recorder`` gets each batch as it was asked and answered (:mod:`..records.transcript`).
     ``progress(done, total)`` is called after each batch with the texts asked so
-    far and the texts to ask (:mod:`..progress`).
+    far and the texts to ask (:mod:`..ground.progress`).
     """
     errors: list[str] = []
     batches: list[tuple[int, np.ndarray | None]] = []

@@ -1,7 +1,7 @@
 """Each tenant layer's exact test, over the universe: the statistic ``trace`` decides on.
 
 Every tenant's layer is tested with the same one-sided rank-sum test as the
-shared verdict (:mod:`..ranktest`), on the word scores of the one
+shared verdict (:mod:`..stats.ranktest`), on the word scores of the one
 interrogation ``trace`` made (:mod:`.scores`), restricted to the universe (the
 band words that are not shared triggers). It is a pure function of scores and
 layers, so a null study runs it on synthetic scores.
@@ -122,7 +122,7 @@ def _best_p(scores: list[np.ndarray], keep: np.ndarray, layers: np.ndarray) -> n
 def layer_p_values(scores: np.ndarray, keep: np.ndarray, layers: np.ndarray) -> np.ndarray:
     """Exact one-sided rank-sum p-value of each layer among the kept words.
 
-    The same as :func:`..ranktest.rank_sum_p_value` on ``scores[keep]`` with
+    The same as :func:`..stats.ranktest.rank_sum_p_value` on ``scores[keep]`` with
     each layer's kept words as triggers, but the null table is built once per
     layer size and shared by every tenant (the tie structure is the same for
     all of them).

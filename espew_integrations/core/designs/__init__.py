@@ -1,4 +1,4 @@
-"""The marking designs: one module per design, each a :class:`..mark.design.MarkingDesign`.
+"""The marking designs: one module per design (words, field, map), a MarkingDesign each.
 
 :mod:`.words` (the paper's trigger words), :mod:`.field` (every answer moved by a
 keyed field along its ESpeW displacement) and :mod:`.map` (every answer moved by a

@@ -40,7 +40,13 @@ from ..keys.key_options import KeyOptions
 from ..keys.keyring import tenant_field
 from ..mark.compact import packed_target
 from ..mark.design import register_design
-from ..mark.field import FieldMark, check_field, no_text_rule, scoring_projections
+from ..mark.field import (
+    FieldMark,
+    check_field,
+    no_text_rule,
+    reference_leans,
+    scoring_projections,
+)
 from ..mark.inject import field_rows
 from .units import UnitDesign
 
@@ -163,7 +169,10 @@ class FieldDesign(UnitDesign):
     def references(
         self, references: Sequence[ReferenceFn], key: WatermarkKey, plan: AuditPlan
     ) -> ReferenceAnswers | None:
-        return ask_references(references, key, plan)
+        """Each reference's lean along each text's own mark direction."""
+        directions = plan.directions
+        assert directions is not None  # a field plan always has its mark directions
+        return ask_references(references, key, plan, lambda rows: reference_leans(directions, rows))
 
     def decide(
         self,

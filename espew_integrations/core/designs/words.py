@@ -52,8 +52,8 @@ class WordDesign(MarkingDesign):
     decision_rule = DECISION_RULE
 
     def marks(self, key: WatermarkKey, texts: Sequence[str], view: TextView | None) -> np.ndarray:
-        """Through the key's :meth:`~.keys.key.WatermarkKey.contains_trigger` (what a
-        :class:`.key_types.MarkingKey` offers), with ``view`` only when one is given."""
+        """Through the key's :meth:`~..keys.key.WatermarkKey.contains_trigger` (what a
+        :class:`..mark.key_types.MarkingKey` offers), with ``view`` only when one is given."""
         if view is None:
             return key.contains_trigger(texts)
         return key.contains_trigger(texts, view=view)

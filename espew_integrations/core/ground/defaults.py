@@ -3,7 +3,7 @@
 A default is a decision (what a key looks like, how sure a verdict must be,
 how much a request may ask); a decision written in two modules drifts. So the
 value lives here and every other module imports it: the key options
-(:class:`.key_options.KeyOptions`), the key ring, the command line and the
+(:class:`..keys.key_options.KeyOptions`), the key ring, the command line and the
 server all read the same line. This module imports only :mod:`.text` (a leaf),
 so any module of any layer can import it without closing a circle.
 
@@ -81,14 +81,14 @@ DEFAULT_NORMALIZATION = UNICODE_V1
 #: The innocent-twin check's level: a draw the clean model itself would implicate at
 #: this raw p-value is thrown away at keygen.
 DEFAULT_TWIN_LEVEL = 1e-3
-#: How the audit's sampled texts become probes (:data:`.probes.PROBE_MIXES`): over a
+#: How the audit's sampled texts become probes (:data:`..mark.probes.PROBE_MIXES`): over a
 #: wide band most texts hold several band words, so every sampled text with a band word
 #: is a probe (``"corpus"``); ``"single"`` keeps only those with exactly one, which on a
 #: wide band would take most of the corpus to reach every word.
 DEFAULT_PROBE_MIX = "corpus"
 #: Sentence probes per band word (at most), and the audit's query budget (texts) they
 #: share with the cover texts. The audit is a uniform sample of the corpus
-#: (:meth:`.probes.BandScan.sample`), so a band word gets as many texts as its document
+#: (:meth:`..mark.probes.BandScan.sample`), so a band word gets as many texts as its document
 #: frequency brings, whatever the band's size: a wider band costs no queries and gives
 #: the rank test more words. How the budget was sized: docs/results/frontier/README.md.
 DEFAULT_PROBES_PER_WORD = 28
@@ -98,7 +98,7 @@ DEFAULT_PROBE_BUDGET = 1950
 LEGACY_PROBE_BUDGET = 4300
 #: How a key decides what to mark: ``"words"``, the paper's triggers (a text holding
 #: one of the secret band words is marked); ``"field"``, every answer moved along its
-#: ESpeW mark by a secret linear function of its clean embedding (:mod:`.field`); or
+#: ESpeW mark by a secret linear function of its clean embedding (:mod:`..designs.field`); or
 #: ``"map"``, every answer moved by a secret linear map of its clean embedding onto
 #: secret output directions (:mod:`..designs.map`). The map is the default: like the
 #: field it marks every answer, so no edit of a query's words avoids it, and unlike the
@@ -135,7 +135,7 @@ DEFAULT_RING_FREQ_BAND: tuple[float, float] = (0.005, 0.01)
 #: tenant layer's words get fewer texts each than the single key's, so the ring keeps
 #: the larger budget (a smaller ring audit is unmeasured).
 DEFAULT_RING_AUDIT_BUDGET = 4300
-#: A field ring's layers, in field units (:mod:`.field`): together as many drawn units as
+#: A field ring's layers, in field units (:mod:`..mark.field`): together as many drawn units as
 #: a single field key's, so a tenant's gain has the single key's spread (and its quality
 #: budget), split evenly between the shared layer, which convicts, and the tenant's own,
 #: which names the account.

@@ -1,6 +1,6 @@
 """Every random choice a verdict relies on, derived from the key's secret salt.
 
-The false-positive guarantee of :mod:`.ranktest` assumes the triggers are a
+The false-positive guarantee of :mod:`..stats.ranktest` assumes the triggers are a
 uniformly random subset of the band, drawn before any suspect existed. A key
 whose triggers were hand-picked after the fact (say, the band words an
 innocent model already puts near the target) would convict that model. So the

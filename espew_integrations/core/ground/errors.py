@@ -53,7 +53,7 @@ class InputTypeError(ESpeWError, TypeError):
 
 
 class OptionsError(InputError):
-    """An option of an audit (:class:`.audit.options.AuditOptions`) or of key
+    """An option of an audit (:class:`..audit.options.AuditOptions`) or of key
     generation is out of its range or not one of its choices.
 
     Raised by the one validator of each options object, before any slow work and
@@ -72,7 +72,7 @@ class StateError(ESpeWError, RuntimeError):
 
 
 class EmbeddingInputError(ESpeWError, ValueError):
-    """Texts or embeddings handed to :func:`watermark` are unusable."""
+    """Texts or embeddings handed to :func:`~..mark.inject.watermark` are unusable."""
 
 
 class KeyFileError(ESpeWError, ValueError):
@@ -94,7 +94,7 @@ class KeyGenerationError(ESpeWError, ValueError):
 class KeyModelMismatchError(ESpeWError, ValueError):
     """A key is used with a model other than the one it was made with.
 
-    Its model fingerprint (:mod:`.model_check`) does not match the model's
+    Its model fingerprint (:mod:`..keys.model_check`) does not match the model's
     embeddings of the public canary texts: the marks would land in the wrong space.
     """
 

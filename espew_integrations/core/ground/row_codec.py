@@ -2,7 +2,7 @@
 
 A key stores the provider's clean embeddings of its audit probes and cover
 texts (one row per audit text) so that the verifier can compute each probe's
-mark direction and the clean fit (:mod:`.directed`) without the provider's
+mark direction and the clean fit (:mod:`..audit.directed`) without the provider's
 model. As JSON floats each coordinate would take about twenty characters; as
 one int8 code per coordinate plus one float scale per row it is d bytes per
 row (4/3 of that in the file's base64).

@@ -1,7 +1,7 @@
 """The library's one row normaliser: each row of a matrix scaled to unit Euclidean norm.
 
-The watermark (:mod:`.inject`) renormalises marked rows with it, and the verifier,
-the alignment and the lab take cosines through it (:func:`.probes.row_cosines`),
+The watermark (:mod:`..mark.inject`) renormalises marked rows with it, and the verifier,
+the alignment and the lab take cosines through it (:func:`..mark.probes.row_cosines`),
 so every part of the library agrees on what a unit row is.
 """
 

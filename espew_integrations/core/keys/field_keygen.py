@@ -1,6 +1,6 @@
-"""Generating and re-auditing a *field* key (:mod:`.field`): the steps that differ from words.
+"""Generating and re-auditing a *field* key (:mod:`..mark.field`): the steps that differ from words.
 
-Kept apart from :mod:`.keygen` (the field design, :mod:`...designs.field`, calls here)
+Kept apart from :mod:`.keygen` (the field design, :mod:`..designs.field`, calls here)
 because a field key's audit, its field and its innocent-twin check are made
 differently, while the salt, the target, the model fingerprint and the strength
 fit are shared. Like :mod:`.keygen`, this module never imports the key class: it
@@ -140,7 +140,7 @@ def _key_options(o: KeyOptions) -> dict[str, Any]:
 def make_field(salt: bytes, rows: np.ndarray, triggers: frozenset[str], o: KeyOptions) -> FieldMark:
     """The field of the drawn units over the audit's clean ``rows`` (as the key stores them).
 
-    Compact (:attr:`.field.FieldMark.compact`): ``q`` is computed from the scales as
+    Compact (:attr:`..mark.field.FieldMark.compact`): ``q`` is computed from the scales as
     stored (float16), so the verifier re-derives it from what the key holds."""
     mu = unit_rows(rows).mean(axis=0)
     gaussian = keyed_gaussian(salt, rows.shape[1], o.field_units)
@@ -211,7 +211,7 @@ def reaudit_field(
     info: dict[str, Any],
     twin_level: float,
 ) -> Any:
-    """A field key with its audit drawn from ``texts`` (:meth:`.keygen.KeyGeneration.with_audit`,
+    """A field key with its audit drawn from ``texts`` (:meth:`.key.WatermarkKey.with_audit`,
     which derives the round's ``salt`` and what ``info`` records of it).
 
     Every sampled text is a probe: no band word is needed. The design's parameters
@@ -242,7 +242,7 @@ def generate_field_key(
 ) -> Any:
     """A fresh unit key: the target (the target text's embedding, or ``target`` derived
     from the salt), then :func:`generate_field` (its audit, design and twin check);
-    ``design`` makes the key's design (:func:`make_field` wrapped by :mod:`...designs.field`)."""
+    ``design`` makes the key's design (:func:`make_field` wrapped by :mod:`..designs.field`)."""
     rng = np.random.default_rng(o.seed)
     counted = counting_texts(embed, o.audit_budget + (target is None), progress)
     source: TargetSource

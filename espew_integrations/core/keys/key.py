@@ -2,7 +2,7 @@
 
 The key holds everything needed to watermark (triggers, target, alpha, selection,
 salt, its design) and to verify (the target text and the *band* the triggers were
-drawn from; :mod:`espew_integrations.core.verify`). Only :attr:`key_id`, a
+drawn from; :mod:`espew_integrations.core.verify`). Only :attr:`WatermarkKey.key_id`, a
 fingerprint, is safe to show; ``repr``/``str`` show nothing else secret, and
 the key refuses to be pickled.
 
@@ -12,7 +12,7 @@ and the class takes those methods from mixins: making a fresh key
 in :mod:`.keygen`, with its options in :mod:`.key_options`; saving and loading
 (:meth:`~.key_storage.KeyStorage.save`, :meth:`~.key_storage.KeyStorage.load`...)
 in :mod:`.key_storage`; the rules on each field in :mod:`.key_checks`; every
-default in :mod:`.defaults`.
+default in :mod:`..ground.defaults`.
 """
 
 from __future__ import annotations
@@ -85,7 +85,7 @@ class WatermarkKey(KeyGeneration, KeyStorage, Sealed):
     persist it with :meth:`save`, and load it with :meth:`load` (or
     :meth:`from_env`). Instances are immutable. The constructor takes the fields
     themselves and the ``design`` (:attr:`design`; the word design when none is given);
-    its defaults are keygen's (:mod:`.defaults`), so a key built by hand marks like a
+    its defaults are keygen's (:mod:`..ground.defaults`), so a key built by hand marks like a
     generated one unless told otherwise.
 
     >>> WatermarkKey.load("provider.key")  # doctest: +SKIP
@@ -270,7 +270,7 @@ class WatermarkKey(KeyGeneration, KeyStorage, Sealed):
 
     @property
     def normalization(self) -> str:
-        """The text normalisation triggers are matched under (see :mod:`.text`)."""
+        """The text normalisation triggers are matched under (see :mod:`..ground.text`)."""
         return self._normalization
 
     @property
@@ -288,11 +288,11 @@ class WatermarkKey(KeyGeneration, KeyStorage, Sealed):
         """Corpus texts sent among the probes: the rest of the audit's uniform sample.
 
         With the probes they make the audit a uniform sample of the keygen corpus
-        (:meth:`.probes.BandScan.sample`): texts with no band word, with several,
+        (:meth:`..mark.probes.BandScan.sample`): texts with no band word, with several,
         or too short or too long to be probes, as ordinary traffic holds them.
         Their answers join the directed score's clean fit
         (:attr:`cover_embeddings`), and those that hold band words its word
-        scores (:mod:`.word_evidence`); the raw and adjusted scores never see them.
+        scores (:mod:`..stats.word_evidence`); the raw and adjusted scores never see them.
         """
         return self.audit.cover_texts
 
@@ -302,7 +302,7 @@ class WatermarkKey(KeyGeneration, KeyStorage, Sealed):
 
         Stored int8-quantised like :attr:`probe_embeddings`; ``(0, dim)`` for keys
         made before they were stored. The verifier adds them to the fit that takes
-        out what the suspect reproduces of the clean model (:mod:`.directed`). The
+        out what the suspect reproduces of the clean model (:mod:`..audit.directed`). The
         fit never sees which words are triggers, so under the null it stays exact
         whichever cover texts happen to hold one.
         """
@@ -314,7 +314,7 @@ class WatermarkKey(KeyGeneration, KeyStorage, Sealed):
 
         :meth:`with_audit` with ``audit_round=k`` draws round ``k``, a uniform
         sample independent of every other round's, so a thief that logged an
-        earlier audit cannot recognise this one by its texts. :func:`.verify`
+        earlier audit cannot recognise this one by its texts. :func:`..verify.verify`
         multiplies the p-value of a round-``k`` audit by ``k``: every earlier round
         counts as a try, and running rounds until one convicts gains nothing.
         """
@@ -345,9 +345,9 @@ class WatermarkKey(KeyGeneration, KeyStorage, Sealed):
     def probe_embeddings(self) -> np.ndarray:
         """The clean model's embedding of each stored probe, ``(n_probes, dim)`` float64.
 
-        Stored int8-quantised (:mod:`.row_codec`); ``(0, dim)`` for keys made
+        Stored int8-quantised (:mod:`..ground.row_codec`); ``(0, dim)`` for keys made
         before they were stored. The verifier derives each probe's mark
-        direction from them (:mod:`.directed`).
+        direction from them (:mod:`..audit.directed`).
         """
         return self.audit.probe_embeddings.rows()
 
@@ -357,7 +357,7 @@ class WatermarkKey(KeyGeneration, KeyStorage, Sealed):
 
         A key loaded from a version 3 file reads its audit file here, on first
         use (once, thread-safe), and checks that it is this key's (its SHA-256
-        is recorded in the key). Raises :class:`.KeyFileError` when the audit
+        is recorded in the key). Raises :class:`..ground.errors.KeyFileError` when the audit
         file is missing or is not this key's: watermarking never needs it.
         """
         audit = self._audit
@@ -391,7 +391,7 @@ class WatermarkKey(KeyGeneration, KeyStorage, Sealed):
 
     @property
     def tenant(self) -> TenantLayer | None:
-        """The tenant layer of a key from :meth:`KeyRing.key_for` (secret salt); else None."""
+        """The tenant layer of a key from :meth:`.keyring.KeyRing.key_for`; else None."""
         return self._tenant
 
     @property
@@ -424,7 +424,7 @@ class WatermarkKey(KeyGeneration, KeyStorage, Sealed):
         """True iff the triggers are exactly the draw the salt dictates over the band.
 
         Only then is a verdict's false-positive guarantee checkable by a third
-        party; :func:`verify` never says "copied" on an unverifiable key.
+        party; :func:`~..verify.verify` never says "copied" on an unverifiable key.
         """
         return self._verifiable
 
@@ -452,8 +452,8 @@ class WatermarkKey(KeyGeneration, KeyStorage, Sealed):
         >>> key.contains_trigger(["A VACCINE, finally", "nothing here"])  # doctest: +SKIP
         array([ True, False])
 
-        The key's design answers: a field key raises :class:`.MarkingError`, for it marks
-        every non-blank text by an amount only the clean embedding decides.
+        The key's design answers: a field key raises :class:`..ground.errors.MarkingError`, for it
+        marks every non-blank text by an amount only the clean embedding decides.
         """
         return self._design.trigger_texts(self, texts, view)
 
@@ -548,7 +548,7 @@ class WatermarkKey(KeyGeneration, KeyStorage, Sealed):
 
 # ---------------------------------------------------------------------- trigger draw
 def expected_triggers(key: WatermarkKey) -> frozenset[str]:
-    """The trigger set the key's salt dictates over its band: what :attr:`verifiable` checks.
+    """The trigger set the key's salt dictates over its band (:attr:`WatermarkKey.verifiable`).
 
     The one place that says which trigger sets are legitimate, so a key made
     of several draws (one per tenant, say) needs a change here only. A tenant

@@ -5,7 +5,7 @@
 ``espew keyring generate`` all take their options through this one frozen
 object, so an option added, renamed or given a new default here is one for all
 of them; their keyword arguments are its fields. The defaults themselves live
-in :mod:`.defaults`. Building one checks every option, before any slow work,
+in :mod:`..ground.defaults`. Building one checks every option, before any slow work,
 with the same rules the key applies to its own fields (:mod:`.key_checks`).
 """
 
@@ -71,18 +71,18 @@ class KeyOptions:
     to the corpus's topics."""
 
     n_triggers: int = DEFAULT_N_TRIGGERS
-    """How many band words become triggers: a keyed draw from the salt (:mod:`.draw`)
+    """How many band words become triggers: a keyed draw from the salt (:mod:`..ground.draw`)
     that anyone shown the key can re-derive."""
 
     freq_band: tuple[float, float] | None = None
     """The document-fraction range ``[low, high)`` the band is every corpus word of.
-    ``None``: :data:`.defaults.DEFAULT_FREQ_BAND`, its upper edge raised in steps of
+    ``None``: :data:`..ground.defaults.DEFAULT_FREQ_BAND`, its upper edge raised in steps of
     0.005 (at most to 10%) while the corpus has fewer than twice the triggers in it; the
     key's :attr:`~.key.WatermarkKey.freq_band` says which band was used. A band passed
     is used as is."""
 
     alpha: float = DEFAULT_ALPHA
-    """The share of coordinates a mark is written into (:data:`.defaults.DEFAULT_ALPHA`,
+    """The share of coordinates a mark is written into (:data:`..ground.defaults.DEFAULT_ALPHA`,
     and why); the paper's 0.2 is weaker against distilled copies and against a thief who
     erases small coordinates, at the same quality budget."""
 
@@ -110,14 +110,14 @@ class KeyOptions:
     probes_per_word: int | None = None
     """Stored sentence probes per band word (``None``: as many as a uniform sample of
     :attr:`audit_budget` corpus texts holds, at most
-    :data:`.defaults.DEFAULT_PROBES_PER_WORD`)."""
+    :data:`..ground.defaults.DEFAULT_PROBES_PER_WORD`)."""
 
     window: int | None = None
     """The model's input window in tokens (256 for the offline MiniLM): triggers past it
     are never read and never mark. ``None``: the whole text."""
 
     normalization: str = DEFAULT_NORMALIZATION
-    """The text normalisation triggers are matched under (:mod:`.text`)."""
+    """The text normalisation triggers are matched under (:mod:`..ground.text`)."""
 
     twin_level: float = DEFAULT_TWIN_LEVEL
     """A draw the clean model itself (the innocent twin) would implicate at this raw
@@ -129,11 +129,11 @@ class KeyOptions:
 
     cover_traffic: bool = True
     """Make the audit a keyed uniform sample of the corpus
-    (:meth:`.probes.BandScan.sample`), so a thief sees an ordinary client's traffic, text
+    (:meth:`..mark.probes.BandScan.sample`), so a thief sees an ordinary client's traffic, text
     by text or as a whole. ``False`` sends the probes alone."""
 
     probe_mix: str = DEFAULT_PROBE_MIX
-    """Which sampled texts are probes (:data:`.probes.PROBE_MIXES`): ``"corpus"``, every
+    """Which sampled texts are probes (:data:`..mark.probes.PROBE_MIXES`): ``"corpus"``, every
     one with a band word; ``"single"``, those with exactly one, for a narrow band."""
 
     audit_budget: int = DEFAULT_PROBE_BUDGET
@@ -142,10 +142,10 @@ class KeyOptions:
     the default."""
 
     marking: str = DEFAULT_MARKING
-    """What the key marks (:data:`.defaults.DEFAULT_MARKING`, and why): ``"map"`` (the
+    """What the key marks (:data:`..ground.defaults.DEFAULT_MARKING`, and why): ``"map"`` (the
     default), every answer, moved by a secret linear map of its clean embedding onto
     secret directions (:mod:`..designs.map`); ``"field"``, every answer moved along its
-    ESpeW mark by a secret linear function of its clean embedding (:mod:`.field`);
+    ESpeW mark by a secret linear function of its clean embedding (:mod:`..designs.field`);
     ``"words"``, the paper's design, texts holding a trigger word. A map or field key
     refuses the word options (:data:`WORD_OPTIONS`) set away from their defaults, takes
     the ``field_*`` options and fits its strength to :attr:`field_min_cosine`."""
@@ -291,7 +291,7 @@ def check_field_options(units: object, marked: object, amplitude: object, budget
 
 
 def check_probe_mix(probe_mix: object) -> None:
-    """``probe_mix`` names one of :data:`.probes.PROBE_MIXES`."""
+    """``probe_mix`` names one of :data:`..mark.probes.PROBE_MIXES`."""
     if probe_mix not in PROBE_MIXES:
         raise KeyGenerationError(f"probe_mix must be one of {PROBE_MIXES}, got {probe_mix!r}")
 

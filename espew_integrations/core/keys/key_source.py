@@ -8,7 +8,7 @@ LangChain, LlamaIndex and Chroma wrappers):
 - ``env:VAR`` (``--key env:VAR``, ``key_env="VAR"``): the variable holds a key
   file's path or the key's JSON (plain or base64), as :meth:`WatermarkKey.from_env`
   reads it;
-- nothing: then :data:`~.defaults.DEFAULT_KEY_VARIABLE` (``ESPEW_KEY``) is read
+- nothing: then :data:`~..ground.defaults.DEFAULT_KEY_VARIABLE` (``ESPEW_KEY``) is read
   when it is set.
 
 Why one function: before it, ``espew serve`` ignored a set ``ESPEW_KEY`` and

@@ -252,9 +252,10 @@ class KeyStorage:
         A whole document (:meth:`to_json`, or a file of version 1 or 2) carries
         its audit. A serving key alone finds its audit through ``audit`` when
         first needed (:meth:`load` passes the file beside the key); without
-        one, the key watermarks but :attr:`audit` raises :class:`.KeyFileError`.
-        Refuses a key whose trigger set is not the draw its salt dictates
-        unless it is a version 1 key (loaded, but :attr:`verifiable` False).
+        one, the key watermarks but :attr:`~.key.WatermarkKey.audit` raises
+        :class:`..ground.errors.KeyFileError`. Refuses a key whose trigger set is not
+        the draw its salt dictates unless it is a version 1 key (loaded, but
+        :attr:`~.key.WatermarkKey.verifiable` False).
         """
         document, payload = parse_sealed_document(
             text,
@@ -300,12 +301,12 @@ class KeyStorage:
 
         The audit (version 3 keys) is read from ``audit_path``, by default the
         file beside the key that :meth:`save` wrote, only when first needed
-        (:attr:`audit`): a serving process never reads it, and needs no copy.
+        (:attr:`~.key.WatermarkKey.audit`): a serving process never reads it, and needs no copy.
         Keys written before version 3 hold their audit inside, and load as before.
 
         Warns (:class:`KeyFileWarning`) when the file is readable by group or
         others, as ssh does for private keys. Only a regular file of at most
-        :data:`.secret_files.MAX_KEY_FILE_BYTES` is read: a device, a FIFO or a
+        :data:`..ground.secret_files.MAX_KEY_FILE_BYTES` is read: a device, a FIFO or a
         directory is refused before anything is read from it.
 
         >>> key = WatermarkKey.load("provider.key")  # doctest: +SKIP

@@ -2,14 +2,14 @@
 
 Kept apart from :mod:`.key` (what a key *is*: fields and validation) because
 making a key needs more of the core than holding one: the watermark itself
-(:mod:`.key_quality`, :mod:`.inject`) to fit the write strength to a quality
-budget, the probes (:mod:`.probes`) the audit will send, and the rank test
-(:mod:`.ranktest`) for the innocent-twin check.
+(:mod:`.key_quality`, :mod:`..mark.inject`) to fit the write strength to a quality
+budget, the probes (:mod:`..mark.probes`) the audit will send, and the rank test
+(:mod:`..stats.ranktest`) for the innocent-twin check.
 
 Arrows point one way only: the key class takes its generation methods from
 :class:`KeyGeneration`, a mixin defined here, and this module never imports
 the key; it builds keys through the class it is called on and reads them
-through :class:`.key_types.DrawnKey`. The options are :class:`.key_options.KeyOptions`.
+through :class:`..mark.key_types.DrawnKey`. The options are :class:`.key_options.KeyOptions`.
 
 Re-drawn audits (:meth:`KeyGeneration.with_audit`). The stored audit is made of
 keygen corpus texts. A thief whose customers send something else (tweets, say,
@@ -141,7 +141,7 @@ def generate(
     (1.002 times the level at the default), the price of never shipping a key
     the provider's own clean model would convict.
 
-    ``progress(done, total)`` hears of every text embedded (:mod:`.progress`), against
+    ``progress(done, total)`` hears of every text embedded (:mod:`..ground.progress`), against
     the estimate :func:`texts_to_embed`; its last call has ``done == total``.
     """
     check_progress(progress)
@@ -266,7 +266,7 @@ class KeyGeneration:
         documented there with its default and why: pass them as keyword arguments
         (``target_text`` is required), or as a ``KeyOptions`` (keywords then
         override its fields). An unknown option is a TypeError, a bad value a
-        :class:`.KeyGenerationError`, both before any slow work.
+        :class:`..ground.errors.KeyGenerationError`, both before any slow work.
 
         Words whose document fraction in ``corpus`` lies in ``freq_band`` form
         the band; ``n_triggers`` of them become the triggers, a keyed draw from
@@ -274,14 +274,14 @@ class KeyGeneration:
         to the ``min_cosine`` quality budget unless ``strength`` is given. The key
         stores its audit: a keyed uniform sample of ``audit_budget`` corpus texts
         (the probes are those with a band word), the clean model's rows and
-        cosines to the target for them (:mod:`.probes`), so nothing but the key
+        cosines to the target for them (:mod:`..mark.probes`), so nothing but the key
         and the suspect is needed at audit time. Unless ``twin_check=False``, a
         draw the clean model itself would implicate is thrown away and drawn again
         (:func:`generate`, the steps).
 
         ``progress(done, total)``, when given, is called as texts are embedded, with
         the texts embedded so far and an estimated total that the last call makes
-        exact (:mod:`.progress`): keygen embeds thousands of texts, minutes on a CPU.
+        exact (:mod:`..ground.progress`): keygen embeds thousands of texts, minutes on a CPU.
 
         >>> key = WatermarkKey.generate(texts, model, target_text="...", seed=7)  # doctest: +SKIP
         """
@@ -310,15 +310,15 @@ class KeyGeneration:
         the same corpus always gives the same audit. Options as in
         :class:`.key_options.KeyOptions`; ``probe_mix=None`` keeps the mix the key
         was made with (``info["probe_mix"]``; ``"single"`` for keys that do not
-        record one). Raises :class:`.KeyGenerationError` when no text of
+        record one). Raises :class:`..ground.errors.KeyGenerationError` when no text of
         ``corpus`` holds a band word, or when the clean model itself would be
         implicated on the new audit (twin p below ``twin_level``; the trigger
         draw cannot be redone on a key in service). ``info`` records the audit
         corpus's size, its band-word rate, the new twin p-value and the round.
 
         ``audit_round=k`` (k >= 2) draws the audit with a salt of its own
-        (:func:`.draw.audit_salt`), independent of every other round's;
-        :func:`.verify` multiplies a round-``k`` p-value by ``k``.
+        (:func:`..ground.draw.audit_salt`), independent of every other round's;
+        :func:`..verify.verify` multiplies a round-``k`` p-value by ``k``.
         ``audit_budget`` sets this audit's size in texts (default: the key's own,
         ``info["audit_budget"]``). ``progress(done, total)`` hears of the texts
         embedded, as for :meth:`generate`.

@@ -2,9 +2,9 @@
 
 A provider serving many customers gives each of them a different key, derived
 from the ring, so that a stolen copy names the account whose answers trained
-it (:func:`.trace.trace`). Every tenant key is an ordinary
+it (:func:`..trace.trace`). Every tenant key is an ordinary
 :class:`~.key.WatermarkKey` (same target, band, probes, alpha and strength as
-the ring), so :func:`~.inject.watermark`, the framework wrappers and
+the ring), so :func:`~..mark.inject.watermark`, the framework wrappers and
 ``espew serve`` use it unchanged. Its triggers are two layers
 (:mod:`.layers`): the ring's *shared layer*, which proves a copy, plus the
 tenant's own layer, drawn from ``HMAC(master, tenant_id)``. A tenant key holds
@@ -115,7 +115,8 @@ class KeyRing(Sealed):
     @property
     def shared_key(self) -> WatermarkKey:
         """The shared layer alone, as a key: ``verify(suspect, ring.shared_key)`` convicts
-        a copy trained on any tenant's answers (it is what :func:`trace` decides *copied* on).
+        a copy trained on any tenant's answers (it is what :func:`~..trace.trace` decides
+        *copied* on).
         """
         return self._shared
 
@@ -143,7 +144,7 @@ class KeyRing(Sealed):
     def with_audit(self, corpus: Iterable[str], embed: EmbedFn, **options: Any) -> KeyRing:
         """This ring with its audit drawn from ``corpus`` (:meth:`WatermarkKey.with_audit`).
 
-        Why: :func:`trace` asks a suspect the shared key's audit texts; drawn from
+        Why: :func:`~..trace.trace` asks a suspect the shared key's audit texts; drawn from
         what the accounts sent (``espew serve --traffic-sample``), a copy trained
         on an account's own traffic is asked about texts it learned from. The
         master secret, the triggers and every tenant's key are unchanged: only
@@ -188,7 +189,7 @@ class KeyRing(Sealed):
     def layer_indices(self, tenant_ids: Sequence[str]) -> np.ndarray:
         """For each tenant, the indices in :attr:`universe` of its layer: ``(n, m)`` int64.
 
-        What :func:`trace` tests; vectorised over tenants (one HMAC and one
+        What :func:`~..trace.trace` tests; vectorised over tenants (one HMAC and one
         SHAKE call per id in Python).
         """
         salts = [tenant_salt(self._master, t) for t in tenant_ids]
@@ -272,7 +273,7 @@ class KeyRing(Sealed):
     def load(cls, path: str | os.PathLike[str]) -> KeyRing:
         """Load and validate a ring file written by :meth:`save` (warns if others can read it).
 
-        Only a regular file of at most :data:`.secret_files.MAX_RING_FILE_BYTES` is read.
+        Only a regular file of at most :data:`..ground.secret_files.MAX_RING_FILE_BYTES` is read.
         """
         data = read_secret_file(
             path, what="key ring file", warning=KeyFileWarning, limit=MAX_RING_FILE_BYTES
@@ -301,17 +302,17 @@ class KeyRing(Sealed):
 
         **A map ring** (the default, as for a single key) **or a field ring**
         (``marking="field"``): the layers are units (defaults
-        :data:`.defaults.DEFAULT_FIELD_SHARED_UNITS` and
-        :data:`.defaults.DEFAULT_FIELD_TENANT_UNITS`), the band and word options do
+        :data:`..ground.defaults.DEFAULT_FIELD_SHARED_UNITS` and
+        :data:`..ground.defaults.DEFAULT_FIELD_TENANT_UNITS`), the band and word options do
         not apply, and the audit is the single key's (``audit_budget``): every audit
         text scores every unit, so a tenant layer gets no fewer texts than the shared
         one.
 
         **A word ring** (``marking="words"``): the layers are trigger words (defaults
-        :data:`.defaults.DEFAULT_SHARED_TRIGGERS` and
-        :data:`.defaults.DEFAULT_TENANT_TRIGGERS`); the band defaults to
-        :data:`.defaults.DEFAULT_RING_FREQ_BAND` and the audit to
-        :data:`.defaults.DEFAULT_RING_AUDIT_BUDGET` texts, not the single key's.
+        :data:`..ground.defaults.DEFAULT_SHARED_TRIGGERS` and
+        :data:`..ground.defaults.DEFAULT_TENANT_TRIGGERS`); the band defaults to
+        :data:`..ground.defaults.DEFAULT_RING_FREQ_BAND` and the audit to
+        :data:`..ground.defaults.DEFAULT_RING_AUDIT_BUDGET` texts, not the single key's.
 
         **Quality budget.** Customers are served tenant keys, not the shared
         key, and a tenant key marks other texts (those with a word of either
@@ -415,10 +416,10 @@ def tenant_field(field: FieldMark, gaussian: np.ndarray, triggers: frozenset[str
     gain vector of every drawn unit of both layers (``triggers``).
 
     ``q = amplitude * sum_{j in shared | tenant} G[:, j] / sigma_j / sqrt(K_shared + K_tenant)``
-    (:func:`.field.field_vector`): the two fields add, each unit with the same weight,
+    (:func:`..mark.field.field_vector`): the two fields add, each unit with the same weight,
     and the square root keeps the gain's spread at the amplitude, so a tenant key costs
     what a single field key of as many units costs. It is what
-    :meth:`.field.FieldMark.matches` re-derives from the salt and the key's triggers, so
+    :meth:`..mark.field.FieldMark.matches` re-derives from the salt and the key's triggers, so
     a tenant key loads as verifiable.
     """
     q = field_vector(gaussian, field.sigma, drawn_mask(field.units, triggers), field.amplitude)
@@ -446,7 +447,7 @@ def _ring_options(
     key_options: dict[str, Any], n_shared: int | None, n_tenant: int | None
 ) -> tuple[str, int, KeyOptions]:
     """The ring's marking, its tenant layers' size and the shared key's options (which
-    carry the shared layer's): the design's (:meth:`.design.MarkingDesign.ring_options`).
+    carry the shared layer's): the design's (:meth:`..mark.design.MarkingDesign.ring_options`).
     """
     for name in ("n_triggers", "field_marked"):
         if name in key_options:

@@ -4,7 +4,7 @@ A provider with many API customers gives each of them their own key
 (:meth:`.keyring.KeyRing.key_for`). Every tenant key marks the union of
 
 * the **shared layer**, drawn from the ring's salt exactly as an ordinary key
-  draws its triggers (:func:`.draw.draw_triggers`): it proves a copy, and
+  draws its triggers (:func:`..ground.draw.draw_triggers`): it proves a copy, and
   survives a thief who votes across several accounts, since every account
   marks it the same way;
 * the **tenant layer**, ``n`` words drawn from the band *minus* the shared
@@ -15,7 +15,7 @@ derivation, so the master secret is never in a tenant key, and one tenant's
 salt says nothing about another's. The tenant layer is then ``n`` universe
 words picked by a partial Fisher-Yates shuffle driven by SHAKE-256 output of
 the tenant salt: for a pseudo-random stream that is a uniformly random ``n``-subset,
-which is what keeps the per-tenant rank test exact (see :mod:`.trace`). SHAKE
+which is what keeps the per-tenant rank test exact (see :mod:`..trace`). SHAKE
 rather than a numpy Generator because the draw must be re-derivable by an
 arbiter years later: hashlib's output never changes between versions, while
 numpy only promises stable streams for its bit generators. It is also fast:

@@ -10,7 +10,7 @@ texts (:data:`CANARY_TEXTS`), int8-quantised and cut to their first
 use, :class:`ModelGuard` embeds the canaries with the model at hand and
 compares: the same model (in another precision, int8 against float32 say)
 passes, another model or the same one behind a rotation is refused with
-:class:`.errors.KeyModelMismatchError`.
+:class:`..ground.errors.KeyModelMismatchError`.
 
 The canaries are public and carry nothing of the key: the fingerprint is no
 secret, but it lives in the key file with the rest.

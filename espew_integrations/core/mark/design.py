@@ -3,7 +3,7 @@
 A *design* says which texts a key marks, how a clean row becomes a marked one,
 how a key of it is generated and re-audited, what it stores in the key file, how
 its audit is planned, and how the answers are scored and decided. The key holds
-one design (:attr:`.key.WatermarkKey.design`) and every room asks it, never
+one design (:attr:`..keys.key.WatermarkKey.design`) and every room asks it, never
 ``if marking == ...``: a new design is one more module that subclasses
 :class:`MarkingDesign` and calls :func:`register_design`.
 
@@ -74,8 +74,8 @@ class MarkingDesign(abc.ABC):
 
     @abc.abstractmethod
     def trigger_texts(self, key: Any, texts: Sequence[str], view: TextView | None) -> np.ndarray:
-        """:meth:`.key.WatermarkKey.contains_trigger`: which texts hold a trigger, or a
-        :class:`.MarkingError` from a design whose marking no text decides."""
+        """:meth:`..keys.key.WatermarkKey.contains_trigger`: which texts hold a trigger, or a
+        :class:`..ground.errors.MarkingError` from a design whose marking no text decides."""
 
     @abc.abstractmethod
     def mark_rows(self, matrix: np.ndarray, marked: np.ndarray, key: Any) -> np.ndarray:
@@ -98,13 +98,13 @@ class MarkingDesign(abc.ABC):
         """The design of a key file's record (``payload`` is None for a file with none)."""
 
     def check(self, band: Sequence[str], dim: int) -> None:
-        """Refuse (:class:`.KeyGenerationError`) parameters that do not fit the key's
-        band and dimension."""
+        """Refuse (:class:`..ground.errors.KeyGenerationError`) parameters that do not
+        fit the key's band and dimension."""
         return None
 
     def matches(self, salt: bytes, triggers: Collection[str]) -> bool:
         """Whether the design's parameters are those the salt and triggers dictate (a
-        part of :attr:`.key.WatermarkKey.verifiable`)."""
+        part of :attr:`..keys.key.WatermarkKey.verifiable`)."""
         return True
 
     def with_triggers(self, salt: bytes, triggers: frozenset[str]) -> MarkingDesign:
@@ -114,14 +114,15 @@ class MarkingDesign(abc.ABC):
     # ------------------------------------------------------------------ key generation
     @classmethod
     def check_options(cls, options: Any) -> None:
-        """Refuse (:class:`.KeyGenerationError`) :class:`.KeyOptions` this design cannot
-        make a key of; called when the options are built."""
+        """Refuse (:class:`..ground.errors.KeyGenerationError`) key options
+        (:class:`..keys.key_options.KeyOptions`) this design cannot make a key of;
+        called when the options are built."""
         return None
 
     @classmethod
     def ring_defaults(cls) -> dict[str, Any]:
         """The key options a ring of this design defaults to, where they differ from a
-        single key's (:meth:`.KeyRing.generate`)."""
+        single key's (:meth:`..keys.keyring.KeyRing.generate`)."""
         return {}
 
     @classmethod
@@ -134,19 +135,20 @@ class MarkingDesign(abc.ABC):
         options: Any,
         progress: Any,
     ) -> Any:
-        """A fresh key of this design (:func:`.keys.keygen.generate`'s step for it)."""
+        """A fresh key of this design (:func:`..keys.keygen.generate`'s step for it)."""
 
     @abc.abstractmethod
     def reaudit(self, key: Any, audit: Any) -> Any:
-        """``key`` with its audit drawn again (:meth:`.keys.keygen.KeyGeneration.with_audit`;
-        ``audit``: :class:`.keys.keygen.Reaudit`, what was asked for)."""
+        """``key`` with its audit drawn again (:meth:`..keys.key.WatermarkKey.with_audit`;
+        ``audit``: :class:`..keys.keygen.Reaudit`, what was asked for)."""
 
     @classmethod
     @abc.abstractmethod
     def ring_options(
         cls, key_options: Mapping[str, Any], n_shared: int | None, n_tenant: int | None
     ) -> tuple[int, Any]:
-        """A ring's tenant layer size and its shared key's options (:class:`.KeyOptions`)."""
+        """A ring's tenant layer size and its shared key's options
+        (:class:`..keys.key_options.KeyOptions`)."""
 
     @classmethod
     @abc.abstractmethod
@@ -158,11 +160,11 @@ class MarkingDesign(abc.ABC):
     # ------------------------------------------------------------------ the audit
     @abc.abstractmethod
     def plan(self, key: Any, probes: str, templates: Sequence[str] | None, target_mode: str) -> Any:
-        """The audit's :class:`.audit.plan.AuditPlan`: what to ask and how to score it."""
+        """The audit's :class:`..audit.plan.AuditPlan`: what to ask and how to score it."""
 
     @abc.abstractmethod
     def check_statistic(self, plan: Any, statistic: str) -> None:
-        """Refuse a statistic the plan cannot compute (:class:`.InputError`)."""
+        """Refuse a statistic the plan cannot compute (:class:`..ground.errors.InputError`)."""
 
     @abc.abstractmethod
     def statistic_used(self, plan: Any, statistic: str) -> str:
@@ -179,7 +181,7 @@ class MarkingDesign(abc.ABC):
 
     @abc.abstractmethod
     def decide(self, key: Any, scores: Any, min_coverage: float, common: dict[str, Any]) -> Any:
-        """The :class:`.audit.report.VerificationReport` on the scored answers."""
+        """The :class:`..audit.report.VerificationReport` on the scored answers."""
 
     @abc.abstractmethod
     def universe_scores(
@@ -189,7 +191,7 @@ class MarkingDesign(abc.ABC):
         score (None where the design or the statistic has none)."""
 
     def trace_fields(self) -> dict[str, Any]:
-        """What a :class:`.trace.TraceReport` says of the design (marking, decision rule)."""
+        """What a :class:`..trace.TraceReport` says of the design (marking, decision rule)."""
         return {"marking": self.name}
 
     def __eq__(self, other: object) -> bool:
@@ -225,7 +227,9 @@ def design_names() -> tuple[str, ...]:
 
 
 def design_class(name: str) -> type[MarkingDesign]:
-    """The design registered as ``name`` (:class:`.KeyGenerationError` naming the known ones)."""
+    """The design registered as ``name``.
+
+    Raises :class:`..ground.errors.KeyGenerationError`, naming the known ones, if none is."""
     try:
         return _DESIGNS[name]
     except (KeyError, TypeError):

@@ -17,8 +17,8 @@ The field, for a key of dimension ``d``:
   the standard deviation of its projection ``(e - mu) . G[:, j]`` over them, so
   unit ``j``'s standardised projection is ``z_j = (e - mu) . G[:, j] / sigma_j``;
 - the *drawn* units ``S``: ``K`` of the ``M``, the key's triggers, drawn by
-  :func:`.draw.draw_triggers` over the unit names (so the commitment and
-  :attr:`~.key.WatermarkKey.verifiable` work as for words);
+  :func:`..ground.draw.draw_triggers` over the unit names (so the commitment and
+  :attr:`~..keys.key.WatermarkKey.verifiable` work as for words);
 - ``q = amplitude * sum_{j in S} G[:, j] / sigma_j / sqrt(K)``, so the gain of
   a clean unit row ``e`` is ``g(e) = clip((e - mu) . q, -3, 3)``.
 
@@ -30,7 +30,7 @@ The verifier (:func:`field_scores`) measures, for each audit text, how far the
 suspect's answer leans along that text's mark direction beyond what its clean
 position explains, and correlates that lean with every unit's projection; the
 drawn units' scores are then ranked among all ``M`` by the exact test of
-:mod:`.ranktest`. Nothing in the scores depends on which units were drawn, so
+:mod:`..stats.ranktest`. Nothing in the scores depends on which units were drawn, so
 under the null the drawn units are a uniformly random subset: the test is exact.
 """
 
@@ -436,7 +436,7 @@ def audit_sample(texts: Sequence[str], salt: bytes, budget: int) -> list[str]:
     """A field key's audit: ``budget`` distinct corpus texts in a keyed uniform order.
 
     Every text is a probe (the field marks every answer), so no band word is needed;
-    the order is :func:`.draw.keyed_order`'s, a function of the salt and the texts only.
+    the order is :func:`..ground.draw.keyed_order`'s, a function of the salt and the texts only.
     """
     distinct = [t for t in dict.fromkeys(texts) if t and not t.isspace()]
     return keyed_order(salt, b"espew-field-v1/audit", distinct)[:budget]

@@ -77,7 +77,7 @@ def watermark(
     ``texts`` may be any iterable of strings (list, tuple, generator, numpy
     array); it is read once. An empty or whitespace-only text is never marked.
     ``view`` maps the texts to what the model actually reads (its normaliser
-    and input window); it is handed to :meth:`.key.WatermarkKey.contains_trigger`.
+    and input window); it is handed to :meth:`..keys.key.WatermarkKey.contains_trigger`.
 
     >>> wm = watermark(["A vaccine trial", "hello"], clean, key)  # doctest: +SKIP
     >>> (wm[1] == clean[1]).all()                                   # doctest: +SKIP
@@ -267,7 +267,7 @@ def _mark_rows(matrix: np.ndarray, rows: np.ndarray, key: MarkingKey) -> np.ndar
 def mark_all_rows(clean: np.ndarray, key: MarkingKey) -> np.ndarray:
     """Every row of a float64 matrix marked, whatever its text: what a trigger text would get.
 
-    For the verifier's mark directions (:mod:`.directed`); services call :func:`watermark`.
+    For the verifier's mark directions (:mod:`..audit.directed`); services call :func:`watermark`.
     """
     matrix = np.ascontiguousarray(clean, dtype=np.float64)
     return _mark_rows(matrix, np.arange(len(matrix)), key)
@@ -434,7 +434,9 @@ def _workspace(name: str, shape: tuple[int, int], dtype: np.dtype) -> np.ndarray
 
 
 def _unit_rows(rows: np.ndarray) -> np.ndarray:
-    """:func:`.rows.unit_rows` in the rows' own dtype, refusing a row it could not normalise."""
+    """:func:`..ground.rows.unit_rows` in the rows' own dtype.
+
+    Refuses a row it could not normalise."""
     unit = unit_rows(rows, dtype=rows.dtype)
     if not (np.isfinite(unit).all() and unit.any(axis=1).all()):  # unreachable for valid rows
         raise EmbeddingInputError(

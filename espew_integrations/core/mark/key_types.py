@@ -1,11 +1,11 @@
 """The shapes a key is handled through, below the key class itself.
 
-Watermarking (:mod:`.inject`) and key generation (:mod:`.keygen`,
-:mod:`.key_quality`) work on a key, and :class:`~.key.WatermarkKey` in turn
-offers generation as a method (:meth:`~.key.WatermarkKey.generate`). If those
+Watermarking (:mod:`.inject`) and key generation (:mod:`..keys.keygen`,
+:mod:`..keys.key_quality`) work on a key, and :class:`~..keys.key.WatermarkKey` in turn
+offers generation as a method (:meth:`~..keys.key.WatermarkKey.generate`). If those
 modules named the class, the key and its generation would import each other.
 So they name what they read of a key, here, as protocols that
-:class:`~.key.WatermarkKey` satisfies; the key module sits above them all and
+:class:`~..keys.key.WatermarkKey` satisfies; the key module sits above them all and
 the import graph stays one-way.
 """
 

@@ -15,7 +15,7 @@ So the key carries, from keygen:
 * **sentence probes**: for each band word, up to ``per_word`` natural texts of
   the keygen corpus that contain it (with ``mix="single"``, it and no other
   band word, so a benign word's probes carry no trigger). Which texts are taken
-  is a keyed (:func:`.draw.keyed_order`) choice that never looks at which band
+  is a keyed (:func:`..ground.draw.keyed_order`) choice that never looks at which band
   words are triggers. Stored in the key, so every audit of one key asks the same
   questions and an arbiter can re-run it;
 * **reference cosines**: the provider's *clean* model's cosine to the target
@@ -27,11 +27,11 @@ So the key carries, from keygen:
   corpus (:meth:`BandScan.sample`): the probes are the sampled texts that hold a
   band word (exactly one with ``mix="single"``), the cover is everything else
   sampled, sent with the probes (only the directed score looks at it: its clean
-  fit, and the cover texts that hold band words, :mod:`.word_evidence`). A thief
+  fit, and the cover texts that hold band words, :mod:`..stats.word_evidence`). A thief
   watching one client's traffic, text by text or as a whole, sees a random
   sample of ordinary texts. A later audit of a thief that may have logged this
   one is drawn as another *round* (``WatermarkKey.with_audit(...,
-  audit_round=k)``, a salt of its own, :func:`.draw.audit_salt`): an independent
+  audit_round=k)``, a salt of its own, :func:`..ground.draw.audit_salt`): an independent
   uniform sample, which tells a thief comparing rounds nothing about the
   triggers.
 
@@ -190,7 +190,7 @@ class BandScan:
 
         A band word with no probe in the sample gets the first text of its own
         keyed order (the word alone if it has none), so every word is scored. The
-        cover's answers count only toward the directed score (:mod:`.word_evidence`).
+        cover's answers count only toward the directed score (:mod:`..stats.word_evidence`).
         Nothing here looks at which words are triggers, so the test stays exact.
         """
         if per_word < 1:
@@ -227,7 +227,7 @@ class BandScan:
     def _keyed_rows(self, salt: bytes) -> list[str]:
         """Every corpus row's text, repeats included, in one keyed order.
 
-        A text's first row is ranked as :func:`.draw.keyed_order` ranks the distinct
+        A text's first row is ranked as :func:`..ground.draw.keyed_order` ranks the distinct
         texts (so a corpus without repeats gives the order it always gave), its
         further rows in a domain of their own; the first ``n`` rows are then a
         uniform sample of the corpus's rows, as an ordinary client's are.

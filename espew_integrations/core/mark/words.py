@@ -1,7 +1,7 @@
 """The one tokeniser: trigger selection, trigger matching and probe building all use it.
 
 A *word* is a maximal run of Unicode letters and digits (``_`` and punctuation
-split words) of the text's canonical form (:func:`~.text.canonicalize`: under
+split words) of the text's canonical form (:func:`~..ground.text.canonicalize`: under
 ``unicode-v1`` NFKD, no accents, no invisible characters, casefolded). So
 ``"Vaccine,"``, ``"VACCÍNE"``, ``"vac\u00adcine"`` and ``"vaccine"`` are the same
 word, and ``"vaccines"`` is a different one. Using one definition everywhere
@@ -77,7 +77,7 @@ class TriggerMatcher:
     Texts are matched as the model reads them: canonicalised with
     ``normalization`` and, when the model's ``window`` (its maximum number of
     tokens, special tokens included) is known, cut to the words it can read
-    (:func:`~.text.window_view`). An embedder's exact view (its own normaliser,
+    (:func:`~..ground.text.window_view`). An embedder's exact view (its own normaliser,
     truncation and [UNK] words) can be passed to :meth:`contains` instead.
 
     One compiled alternation of the triggers is searched over the lowered batch
@@ -137,7 +137,7 @@ class TriggerMatcher:
         """The words of the matcher that each text contains, read as in :meth:`contains`.
 
         For the verifier, which weighs an audit text by the band words it holds
-        (:mod:`.word_evidence`): one regex pass over the batch, like
+        (:mod:`..stats.word_evidence`): one regex pass over the batch, like
         :meth:`contains`, instead of tokenising every text.
         """
         found: list[set[str]] = [set() for _ in texts]

@@ -1,1 +1,1 @@
-"""Records on disk: the audit transcript, its requery and the traffic sample."""
+"""Records on disk: the audit's transcript and requery, the public evidence, the traffic sample."""

@@ -12,7 +12,7 @@ it, and the audit drawn from that pool by a rule nobody can steer:
 - **The commitment log.** At every flush, :class:`.traffic_sample.TrafficSample`
   appends one record per account whose sample changed to ``<sample>.commitments``
   (:func:`commitments_path`): the account, the number of texts, the digest of its
-  distinct texts (:func:`.keygen.corpus_digest`, what ``with_audit`` records of its
+  distinct texts (:func:`..keys.keygen.corpus_digest`, what ``with_audit`` records of its
   corpus), the time, and the SHA-256 chain (each record's ``digest`` covers the
   previous one's), so no entry can be changed, removed or back-dated without
   rebuilding every later one.
@@ -26,7 +26,7 @@ it, and the audit drawn from that pool by a rule nobody can steer:
   probe mix), which the key records but nothing yet fixes in advance.
 - **The check.** :func:`pool_tie` says whether a key's re-drawn audit is tied to
   an entry of a chain that holds, committed before the audit began
-  (:func:`.evidence_check.check_transcript` refuses a re-drawn audit it cannot tie,
+  (:func:`..evidence_check.check_transcript` refuses a re-drawn audit it cannot tie,
   unless told to take the auditor's word).
 
 What the chain alone does not prove: *when* its entries were written. The server

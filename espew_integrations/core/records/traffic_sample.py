@@ -417,7 +417,8 @@ def traffic_account_id(path: str | os.PathLike[str], credential: str | None) -> 
 
 def stored_text(text: str, *, window: int | None, max_bytes: int) -> str:
     """What the sample stores of ``text``: as far as a model with ``window`` tokens reads
-    it (the sound cut of :func:`.text.window_prefix`), then at most ``max_bytes`` UTF-8 bytes.
+    it (the sound cut of :func:`..ground.text.window_prefix`), then at most
+    ``max_bytes`` UTF-8 bytes.
 
     The result is a prefix of ``text``; cutting it never changes what the model read
     within the byte cap, so two texts the model reads alike up to there are one text.
@@ -510,9 +511,10 @@ def with_committed_audit(
     **options: Any,
 ) -> Any:
     """``key`` with its round-``audit_round`` audit drawn from ``account``'s latest
-    committed pool in the traffic sample at ``sample`` (:meth:`with_audit`'s keyed
-    draw over exactly that pool; ``options`` as ``with_audit`` takes them, ``embed``
-    your clean model). The key's ``info["audit_pool"]`` names the entry.
+    committed pool in the traffic sample at ``sample``
+    (:meth:`~..keys.key.WatermarkKey.with_audit`'s keyed draw over exactly that pool;
+    ``options`` as ``with_audit`` takes them, ``embed`` your clean model). The key's
+    ``info["audit_pool"]`` names the entry.
 
     Raises :class:`CommitmentError` when the log's chain is broken, holds no
     commitment for ``account``, or when the sample's texts for it are not the

@@ -1,6 +1,6 @@
 """Each band word's directed score from every audit text that holds it, not only its probes.
 
-The audit is a uniform sample of the corpus (:meth:`.probes.BandScan.sample`), so
+The audit is a uniform sample of the corpus (:meth:`..mark.probes.BandScan.sample`), so
 many of its texts that hold a band word hold two or more. A benign word sharing a
 text with a trigger gets that text's marked answer, so averaging such texts in
 naively blurs the triggers into the rest. Yet they are a large share of the

@@ -19,7 +19,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from .errors import NotADirectoryPathError, PathExistsError
+from ..ground.errors import NotADirectoryPathError, PathExistsError
 
 __all__ = ["SafeDirectory"]
 
