@@ -248,7 +248,7 @@ def _save_private(report: Any, directory: str, *, force: bool) -> list[Path]:
 
 def _save_evidence(report: Any, directory: str, *, force: bool) -> list[Path]:
     """Write the evidence; ``force`` reaches ``save_evidence`` when it takes one."""
-    from ..core.audit.evidence_files import save_evidence
+    from ..core.records.evidence import save_evidence
 
     options: dict[str, Any] = {}
     if "force" in inspect.signature(save_evidence).parameters:

@@ -23,9 +23,9 @@ from espew_integrations.core.audit.evidence_files import (
     public_p_value,
     public_report,
     render_summary,
-    save_evidence,
 )
 from espew_integrations.core.mark.words import TriggerMatcher, tokenize
+from espew_integrations.core.records.evidence import save_evidence
 from espew_integrations.evidence import save_private_evidence
 from tests.support import make_key
 

@@ -22,8 +22,8 @@ from espew_integrations.cli.evidence import public_report_problem, report_schema
 from espew_integrations.core.audit.evidence_files import (
     PUBLIC_P_KEYS,
     PUBLIC_REPORT_KEYS,
-    save_evidence,
 )
+from espew_integrations.core.records.evidence import save_evidence
 from espew_integrations.core.records.transcript import TRANSCRIPT_FILE
 from tests.support import make_key
 
