@@ -83,7 +83,20 @@ def add_serve_command(subparsers: Any) -> None:
     )
     _add_traffic_flags(serve)
     add_endpoint_flags(serve, verify=False)
-    serve.set_defaults(func=run, batch_size=DEFAULT_BATCH_SIZE)
+    # Toward an upstream, base64 unless the operator says float (an upstream that
+    # refuses base64): float answers of a large batch cost the proxy seconds each.
+    serve.set_defaults(func=run, batch_size=DEFAULT_BATCH_SIZE, encoding_format="base64")
+
+
+def _proxied(embed: Any, encoding_format: str) -> Any:
+    """An ``openai:`` embedder as the proxy's async client of that upstream, asking for
+    ``encoding_format`` answers (``--encoding-format``); any other embedder as it is."""
+    from ..http.client import OpenAIEndpoint
+    from ..http.upstream import AsyncUpstream
+
+    if isinstance(embed, OpenAIEndpoint):
+        return AsyncUpstream.from_endpoint(embed, encoding_format=encoding_format)
+    return embed
 
 
 def _add_traffic_flags(serve: argparse.ArgumentParser) -> None:
@@ -385,7 +398,7 @@ def run(args: argparse.Namespace) -> int:
         except ValueError as exc:
             raise UsageError(str(exc)) from None
     app = create_app(
-        embed,
+        _proxied(embed, args.encoding_format),
         key=key,
         model_name=model_name,
         api_key=api_key,

@@ -29,7 +29,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -44,6 +44,7 @@ __all__ = [
     "MalformedAnswer",
     "RequestError",
     "RequestLimits",
+    "base64_codec",
     "decode_embeddings",
     "encode_embeddings",
     "error_body",
@@ -59,6 +60,20 @@ MAX_INPUTS = 2048  # OpenAI's own limit per request
 MAX_TEXT_CHARS = 100_000
 MAX_BODY_BYTES = 16 * 1024 * 1024
 _ECHO_CHARS = 60  # how much of a client's value an error message may quote
+
+
+def base64_codec() -> tuple[Callable[..., bytes], Callable[..., bytes]]:
+    """(b64encode, b64decode): pybase64's SIMD ones where the [http] extra installed it,
+    else the stdlib's. Both write the same bytes and refuse what is not base64 when
+    decoding with ``validate=True`` (pybase64 also refuses padding past the end)."""
+    try:
+        import pybase64
+    except ImportError:
+        return base64.b64encode, base64.b64decode
+    return pybase64.b64encode, pybase64.b64decode
+
+
+_b64encode, _b64decode = base64_codec()
 
 
 # ---------------------------------------------------------------------- errors
@@ -313,8 +328,8 @@ def encode_embeddings(
     """An OpenAI embeddings answer for float32 ``vectors``, as JSON bytes.
 
     base64 rows are cut from one little-endian byte buffer of the whole
-    matrix and written into the JSON as they are (base64 needs no escaping);
-    float rows go through ``tolist``. Both decode to the same float32 values.
+    matrix, encoded as bytes and joined into the JSON once (base64 needs no
+    escaping); float rows go through ``tolist``. Both decode to the same float32 values.
     """
     n_tokens = sum(len(t.split()) for t in texts)
     tail = (
@@ -322,16 +337,17 @@ def encode_embeddings(
         f'"usage":{{"prompt_tokens":{n_tokens},"total_tokens":{n_tokens}}}}}'
     )
     if encoding == "base64":
-        items = ",".join(
-            f'{{"object":"embedding","index":{i},"embedding":"{row}"}}'
-            for i, row in enumerate(_base64_rows(vectors))
-        )
-    else:
-        items = ",".join(
-            f'{{"object":"embedding","index":{i},"embedding":'
-            f"{json.dumps(row, separators=(',', ':'))}}}"
-            for i, row in enumerate(vectors.tolist())
-        )
+        pieces = [b'{"object":"list","data":[']
+        for i, row in enumerate(_base64_rows(vectors)):
+            pieces += (b'{"object":"embedding","index":%d,"embedding":"' % i, row, b'"},')
+        if len(pieces) > 1:
+            pieces[-1] = b'"}'  # no comma after the last item
+        pieces.append(tail.encode("ascii"))
+        return b"".join(pieces)  # one copy of the rows into the answer
+    rows = (json.dumps(values, separators=(",", ":")) for values in vectors.tolist())
+    items = ",".join(
+        f'{{"object":"embedding","index":{i},"embedding":{row}}}' for i, row in enumerate(rows)
+    )
     return ('{"object":"list","data":[' + items + tail).encode("ascii")
 
 
@@ -345,21 +361,18 @@ def replace_embeddings(answer: dict[str, Any], vectors: np.ndarray) -> bytes:
     items = sorted(answer["data"], key=lambda item: item["index"])
     if isinstance(items[0]["embedding"], str):
         for item, row in zip(items, _base64_rows(vectors), strict=True):
-            item["embedding"] = row
+            item["embedding"] = row.decode("ascii")
     else:
         for item, values in zip(items, vectors.tolist(), strict=True):
             item["embedding"] = values
     return json.dumps(answer, separators=(",", ":"), ensure_ascii=False).encode()
 
 
-def _base64_rows(vectors: np.ndarray) -> list[str]:
-    """Each row as base64 of its little-endian float32 bytes, cut from one buffer."""
-    raw = memoryview(np.ascontiguousarray(vectors, dtype="<f4").tobytes())
+def _base64_rows(vectors: np.ndarray) -> list[bytes]:
+    """Each row as base64 (ASCII bytes) of its little-endian float32 bytes, cut from one buffer."""
+    raw = np.ascontiguousarray(vectors, dtype="<f4").data.cast("B")
     width = vectors.shape[1] * 4
-    return [
-        base64.b64encode(raw[i * width : (i + 1) * width]).decode("ascii")
-        for i in range(len(vectors))
-    ]
+    return [_b64encode(raw[i * width : (i + 1) * width]) for i in range(len(vectors))]
 
 
 class MalformedAnswer(ESpeWError, ValueError):
@@ -444,7 +457,7 @@ def _checked_embedding(embedding: Any, where: str) -> bytes | list[Any]:
     """The row's float32 bytes (base64) or its list of numbers, each checked."""
     if isinstance(embedding, str):
         try:
-            raw = base64.b64decode(embedding, validate=True)
+            raw = _b64decode(embedding, validate=True)
         except (binascii.Error, ValueError):
             raise MalformedAnswer(f"{where}: embedding is a string but not base64") from None
         if not raw or len(raw) % 4:

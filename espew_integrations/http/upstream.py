@@ -7,8 +7,11 @@ client goes through it, so it must not tie up a thread per request, must reuse
 keep-alive connections, and must not turn vectors into Python floats and back.
 So this client
 
-- runs on the server's event loop with one pooled ``httpx.AsyncClient`` per
-  loop (HTTP keep-alive, ``max_connections`` in flight);
+- runs on the server's event loop with one pooled ``aiohttp.ClientSession``
+  per loop (HTTP keep-alive, ``max_connections`` in flight). Why aiohttp and
+  not httpx, which the auditor's client uses: its C HTTP parser reads a
+  many-megabyte answer in a fraction of httpx's CPU, and at a GPU's pace the
+  proxy's CPU is what limits it (benchmarks/bench_proxy.py --stages);
 - asks the upstream for ``base64`` by default and decodes the answer straight
   into one float32 numpy matrix (``float`` answers are accepted too);
 - validates the answer as strictly as the auditor's client does (one row per
@@ -154,32 +157,29 @@ class AsyncUpstream:
         """Close the connection pool of the running event loop."""
         client = self._clients.pop(id(asyncio.get_running_loop()), None)
         if client is not None:
-            await client.aclose()
+            await client.close()
 
     # ------------------------------------------------------------------ internals
     def _client(self) -> Any:
-        import httpx
+        import aiohttp
 
         loop = id(asyncio.get_running_loop())
         client = self._clients.get(loop)
-        if client is None:
+        if client is None or client.closed:
             headers = {"Content-Type": "application/json"}
             if self._api_key:
                 headers["Authorization"] = f"Bearer {self._api_key}"
-            client = httpx.AsyncClient(
+            client = aiohttp.ClientSession(
                 headers=headers,
-                timeout=httpx.Timeout(self.timeout, connect=min(self.timeout, 10.0)),
-                limits=httpx.Limits(
-                    max_connections=self.max_connections,
-                    max_keepalive_connections=self.max_connections,
-                ),
-                follow_redirects=False,
+                timeout=aiohttp.ClientTimeout(total=self.timeout, connect=min(self.timeout, 10.0)),
+                connector=aiohttp.TCPConnector(limit=self.max_connections),
+                trust_env=True,  # HTTP(S)_PROXY and NO_PROXY, as httpx's clients read them
             )
             self._clients[loop] = client
         return client
 
     async def _embed_batch(self, texts: list[str]) -> np.ndarray:
-        import httpx
+        import aiohttp
 
         payload = json.dumps(
             {"model": self.model, "input": texts, "encoding_format": self.encoding_format},
@@ -190,25 +190,40 @@ class AsyncUpstream:
             if attempt:
                 await asyncio.sleep(min(0.05 * 2**attempt, 1.0))
             try:
-                response = await self._client().post(self.url, content=payload)
-            except httpx.TimeoutException:
+                status, reason, body = await self._post(payload)
+            except asyncio.TimeoutError:  # aiohttp's timeouts are TimeoutErrors
                 problem = f"timed out after {self.timeout:g} s"
                 continue
-            except httpx.TransportError as exc:
+            except aiohttp.ClientError as exc:
                 problem = f"connection failed ({type(exc).__name__})"
                 continue
-            body = response.content
-            if len(body) > self.max_response_bytes:
-                raise UpstreamError(f"{self.url} sent more than {self.max_response_bytes} bytes")
-            if response.status_code == 200:
+            if status == 200:
                 return self._rows(body, len(texts))
-            message = self._clean(error_message(body, response.reason_phrase))
-            if response.status_code in _PASSED_THROUGH:
-                raise UpstreamError(f"upstream: {message}", status=response.status_code)
-            problem = f"HTTP {response.status_code}: {message}"
-            if response.status_code not in _RETRY_STATUSES:
+            message = self._clean(error_message(body, reason))
+            if status in _PASSED_THROUGH:
+                raise UpstreamError(f"upstream: {message}", status=status)
+            problem = f"HTTP {status}: {message}"
+            if status not in _RETRY_STATUSES:
                 break
         raise UpstreamError(f"{self.url} failed: {problem}")
+
+    async def _post(self, payload: bytes) -> tuple[int, str, bytes]:
+        """(status, reason, body) of one POST of ``payload``; the body is refused once
+        it passes ``max_response_bytes``."""
+        async with self._client().post(self.url, data=payload, allow_redirects=False) as response:
+            return response.status, response.reason or "", await self._read(response)
+
+    async def _read(self, response: Any) -> bytes:
+        length = response.content_length
+        if length is not None and length > self.max_response_bytes:
+            raise UpstreamError(f"{self.url} sent more than {self.max_response_bytes} bytes")
+        chunks, size = [], 0
+        async for chunk in response.content.iter_any():
+            size += len(chunk)
+            if size > self.max_response_bytes:
+                raise UpstreamError(f"{self.url} sent more than {self.max_response_bytes} bytes")
+            chunks.append(chunk)
+        return b"".join(chunks)
 
     def _clean(self, text: object) -> str:
         return printable(text, secrets=(self._api_key,) if self._api_key else ())

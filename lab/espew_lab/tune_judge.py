@@ -18,7 +18,8 @@ import numpy as np
 from espew_integrations.core.ground.defaults import DEFAULT_TWIN_LEVEL
 from espew_integrations.core.ground.rows import unit_rows
 from espew_integrations.core.keys.key import WatermarkKey
-from espew_integrations.core.keys.keygen import fit_strength, twin_p_value
+from espew_integrations.core.keys.key_quality import fit_strength
+from espew_integrations.core.keys.keygen import twin_p_value
 from espew_integrations.core.mark.inject import watermark
 from espew_integrations.core.mark.probes import reference_cosines, row_cosines
 from espew_integrations.core.verify import verify_callable

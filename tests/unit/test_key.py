@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from espew_integrations import KeyFileError, KeyGenerationError, WatermarkKey
+from espew_integrations.core.ground.defaults import DEFAULT_PROBE_BUDGET
 from espew_integrations.core.keys import keygen
 from tests.support import make_key
 
@@ -622,7 +623,7 @@ def test_a_later_round_is_drawn_as_large_as_the_keys_first_audit():
     band's 4,300-text audit) keeps that size rather than today's 1,950."""
     texts, _ = spread_corpus({120: 60, 180: 60}, n_texts=10_000)
     key = generate_words(texts, toy_embed, target_text="t", seed=1, twin_check=False)
-    assert key.info["audit_budget"] == keygen.DEFAULT_PROBE_BUDGET == 1950
+    assert key.info["audit_budget"] == DEFAULT_PROBE_BUDGET == 1950
     second = key.with_audit(texts, toy_embed, audit_round=2)
     assert 1950 <= key.audit_queries <= 2030 and 1950 <= second.audit_queries <= 2030
     # A key made before keygen recorded its budget and mix: the 4,300-text single-mix audit.

@@ -14,7 +14,7 @@ import pytest
 from espew_integrations import KeyFileError, KeyGenerationError, WatermarkKey, verify
 from espew_integrations.core.ground.draw import draw_triggers
 from espew_integrations.core.ground.secret_files import canonical_json as _canonical
-from espew_integrations.core.keys.key import KeyFileWarning
+from espew_integrations.core.keys.key_storage import KeyFileWarning
 from tests.support import make_key
 from tests.unit.test_verify import WordSpace
 

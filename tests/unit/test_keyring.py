@@ -19,7 +19,7 @@ import pytest
 
 from espew_integrations import KeyFileError, KeyGenerationError, KeyRing, WatermarkKey, watermark
 from espew_integrations.core.ground.draw import draw_triggers
-from espew_integrations.core.keys.key import KeyFileWarning
+from espew_integrations.core.keys.key_storage import KeyFileWarning
 from espew_integrations.core.keys.layers import (
     TenantLayer,
     check_tenant_id,

@@ -211,7 +211,7 @@ def reaudit_field(
     info: dict[str, Any],
     twin_level: float,
 ) -> Any:
-    """A field key with its audit drawn from ``texts`` (:meth:`.key.WatermarkKey.with_audit`,
+    """A field key with its audit drawn from ``texts`` (:func:`.keygen.with_audit`,
     which derives the round's ``salt`` and what ``info`` records of it).
 
     Every sampled text is a probe: no band word is needed. The design's parameters

@@ -7,78 +7,53 @@ fingerprint, is safe to show; ``repr``/``str`` show nothing else secret, and
 the key refuses to be pickled.
 
 What a key *is* lives here; the rest of what it does lives with its concern,
-and the class takes those methods from mixins: making a fresh key
-(:meth:`~.keygen.KeyGeneration.generate`, :meth:`~.keygen.KeyGeneration.with_audit`)
-in :mod:`.keygen`, with its options in :mod:`.key_options`; saving and loading
-(:meth:`~.key_storage.KeyStorage.save`, :meth:`~.key_storage.KeyStorage.load`...)
-in :mod:`.key_storage`; the rules on each field in :mod:`.key_checks`; every
-default in :mod:`..ground.defaults`.
+as functions of a key: making a fresh key (:func:`.keygen.generate`,
+:func:`.keygen.with_audit`) in :mod:`.keygen`, with its options in
+:mod:`.key_options`; saving and loading (:func:`.key_storage.save`,
+:func:`.key_storage.load`...) in :mod:`.key_storage`; the rules on each field in
+:mod:`.key_checks`; every default in :mod:`..ground.defaults`. The class inherits
+nothing: its ``generate``, ``save``, ``load``... are one-line calls of those.
 """
 
 from __future__ import annotations
 
 import datetime as _dt
 import hashlib
+import inspect
+import os
 import threading
 from collections.abc import Iterable, Sequence
-from typing import Any
+from pathlib import Path
+from typing import Any, NoReturn, SupportsIndex
 
 import numpy as np
 
 from ..ground.defaults import (
     DEFAULT_ALPHA,
     DEFAULT_FREQ_BAND,
-    DEFAULT_MIN_COSINE,
-    DEFAULT_N_TRIGGERS,
-    DEFAULT_PROBE_MIX,
+    DEFAULT_KEY_VARIABLE,
     DEFAULT_SELECTION,
-    DEFAULT_TWIN_LEVEL,
 )
-from ..ground.draw import check_audit_round, draw_triggers
+from ..ground.draw import draw_triggers
 from ..ground.errors import InputTypeError, KeyGenerationError
-from ..ground.sealed import Sealed
+from ..ground.progress import Progress
+from ..ground.sealed import refuse_pickle
 from ..ground.secret_files import canonical_json
 from ..ground.text import UNICODE_V1, TextView
-from ..mark.design import LEGACY_DESIGN, MarkingDesign, design_class
+from ..mark.design import MarkingDesign
 from ..mark.key_types import EmbedFn, Selection
 from ..mark.words import TriggerMatcher
-from .key_audit import AUDIT_FIELDS, AuditSource, KeyAudit, held_audit
-from .key_checks import (
-    check_fields,
-    check_positions,
-    check_strength,
-    check_text_rules,
-    n_positions,
-)
-from .key_storage import (
-    KEY_FORMAT,
-    KEY_VERSION,
-    AuditLayout,
-    KeyFileWarning,
-    KeyStorage,
-    check_audit_layout,
-)
-from .keygen import KeyGeneration
-from .layers import TenantLayer, layered_triggers
+from . import key_audit, key_checks, key_storage, keygen
+from .key_audit import AUDIT_FIELDS, AuditSource, KeyAudit
+from .key_options import KeyOptions
+from .key_storage import AuditLayout, check_audit_layout
+from .layers import TenantLayer, checked_tenant, layered_triggers
 from .model_check import ModelFingerprint, check_fingerprint
 
-__all__ = [
-    "DEFAULT_ALPHA",
-    "DEFAULT_MIN_COSINE",
-    "DEFAULT_N_TRIGGERS",
-    "DEFAULT_PROBE_MIX",
-    "DEFAULT_TWIN_LEVEL",
-    "KEY_FORMAT",
-    "KEY_VERSION",
-    "EmbedFn",
-    "KeyFileWarning",
-    "Selection",
-    "WatermarkKey",
-    "expected_triggers",
-]
+__all__ = ["WatermarkKey", "expected_triggers"]
 
 
-class WatermarkKey(KeyGeneration, KeyStorage, Sealed):
+class WatermarkKey:
     """The secret of one ESpeW deployment.
 
     Build one with :meth:`generate` (its options: :class:`.key_options.KeyOptions`),
@@ -153,13 +128,13 @@ class WatermarkKey(KeyGeneration, KeyStorage, Sealed):
         stored = {name: value for name, value in locals().items() if name in AUDIT_FIELDS}
         triggers = frozenset(triggers)
         band = tuple(sorted(set(band)))
-        check_text_rules(normalization, window)
-        check_fields(
+        key_checks.check_text_rules(normalization, window)
+        key_checks.check_fields(
             triggers, target, target_text, band, salt, alpha, selection, freq_band, normalization
         )
-        check_strength(strength)
-        target_arr = _read_only_vector(target)
-        check_positions(alpha, target_arr.size)
+        key_checks.check_strength(strength)
+        target_arr = key_checks.read_only_vector(target)
+        key_checks.check_positions(alpha, target_arr.size)
         self._triggers = triggers
         self._target = target_arr
         self._alpha = float(alpha)
@@ -170,28 +145,25 @@ class WatermarkKey(KeyGeneration, KeyStorage, Sealed):
         self._salt = bytes(salt)
         self._freq_band = (float(freq_band[0]), float(freq_band[1]))
         self._created = created or _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
-        self._info = _checked_info(info)
+        self._info = key_checks.checked_info(info)
         self._normalization = normalization
         self._window = None if window is None else int(window)
-        self._tenant = _checked_tenant(tenant)
+        self._tenant = checked_tenant(tenant)
         self._model = check_fingerprint(model_fingerprint, target_arr.size)
-        self._design = _checked_design(design, band, target_arr.size)
+        self._design = key_checks.checked_design(design, band, target_arr.size)
         self._audit_layout = check_audit_layout(audit_layout)
         self._audit_lock = threading.Lock()
-        self._audit_source, self._audit = held_audit(audit, target_arr.size, stored)
+        self._audit_source, self._audit = key_audit.held_audit(audit, target_arr.size, stored)
         self._seal()
 
     def _seal(self) -> None:
         """Check the stored probes, then derive what the fields imply (ids, matcher, draw check)."""
-        if self._audit is not None:
-            self._audit.check(len(self._band))
-            self._audit_digest = self._audit.digest()
-        else:
-            assert self._audit_source is not None  # one of the two is always set
-            self._audit_digest = self._audit_source.sha256
+        self._audit_digest = key_audit.recorded_digest(
+            self._audit_source, self._audit, len(self._band)
+        )
         if self._audit_layout == "inline" and self._audit is None:
             raise KeyGenerationError("a key with its audit inline needs the audit itself")
-        payload = canonical_json(self._secret_payload())
+        payload = canonical_json(key_storage.secret_payload(self))
         self._digest = hashlib.sha256(b"espew-key-commitment\x00" + payload).hexdigest()
         self._key_id = hashlib.sha256(b"espew-key-id\x00" + payload).hexdigest()[:16]
         self._matcher = TriggerMatcher(
@@ -381,6 +353,11 @@ class WatermarkKey(KeyGeneration, KeyStorage, Sealed):
         return self._audit_layout
 
     @property
+    def audit_digest(self) -> str:
+        """The audit's SHA-256: what a serving key (version 3) records in the audit's place."""
+        return self._audit_digest
+
+    @property
     def model_fingerprint(self) -> ModelFingerprint | None:
         """The clean model's embeddings of the public canary texts, recorded at keygen.
 
@@ -412,7 +389,7 @@ class WatermarkKey(KeyGeneration, KeyStorage, Sealed):
     @property
     def n_positions(self) -> int:
         """floor(alpha * dim): how many coordinates a marked row takes from the target."""
-        return n_positions(self._alpha, self.dim)
+        return key_checks.n_positions(self._alpha, self.dim)
 
     @property
     def key_id(self) -> str:
@@ -440,6 +417,89 @@ class WatermarkKey(KeyGeneration, KeyStorage, Sealed):
             f"espew-commitment-v1 key_id={self._key_id} sha256={self._digest} "
             f"created={self._created}"
         )
+
+    # ------------------------------------------------------------------ making, saving, loading
+    @classmethod
+    def generate(
+        cls,
+        corpus: Iterable[str],
+        embed: EmbedFn,
+        options: KeyOptions | None = None,
+        *,
+        progress: Progress | None = None,
+        **overrides: Any,
+    ) -> WatermarkKey:
+        """A fresh key from a corpus and the provider's clean embedder: :func:`.keygen.generate`
+        says how, and :class:`.key_options.KeyOptions` the options and their defaults.
+
+        >>> key = WatermarkKey.generate(texts, model, target_text="...", seed=7)  # doctest: +SKIP
+        """
+        return keygen.generate(cls, corpus, embed, options, progress=progress, **overrides)
+
+    def with_audit(self, corpus: Iterable[str], embed: EmbedFn, **options: Any) -> WatermarkKey:
+        """This key with its audit drawn from ``corpus`` (a suspect from another domain, a
+        later round): :func:`.keygen.with_audit`, which lists the options.
+
+        >>> tweets_audit = key.with_audit(tweets, model)  # doctest: +SKIP
+        >>> second = key.with_audit(corpus, model, audit_round=2)  # doctest: +SKIP
+        """
+        return keygen.with_audit(self, corpus, embed, **options)
+
+    def serving_json(self) -> str:
+        """The serving key alone, secret included: :func:`.key_storage.serving_json`."""
+        return key_storage.serving_json(self)
+
+    def audit_json(self) -> str:
+        """The audit file's text, naming its key_id: :func:`.key_storage.audit_json`."""
+        return key_storage.audit_json(self)
+
+    def to_json(self) -> str:
+        """The whole key, its audit inside, in one document: :func:`.key_storage.to_json`."""
+        return key_storage.to_json(self)
+
+    def save(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        overwrite: bool = False,
+        audit_path: str | os.PathLike[str] | None = None,
+    ) -> Path:
+        """Write the serving key to ``path`` and its audit beside it, both mode 0600, never
+        over a file unless ``overwrite=True``: :func:`.key_storage.save`.
+
+        >>> key.save("provider.key")  # doctest: +SKIP
+        """
+        return key_storage.save(self, path, overwrite=overwrite, audit_path=audit_path)
+
+    @classmethod
+    def from_json(
+        cls, text: str | bytes, *, source: str = "key data", audit: AuditSource | None = None
+    ) -> WatermarkKey:
+        """A key from :meth:`to_json`'s or :meth:`serving_json`'s text, validated:
+        :func:`.key_storage.from_json`."""
+        return key_storage.from_json(cls, text, source=source, audit=audit)
+
+    @classmethod
+    def load(
+        cls, path: str | os.PathLike[str], *, audit_path: str | os.PathLike[str] | None = None
+    ) -> WatermarkKey:
+        """A key file written by :meth:`save`, validated; its audit is read from ``audit_path``
+        (by default the file beside it) when first needed: :func:`.key_storage.load`.
+
+        >>> key = WatermarkKey.load("provider.key")  # doctest: +SKIP
+        """
+        return key_storage.load(cls, path, audit_path=audit_path)
+
+    @classmethod
+    def from_env(
+        cls,
+        variable: str = DEFAULT_KEY_VARIABLE,
+        *,
+        audit_path: str | os.PathLike[str] | None = None,
+    ) -> WatermarkKey:
+        """The key an environment variable holds (a path, or the key's JSON, plain or
+        base64), never shown in an error: :func:`.key_storage.from_env`."""
+        return key_storage.from_env(cls, variable, audit_path=audit_path)
 
     # ------------------------------------------------------------------ behaviour
     def contains_trigger(self, texts: Sequence[str], view: TextView | None = None) -> np.ndarray:
@@ -479,34 +539,26 @@ class WatermarkKey(KeyGeneration, KeyStorage, Sealed):
     def __hash__(self) -> int:
         return hash(self._key_id)
 
-    def _pickle_refusal(self) -> str:
-        return (
-            f"WatermarkKey {self._key_id} refuses to be pickled: a pickle would carry the "
-            "secret key. Save it with key.save(path) and load it with WatermarkKey.load(path) "
-            "where it is needed."
+    # A key holds a secret (:mod:`..ground.sealed`): copies are the key itself, no pickle.
+    def __copy__(self) -> WatermarkKey:
+        return self
+
+    def __deepcopy__(self, memo: dict[int, object]) -> WatermarkKey:
+        return self
+
+    def __reduce_ex__(self, protocol: SupportsIndex) -> NoReturn:
+        refuse_pickle(
+            f"WatermarkKey {self._key_id}",
+            "the secret key",
+            "Save it with key.save(path) and load it with WatermarkKey.load(path) where it is "
+            "needed.",
         )
 
     def _fields(self) -> dict[str, Any]:
-        return dict(
-            triggers=self._triggers,
-            target=self._target,
-            target_text=self._target_text,
-            band=self._band,
-            salt=self._salt,
-            alpha=self._alpha,
-            selection=self._selection,
-            strength=self._strength,
-            freq_band=self._freq_band,
-            created=self._created,
-            info=self._info,
-            normalization=self._normalization,
-            window=self._window,
-            tenant=self._tenant,
-            model_fingerprint=self._model,
-            audit=self._audit if self._audit is not None else self._audit_source,
-            audit_layout=self._audit_layout,
-            design=self._design,
-        )
+        """The constructor's arguments that make this key again (its audit as held: unread)."""
+        fields = {name: getattr(self, name) for name in _REBUILT_FIELDS}
+        fields["audit"] = self._audit if self._audit is not None else self._audit_source
+        return fields
 
     def replace(self, **changes: Any) -> WatermarkKey:
         """A new key with some fields changed (alpha, strength, selection, target...).
@@ -522,28 +574,14 @@ class WatermarkKey(KeyGeneration, KeyStorage, Sealed):
         unknown = set(changes) - set(fields) - set(AUDIT_FIELDS)
         if unknown:
             raise InputTypeError(f"WatermarkKey has no field(s) {sorted(unknown)}")
-        if changes.get("audit_layout") == "inline" and "audit" not in changes:
-            fields["audit"] = self.audit  # one file holds the audit itself: read it now
-        if {"target", "band", *AUDIT_FIELDS} & set(changes) and "audit" not in changes:
-            del fields["audit"]  # spelled out, so that single fields can change
-            if not set(AUDIT_FIELDS) <= set(changes):  # a whole new audit needs no old one
-                fields.update(self.audit.fields())
-        if ("target" in changes or "band" in changes) and not (
-            {"probe_reference", "word_reference"} & set(changes)
-        ):
-            fields.update(
-                probe_texts=(),
-                probe_owner=(),
-                cover_texts=(),
-                probe_reference=(),
-                word_reference=(),
-                probe_embeddings=None,
-                cover_embeddings=None,
-            )
-        if "cover_texts" in changes and "cover_embeddings" not in changes:
-            fields["cover_embeddings"] = None  # they belong to the old cover texts
+        fields = key_audit.audit_following(fields, changes, lambda: self.audit)
         fields.update(changes)
         return WatermarkKey(**fields)
+
+
+#: What :meth:`WatermarkKey.replace` reads back from the key's properties of the same
+#: names: every argument of the constructor but the audit (the key passes the one it holds).
+_REBUILT_FIELDS = set(inspect.signature(WatermarkKey).parameters) - {"audit", *AUDIT_FIELDS}
 
 
 # ---------------------------------------------------------------------- trigger draw
@@ -558,42 +596,3 @@ def expected_triggers(key: WatermarkKey) -> frozenset[str]:
     if key.tenant is not None:
         return layered_triggers(key.salt, key.band, key.tenant, len(key.triggers))
     return draw_triggers(key.salt, key.band, len(key.triggers))
-
-
-# ---------------------------------------------------------------------- helpers
-def _checked_info(info: dict[str, Any] | None) -> dict[str, Any]:
-    """A copy of a key's ``info``, whose ``audit_round`` (if any) is a positive integer."""
-    checked = dict(info or {})
-    try:
-        check_audit_round(checked.get("audit_round", 1), "info['audit_round']")
-    except ValueError as exc:
-        raise KeyGenerationError(str(exc)) from None
-    return checked
-
-
-def _checked_design(design: object, band: Sequence[str], dim: int) -> MarkingDesign:
-    """``design`` checked against the key's band and dimension; None is the legacy design."""
-    design = design_class(LEGACY_DESIGN).from_payload(None, dim) if design is None else design
-    if not isinstance(design, MarkingDesign):
-        raise KeyGenerationError(f"design must be a MarkingDesign, not {type(design).__name__}")
-    design.check(band, dim)
-    return design
-
-
-def _checked_tenant(tenant: object) -> TenantLayer | None:
-    """``tenant`` if it is None or a :class:`.layers.TenantLayer`."""
-    if tenant is not None and not isinstance(tenant, TenantLayer):
-        raise KeyGenerationError("tenant must be a TenantLayer (see KeyRing.key_for)")
-    return tenant
-
-
-def _read_only_vector(target: Any) -> np.ndarray:
-    """The target as a float64 vector nobody can make writable again.
-
-    An array that owns its memory can be flipped back to writable with
-    ``setflags(write=True)``; one that views an immutable ``bytes`` object
-    cannot.
-    """
-    values = np.array(target, dtype=np.float64).reshape(-1)
-    frozen = np.frombuffer(values.tobytes(), dtype=np.float64)
-    return frozen

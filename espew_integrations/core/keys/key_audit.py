@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -33,8 +33,10 @@ __all__ = [
     "AUDIT_SUFFIX",
     "AuditSource",
     "KeyAudit",
+    "audit_following",
     "default_audit_path",
     "held_audit",
+    "recorded_digest",
 ]
 
 AUDIT_FORMAT = "espew-key-audit"
@@ -250,3 +252,41 @@ def held_audit(
     if audit is not None:
         raise KeyGenerationError("audit must be a KeyAudit or an AuditSource")
     return None, KeyAudit(dim=dim, **{name: stored[name] for name in AUDIT_FIELDS})
+
+
+def recorded_digest(source: AuditSource | None, audit: KeyAudit | None, n_band: int) -> str:
+    """The SHA-256 a key records of its audit (:func:`held_audit`'s pair): the audit's own,
+    once checked against a band of ``n_band`` words, or the one its source is bound by."""
+    if audit is not None:
+        audit.check(n_band)
+        return audit.digest()
+    assert source is not None  # held_audit holds one of the two
+    return source.sha256
+
+
+def audit_following(
+    fields: dict[str, Any], changes: Mapping[str, Any], held: Callable[[], KeyAudit]
+) -> dict[str, Any]:
+    """A key's constructor ``fields`` with its audit made to follow ``changes``
+    (:meth:`.key.WatermarkKey.replace`); ``held()`` reads the key's audit, when needed.
+
+    A key made one file (``audit_layout="inline"``) holds its audit itself; a new
+    target, band or single audit field spells the audit out field by field; a new
+    target or band drops the references, which belong to the old ones (unless new
+    ones are given); new cover texts drop their embeddings.
+    """
+    fields = dict(fields)
+    if changes.get("audit_layout") == "inline" and "audit" not in changes:
+        fields["audit"] = held()  # one file holds the audit itself: read it now
+    if {"target", "band", *AUDIT_FIELDS} & set(changes) and "audit" not in changes:
+        del fields["audit"]  # spelled out, so that single fields can change
+        if not set(AUDIT_FIELDS) <= set(changes):  # a whole new audit needs no old one
+            fields.update(held().fields())
+    if ("target" in changes or "band" in changes) and not (
+        {"probe_reference", "word_reference"} & set(changes)
+    ):
+        fields.update(dict.fromkeys(AUDIT_FIELDS, ()))
+        fields.update(probe_embeddings=None, cover_embeddings=None)
+    if "cover_texts" in changes and "cover_embeddings" not in changes:
+        fields["cover_embeddings"] = None  # they belong to the old cover texts
+    return fields

@@ -14,8 +14,10 @@ from typing import Any
 
 import numpy as np
 
+from ..ground.draw import check_audit_round
 from ..ground.errors import KeyGenerationError
 from ..ground.text import NORMALIZATIONS, UNICODE_V1
+from ..mark.design import LEGACY_DESIGN, MarkingDesign, design_class
 from ..mark.words import is_word
 
 __all__ = [
@@ -29,9 +31,12 @@ __all__ = [
     "check_selection",
     "check_strength",
     "check_text_rules",
+    "checked_design",
+    "checked_info",
     "is_number_between",
     "min_band_size",
     "n_positions",
+    "read_only_vector",
 ]
 
 SELECTIONS = ("smallest", "hashed")
@@ -61,8 +66,11 @@ def check_alpha(alpha: object) -> None:
 
 
 def check_strength(strength: object) -> None:
-    ok = not isinstance(strength, bool) and isinstance(strength, (int, float))
-    if not ok or not 0.0 < strength <= 1.0:  # type: ignore[operator]  # mypy does not narrow through ok
+    if (
+        isinstance(strength, bool)
+        or not isinstance(strength, (int, float))
+        or not 0.0 < strength <= 1.0
+    ):
         raise KeyGenerationError(
             f"strength must be a number with 0 < strength <= 1, got {strength!r}"
         )
@@ -174,3 +182,34 @@ def check_probes(
     refs = tuple(probe_reference) + tuple(word_reference)
     if not all(math.isfinite(x) and -1.0 - 1e-6 <= x <= 1.0 + 1e-6 for x in refs):
         raise KeyGenerationError("a stored reference cosine is not a finite number in [-1, 1]")
+
+
+def checked_info(info: dict[str, Any] | None) -> dict[str, Any]:
+    """A copy of a key's ``info``, whose ``audit_round`` (if any) is a positive integer."""
+    checked = dict(info or {})
+    try:
+        check_audit_round(checked.get("audit_round", 1), "info['audit_round']")
+    except ValueError as exc:
+        raise KeyGenerationError(str(exc)) from None
+    return checked
+
+
+def checked_design(design: object, band: Sequence[str], dim: int) -> MarkingDesign:
+    """``design`` checked against the key's band and dimension; None is the legacy design."""
+    design = design_class(LEGACY_DESIGN).from_payload(None, dim) if design is None else design
+    if not isinstance(design, MarkingDesign):
+        raise KeyGenerationError(f"design must be a MarkingDesign, not {type(design).__name__}")
+    design.check(band, dim)
+    return design
+
+
+def read_only_vector(target: Any) -> np.ndarray:
+    """The target as a float64 vector nobody can make writable again.
+
+    An array that owns its memory can be flipped back to writable with
+    ``setflags(write=True)``; one that views an immutable ``bytes`` object
+    cannot.
+    """
+    values = np.array(target, dtype=np.float64).reshape(-1)
+    frozen = np.frombuffer(values.tobytes(), dtype=np.float64)
+    return frozen

@@ -6,12 +6,12 @@ making a key needs more of the core than holding one: the watermark itself
 budget, the probes (:mod:`..mark.probes`) the audit will send, and the rank test
 (:mod:`..stats.ranktest`) for the innocent-twin check.
 
-Arrows point one way only: the key class takes its generation methods from
-:class:`KeyGeneration`, a mixin defined here, and this module never imports
-the key; it builds keys through the class it is called on and reads them
+Arrows point one way only: the key class's ``generate`` and ``with_audit`` call
+:func:`generate` and :func:`with_audit` here, and this module never imports the
+key; it builds keys through the class it is given (``make_key``) and reads them
 through :class:`..mark.key_types.DrawnKey`. The options are :class:`.key_options.KeyOptions`.
 
-Re-drawn audits (:meth:`KeyGeneration.with_audit`). The stored audit is made of
+Re-drawn audits (:func:`with_audit`). The stored audit is made of
 keygen corpus texts. A thief whose customers send something else (tweets, say,
 where your corpus is reviews) steals with its own texts, and its copy then carries
 the mark mostly on texts like those; and to its router, an audit of your reviews
@@ -48,7 +48,6 @@ import numpy as np
 
 from ..ground.defaults import (
     DEFAULT_FREQ_BAND,
-    DEFAULT_PROBE_BUDGET,
     DEFAULT_PROBES_PER_WORD,
     DEFAULT_TWIN_LEVEL,
     LEGACY_PROBE_BUDGET,
@@ -69,19 +68,15 @@ from .key_options import (
     check_twin_level,
     checked_corpus,
 )
-from .key_quality import FIT_SAMPLE, fit_quality, fit_strength
+from .key_quality import FIT_SAMPLE, fit_quality
 from .model_check import CANARY_TEXTS, ModelFingerprint
 
 __all__ = [
-    "DEFAULT_PROBES_PER_WORD",
-    "DEFAULT_PROBE_BUDGET",
     "MAX_DRAWS",
-    "KeyGeneration",
     "Reaudit",
     "corpus_digest",
     "embed_target",
     "finished_key",
-    "fit_strength",
     "generate",
     "generate_word_key",
     "reaudited_words",
@@ -122,18 +117,35 @@ def generate(
     make_key: Callable[..., _Key],
     corpus: Iterable[str],
     embed: EmbedFn,
-    options: KeyOptions,
+    options: KeyOptions | None = None,
+    *,
     progress: Progress | None = None,
+    **overrides: Any,
 ) -> _Key:
-    """Draw a fresh key of class ``make_key`` (:meth:`KeyGeneration.generate` passes its own).
+    """Draw a fresh key of class ``make_key`` from a corpus and the provider's clean embedder.
 
-    The steps, in order: the options were checked when ``options`` was built;
-    embed the target; draw the salt, the band and the triggers; fit the strength
-    to the quality budget on the marked corpus texts; record the model
-    fingerprint (the clean embeddings of the public canary texts,
+    :meth:`.key.WatermarkKey.generate` calls it with the key class. The options are
+    the fields of :class:`.key_options.KeyOptions`, each documented there with its
+    default and why: pass them as keyword arguments (``target_text`` is required),
+    or as a ``KeyOptions`` (keywords then override its fields). An unknown option is
+    a TypeError, a bad value a :class:`..ground.errors.KeyGenerationError`, both before
+    any slow work.
+
+    Words whose document fraction in ``corpus`` lies in ``freq_band`` form
+    the band; ``n_triggers`` of them become the triggers, a keyed draw from
+    the salt. The target is ``embed([target_text])``. The strength is fitted
+    to the ``min_cosine`` quality budget unless ``strength`` is given. The key
+    stores its audit: a keyed uniform sample of ``audit_budget`` corpus texts
+    (the probes are those with a band word), the clean model's rows and
+    cosines to the target for them (:mod:`..mark.probes`), so nothing but the key
+    and the suspect is needed at audit time.
+
+    The steps, in order: embed the target; draw the salt, the band and the
+    triggers; fit the strength to the quality budget on the marked corpus texts;
+    record the model fingerprint (the clean embeddings of the public canary texts,
     :mod:`.model_check`); store the audit's probes and the clean model's
-    reference cosines; and if the clean model itself would implicate the draw,
-    throw it away and draw again (at most ``MAX_DRAWS``).
+    reference cosines; and unless ``twin_check=False``, if the clean model itself
+    would implicate the draw, throw it away and draw again (at most ``MAX_DRAWS``).
 
     The redraw conditions the key on passing the twin check, which a draw
     fails with probability at most ``2 * twin_level``; so an innocent suspect
@@ -141,12 +153,15 @@ def generate(
     (1.002 times the level at the default), the price of never shipping a key
     the provider's own clean model would convict.
 
-    ``progress(done, total)`` hears of every text embedded (:mod:`..ground.progress`), against
-    the estimate :func:`texts_to_embed`; its last call has ``done == total``.
+    ``progress(done, total)``, when given, is called as texts are embedded, with
+    the texts embedded so far and an estimate (:func:`texts_to_embed`) that the last
+    call makes exact (:mod:`..ground.progress`): keygen embeds thousands of texts, minutes
+    on a CPU.
     """
+    checked = KeyOptions.of(options, overrides)
     check_progress(progress)
     texts = checked_corpus(corpus)
-    return design_class(options.marking).generate(make_key, texts, embed, options, progress)
+    return design_class(checked.marking).generate(make_key, texts, embed, checked, progress)
 
 
 def generate_word_key(
@@ -236,121 +251,68 @@ def finished_key(key: _Key, embed: EmbedFn) -> _Key:
     return key
 
 
-def with_audit(key: _Key, corpus: Iterable[str], embed: EmbedFn, **options: Any) -> _Key:
-    """``key`` with its audit drawn from ``corpus``: :meth:`KeyGeneration.with_audit`."""
-    return key.with_audit(corpus, embed, **options)  # type: ignore[attr-defined]
+def with_audit(
+    key: _Key,
+    corpus: Iterable[str],
+    embed: EmbedFn,
+    *,
+    probes_per_word: int | None = None,
+    cover_traffic: bool = True,
+    probe_mix: str | None = None,
+    twin_level: float = DEFAULT_TWIN_LEVEL,
+    audit_round: int = 1,
+    audit_budget: int | None = None,
+    progress: Progress | None = None,
+) -> _Key:
+    """``key`` with its audit drawn from ``corpus``: for a suspect from another domain,
+    or for a later audit of the same suspect (the module docstring says why both).
 
+    :meth:`.key.WatermarkKey.with_audit` calls it. Same triggers, target, salt and
+    band; the probes, cover texts and the clean model's answers to them (``embed``:
+    your clean model, as at keygen) are drawn afresh from ``corpus`` in the same keyed
+    way, never looking at which band words are triggers, so the test stays exact and
+    the same corpus always gives the same audit. Options as in
+    :class:`.key_options.KeyOptions`; ``probe_mix=None`` keeps the mix the key
+    was made with (``info["probe_mix"]``; ``"single"`` for keys that do not
+    record one). Raises :class:`..ground.errors.KeyGenerationError` when no text of
+    ``corpus`` holds a band word, or when the clean model itself would be
+    implicated on the new audit (twin p below ``twin_level``; the trigger
+    draw cannot be redone on a key in service). ``info`` records the audit
+    corpus's size, its band-word rate, the new twin p-value and the round.
 
-class KeyGeneration:
-    """Mixin: how a key class is generated and re-audited (the key class is :mod:`.key`'s).
-
-    :class:`~.key.WatermarkKey` inherits these methods; they build keys through
-    the class they are called on, so this module needs no import of the key.
+    ``audit_round=k`` (k >= 2) draws the audit with a salt of its own
+    (:func:`..ground.draw.audit_salt`), independent of every other round's;
+    :func:`..verify.verify` multiplies a round-``k`` p-value by ``k``.
+    ``audit_budget`` sets this audit's size in texts (default: the key's own,
+    ``info["audit_budget"]``). ``progress(done, total)`` hears of the texts
+    embedded, as for :func:`generate`.
     """
-
-    __slots__ = ()
-
-    @classmethod
-    def generate(
-        cls: type[_Key],
-        corpus: Iterable[str],
-        embed: EmbedFn,
-        options: KeyOptions | None = None,
-        *,
-        progress: Progress | None = None,
-        **overrides: Any,
-    ) -> _Key:
-        """Draw a fresh key from a corpus and the provider's clean embedder.
-
-        The options are the fields of :class:`.key_options.KeyOptions`, each
-        documented there with its default and why: pass them as keyword arguments
-        (``target_text`` is required), or as a ``KeyOptions`` (keywords then
-        override its fields). An unknown option is a TypeError, a bad value a
-        :class:`..ground.errors.KeyGenerationError`, both before any slow work.
-
-        Words whose document fraction in ``corpus`` lies in ``freq_band`` form
-        the band; ``n_triggers`` of them become the triggers, a keyed draw from
-        the salt. The target is ``embed([target_text])``. The strength is fitted
-        to the ``min_cosine`` quality budget unless ``strength`` is given. The key
-        stores its audit: a keyed uniform sample of ``audit_budget`` corpus texts
-        (the probes are those with a band word), the clean model's rows and
-        cosines to the target for them (:mod:`..mark.probes`), so nothing but the key
-        and the suspect is needed at audit time. Unless ``twin_check=False``, a
-        draw the clean model itself would implicate is thrown away and drawn again
-        (:func:`generate`, the steps).
-
-        ``progress(done, total)``, when given, is called as texts are embedded, with
-        the texts embedded so far and an estimated total that the last call makes
-        exact (:mod:`..ground.progress`): keygen embeds thousands of texts, minutes on a CPU.
-
-        >>> key = WatermarkKey.generate(texts, model, target_text="...", seed=7)  # doctest: +SKIP
-        """
-        return generate(cls, corpus, embed, KeyOptions.of(options, overrides), progress)
-
-    def with_audit(
-        self: _Key,
-        corpus: Iterable[str],
-        embed: EmbedFn,
-        *,
-        probes_per_word: int | None = None,
-        cover_traffic: bool = True,
-        probe_mix: str | None = None,
-        twin_level: float = DEFAULT_TWIN_LEVEL,
-        audit_round: int = 1,
-        audit_budget: int | None = None,
-        progress: Progress | None = None,
-    ) -> _Key:
-        """This key with its audit drawn from ``corpus``: for a suspect from another domain,
-        or for a later audit of the same suspect (the module docstring says why both).
-
-        Same triggers, target, salt and band; the probes, cover texts and the
-        clean model's answers to them (``embed``: your clean model, as at
-        keygen) are drawn afresh from ``corpus`` in the same keyed way, never
-        looking at which band words are triggers, so the test stays exact and
-        the same corpus always gives the same audit. Options as in
-        :class:`.key_options.KeyOptions`; ``probe_mix=None`` keeps the mix the key
-        was made with (``info["probe_mix"]``; ``"single"`` for keys that do not
-        record one). Raises :class:`..ground.errors.KeyGenerationError` when no text of
-        ``corpus`` holds a band word, or when the clean model itself would be
-        implicated on the new audit (twin p below ``twin_level``; the trigger
-        draw cannot be redone on a key in service). ``info`` records the audit
-        corpus's size, its band-word rate, the new twin p-value and the round.
-
-        ``audit_round=k`` (k >= 2) draws the audit with a salt of its own
-        (:func:`..ground.draw.audit_salt`), independent of every other round's;
-        :func:`..verify.verify` multiplies a round-``k`` p-value by ``k``.
-        ``audit_budget`` sets this audit's size in texts (default: the key's own,
-        ``info["audit_budget"]``). ``progress(done, total)`` hears of the texts
-        embedded, as for :meth:`generate`.
-
-        >>> tweets_audit = key.with_audit(tweets, model)  # doctest: +SKIP
-        >>> second = key.with_audit(corpus, model, audit_round=2)  # doctest: +SKIP
-        """
-        try:
-            salt = audit_salt(self.salt, audit_round)
-        except ValueError as exc:
-            raise KeyGenerationError(str(exc)) from None
-        texts = checked_corpus(corpus)
-        check_twin_level(twin_level)
-        check_progress(progress)
-        audit = Reaudit(
-            texts,
-            embed,
-            salt,
-            audit_round,
-            audit_budget,
-            twin_level,
-            progress,
-            probes_per_word,
-            cover_traffic,
-            probe_mix,
-        )
-        return self.design.reaudit(self, audit)
+    try:
+        salt = audit_salt(key.salt, audit_round)
+    except ValueError as exc:
+        raise KeyGenerationError(str(exc)) from None
+    texts = checked_corpus(corpus)
+    check_twin_level(twin_level)
+    check_progress(progress)
+    audit = Reaudit(
+        texts,
+        embed,
+        salt,
+        audit_round,
+        audit_budget,
+        twin_level,
+        progress,
+        probes_per_word,
+        cover_traffic,
+        probe_mix,
+    )
+    redrawn: _Key = key.design.reaudit(key, audit)
+    return redrawn
 
 
 @dataclasses.dataclass(frozen=True)
 class Reaudit:
-    """What :meth:`KeyGeneration.with_audit` was asked for, checked: the corpus, the clean
+    """What :func:`with_audit` was asked for, checked: the corpus, the clean
     model, the round's salt and number, the size asked (None: the key's own), the twin
     level and the progress; and for a word key, its probes' options."""
 

@@ -25,7 +25,7 @@ import os
 import secrets
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn, SupportsIndex
 
 import numpy as np
 
@@ -33,13 +33,11 @@ from ..ground.defaults import (
     DEFAULT_FIELD_SHARED_UNITS,
     DEFAULT_FIELD_TENANT_UNITS,
     DEFAULT_MARKING,
-    DEFAULT_RING_AUDIT_BUDGET,
-    DEFAULT_RING_FREQ_BAND,
     DEFAULT_SHARED_TRIGGERS,
     DEFAULT_TENANT_TRIGGERS,
 )
 from ..ground.errors import InputTypeError, KeyFileError, KeyGenerationError
-from ..ground.sealed import Sealed
+from ..ground.sealed import refuse_pickle
 from ..ground.secret_files import (
     MAX_RING_FILE_BYTES,
     canonical_json,
@@ -53,14 +51,13 @@ from ..mark.field import FieldMark, drawn_mask, field_vector
 from ..mark.inject import watermark
 from ..mark.key_types import EmbedFn
 from ..mark.probes import row_cosines
-from .key import KeyFileWarning, WatermarkKey
+from .key import WatermarkKey
 from .key_options import KeyOptions, check_marking, checked_corpus
 from .key_quality import FIT_SAMPLE, embed_marked, fit_strength_on, mean_cosine
+from .key_storage import KeyFileWarning
 from .layers import SALT_BYTES, TenantLayer, draw_layer_indices, tenant_salt, universe
 
 __all__ = [
-    "DEFAULT_RING_AUDIT_BUDGET",
-    "DEFAULT_RING_FREQ_BAND",
     "RING_FORMAT",
     "RING_VERSION",
     "KeyRing",
@@ -76,7 +73,7 @@ RING_VERSION = 1
 _QUALITY_SAMPLE_TENANTS = 8
 
 
-class KeyRing(Sealed):
+class KeyRing:
     """A master secret plus the shared-layer key every tenant key is built on.
 
     >>> ring = KeyRing.generate(texts, model, target_text="...", seed=7)  # doctest: +SKIP
@@ -212,10 +209,18 @@ class KeyRing(Sealed):
     def __hash__(self) -> int:
         return hash(self._ring_id)
 
-    def _pickle_refusal(self) -> str:
-        return (
-            f"KeyRing {self._ring_id} refuses to be pickled: a pickle would carry the master "
-            "secret. Save it with ring.save(path) and load it with KeyRing.load(path)."
+    # A ring holds a secret (:mod:`..ground.sealed`): copies are the ring itself, no pickle.
+    def __copy__(self) -> KeyRing:
+        return self
+
+    def __deepcopy__(self, memo: dict[int, object]) -> KeyRing:
+        return self
+
+    def __reduce_ex__(self, protocol: SupportsIndex) -> NoReturn:
+        refuse_pickle(
+            f"KeyRing {self._ring_id}",
+            "the master secret",
+            "Save it with ring.save(path) and load it with KeyRing.load(path).",
         )
 
     # ------------------------------------------------------------------ storage

@@ -33,13 +33,14 @@ from collections.abc import Sequence
 import numpy as np
 
 from ..ground.draw import draw_triggers
-from ..ground.errors import InputError
+from ..ground.errors import InputError, KeyGenerationError
 from .key_checks import SALT_BYTES
 
 __all__ = [
     "MAX_TENANT_ID_CHARS",
     "TenantLayer",
     "check_tenant_id",
+    "checked_tenant",
     "draw_layer_indices",
     "layered_triggers",
     "tenant_salt",
@@ -70,9 +71,7 @@ class TenantLayer:
         check_tenant_id(self.tenant_id)
         if not isinstance(self.salt, (bytes, bytearray)) or len(self.salt) != SALT_BYTES:
             raise InputError(f"a tenant layer's salt must be {SALT_BYTES} bytes")
-        if isinstance(self.n_shared, bool) or not isinstance(self.n_shared, int):
-            raise InputError("a tenant layer's n_shared must be an integer")
-        if self.n_shared < 1:
+        if _checked_n_shared(self.n_shared) < 1:
             raise InputError(f"a tenant layer needs a shared layer, got n_shared={self.n_shared}")
         object.__setattr__(self, "salt", bytes(self.salt))
 
@@ -83,13 +82,22 @@ class TenantLayer:
     @classmethod
     def from_payload(cls, payload: dict[str, object]) -> TenantLayer:
         """Inverse of :meth:`to_payload`; raises ValueError on malformed fields."""
-        if not isinstance(payload, dict) or not isinstance(payload.get("salt"), str):
+        salt = payload.get("salt") if isinstance(payload, dict) else None
+        if not isinstance(salt, str):
             raise InputError("the tenant layer record is malformed")
+        tenant_id = check_tenant_id(payload.get("id"))
         return cls(
-            tenant_id=payload.get("id"),  # type: ignore[arg-type]
-            salt=bytes.fromhex(payload["salt"]),  # type: ignore[arg-type]
-            n_shared=payload.get("n_shared"),  # type: ignore[arg-type]
+            tenant_id=tenant_id,
+            salt=bytes.fromhex(salt),
+            n_shared=_checked_n_shared(payload.get("n_shared")),
         )
+
+
+def _checked_n_shared(n_shared: object) -> int:
+    """A tenant layer's ``n_shared`` if it is an integer (not a bool)."""
+    if isinstance(n_shared, bool) or not isinstance(n_shared, int):
+        raise InputError("a tenant layer's n_shared must be an integer")
+    return n_shared
 
 
 def check_tenant_id(tenant_id: object) -> str:
@@ -171,3 +179,10 @@ def layered_triggers(
         return frozenset()  # no legitimate draw has this shape: never verifiable
     picked = draw_layer_indices([layer.salt], len(words), n_tenant)[0]
     return draw_triggers(salt, band, layer.n_shared) | {words[i] for i in picked}
+
+
+def checked_tenant(tenant: object) -> TenantLayer | None:
+    """``tenant`` if it is None or a :class:`.layers.TenantLayer`."""
+    if tenant is not None and not isinstance(tenant, TenantLayer):
+        raise KeyGenerationError("tenant must be a TenantLayer (see KeyRing.key_for)")
+    return tenant
