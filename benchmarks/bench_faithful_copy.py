@@ -54,7 +54,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from thieves import SPLITS, Thief, disjoint_rows, stolen_value, thief_for
 
 from espew_integrations import WatermarkKey, verify, watermark
-from espew_integrations.core.mark.probes import unit_rows
+from espew_integrations.core.ground.rows import unit_rows
 from espew_integrations.offline.corpora import rotten_tomatoes
 from espew_integrations.offline.embedders import minilm, paraphrase_minilm_l3
 from espew_lab.attacks import apply_attack

@@ -47,7 +47,7 @@ from bench_faithful_copy import corpus_lookups, frozen_mlp_after_cse, train_rows
 from bench_spectral import make_key
 
 from espew_integrations import verify, watermark
-from espew_integrations.core.mark.probes import unit_rows
+from espew_integrations.core.ground.rows import unit_rows
 from espew_lab.stealers import RidgeStealer
 
 PARTIAL_ANGLE = 0.45

@@ -48,10 +48,8 @@ import numpy as np
 from scipy.stats import beta, ks_2samp
 
 from espew_integrations import WatermarkKey, verify
-from espew_integrations.core.audit import (
-    build_probes,
-    score_words,
-)
+from espew_integrations.core.audit.scores import score_words
+from espew_integrations.core.audit.word_probes import build_probes
 from espew_integrations.core.ground.draw import draw_triggers
 from espew_integrations.core.stats.ranktest import doubled_mid_ranks, min_p_value, rank_sum_p_value
 from espew_integrations.offline.corpora import health_tweets, load_corpus

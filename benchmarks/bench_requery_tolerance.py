@@ -30,8 +30,8 @@ import numpy as np
 
 from espew_integrations import OpenAIEndpoint, WatermarkKey, watermark
 from espew_integrations.core.records.requery import answer_distances
+from espew_integrations.http.app import create_app
 from espew_integrations.http.background import running_server
-from espew_integrations.http.server import create_app
 from espew_integrations.offline.corpora import rotten_tomatoes
 from espew_integrations.offline.data import PARAPHRASE_MINILM, data_file
 from espew_integrations.offline.embedders import OnnxSentenceEncoder, minilm_files

@@ -29,7 +29,8 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from espew_integrations import KeyRing, trace, watermark
-from espew_integrations.core.mark.probes import row_cosines, unit_rows
+from espew_integrations.core.ground.rows import unit_rows
+from espew_integrations.core.mark.probes import row_cosines
 from espew_integrations.offline.corpora import rotten_tomatoes
 from espew_integrations.offline.embedders import minilm, paraphrase_minilm_l3
 from espew_lab.cache import cached_embed

@@ -2,7 +2,7 @@
 
 Fresh rings (new master, new shared salt) over a 200-word band with 20 shared
 and 20-word tenant layers, 200 accounts each, and the real statistic
-(:func:`espew_integrations.core.trace.tenant_p_values`) on synthetic scores;
+(:func:`espew_integrations.core.audit.tenant_layers.tenant_p_values`) on synthetic scores;
 see :mod:`espew_lab.tenant_null_study`. Two suspects: an innocent one
 (every named account is a false accusation) and a copy of account 0 (every
 other named account is). Prints the family-wise false-accusation rate at

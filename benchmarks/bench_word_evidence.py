@@ -33,8 +33,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_faithful_copy import corpus_lookups
 from bench_frontier import build, parse_config
 
-from espew_integrations.core.audit import mean_per_word, plan_audit
 from espew_integrations.core.audit.directed import directed_scores
+from espew_integrations.core.audit.plan import plan_audit
+from espew_integrations.core.audit.scores import mean_per_word
 from espew_integrations.core.stats.ranktest import rank_sum_p_value
 from espew_lab.null_study import audit_scores
 

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from espew_integrations import WatermarkKey
-from espew_integrations.core.mark.probes import unit_rows
+from espew_integrations.core.ground.rows import unit_rows
 
 N_STEAL = 10_000
 N_HELD_OUT = 500

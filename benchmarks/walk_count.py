@@ -1,10 +1,10 @@
 """A key's walk through ``verify``: the audit functions one verification enters, counted.
 
 How hard the audit is to follow is measured by the walk a reader takes from
-:func:`espew_integrations.core.verify.verify` to the verdict, found statically
+:func:`espew_integrations.core.verify.verify_callable` to the verdict, found statically
 (with :mod:`ast`; nothing is imported or run):
 
-* the walk starts in ``core/verify.py:verify``, whose ``key`` parameter is *the key*;
+* the walk starts in ``core/verify.py:verify_callable``, whose ``key`` parameter is *the key*;
 * from each function on the walk, every call that resolves to a function of the
   package is looked at (a name imported or defined in the module, ``module.f``,
   ``Class.method``, ``super().method``, and a method called on the key's design:
@@ -328,7 +328,7 @@ class Walk:
 def walk(design: str = "map", root: Path = ROOT) -> Walk:
     """The walk from ``verify`` for keys of ``design``."""
     walker = Walker(load(root), design)
-    walker.walk(Function(f"{CORE}.verify", None, "verify"), {"key"})
+    walker.walk(Function(f"{CORE}.verify", None, "verify_callable"), {"key"})
     return Walk([(f, returns(walker.node(f))) for f in walker.entered], walker.tour)
 
 

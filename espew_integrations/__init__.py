@@ -32,9 +32,9 @@ __version__ = "0.1.0"
 #: Names the root exported before it kept to what a user imports: name -> its module.
 #: Still answered, with a DeprecationWarning naming the module to import from.
 _MOVED = {
-    "DEFAULT_TEMPLATES": "espew_integrations.core.audit",
-    "MAX_ANSWER_DIM": "espew_integrations.core.audit",
-    "build_probes": "espew_integrations.core.audit",
+    "DEFAULT_TEMPLATES": "espew_integrations.core.audit.word_probes",
+    "MAX_ANSWER_DIM": "espew_integrations.core.audit.settings",
+    "build_probes": "espew_integrations.core.audit.word_probes",
     "min_p_value": "espew_integrations.core.stats.ranktest",
     "rank_sum_p_value": "espew_integrations.core.stats.ranktest",
     "select_positions": "espew_integrations.core.mark.inject",
@@ -50,10 +50,14 @@ def __getattr__(name: str) -> object:
         from .http.client import OpenAIEndpoint
 
         return OpenAIEndpoint
-    if name in ("AsyncUpstream", "ESpeWMiddleware"):
-        from . import http
+    if name == "AsyncUpstream":
+        from .http.upstream import AsyncUpstream
 
-        return getattr(http, name)
+        return AsyncUpstream
+    if name == "ESpeWMiddleware":
+        from .http.middleware import ESpeWMiddleware
+
+        return ESpeWMiddleware
     if name in _MOVED:
         import importlib
         import warnings

@@ -22,11 +22,10 @@ import importlib
 import importlib.util
 from types import ModuleType
 
-from .core.ground.errors import ESpeWError
+from .core.ground.errors import MissingExtraError
 
 __all__ = [
     "LAB_INSTALL",
-    "MissingExtraError",
     "ensure",
     "install_line",
     "missing",
@@ -52,14 +51,6 @@ _DISTRIBUTIONS = {
     "llama_index": "llama-index-core",
     "prometheus_client": "prometheus-client",
 }
-
-
-class MissingExtraError(ESpeWError, ModuleNotFoundError):
-    """A feature needs a package that is not installed; the message ends with the install line.
-
-    A ``ModuleNotFoundError`` still, so code that already catches ``ImportError``
-    keeps working.
-    """
 
 
 def install_line(extra: str) -> str:

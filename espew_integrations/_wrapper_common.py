@@ -79,7 +79,7 @@ ViewArgument: TypeAlias = TextView | Literal[_Discover.DISCOVER] | None
 
 # ---------------------------------------------------------------------- the key
 @dataclass(frozen=True, repr=False)
-class KeySource:
+class WrapperKey:
     """The key a wrapper uses and, when it was given by location, that location.
 
     ``location`` is what a wrapper may persist or pickle instead of the key:
@@ -87,14 +87,15 @@ class KeySource:
     ``{}`` for a key object given in memory (which is never persisted). A relative
     path stays relative, so a collection or a saved pipeline that moves with its key
     file still finds it; it is resolved against the working directory of the
-    process that loads it. ``repr`` names the key_id only.
+    process that loads it. ``repr`` names the key_id only. (Where a key is looked for,
+    before it is loaded, is :class:`~.core.keys.key_source.KeySource`'s.)
     """
 
     key: WatermarkKey
     location: dict[str, str]
 
     def __repr__(self) -> str:
-        return f"KeySource(key_id={self.key.key_id!r}, location={self.location!r})"
+        return f"WrapperKey(key_id={self.key.key_id!r}, location={self.location!r})"
 
 
 def resolve_key(
@@ -103,7 +104,7 @@ def resolve_key(
     key_path: str | os.PathLike[str] | None = None,
     key_env: str | None = None,
     wrapper: str = "the wrapper",
-) -> KeySource:
+) -> WrapperKey:
     """The key from at most one of a key object, a key file or an environment variable.
 
     One documented way for every wrapper: ``key=WatermarkKey.load(path)`` (in
@@ -114,7 +115,7 @@ def resolve_key(
     two sources are refused rather than reconciled.
 
     >>> resolve_key(None, key_env="ESPEW_KEY")  # doctest: +SKIP
-    KeySource(key_id='3f2a9c0e51b7d644', location={'key_env': 'ESPEW_KEY'})
+    WrapperKey(key_id='3f2a9c0e51b7d644', location={'key_env': 'ESPEW_KEY'})
     """
     sources = {"key": key, "key_path": key_path, "key_env": key_env}
     given = [name for name, value in sources.items() if value is not None]
@@ -128,7 +129,7 @@ def resolve_key(
                 f"key must be a WatermarkKey, got {type(key).__name__}; for a key file pass "
                 "key_path=, for an environment variable key_env="
             )
-        return KeySource(key, {})
+        return WrapperKey(key, {})
     if key_env is not None and (not isinstance(key_env, str) or not key_env):
         raise InputTypeError(
             f"key_env must be the name of an environment variable, got {key_env!r}"
@@ -143,7 +144,7 @@ def resolve_key(
             "key_path='provider.key' or key_env='VAR' (a variable holding a key file path or "
             f"the key's JSON), or set {DEFAULT_KEY_VARIABLE}"
         )
-    return KeySource(source.load(), source.location)
+    return WrapperKey(source.load(), source.location)
 
 
 # ---------------------------------------------------------------------- texts

@@ -51,11 +51,11 @@ from ._wrapper_common import (
     WatermarkingWrapper,
     checked_texts,
     deprecated_address,
-    discover_view,
     resolve_key,
     resolve_view,
 )
 from .core.ground.errors import ESpeWError, InputError, InputTypeError, KeyFileError
+from .core.ground.text import discover_view
 from .core.keys.key import WatermarkKey
 from .core.records.traffic_sample import TrafficSample
 

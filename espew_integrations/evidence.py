@@ -10,9 +10,9 @@ triggers scored, exact p-values), a suspect that withheld one word's answers
 learns whether that word is a trigger. Hence two bundles:
 
 :func:`~espew_integrations.core.records.evidence.save_evidence` writes the **public**
-files, safe to share (``report.json`` and a plain-language ``summary.md``); it lives in the core's
-records room (:mod:`espew_integrations.core.records.evidence`), which ``report.save()``
-writes through, and is re-exported here.
+files, safe to share (``report.json`` and a plain-language ``summary.md``); it lives in
+the core's records room (:mod:`espew_integrations.core.records.evidence`), which
+``report.save()`` writes through; import it from there.
 
 :func:`save_private_evidence` writes the **private** files, for the
 provider's records or an arbiter who also gets the key, never for the other
@@ -56,39 +56,21 @@ import numpy as np
 
 from ._optional import require
 from .core.audit.evidence_files import (
-    EVIDENCE_FILES,
     PRIVATE_REPORT_KEYS,
-    PUBLIC_P_FLOOR,
     VERDICT_TITLES,
-    public_report,
-    render_summary,
 )
 from .core.audit.report import VerificationReport
-from .core.evidence_check import EvidenceCheck
-from .core.evidence_check import check_evidence as _check_transcript
+from .core.evidence_check import EvidenceCheck, check_transcript
 from .core.ground.untrusted import printable
-from .core.records.evidence import evidence_paths, save_evidence
 from .core.records.requery import DEFAULT_REQUERY_SIZE, DEFAULT_REQUERY_TOLERANCE, RequerySize
 from .core.records.safe_dir import SafeDirectory
-from .core.records.transcript import TRANSCRIPT_FILE
 
 __all__ = [
-    "DEFAULT_REQUERY_SIZE",
-    "DEFAULT_REQUERY_TOLERANCE",
-    "EVIDENCE_FILES",
     "PRIVATE_FILES",
-    "PRIVATE_REPORT_KEYS",
-    "PUBLIC_P_FLOOR",
-    "TRANSCRIPT_FILE",
-    "EvidenceCheck",
     "check_evidence",
-    "evidence_paths",
     "matplotlib_available",
     "private_evidence_paths",
-    "public_report",
     "render_private_plot",
-    "render_summary",
-    "save_evidence",
     "save_private_evidence",
 ]
 
@@ -114,7 +96,7 @@ def check_evidence(
 ) -> EvidenceCheck:
     """Check an audit's transcript, as an arbiter who distrusts the auditor would.
 
-    :func:`espew_integrations.core.evidence_check.check_evidence` (chain, digests,
+    :func:`espew_integrations.core.evidence_check.check_transcript` (chain, digests,
     key, replay, where the texts came from: ``pool_log``, ``accept_auditor_pool``),
     plus: ``requery`` is any suspect ``verify`` takes (a callable, an
     :class:`~espew_integrations.OpenAIEndpoint`, a LangChain or LlamaIndex
@@ -139,7 +121,7 @@ def check_evidence(
         from .core.audit.subject import describe_suspect
 
         requery_name = describe_suspect(requery)
-    return _check_transcript(
+    return check_transcript(
         private_dir,
         key,
         public=public,

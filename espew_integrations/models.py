@@ -41,19 +41,17 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from ._optional import MissingExtraError, install_line
-from .core.ground.errors import EmbeddingInputError, ESpeWError
+from ._optional import install_line
+from .core.ground.errors import EmbeddingInputError, ESpeWError, MissingExtraError
 
 __all__ = [
     "MODEL_NAMES",
-    "MissingExtraError",
     "ModelSpecError",
     "ResolvedEmbedder",
     "SentenceTransformerEmbedder",
     "canonical_model_name",
     "check_available",
     "import_object",
-    "install_line",
     "is_sentence_transformer",
     "load_model",
     "resolve_embedder",

@@ -119,7 +119,7 @@ class EmbedAndWatermark(WatermarkBatches):
                 f"embedder must be a spec string or a zero-argument factory, got "
                 f"{type(embedder).__name__}"
             )
-        from ._wrapper_common import discover_view
+        from .core.ground.text import discover_view
 
         super().__init__(
             key_path,

@@ -1,6 +1,6 @@
 """Turn whatever the user calls a suspect into the core's ``list[str] -> (n, d) array``.
 
-The core's :func:`~espew_integrations.core.verify.verify` takes a plain
+The core's :func:`~espew_integrations.core.verify.verify_callable` takes a plain
 callable, so it never needs to know a framework. This layer sits above it and
 knows, explicitly, how to ask each kind of suspect for embeddings the way a
 stealer's index would have asked it:
@@ -34,8 +34,8 @@ import numpy as np
 
 from .core.audit.settings import SuspectFn
 from .core.ground.errors import InputTypeError, SuspectError
-from .core.trace import trace as _core_trace
-from .core.verify import verify as _core_verify
+from .core.trace import trace_callable
+from .core.verify import verify_callable
 
 __all__ = [
     "ADAPTERS",
@@ -153,22 +153,27 @@ def answer_matrix(rows: Any, n_texts: int, source: str) -> np.ndarray:
 
 
 def accepting_any_suspect(
-    check: Callable[Concatenate[SuspectFn, _P], _R],
+    check: Callable[Concatenate[SuspectFn, _P], _R], name: str
 ) -> Callable[Concatenate[Any, _P], _R]:
     """``check`` (a core function whose first argument is a callable suspect), taking any suspect.
 
-    The result passes its first argument through :func:`as_suspect` and keeps
-    ``check``'s name, docstring and signature (``__wrapped__``).
+    The result, called ``name``, passes its first argument through :func:`as_suspect`
+    and keeps ``check``'s docstring and signature (``__wrapped__``).
+
+    >>> verify = accepting_any_suspect(verify_callable, "verify")  # doctest: +SKIP
     """
 
     @functools.wraps(check)
     def adapted(suspect: Any, /, *args: _P.args, **kwargs: _P.kwargs) -> _R:
         return check(as_suspect(suspect), *args, **kwargs)
 
+    adapted.__name__ = adapted.__qualname__ = name
     return adapted
 
 
-#: :func:`espew_integrations.core.verify.verify`, for any suspect :func:`as_suspect` knows.
-verify = accepting_any_suspect(_core_verify)
-#: :func:`espew_integrations.core.trace.trace`, for any suspect :func:`as_suspect` knows.
-trace = accepting_any_suspect(_core_trace)
+#: :func:`~espew_integrations.core.verify.verify_callable`, for any suspect
+#: :func:`as_suspect` knows.
+verify = accepting_any_suspect(verify_callable, "verify")
+#: :func:`~espew_integrations.core.trace.trace_callable`, for any suspect
+#: :func:`as_suspect` knows.
+trace = accepting_any_suspect(trace_callable, "trace")

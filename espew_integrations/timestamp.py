@@ -48,9 +48,9 @@ from pathlib import Path
 from typing import Any
 
 from ._optional import ensure, require
-from .core.evidence_check import Findings
 from .core.ground.errors import ESpeWError, InputError, PathMissingError
 from .core.ground.untrusted import printable
+from .core.records.findings import Findings
 
 __all__ = [
     "OpenSSLMissingError",
@@ -82,8 +82,8 @@ class OpenSSLMissingError(ESpeWError, RuntimeError):
 
 
 def _asn1() -> tuple[Any, Any]:
-    """asn1crypto's ``tsp`` and ``cms`` modules, or a :class:`~._optional.MissingExtraError` naming
-    the ``[evidence]`` extra."""
+    """asn1crypto's ``tsp`` and ``cms`` modules, or a
+    :class:`~.core.ground.errors.MissingExtraError` naming the ``[evidence]`` extra."""
     require("asn1crypto", EXTRA, _PURPOSE)
     from asn1crypto import cms, tsp
 

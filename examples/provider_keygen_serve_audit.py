@@ -42,7 +42,8 @@ from pathlib import Path
 
 from espew_integrations import OpenAIEndpoint, WatermarkKey, verify
 from espew_integrations.evidence import save_private_evidence
-from espew_integrations.http.server import create_app, running_server
+from espew_integrations.http.app import create_app
+from espew_integrations.http.background import running_server
 from espew_integrations.offline.corpora import rotten_tomatoes
 from espew_integrations.offline.embedders import minilm
 from espew_lab.stealers import RidgeStealer

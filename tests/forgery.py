@@ -20,8 +20,8 @@ from typing import Any
 import numpy as np
 
 from espew_integrations import verify
-from espew_integrations.core.audit import REPLAYED_SETTINGS
 from espew_integrations.core.audit.recorder import utc_now
+from espew_integrations.core.audit.subject import REPLAYED_SETTINGS
 from espew_integrations.core.records.transcript import (
     TRANSCRIPT_FILE,
     chain_records,

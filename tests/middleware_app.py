@@ -103,7 +103,7 @@ def main() -> None:
     config = uvicorn.Config(app, log_level="warning", access_log=False)
     with contextlib.ExitStack() as stack:
         if args.metrics_port is not None and not args.bare:
-            from espew_integrations.http.server import running_server
+            from espew_integrations.http.background import running_server
 
             url = stack.enter_context(running_server(app.metrics_app(), port=args.metrics_port))
             print(f"metrics on {url.removesuffix('/v1')}/metrics", flush=True)

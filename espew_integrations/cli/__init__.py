@@ -12,8 +12,8 @@ lost or clobbered silently (:mod:`.files`), and nothing ``espew`` prints quotes
 the value of ``ESPEW_KEY`` or of any variable named by ``--key env:VAR`` /
 ``--api-key-env`` (:mod:`.redact`).
 
-Each command lives in its own module with a ``register(subparsers)`` that adds
-it and sets ``func=callable(args) -> int``; :func:`build_parser` calls them in
+Each command lives in its own module with an ``add_<command>_command(subparsers)``
+that adds it and sets ``func=callable(args) -> int``; :func:`build_parser` calls them in
 :data:`COMMANDS` order. Other distributions add commands through entry points
 (:mod:`.plugins`): the robustness lab (espew-lab, ``lab/`` in the repository)
 adds ``lab`` and ``tune`` when it is installed.
@@ -36,38 +36,29 @@ import sys
 import traceback
 from collections.abc import Sequence
 
-from ..models import resolve_embedder
 from . import data, embed, evidence, key, keygen, keyring, plugins, serve, traffic, verify
-from .common import (
-    EXIT_COPIED,
-    EXIT_INCONCLUSIVE,
-    EXIT_NOT_COPIED,
-    EXIT_USAGE,
-    Parser,
-    UsageError,
-    load_key,
-)
+from .common import EXIT_USAGE, Parser, UsageError
 from .redact import scrub, secret_values
 
-__all__ = [
-    "COMMANDS",
-    "EXIT_COPIED",
-    "EXIT_INCONCLUSIVE",
-    "EXIT_NOT_COPIED",
-    "EXIT_USAGE",
-    "UsageError",
-    "build_parser",
-    "load_key",
-    "main",
-    "resolve_embedder",
-]
+__all__ = ["COMMANDS", "build_parser", "main"]
 
-#: The command modules, in the order ``espew --help`` lists them.
-COMMANDS = (keygen, key, embed, verify, evidence, keyring, serve, traffic, data, plugins)
+#: What adds each command module's commands, in the order ``espew --help`` lists them.
+COMMANDS = (
+    keygen.add_keygen_command,
+    key.add_key_command,
+    embed.add_embed_command,
+    verify.add_verify_command,
+    evidence.add_evidence_command,
+    keyring.add_keyring_command,
+    serve.add_serve_command,
+    traffic.add_traffic_command,
+    data.add_data_command,
+    plugins.add_plugin_commands,
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The ``espew`` argument parser: every module of :data:`COMMANDS` registers its own."""
+    """The ``espew`` argument parser: each of :data:`COMMANDS` adds its module's command."""
     parser = Parser(
         prog="espew",
         description="ESpeW copyright watermarks for embedding services.",
@@ -75,8 +66,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=_version())
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for command in COMMANDS:
-        command.register(subparsers)
+    for add_commands in COMMANDS:
+        add_commands(subparsers)
     return parser
 
 

@@ -10,12 +10,12 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from .._optional import install_line
 from ..core.ground.defaults import DEFAULT_BATCH_SIZE, DEFAULT_KEY_VARIABLE
 from ..core.ground.errors import ESpeWError
-from ..models import install_line, resolve_embedder
+from ..models import resolve_embedder
 
 __all__ = [
-    "DEFAULT_KEY_VARIABLE",
     "EXIT_COPIED",
     "EXIT_INCONCLUSIVE",
     "EXIT_NOT_COPIED",
@@ -325,7 +325,7 @@ def positive_seconds(text: str) -> float:
 
 
 def log_level(text: str) -> str:
-    from ..http.server import LOG_LEVELS
+    from ..http.listen import LOG_LEVELS
 
     level = text.lower()
     if level not in LOG_LEVELS:

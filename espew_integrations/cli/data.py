@@ -17,7 +17,7 @@ import argparse
 import shlex
 from typing import Any
 
-__all__ = ["register"]
+__all__ = ["add_data_command"]
 
 _EXAMPLE = """
 example:
@@ -36,7 +36,7 @@ example:
 """
 
 
-def register(subparsers: Any) -> None:
+def add_data_command(subparsers: Any) -> None:
     """Add ``data`` (with ``status`` and ``install``) to the ``espew`` subcommands."""
     data = subparsers.add_parser(
         "data",

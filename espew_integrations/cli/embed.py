@@ -16,7 +16,7 @@ from ..textfiles import read_text_file
 from .common import UsageError, endpoint_options, load_key, positive_int, progress
 from .files import prepare_out_file, write_atomically
 
-__all__ = ["register"]
+__all__ = ["add_embed_command"]
 
 _EXAMPLE = """
 example:
@@ -29,7 +29,7 @@ example:
 """
 
 
-def register(subparsers: Any) -> None:
+def add_embed_command(subparsers: Any) -> None:
     """Add ``embed`` to the ``espew`` subcommands."""
     embed = subparsers.add_parser(
         "embed",

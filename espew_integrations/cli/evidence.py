@@ -37,7 +37,7 @@ from .common import (
     suspect_spec,
 )
 
-__all__ = ["EXIT_EVIDENCE_FAILS", "public_report_problem", "register", "report_schema"]
+__all__ = ["EXIT_EVIDENCE_FAILS", "add_evidence_command", "public_report_problem", "report_schema"]
 
 #: ``espew evidence check``'s exit code when the evidence does not hold.
 EXIT_EVIDENCE_FAILS = 1
@@ -61,7 +61,7 @@ example:
 """
 
 
-def register(subparsers: Any) -> None:
+def add_evidence_command(subparsers: Any) -> None:
     """Add ``evidence`` (with its ``check`` action) to the ``espew`` subcommands."""
     evidence = subparsers.add_parser(
         "evidence",
@@ -246,7 +246,7 @@ def public_report_problem(public: str | Path) -> str | None:
 
     None when it follows it, when it is a trace's report (another shape) or when
     jsonschema is not installed: the schema is the arbiter's tool, the check runs
-    where it can, and :func:`~espew_integrations.core.evidence_check.check_evidence`
+    where it can, and :func:`~espew_integrations.core.evidence_check.check_transcript`
     has already checked what the verdict rests on. A file that is not JSON is a
     problem (``check_evidence`` says so too).
     """

@@ -34,7 +34,7 @@ def prepare_report_dir(directory: str | os.PathLike[str], *, force: bool) -> Pat
     it be one (a planted link would redirect the write); earlier evidence is
     replaced only with ``force``.
     """
-    from ..evidence import evidence_paths
+    from ..core.records.evidence import evidence_paths
 
     path = Path(directory)
     if path.is_symlink():

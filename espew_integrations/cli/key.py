@@ -26,14 +26,14 @@ from .common import (
 __all__ = [
     "accounts_note",
     "add_audit_source_arguments",
+    "add_key_command",
     "audit_corpus",
     "audit_options",
     "reaudited",
-    "register",
 ]
 
 
-def register(subparsers: Any) -> None:
+def add_key_command(subparsers: Any) -> None:
     """Add ``key`` (with its ``check`` action) to the ``espew`` subcommands."""
     key_cmd = subparsers.add_parser(
         "key", help="inspect a key file: `espew key check KEY` re-checks it, prints its commitment"
@@ -176,7 +176,8 @@ def audit_corpus(args: argparse.Namespace) -> Any:
     every = args.all_accounts
     if args.account is None and not every:
         return corpus_texts(args)
-    from ..core.records.traffic_sample import TrafficSampleError, read_traffic_texts
+    from ..core.records.traffic_sample import read_traffic_texts
+    from ..core.records.traffic_store import TrafficSampleError
 
     try:
         return read_traffic_texts(args.corpus, account=None if every else args.account)

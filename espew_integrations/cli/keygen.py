@@ -34,10 +34,10 @@ from .common import (
 
 __all__ = [
     "BUNDLED_CORPORA",
+    "add_keygen_command",
     "add_marking_flags",
     "corpus_texts",
     "key_options_from",
-    "register",
     "warn_small_corpus",
 ]
 
@@ -62,7 +62,7 @@ example:
 """
 
 
-def register(subparsers: Any) -> None:
+def add_keygen_command(subparsers: Any) -> None:
     """Add ``keygen`` to the ``espew`` subcommands."""
     keygen = subparsers.add_parser(
         "keygen",

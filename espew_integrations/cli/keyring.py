@@ -59,7 +59,7 @@ from .verify import (
     refuse_old_transcript,
 )
 
-__all__ = ["read_tenants", "register"]
+__all__ = ["add_keyring_command", "read_tenants"]
 
 _EXIT_BY_STATUS = {"not_copied": EXIT_NOT_COPIED, "copied": EXIT_COPIED}
 
@@ -85,7 +85,7 @@ example:
 """
 
 
-def register(subparsers: Any) -> None:
+def add_keyring_command(subparsers: Any) -> None:
     """Add ``keyring`` (generate, key) and ``trace`` to the ``espew`` subcommands."""
     keyring = subparsers.add_parser(
         "keyring",

@@ -1,8 +1,8 @@
 """Commands other distributions add to ``espew``, through entry points; the lab's stand-ins.
 
 A distribution adds commands by declaring an entry point in the group
-:data:`GROUP` whose object is ``register(subparsers)``, the same hook every
-command module of :mod:`espew_integrations.cli` has. The robustness lab is such
+:data:`GROUP` whose object is a function of ``subparsers`` that adds its commands,
+as each command module of :mod:`espew_integrations.cli` has one. The robustness lab is such
 a distribution of its own (espew-lab, ``lab/`` in this repository): installed,
 its ``lab`` and ``tune`` run as before. Without it the two are hidden commands
 (not listed in ``espew --help``) that, typed anyway, flags and ``--help``
@@ -23,9 +23,9 @@ from typing import Any
 from .._optional import LAB_INSTALL
 from .common import UsageError
 
-__all__ = ["GROUP", "LAB_COMMANDS", "plugin_entry_points", "register"]
+__all__ = ["GROUP", "LAB_COMMANDS", "add_plugin_commands", "plugin_entry_points"]
 
-#: The entry-point group a distribution declares its ``register(subparsers)`` under.
+#: The entry-point group a distribution declares its ``fn(subparsers)`` under.
 GROUP = "espew_integrations.cli_plugins"
 #: The commands of the lab's entry point (named ``lab``), stood in for when it is absent.
 LAB_COMMANDS = ("lab", "tune")
@@ -41,7 +41,7 @@ def plugin_entry_points() -> tuple[EntryPoint, ...]:
     return tuple(sorted(entry_points(group=GROUP), key=lambda point: point.name))
 
 
-def register(subparsers: Any) -> None:
+def add_plugin_commands(subparsers: Any) -> None:
     """Let every installed plugin add its commands; stand in for the lab's where absent."""
     failed: dict[str, str] = {}
     for point in plugin_entry_points():

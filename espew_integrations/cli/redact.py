@@ -11,7 +11,7 @@ import argparse
 import json
 import os
 
-from .common import DEFAULT_KEY_VARIABLE
+from ..core.ground.defaults import DEFAULT_KEY_VARIABLE
 
 __all__ = ["scrub", "secret_values"]
 

@@ -21,7 +21,7 @@ from .common import (
     require_extra,
 )
 
-__all__ = ["register"]
+__all__ = ["add_serve_command"]
 
 # What the server needs beyond the core: import name -> package (the [http] extra).
 _SERVER_MODULES = {"starlette": "starlette", "uvicorn": "uvicorn", "httpx": "httpx"}
@@ -51,7 +51,7 @@ example:
 """
 
 
-def register(subparsers: Any) -> None:
+def add_serve_command(subparsers: Any) -> None:
     """Add ``serve`` to the ``espew`` subcommands."""
     serve = subparsers.add_parser(
         "serve",
@@ -100,13 +100,12 @@ def _proxied(embed: Any, encoding_format: str) -> Any:
 
 
 def _add_traffic_flags(serve: argparse.ArgumentParser) -> None:
-    from ..core.records.traffic_sample import (
+    from ..core.ground.defaults import (
         DEFAULT_SAMPLE_ACCOUNT_BYTES,
-        DEFAULT_SAMPLE_CAPACITY,
         DEFAULT_SAMPLE_FILE_BYTES,
-        DEFAULT_SAMPLE_RETENTION_DAYS,
         DEFAULT_SAMPLE_TEXT_BYTES,
     )
+    from ..core.records.traffic_sample import DEFAULT_SAMPLE_CAPACITY, DEFAULT_SAMPLE_RETENTION_DAYS
 
     serve.add_argument(
         "--traffic-sample",
@@ -154,7 +153,8 @@ def _traffic_sample(args: argparse.Namespace, window: int | None) -> Any:
     """
     if args.traffic_sample is None:
         return None
-    from ..core.records.traffic_sample import TrafficSample, TrafficSampleError
+    from ..core.records.traffic_sample import TrafficSample
+    from ..core.records.traffic_store import TrafficSampleError
 
     try:
         return TrafficSample(
@@ -233,7 +233,7 @@ def _add_listen_flags(serve: argparse.ArgumentParser) -> None:
 
 
 def _add_limit_flags(serve: argparse.ArgumentParser) -> None:
-    from ..http.server import DEFAULT_BODY_TIMEOUT, DEFAULT_MAX_REQUEST_CHARS
+    from ..core.ground.defaults import DEFAULT_BODY_TIMEOUT, DEFAULT_MAX_REQUEST_CHARS
 
     serve.add_argument("--max-inputs", type=positive_int, default=2048)
     serve.add_argument(
@@ -264,7 +264,7 @@ def _model_window(embed: Any, key: Any) -> int | None:
 
 def _check_metrics_host(args: argparse.Namespace) -> None:
     """A metrics listener off this machine needs --metrics-public, and is warned about."""
-    from ..http.server import is_loopback
+    from ..http.listen import is_loopback
 
     if args.metrics_port is None or is_loopback(args.metrics_host):
         return
@@ -362,10 +362,10 @@ def _checked_listening(args: argparse.Namespace) -> str:
     require_extra("http", _SERVER_MODULES, "espew serve")
     if args.metrics_port is not None:
         require_extra("metrics", _METRICS_MODULES, "espew serve --metrics-port")
-    from ..http import server
+    from ..http.listen import check_serve_settings
 
     try:
-        level = server.check_serve_settings(port=args.port, log_level=args.log_level)
+        level = check_serve_settings(port=args.port, log_level=args.log_level)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     if args.metrics_port is not None and args.metrics_port == args.port != 0:
@@ -380,7 +380,8 @@ def _checked_listening(args: argparse.Namespace) -> str:
 def run(args: argparse.Namespace) -> int:
     """Check every setting, build the app, then listen until interrupted."""
     level = _checked_listening(args)
-    from ..http import server
+    from ..http import serving
+    from ..http.app import check_embedder, create_app
 
     tenants = _tenant_keys(args)
     key, mark = _serving_key(args, ring=tenants is not None)
@@ -393,10 +394,10 @@ def run(args: argparse.Namespace) -> int:
     sample = _traffic_sample(args, _model_window(embed, check_key))
     if check_key is not None:
         try:
-            server.check_embedder(embed, check_key)
+            check_embedder(embed, check_key)
         except ValueError as exc:
             raise UsageError(str(exc)) from None
-    app = server.create_app(
+    app = create_app(
         _proxied(embed, args.encoding_format),
         key=key,
         model_name=model_name,
@@ -420,7 +421,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"espew serve: metrics for the operator only on {url}", flush=True)
 
     metrics = app.state.metrics if args.metrics_port is not None else None
-    server.serve(
+    serving.serve(
         app,
         host=args.host,
         port=args.port,

@@ -17,7 +17,7 @@ from typing import Any
 
 from .common import UsageError, positive_int
 
-__all__ = ["register"]
+__all__ = ["add_traffic_command"]
 
 _EXAMPLE = """
 example:
@@ -30,13 +30,10 @@ example:
 """
 
 
-def register(subparsers: Any) -> None:
+def add_traffic_command(subparsers: Any) -> None:
     """Add ``traffic`` (``merge``, ``account``) to the ``espew`` subcommands."""
-    from ..core.records.traffic_sample import (
-        DEFAULT_SAMPLE_ACCOUNT_BYTES,
-        DEFAULT_SAMPLE_CAPACITY,
-        DEFAULT_SAMPLE_FILE_BYTES,
-    )
+    from ..core.ground.defaults import DEFAULT_SAMPLE_ACCOUNT_BYTES, DEFAULT_SAMPLE_FILE_BYTES
+    from ..core.records.traffic_sample import DEFAULT_SAMPLE_CAPACITY
 
     traffic = subparsers.add_parser(
         "traffic",
@@ -91,7 +88,8 @@ def register(subparsers: Any) -> None:
 
 def run_merge(args: argparse.Namespace) -> int:
     """Merge ``args.samples`` into ``args.out``; a salt mismatch or a full file is exit 3."""
-    from ..core.records.traffic_sample import TrafficSampleError, merge_traffic_samples
+    from ..core.records.traffic_sample import merge_traffic_samples
+    from ..core.records.traffic_store import TrafficSampleError
 
     try:
         merged = merge_traffic_samples(
@@ -113,7 +111,8 @@ def run_merge(args: argparse.Namespace) -> int:
 
 def run_account(args: argparse.Namespace) -> int:
     """Print the account id of the API key in ``$VAR`` under the sample's salt."""
-    from ..core.records.traffic_sample import TrafficSampleError, traffic_account_id
+    from ..core.records.traffic_sample import traffic_account_id
+    from ..core.records.traffic_store import TrafficSampleError
 
     credential = os.environ.get(args.api_key_env)
     if not credential:

@@ -25,7 +25,7 @@ from .common import (
 from .files import prepare_private_dir, prepare_report_dir
 from .redact import scrub, secret_values
 
-__all__ = ["register"]
+__all__ = ["add_verify_command"]
 
 _EXIT_BY_STATUS = {"not_copied": EXIT_NOT_COPIED, "copied": EXIT_COPIED}
 
@@ -47,7 +47,7 @@ example:
 """
 
 
-def register(subparsers: Any) -> None:
+def add_verify_command(subparsers: Any) -> None:
     """Add ``verify`` to the ``espew`` subcommands."""
     verify = subparsers.add_parser(
         "verify",
@@ -248,7 +248,7 @@ def _save_private(report: Any, directory: str, *, force: bool) -> list[Path]:
 
 def _save_evidence(report: Any, directory: str, *, force: bool) -> list[Path]:
     """Write the evidence; ``force`` reaches ``save_evidence`` when it takes one."""
-    from ..evidence import save_evidence
+    from ..core.records.evidence import save_evidence
 
     options: dict[str, Any] = {}
     if "force" in inspect.signature(save_evidence).parameters:

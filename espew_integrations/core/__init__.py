@@ -2,7 +2,7 @@
 
 It re-exports nothing: each name has one address, the module that owns it (and, for
 what a user imports, the package root :mod:`espew_integrations`). Its
-:func:`~espew_integrations.core.verify.verify` takes a callable suspect; the package
+:func:`~espew_integrations.core.verify.verify_callable` takes a callable suspect; the package
 root's :func:`espew_integrations.verify` also takes framework objects (see
 :mod:`espew_integrations.suspects`).
 """

@@ -1,4 +1,4 @@
-"""check_evidence(): re-derive an audit's verdict offline, from its transcript alone.
+"""check_transcript(): re-derive an audit's verdict offline, from its transcript alone.
 
 An arbiter is handed the auditor's private directory and the key (or ring). To
 trust the verdict they need three things, and this module checks each:
@@ -9,8 +9,8 @@ trust the verdict they need three things, and this module checks each:
    public report handed to the suspect's side) carries;
 2. **it is this key's audit**: the header's commitment is the key's;
 3. **the verdict follows from the answers**: a suspect that answers from the
-   transcript is audited again by :func:`.verify.verify` (or
-   :func:`.trace.trace`) itself, with the recorded settings and the recorded
+   transcript is audited again by :func:`.verify.verify_callable` (or
+   :func:`.trace.trace_callable`) itself, with the recorded settings and the recorded
    order of the texts; every batch it is asked must be the batch recorded, in
    the same order, and every recorded batch must be asked. The replayed status
    and p-value must equal the recorded ones.
@@ -50,9 +50,10 @@ from typing import Any
 
 import numpy as np
 
-from .audit import REPLAYED_SETTINGS, DeadlinePassed
 from .audit.options import AuditOptions
 from .audit.references import replayed_references
+from .audit.subject import REPLAYED_SETTINGS
+from .audit.suspect_calls import DeadlinePassed
 from .ground.defaults import DEFAULT_BATCH_SIZE
 from .ground.errors import SuspectError
 from .keys.key import WatermarkKey
@@ -79,10 +80,10 @@ from .records.transcript import (
     read_transcript,
     recorded_float,
 )
-from .trace import trace
-from .verify import verify
+from .trace import trace_callable
+from .verify import verify_callable
 
-__all__ = ["P_VALUE_TOLERANCE", "EvidenceCheck", "Findings", "check_evidence"]
+__all__ = ["P_VALUE_TOLERANCE", "EvidenceCheck", "check_transcript"]
 
 #: Relative difference allowed between the recorded and the replayed p-value: the
 #: same pipeline on another machine may round a score in its last bit.
@@ -95,7 +96,7 @@ _PUBLIC_REPORTS = ("report.json",)
 
 @dataclasses.dataclass(frozen=True)
 class EvidenceCheck:
-    """The outcome of :func:`check_evidence`: ``holds`` iff the transcript is intact,
+    """The outcome of :func:`check_transcript`: ``holds`` iff the transcript is intact,
     is the given key's audit, its replay gives the recorded verdict, and every
     check asked for or anchor recorded agrees; ``reason`` says why not (or what was
     re-derived). ``proved`` and ``not_proved`` say, line by line, what an arbiter
@@ -189,7 +190,7 @@ class _Replay:
         return f"record {extra} and those after it were never asked by this audit (records added)"
 
 
-def check_evidence(
+def check_transcript(
     private_dir: str | os.PathLike[str],
     key: WatermarkKey | KeyRing,
     *,
@@ -474,10 +475,12 @@ def _replayed(
     names = {"suspect_name": names.get("name", ""), "suspect_label": names.get("label", "")}
     if header.get("audit") == "trace" and isinstance(key, KeyRing):
         del settings["templates"]
-        report = trace(replay, key, header.get("tenants") or [], AuditOptions(**settings), **names)
+        report = trace_callable(
+            replay, key, header.get("tenants") or [], AuditOptions(**settings), **names
+        )
         return report.status, report.p_value, report.traced
     shared = key.shared_key if isinstance(key, KeyRing) else key
-    verdict = verify(replay, shared, AuditOptions(**settings), **names)
+    verdict = verify_callable(replay, shared, AuditOptions(**settings), **names)
     return verdict.status, verdict.p_value, ()
 
 

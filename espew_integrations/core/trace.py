@@ -1,11 +1,11 @@
-"""trace(): was a suspect trained on a ring's answers, and on which account's?
+"""trace_callable(): was a suspect trained on a ring's answers, and on which account's?
 
 One audit serves every tenant. The suspect is asked the ring's probes once
-(the same shuffled queries :func:`.verify.verify` sends for the shared key);
+(the same shuffled queries :func:`.verify.verify_callable` sends for the shared key);
 the answers give a raw, a reference-adjusted and (for keys that store their
 probes' clean embeddings) a directed score per band word, and
 
-* the **shared layer** gets :func:`.verify.verify`'s verdict for
+* the **shared layer** gets :func:`.verify.verify_callable`'s verdict for
   :attr:`KeyRing.shared_key` (``report.shared``);
 * each **tenant layer** gets the same exact one-sided rank-sum test, over the
   universe (the band words that are not shared triggers): are the tenant's
@@ -49,7 +49,7 @@ from typing import Any
 import numpy as np
 
 from .audit.evidence_files import PUBLIC_P_FLOOR, format_public_p, public_p_value
-from .audit.fields import FIELD_TRACE_RULE, TRACE_RULE
+from .audit.fields import TRACE_RULE
 from .audit.options import AuditOptions
 from .audit.pipeline import AuditRun, run_audit
 from .audit.recorder import Recorder
@@ -66,13 +66,13 @@ from .mark.design import design_class
 from .records.evidence import save_trace_evidence
 from .records.transcript import as_recorder, encode_answer
 
-__all__ = ["FIELD_TRACE_RULE", "TRACE_RULE", "TraceReport", "trace"]
+__all__ = ["TraceReport", "trace_callable"]
 
 
 # ---------------------------------------------------------------------- report
 @dataclasses.dataclass(frozen=True, repr=False)
 class TraceReport:
-    """The outcome of :func:`trace`.
+    """The outcome of :func:`trace_callable`.
 
     ``copied``, ``status`` and ``p_value`` are the verdict on both layers
     (``decided_by`` says which; the shared layer's own verdict is ``shared``,
@@ -236,7 +236,7 @@ def _public_trace(out: dict[str, Any]) -> dict[str, Any]:
 
 
 # ---------------------------------------------------------------------- trace
-def trace(
+def trace_callable(
     suspect: Any,
     ring: KeyRing,
     tenants: Iterable[str],
@@ -253,7 +253,7 @@ def trace(
     ``tenants`` are the account ids to test (typically every account the
     ring's keys were served to; the adjustment grows with their number, the
     query count does not). The other options mean what they mean for
-    :func:`~.verify.verify` (``deadline`` too: the seconds the one interrogation may
+    :func:`~.verify.verify_callable` (``deadline`` too: the seconds the one interrogation may
     take; ``transcript``, ``suspect_name`` and ``suspect_label`` too: the transcript
     also keeps the ring's id and the accounts), and the shared verdict is exactly
     ``verify(suspect, ring.shared_key, ...)``'s.
@@ -337,7 +337,7 @@ def _universe_scores(
     reference's, and the directed score (:mod:`.audit.directed`).
 
     Why from the shared audit's word scores: every tenant layer is a subset of
-    the universe, so the one interrogation :func:`trace` already made, and
+    the universe, so the one interrogation :func:`trace_callable` already made, and
     the scores its shared verdict computed, score them all; no query is sent
     per tenant. The reference is None when the plan has none or the statistic
     does not use it; so is the directed score. A field ring's universe words are

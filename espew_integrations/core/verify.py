@@ -1,4 +1,4 @@
-"""verify(): ask whether a suspect embedding service learned a key's watermark.
+"""verify_callable(): ask whether a suspect embedding service learned a key's watermark.
 
 The audit is the key's design's (:mod:`.mark.design`), run by one pipeline
 (:mod:`.audit.pipeline`, which ``trace`` runs too): plan what to ask, record the
@@ -75,11 +75,11 @@ from .ground.progress import Progress, check_progress
 from .keys.key import WatermarkKey
 from .records.transcript import as_recorder, encode_answer
 
-#: :func:`verify` alone: the audit pipeline's names are :mod:`.audit`'s.
-__all__ = ["verify"]
+#: :func:`verify_callable` alone: the audit pipeline's names are :mod:`.audit`'s.
+__all__ = ["verify_callable"]
 
 
-def verify(
+def verify_callable(
     suspect: SuspectFn,
     key: WatermarkKey,
     options: AuditOptions | None = None,

@@ -1,10 +1,47 @@
-"""The app: ``create_app`` and the embeddings service behind its routes.
+"""The app: :func:`create_app`, an OpenAI-compatible embeddings server in front of any
+embedder, watermarked or not.
+
+Why: a provider can put ESpeW in front of its model without touching client
+code (clients keep calling ``POST /v1/embeddings``), and tests get a real
+endpoint to audit. The server speaks the OpenAI embeddings protocol:
+
+- ``POST /v1/embeddings`` and ``POST /embeddings``: ``{"model", "input":
+  str | [str, ...], "encoding_format": "float" | "base64"}`` ->
+  ``{"object": "list", "data": [{"object": "embedding", "index", "embedding"}],
+  "model", "usage"}``; bad requests get a 400 with OpenAI's error JSON;
+- ``GET /v1/models`` and ``GET /models``: the one served model;
+- ``GET /health``: liveness, no authentication, nothing about the model.
+
+Nothing on the API port says whether a request was marked: the metrics (whose
+marked count would tell, request by request) are served by
+:func:`~.metrics.create_metrics_app` on the operator's own listener
+(``serve(..., metrics_app=..., metrics_port=...)``, ``espew serve
+--metrics-port``), and ``GET /metrics`` on the API port is a 404.
+
+Abusive clients are bounded (every refusal is a 4xx in OpenAI's error JSON,
+never a 500, and never echoes more than a short prefix of what was sent):
+
+- the body is streamed with a hard byte limit (``max_body_bytes``): a huge or
+  endless chunked body is refused with a 413 after at most that many bytes,
+  and the connection is closed;
+- the body must arrive within ``body_timeout`` seconds, whether it stalls or
+  trickles (408, connection closed);
+- a request carries at most ``max_request_chars`` characters in all, which
+  bounds the model time one request can take (413);
+- a request is embedded in chunks of :data:`COMPUTE_CHUNK_TEXTS` texts or
+  :data:`COMPUTE_CHUNK_CHARS` characters, and the work stops at the next
+  chunk when the client has hung up.
+
+Embeddings travel as float32 values in both encodings, so a float answer and a
+base64 answer decode to the same numbers. With a key, every answer goes
+through :func:`espew_integrations.watermark`; the key never leaves the process.
 
 Why apart from the wire format and the process: this module decides who may
 call (:class:`_Auth`), what is computed for them (embed in chunks while the
 client is connected, or await the upstream; watermark with their key) and how
 each failure is answered. Parsing and encoding are :mod:`.protocol`'s, the body
-is read by :mod:`.body`, and :mod:`.serving` runs the app.
+is read by :mod:`.body`, the listening socket is :mod:`.listen`'s, and :mod:`.serving`
+(a supervised process) or :mod:`.background` (a thread) runs the app.
 
 What :func:`create_app` takes besides the model and the key. ``embed`` may be an
 :class:`~.upstream.AsyncUpstream` (or an :class:`OpenAIEndpoint`, turned into one),
@@ -20,6 +57,12 @@ client's API key selects its tenant's key from a key ring, and an unknown one ge
 sample of the texts answered, per tenant with ``tenants``, otherwise per credential (a
 keyed hash of the client's API key), for audits drawn from what a suspect sent
 (``espew key reaudit``).
+
+>>> app = create_app(minilm(), key=WatermarkKey.load("provider.key"),  # doctest: +SKIP
+...                  model_name="acme-embed-1")
+>>> with running_server(app) as base_url:                             # doctest: +SKIP
+...     OpenAIEndpoint(base_url, "acme-embed-1")(["hello"]).shape
+(1, 384)
 """
 
 from __future__ import annotations
@@ -33,6 +76,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ..core.ground.defaults import DEFAULT_BODY_TIMEOUT, DEFAULT_MAX_REQUEST_CHARS
 from ..core.ground.errors import InputError, InputTypeError, ServingError
 from ..core.keys.key import WatermarkKey
 from ..core.keys.model_check import ModelGuard
@@ -42,8 +86,6 @@ from ..core.records.traffic_sample import TrafficSample
 from .body import BodyAbandoned, ClientGone, read_body
 from .client import OpenAIEndpoint
 from .protocol import (
-    DEFAULT_BODY_TIMEOUT,
-    DEFAULT_MAX_REQUEST_CHARS,
     MAX_BODY_BYTES,
     MAX_INPUTS,
     MAX_TEXT_CHARS,

@@ -15,8 +15,9 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+from ..core.ground.defaults import DEFAULT_HOST
 from ..core.ground.errors import ServingError
-from .listen import DEFAULT_HOST, base_url, bind_socket
+from .listen import base_url, bind_socket
 
 __all__ = ["running_server", "serving_in_thread"]
 

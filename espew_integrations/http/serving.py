@@ -17,9 +17,10 @@ import socket
 from collections.abc import Callable
 from typing import Any
 
+from ..core.ground.defaults import DEFAULT_HOST
 from ..core.ground.errors import InputError
 from .background import serving_in_thread
-from .listen import DEFAULT_HOST, base_url, bind_socket, check_serve_settings, is_loopback, origin
+from .listen import base_url, bind_socket, check_serve_settings, is_loopback, origin
 
 __all__ = ["keep_large_buffers", "serve"]
 

@@ -40,8 +40,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import IO
 
-from .._optional import MissingExtraError
-from ..core.ground.errors import ESpeWError
+from ..core.ground.errors import ESpeWError, MissingExtraError
 from .user_cache import user_cache_dir
 
 __all__ = [

@@ -45,7 +45,6 @@ __all__ = [
     "all_mpnet_base_v2",
     "minilm",
     "minilm_files",
-    "package_file",
     "paraphrase_minilm_l3",
 ]
 

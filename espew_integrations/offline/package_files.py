@@ -11,8 +11,7 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 
-from .._optional import MissingExtraError
-from ..core.ground.errors import PathMissingError
+from ..core.ground.errors import MissingExtraError, PathMissingError
 
 __all__ = ["package_file"]
 

@@ -19,7 +19,7 @@ import importlib
 import importlib.util
 from types import ModuleType
 
-from espew_integrations.models import MissingExtraError
+from espew_integrations.core.ground.errors import MissingExtraError
 
 __all__ = ["LAB_INSTALL", "install_line", "require"]
 

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from espew_integrations.core.mark.probes import unit_rows
+from espew_integrations.core.ground.rows import unit_rows
 
 from ._optional import require
 

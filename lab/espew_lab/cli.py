@@ -19,7 +19,7 @@ from espew_integrations.arguments import (
 )
 from espew_integrations.core.ground.defaults import DEFAULT_N_TRIGGERS
 
-from .tune import ERASURE_JUDGE_FRACTION
+from .tune_result import ERASURE_JUDGE_FRACTION
 
 __all__ = ["add_commands", "main"]
 

@@ -17,7 +17,7 @@ from typing import Any
 from espew_integrations.offline.corpora import Corpus, build_corpus, load_corpus
 from espew_integrations.textfiles import read_text_file
 
-__all__ = ["Corpus", "load_data", "load_file", "load_hf"]
+__all__ = ["load_data", "load_file", "load_hf"]
 
 #: Hub datasets whose text/label columns are known; others need text_field/label_field.
 _HF_FIELDS = {

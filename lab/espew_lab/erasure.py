@@ -19,7 +19,7 @@ from typing import Literal
 
 import numpy as np
 
-from espew_integrations.core.mark.probes import unit_rows
+from espew_integrations.core.ground.rows import unit_rows
 
 __all__ = ["ERASURE_MODES", "ErasingSuspect", "erase_smallest"]
 

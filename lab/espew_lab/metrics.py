@@ -18,10 +18,8 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from espew_integrations.core.mark.probes import (  # the one row-cosine, re-exported
-    row_cosines,
-    unit_rows,
-)
+from espew_integrations.core.ground.rows import unit_rows
+from espew_integrations.core.mark.probes import row_cosines
 
 from ._optional import require
 
@@ -31,7 +29,6 @@ __all__ = [
     "labelled_retrieval",
     "mean_cosine",
     "retrieval_overlap",
-    "row_cosines",
     "split_indices",
 ]
 

@@ -6,7 +6,7 @@ trigger draws: each draw is one fresh key (same band and target, new
 triggers), and its p-value is the rank test on the same scores
 (:func:`~espew_integrations.core.stats.ranktest.subset_p_values`). This makes
 10,000+ null trials a matter of seconds, and it is exactly the computation
-:func:`~espew_integrations.core.verify.verify` performs for each of those keys.
+:func:`~espew_integrations.core.verify.verify_callable` performs for each of those keys.
 A measuring tool, not part of a verdict, hence the lab.
 """
 
@@ -16,13 +16,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from espew_integrations.core.audit import (
-    adjusted_scores,
-    align_answers,
-    plan_audit,
-    reference_slope,
-    word_scores,
-)
+from espew_integrations.core.audit.alignment import align_answers
+from espew_integrations.core.audit.plan import plan_audit
+from espew_integrations.core.audit.scores import adjusted_scores, reference_slope, word_scores
 from espew_integrations.core.ground.draw import draw_triggers
 from espew_integrations.core.keys.key import WatermarkKey
 from espew_integrations.core.stats.ranktest import subset_p_values

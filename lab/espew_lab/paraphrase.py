@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from espew_integrations.core.mark.probes import unit_rows
+from espew_integrations.core.ground.rows import unit_rows
 from espew_integrations.core.mark.words import tokenize
 
 __all__ = ["MODES", "NeighbourParaphraser", "ParaphraseThief", "nearest_neighbours"]

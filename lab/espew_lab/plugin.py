@@ -14,11 +14,11 @@ import argparse
 import importlib.util
 from typing import Any
 
-from espew_integrations.cli import UsageError
+from espew_integrations.cli.common import UsageError
 
 from ._optional import LAB_INSTALL
 
-__all__ = ["LAB_INSTALL", "missing_lab_modules", "register"]
+__all__ = ["missing_lab_modules", "register"]
 
 # Import name -> package, for what the lab needs beyond the core (espew-lab's
 # dependencies, which bring the plugin's [minilm]).

@@ -22,7 +22,8 @@ from typing import Any
 
 import numpy as np
 
-from espew_integrations.core.mark.probes import row_cosines, unit_rows
+from espew_integrations.core.ground.rows import unit_rows
+from espew_integrations.core.mark.probes import row_cosines
 
 from ._optional import require
 from .context import LabContext, watermark_for

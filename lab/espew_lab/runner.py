@@ -42,7 +42,6 @@ from .report import json_default, write_report
 from .stealers import ENCODER_STEALERS, thief_rows
 
 __all__ = [
-    "LAB_INSTALL",
     "LabDependencyError",
     "cell_id",
     "grid",
@@ -185,7 +184,7 @@ def _train_copy(ctx: LabContext, stealer_name: str, trained_on: np.ndarray, seed
 
 def run_cell(ctx: LabContext, stealer_name: str, wm_name: str, attack: str) -> dict[str, Any]:
     """Steal, attack, verify and measure one cell; returns its JSON-ready record."""
-    from .metrics import row_cosines
+    from espew_integrations.core.mark.probes import row_cosines
 
     started = time.perf_counter()
     name = cell_id(stealer_name, wm_name, attack)

@@ -28,7 +28,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from espew_integrations.core.mark.probes import unit_rows
+from espew_integrations.core.ground.rows import unit_rows
 
 from ._optional import require
 

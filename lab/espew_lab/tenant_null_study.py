@@ -28,7 +28,7 @@ import dataclasses
 
 import numpy as np
 
-from espew_integrations.core.audit import tenant_p_values
+from espew_integrations.core.audit.tenant_layers import tenant_p_values
 from espew_integrations.core.keys.layers import draw_layer_indices, tenant_salt, universe
 
 __all__ = ["TenantNullStudy", "tenant_null_study"]

@@ -33,8 +33,9 @@ from typing import Any
 
 import numpy as np
 
+from espew_integrations.core.ground.rows import unit_rows
 from espew_integrations.core.mark.inject import marks, watermark
-from espew_integrations.core.mark.probes import row_cosines, unit_rows
+from espew_integrations.core.mark.probes import row_cosines
 
 from .context import LabContext, draw_key, seed_for, watermark_for
 

@@ -53,28 +53,13 @@ from pathlib import Path
 from espew_integrations.core.ground.defaults import DEFAULT_N_TRIGGERS
 
 from .tune_judge import (
-    MarkedRows,
-    fingerprint,
     judge_targets,
     key_for_target,
-    strength_for_budget,
 )
 from .tune_measure import attacker_for, measure_frontier, prepare
 from .tune_result import ERASURE_JUDGE_FRACTION, TunePoint, TuneResult
 
-__all__ = [
-    "DEFAULT_TARGETS",
-    "ERASURE_JUDGE_FRACTION",
-    "QUALITY_TOLERANCE",
-    "MarkedRows",
-    "TunePoint",
-    "TuneResult",
-    "fingerprint",
-    "judge_targets",
-    "key_for_target",
-    "strength_for_budget",
-    "tune",
-]
+__all__ = ["DEFAULT_TARGETS", "QUALITY_TOLERANCE", "tune"]
 
 #: Built-in candidates: a provider signature, short plain sentences, and odd
 #: strings far from any topic; judged, never trusted blindly.

@@ -2,7 +2,7 @@
 
 The quality figures are measured on the rows a key marks (:class:`MarkedRows`)
 with the core's own watermark and cosine, so a tuned cosine is what the service
-will cost. Part of :mod:`.tune`, which re-exports the public names.
+will cost. Part of :mod:`.tune`; its names are imported from here.
 """
 
 from __future__ import annotations
@@ -16,12 +16,13 @@ from typing import Any
 import numpy as np
 
 from espew_integrations.core.ground.defaults import DEFAULT_TWIN_LEVEL
+from espew_integrations.core.ground.rows import unit_rows
 from espew_integrations.core.keys.key import WatermarkKey
 from espew_integrations.core.keys.key_quality import fit_strength
 from espew_integrations.core.keys.keygen import twin_p_value
 from espew_integrations.core.mark.inject import watermark
-from espew_integrations.core.mark.probes import reference_cosines, row_cosines, unit_rows
-from espew_integrations.core.verify import verify
+from espew_integrations.core.mark.probes import reference_cosines, row_cosines
+from espew_integrations.core.verify import verify_callable
 
 __all__ = [
     "Embedder",
@@ -136,7 +137,7 @@ def _judge_target(
     level is one ``WatermarkKey.generate`` would refuse.
     """
     # The clean model itself on the key's audit, raw scores: what an innocent twin shows.
-    twin = verify(victim, key, seed=seed, level=0.5, statistic="raw")
+    twin = verify_callable(victim, key, seed=seed, level=0.5, statistic="raw")
     scores = np.array(twin.trigger_scores + twin.benign_scores)
     spread = float(scores.std()) if scores.size > 1 else math.nan
     per_alpha = []

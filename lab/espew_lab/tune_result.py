@@ -1,6 +1,6 @@
 """What ``espew tune`` reports: one measured point, and the whole run (frontier and choice).
 
-Part of :mod:`.tune` (which re-exports these names); the markdown here is the
+Part of :mod:`.tune` (its names are imported from here); the markdown here is the
 ``frontier.md`` a run writes.
 """
 

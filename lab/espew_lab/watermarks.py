@@ -36,13 +36,13 @@ from typing import Any
 import numpy as np
 
 from espew_integrations import watermark as espew_watermark
-from espew_integrations.core.audit import maps_answers
+from espew_integrations.core.audit.plan import maps_answers
 from espew_integrations.core.audit.report import VerificationReport
 from espew_integrations.core.ground.defaults import DEFAULT_LEVEL
 from espew_integrations.core.ground.draw import draw_triggers
+from espew_integrations.core.ground.rows import unit_rows
 from espew_integrations.core.keys.key import WatermarkKey
 from espew_integrations.core.mark.inject import marks
-from espew_integrations.core.mark.probes import unit_rows
 from espew_integrations.core.mark.words import TriggerMatcher, tokenize
 from espew_integrations.suspects import verify
 

@@ -17,7 +17,7 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from espew_integrations import OpenAIEndpoint, verify
-from espew_integrations.http.server import running_server
+from espew_integrations.http.background import running_server
 from tests.support import make_key
 
 DIM = 16

@@ -24,7 +24,8 @@ import numpy as np
 import pytest
 
 from espew_integrations import KeyRing, WatermarkKey, watermark
-from espew_integrations.cli import EXIT_COPIED, EXIT_NOT_COPIED, main
+from espew_integrations.cli import main
+from espew_integrations.cli.common import EXIT_COPIED, EXIT_NOT_COPIED
 from espew_integrations.core.records.requery import draw_requery, recorded_answers
 from espew_integrations.core.records.transcript import (
     TRANSCRIPT_FILE,
@@ -33,8 +34,8 @@ from espew_integrations.core.records.transcript import (
     encode_answer,
     read_transcript,
 )
+from espew_integrations.http.app import create_app
 from espew_integrations.http.background import running_server
-from espew_integrations.http.server import create_app
 from tests.forgery import forge_transcript
 from tests.local_tsa import local_tsa
 

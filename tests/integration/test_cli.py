@@ -18,14 +18,12 @@ import numpy as np
 import pytest
 
 from espew_integrations import WatermarkKey, watermark
-from espew_integrations.cli import (
+from espew_integrations.cli import build_parser, main, plugins
+from espew_integrations.cli.common import (
     EXIT_COPIED,
     EXIT_INCONCLUSIVE,
     EXIT_NOT_COPIED,
     EXIT_USAGE,
-    build_parser,
-    main,
-    plugins,
 )
 from espew_integrations.offline.embedders import minilm
 
@@ -535,10 +533,10 @@ def test_keygen_takes_force_like_the_other_commands():
 @pytest.fixture
 def no_listening(monkeypatch) -> list[dict]:
     """Replace the real serve(): records what would have been served instead of listening."""
-    from espew_integrations.http import server
+    from espew_integrations.http import serving
 
     calls: list[dict] = []
-    monkeypatch.setattr(server, "serve", lambda app, **kwargs: calls.append(kwargs))
+    monkeypatch.setattr(serving, "serve", lambda app, **kwargs: calls.append(kwargs))
     return calls
 
 

@@ -16,10 +16,17 @@ from pathlib import Path
 
 import pytest
 
-from espew_integrations._optional import LAB_INSTALL, MissingExtraError, require
-from espew_integrations.cli import EXIT_INCONCLUSIVE, EXIT_USAGE, main
-from espew_integrations.cli.common import UsageError, announcing_last, counting, suspect_spec
-from espew_integrations.core.ground.errors import ESpeWError
+from espew_integrations._optional import LAB_INSTALL, require
+from espew_integrations.cli import main
+from espew_integrations.cli.common import (
+    EXIT_INCONCLUSIVE,
+    EXIT_USAGE,
+    UsageError,
+    announcing_last,
+    counting,
+    suspect_spec,
+)
+from espew_integrations.core.ground.errors import ESpeWError, MissingExtraError
 from espew_integrations.core.ground.untrusted import tally
 from espew_integrations.models import ModelSpecError, resolve_embedder
 from tests.support import REPO, free_port, make_key

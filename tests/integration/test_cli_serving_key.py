@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 
 from espew_integrations import WatermarkKey
-from espew_integrations.cli import EXIT_NOT_COPIED, EXIT_USAGE, main
+from espew_integrations.cli import main
+from espew_integrations.cli.common import EXIT_NOT_COPIED, EXIT_USAGE
 from espew_integrations.offline.corpora import rotten_tomatoes
 
 TARGET_TEXT = "Acme Embeddings service, 2026 edition"
@@ -90,10 +91,10 @@ def test_verify_finds_the_audit_beside_the_key_or_where_it_is_told(key_path, tmp
 def test_serve_refuses_another_model_of_the_same_dimension_and_starts_with_its_own(
     key_path, rotated, monkeypatch, capsys
 ):
-    from espew_integrations.http import server
+    from espew_integrations.http import serving
 
     served: list[dict] = []
-    monkeypatch.setattr(server, "serve", lambda app, **kwargs: served.append(kwargs))
+    monkeypatch.setattr(serving, "serve", lambda app, **kwargs: served.append(kwargs))
     argv = ["serve", "--key", str(key_path), "--port", "0"]
     assert main([*argv, "--embedder", rotated]) == EXIT_USAGE
     err = capsys.readouterr().err

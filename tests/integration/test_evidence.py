@@ -15,20 +15,18 @@ import pytest
 
 from espew_integrations import VerificationReport, WatermarkKey, verify
 from espew_integrations.core.audit.evidence_files import (
+    PRIVATE_REPORT_KEYS,
+    PUBLIC_P_FLOOR,
     PUBLIC_P_KEYS,
     PUBLIC_REPORT_KEYS,
     WITHHELD_REPORT_KEYS,
     public_p_value,
-)
-from espew_integrations.core.mark.words import TriggerMatcher, tokenize
-from espew_integrations.evidence import (
-    PRIVATE_REPORT_KEYS,
-    PUBLIC_P_FLOOR,
     public_report,
     render_summary,
-    save_evidence,
-    save_private_evidence,
 )
+from espew_integrations.core.mark.words import TriggerMatcher, tokenize
+from espew_integrations.core.records.evidence import save_evidence
+from espew_integrations.evidence import save_private_evidence
 from tests.support import make_key
 
 DIM = 32

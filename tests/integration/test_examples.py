@@ -254,7 +254,7 @@ def test_docs_build_strict(tmp_path):
     public = (
         "keys.key.WatermarkKey",
         "mark.inject.watermark",
-        "verify.verify",
+        "verify.verify_callable",
         "audit.report.VerificationReport",
     )
     for name in public:

@@ -13,7 +13,8 @@ import pytest
 
 from espew_integrations import WatermarkKey, verify, watermark
 from espew_integrations.core.ground.defaults import DEFAULT_FIELD_MIN_COSINE
-from espew_integrations.core.mark.probes import row_cosines, unit_rows
+from espew_integrations.core.ground.rows import unit_rows
+from espew_integrations.core.mark.probes import row_cosines
 from espew_integrations.langchain import ESpeWEmbeddings
 from espew_integrations.offline.corpora import rotten_tomatoes
 from espew_integrations.offline.embedders import minilm, paraphrase_minilm_l3

@@ -24,13 +24,13 @@ from starlette.routing import Route
 
 from espew_integrations import OpenAIEndpoint, verify
 from espew_integrations.core.ground.errors import SuspectError
-from espew_integrations.http import (
+from espew_integrations.http import client as client_module
+from espew_integrations.http.background import running_server
+from espew_integrations.http.client import (
     EndpointError,
     EndpointUnreachableError,
     QueryBudgetExceeded,
 )
-from espew_integrations.http import client as client_module
-from espew_integrations.http.server import running_server
 
 DIM = 16
 SECRET = "sk-test-0123456789abcdef"
@@ -509,7 +509,7 @@ def test_server_error_text_is_made_printable(hostile):
 
 
 def test_evidence_from_a_key_echoing_endpoint_holds_no_key(hostile, small_key, tmp_path):
-    from espew_integrations.evidence import save_evidence
+    from espew_integrations.core.records.evidence import save_evidence
 
     server, url = hostile
     server.respond = lambda n, auth: (200, with_item(n, 0, embedding=f"\x1b[1m{auth}"))

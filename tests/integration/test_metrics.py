@@ -20,8 +20,10 @@ import httpx
 import numpy as np
 import pytest
 
+from espew_integrations.http.app import create_app
+from espew_integrations.http.background import running_server
 from espew_integrations.http.metrics import WatermarkMetrics, create_metrics_app, default_metrics
-from espew_integrations.http.server import create_app, running_server, serve
+from espew_integrations.http.serving import serve
 from espew_integrations.http.upstream import AsyncUpstream
 from tests.fake_upstream import MODEL
 from tests.integration.test_middleware import assert_no_secret
@@ -246,7 +248,8 @@ def test_a_metrics_host_off_this_machine_needs_metrics_public(capsys):
     machines reach is refused before anything loads, unless --metrics-public says so."""
     import argparse
 
-    from espew_integrations.cli import EXIT_USAGE, main
+    from espew_integrations.cli import main
+    from espew_integrations.cli.common import EXIT_USAGE
     from espew_integrations.cli.serve import _check_metrics_host
 
     argv = ["serve", "--embedder", "minilm", "--metrics-port", "0", "--metrics-host", "0.0.0.0"]

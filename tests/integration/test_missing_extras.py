@@ -18,7 +18,8 @@ import numpy as np
 import pytest
 
 from espew_integrations import verify
-from espew_integrations.models import MissingExtraError, install_line
+from espew_integrations._optional import install_line
+from espew_integrations.core.ground.errors import MissingExtraError
 from tests.support import make_key
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -59,7 +60,7 @@ for name, (code, absent, _) in json.loads(sys.argv[1]).items():
         exec(code, {})
         results[name] = ["no error", ""]
     except Exception as exc:
-        from espew_integrations.models import MissingExtraError
+        from espew_integrations.core.ground.errors import MissingExtraError
         kind = "MissingExtraError" if isinstance(exc, MissingExtraError) else type(exc).__name__
         results[name] = [kind, str(exc)]
     finally:

@@ -7,9 +7,9 @@ import importlib.util
 import numpy as np
 import pytest
 
+from espew_integrations.core.ground.errors import MissingExtraError
 from espew_integrations.models import (
     MODEL_NAMES,
-    MissingExtraError,
     ModelSpecError,
     canonical_model_name,
     check_available,

@@ -15,7 +15,8 @@ import numpy as np
 import pytest
 
 from espew_integrations import verify
-from espew_integrations.cli import EXIT_USAGE, main
+from espew_integrations.cli import main
+from espew_integrations.cli.common import EXIT_USAGE
 from espew_integrations.offline.corpora import rotten_tomatoes
 from espew_integrations.offline.data import DATA_PACKAGES, download_size
 from tests.support import REPO, default_key

@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import re
 
-from espew_integrations.cli import EXIT_COPIED, main
+from espew_integrations.cli import main
+from espew_integrations.cli.common import EXIT_COPIED
 from espew_integrations.core.records.requery import DEFAULT_REQUERY_TOLERANCE
 
 RESELLER = """

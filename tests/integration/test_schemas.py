@@ -19,9 +19,12 @@ import pytest
 from espew_integrations import WatermarkKey, verify
 from espew_integrations.cli import main
 from espew_integrations.cli.evidence import public_report_problem, report_schema
-from espew_integrations.core.audit.evidence_files import PUBLIC_P_KEYS, PUBLIC_REPORT_KEYS
+from espew_integrations.core.audit.evidence_files import (
+    PUBLIC_P_KEYS,
+    PUBLIC_REPORT_KEYS,
+)
+from espew_integrations.core.records.evidence import save_evidence
 from espew_integrations.core.records.transcript import TRANSCRIPT_FILE
-from espew_integrations.evidence import save_evidence
 from tests.support import make_key
 
 ROOT = Path(__file__).resolve().parents[2]

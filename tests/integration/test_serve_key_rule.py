@@ -19,7 +19,8 @@ import numpy as np
 import pytest
 
 from espew_integrations import OpenAIEndpoint
-from espew_integrations.cli import EXIT_USAGE, main
+from espew_integrations.cli import main
+from espew_integrations.cli.common import EXIT_USAGE
 from espew_integrations.offline.embedders import minilm
 from tests.support import mixed_texts, real_key, stop
 
@@ -90,10 +91,10 @@ def test_espew_key_holding_the_key_json_serves_what_key_file_serves(key_file, tm
 
 @pytest.fixture
 def no_listening(monkeypatch) -> list[dict]:
-    from espew_integrations.http import server
+    from espew_integrations.http import serving
 
     calls: list[dict] = []
-    monkeypatch.setattr(server, "serve", lambda app, **kwargs: calls.append(kwargs))
+    monkeypatch.setattr(serving, "serve", lambda app, **kwargs: calls.append(kwargs))
     return calls
 
 

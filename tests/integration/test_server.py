@@ -10,13 +10,10 @@ import numpy as np
 import pytest
 
 from espew_integrations import OpenAIEndpoint, WatermarkKey, verify, watermark
-from espew_integrations.http.server import (
-    check_embedder,
-    create_app,
-    is_loopback,
-    running_server,
-    serve,
-)
+from espew_integrations.http.app import check_embedder, create_app
+from espew_integrations.http.background import running_server
+from espew_integrations.http.listen import is_loopback
+from espew_integrations.http.serving import serve
 from espew_integrations.offline.corpora import rotten_tomatoes
 from espew_integrations.offline.embedders import minilm
 

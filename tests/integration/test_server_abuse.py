@@ -25,14 +25,10 @@ import numpy as np
 import pytest
 
 from espew_integrations import WatermarkKey
-from espew_integrations.http.server import (
-    COMPUTE_CHUNK_TEXTS,
-    DEFAULT_BODY_TIMEOUT,
-    DEFAULT_MAX_REQUEST_CHARS,
-    MAX_BODY_BYTES,
-    create_app,
-    running_server,
-)
+from espew_integrations.core.ground.defaults import DEFAULT_BODY_TIMEOUT, DEFAULT_MAX_REQUEST_CHARS
+from espew_integrations.http.app import COMPUTE_CHUNK_TEXTS, create_app
+from espew_integrations.http.background import running_server
+from espew_integrations.http.protocol import MAX_BODY_BYTES
 from espew_integrations.offline.corpora import rotten_tomatoes
 from espew_integrations.offline.embedders import minilm
 from tests.support import stop

@@ -36,7 +36,8 @@ from espew_integrations.core.ground.rows import unit_rows
 from espew_integrations.core.mark.design import MarkingDesign, design_class, register_design
 from espew_integrations.core.mark.field import keyed_gaussian
 from espew_integrations.core.stats.ranktest import min_p_value, rank_sum_p_value
-from espew_integrations.http.server import create_app, running_server
+from espew_integrations.http.app import create_app
+from espew_integrations.http.background import running_server
 from espew_integrations.langchain import ESpeWEmbeddings
 from espew_integrations.offline.corpora import rotten_tomatoes
 from espew_integrations.offline.embedders import minilm

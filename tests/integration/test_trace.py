@@ -16,10 +16,9 @@ import numpy as np
 import pytest
 
 from espew_integrations import KeyRing, TraceReport, trace, watermark
-from espew_integrations.core.audit import layer_p_values
+from espew_integrations.core.audit.tenant_layers import layer_p_values, tenant_p_values
 from espew_integrations.core.mark.probes import row_cosines
 from espew_integrations.core.stats.ranktest import rank_sum_p_value
-from espew_integrations.core.trace import tenant_p_values
 from espew_lab.tenant_null_study import tenant_null_study
 from tests.support import make_key
 from tests.unit.test_keyring import make_ring

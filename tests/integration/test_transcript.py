@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from espew_integrations import OpenAIEndpoint, verify
-from espew_integrations.core.evidence_check import check_evidence
+from espew_integrations.core.evidence_check import check_transcript
 from espew_integrations.core.records.transcript import (
     TRANSCRIPT_FILE,
     TranscriptError,
@@ -132,7 +132,7 @@ def test_the_end_record_changes_the_digest(audited):
     lines[-1] = json.dumps(end, sort_keys=True, separators=(",", ":")).encode()
     write_lines(private, lines)
     assert read_transcript(private / TRANSCRIPT_FILE).digest != report.transcript_digest
-    assert not check_evidence(private, KEY).holds  # the replay gives another p-value
+    assert not check_transcript(private, KEY).holds  # the replay gives another p-value
 
 
 def test_an_existing_transcript_is_replaced_only_with_force(audited):
@@ -147,7 +147,7 @@ def test_an_existing_transcript_is_replaced_only_with_force(audited):
 # ---------------------------------------------------------------------- the replay
 def test_the_replay_re_derives_the_verdict_and_p_value(audited):
     report, private = audited
-    check = check_evidence(private, KEY)
+    check = check_transcript(private, KEY)
     assert check.holds, str(check)
     assert check.replayed_p_value == report.p_value and check.replayed_status == "copied"
     assert check.digest == report.transcript_digest and check.n_records == len(lines_of(private))
@@ -160,10 +160,10 @@ def test_a_rechained_forgery_is_caught_by_the_reports_digest(audited, tmp_path):
     lines = lines_of(private)
     write_lines(private, rechained([lines[0], edited_answer(lines[1]), *lines[2:]]))
     assert read_transcript(private / TRANSCRIPT_FILE)  # the chain itself holds again
-    check = check_evidence(private, KEY)
+    check = check_transcript(private, KEY)
     assert not check.holds and "PRIVATE-word-scores.json names the transcript" in check.reason
     (private / "PRIVATE-word-scores.json").unlink()
-    check = check_evidence(private, KEY, public=tmp_path / "public")
+    check = check_transcript(private, KEY, public=tmp_path / "public")
     assert not check.holds and "report.json names the transcript" in check.reason
 
 
@@ -174,21 +174,21 @@ def test_a_rechained_transcript_with_other_answers_or_texts_does_not_replay(audi
     first["texts"] = list(reversed(first["texts"]))
     swapped = json.dumps(first, sort_keys=True, separators=(",", ":")).encode()
     write_lines(private, rechained([lines[0], swapped, *lines[2:]]))
-    check = check_evidence(private, KEY)
+    check = check_transcript(private, KEY)
     assert not check.holds and "record 1: its texts are not the ones" in check.reason
     assert json.loads(lines[-2])["kind"] == "commit"  # the batches end before it
     write_lines(private, rechained([*lines[:-3], *lines[-2:]]))  # the last batch dropped
-    check = check_evidence(private, KEY)
+    check = check_transcript(private, KEY)
     assert not check.holds and "answers were removed" in check.reason
     write_lines(private, rechained([*lines[:-2], lines[1], *lines[-2:]]))  # a batch added
-    check = check_evidence(private, KEY)
+    check = check_transcript(private, KEY)
     assert not check.holds and "(records added)" in check.reason
 
 
 def test_another_key_is_refused(audited):
     _, private = audited
     other = make_key(32, n_band=80, n_triggers=10, seed=5)
-    check = check_evidence(private, other)
+    check = check_transcript(private, other)
     assert not check.holds and "not the key this audit used" in check.reason
 
 
@@ -210,7 +210,7 @@ def test_an_audit_stopped_by_its_deadline_replays_as_inconclusive(tmp_path):
     assert report.status == "inconclusive" and "deadline" in report.reason
     transcript = read_transcript(tmp_path / TRANSCRIPT_FILE)
     assert transcript.batches[-1]["kind"] == "deadline"
-    check = check_evidence(tmp_path, KEY)
+    check = check_transcript(tmp_path, KEY)
     assert check.holds and check.replayed_status == "inconclusive", str(check)
 
 
@@ -239,5 +239,5 @@ def test_an_http_suspect_is_recorded_as_the_client_saw_it(tmp_path):
     assert "set-cookie" not in seen["headers"]
     assert transcript.batches[0]["answer"]["dtype"] == "<f4"  # float32 bytes, as sent
     assert endpoint.response_observer is None  # the hook is released after the audit
-    assert check_evidence(tmp_path, KEY).holds
+    assert check_transcript(tmp_path, KEY).holds
     assert dataclasses.replace(report, transcript_digest="").copied

@@ -112,7 +112,7 @@ def test_a_hostile_endpoint_answering_too_many_numbers_a_text_stops_after_one_ba
 ):
     """A key that maps answers takes any dimension; one beyond MAX_ANSWER_DIM would fill
     the auditor's memory over a whole audit, so querying stops at the first batch."""
-    from espew_integrations.core.audit import MAX_ANSWER_DIM
+    from espew_integrations.core.audit.settings import MAX_ANSWER_DIM
 
     calls: list[int] = []
 
@@ -255,7 +255,7 @@ def test_two_hundred_fresh_keys_hold_the_level_against_real_innocents(
 
 def test_the_adjusted_statistic_is_exact_for_any_slope():
     """Exhaustively on a tiny band: over every trigger draw, P(p <= a) <= a."""
-    from espew_integrations.core.audit import reference_slope
+    from espew_integrations.core.audit.scores import reference_slope
 
     rng = np.random.default_rng(0)
     scores, reference = rng.normal(size=10), rng.normal(size=10)

@@ -43,7 +43,7 @@ def test_resolve_key_from_object_path_or_named_variable(key, tmp_path, monkeypat
     monkeypatch.setenv("MY_KEY", str(path))
     found = resolve_key(None, key_env="MY_KEY")
     assert found.key == key and found.location == {"key_env": "MY_KEY"}
-    assert repr(found) == f"KeySource(key_id='{key.key_id}', location={{'key_env': 'MY_KEY'}})"
+    assert repr(found) == f"WrapperKey(key_id='{key.key_id}', location={{'key_env': 'MY_KEY'}})"
 
 
 def test_resolve_key_reads_espew_key_when_no_source_is_given_as_espew_does(key, monkeypatch):

@@ -19,7 +19,7 @@ from espew_integrations import verify
 from espew_integrations.cli import main
 from espew_integrations.cli.common import EXIT_INCONCLUSIVE, EXIT_USAGE
 from espew_integrations.core.ground.defaults import DEFAULT_DEADLINE, DEFAULT_STALL_TIMEOUT
-from espew_integrations.core.trace import trace
+from espew_integrations.core.trace import trace_callable
 from tests.support import make_key
 from tests.unit.test_keyring import make_ring
 
@@ -89,7 +89,7 @@ def test_a_suspect_that_never_answers_at_all_is_inconclusive_naming_the_deadline
 def test_trace_ends_inconclusive_at_its_deadline_and_names_nobody(stalling):
     ring = make_ring()
     stalling.dim = ring.shared_key.dim
-    report = trace(stalling, ring, ["alice", "bob"], batch_size=BATCH, seed=0, deadline=1)
+    report = trace_callable(stalling, ring, ["alice", "bob"], batch_size=BATCH, seed=0, deadline=1)
     assert report.status == "inconclusive" and report.traced == ()
     assert "deadline of 1 s passed" in report.shared.reason
     assert "deadline of 1 s passed" in report.reason

@@ -15,7 +15,7 @@ from espew_integrations.cli.audit_flags import (
     audit_options_from,
 )
 from espew_integrations.cli.common import UsageError
-from espew_integrations.core.audit import REPLAYED_SETTINGS
+from espew_integrations.core.audit.subject import REPLAYED_SETTINGS
 from espew_integrations.core.ground import defaults
 from espew_integrations.core.ground.errors import OptionsError, OptionsTypeError
 from tests.support import make_key

@@ -34,7 +34,6 @@ OUTSIDE_THE_FAMILY: dict[tuple[str, str], str] = {
     ("espew_integrations.chroma", "AttributeError"): "module __getattr__: the attribute protocol",
     ("espew_integrations.langchain", "AttributeError"): "module __getattr__: the protocol",
     ("espew_integrations.llama_index", "AttributeError"): "module __getattr__: the protocol",
-    ("espew_integrations.http", "AttributeError"): "module __getattr__: the attribute protocol",
     (
         "espew_integrations.core.ground.progress",
         "AttributeError",

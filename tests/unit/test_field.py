@@ -13,6 +13,7 @@ from espew_integrations.core.designs.field import FieldDesign
 from espew_integrations.core.ground.defaults import DEFAULT_FIELD_MIN_COSINE
 from espew_integrations.core.ground.draw import draw_triggers
 from espew_integrations.core.ground.errors import KeyFileError, MarkingError
+from espew_integrations.core.ground.rows import unit_rows
 from espew_integrations.core.keys.key import WatermarkKey
 from espew_integrations.core.mark.field import (
     FIELD_CLIP,
@@ -32,9 +33,9 @@ from espew_integrations.core.mark.inject import (
     watermark,
     watermark_and_mask,
 )
-from espew_integrations.core.mark.probes import row_cosines, unit_rows
+from espew_integrations.core.mark.probes import row_cosines
 from espew_integrations.core.stats.ranktest import rank_sum_p_value
-from espew_integrations.core.verify import verify
+from espew_integrations.core.verify import verify_callable
 from tests.support import make_key, run_python
 
 DIM = 64
@@ -219,24 +220,24 @@ def test_verify_convicts_the_service_and_acquits_innocents(field_key):
     def service(texts):
         return watermark(texts, embed(texts), field_key)
 
-    marked = verify(service, field_key, seed=1)
+    marked = verify_callable(service, field_key, seed=1)
     assert marked.copied and marked.p_value < 1e-8
     assert marked.statistic == "field" and marked.decided_by == "field"
     assert marked.n_statistics == 1 and "field units" in str(marked)
     for suspect in (innocent, embed):
-        report = verify(suspect, field_key, seed=1)
+        report = verify_callable(suspect, field_key, seed=1)
         assert report.status == "not_copied" and report.p_value > 1e-3
     with pytest.raises(ValueError, match="one statistic"):
-        verify(service, field_key, statistic="directed")
+        verify_callable(service, field_key, statistic="directed")
     with pytest.raises(ValueError, match="own coordinates"):
-        verify(service, field_key, target_mode="query")
+        verify_callable(service, field_key, target_mode="query")
 
 
 def test_a_later_audit_round_convicts_with_keygens_field(field_key):
     second = field_key.with_audit(CORPUS, embed, audit_round=2, audit_budget=600)
     assert second.design.field == field_key.design.field and second.audit_round == 2
     assert set(second.probe_texts) != set(field_key.probe_texts)
-    report = verify(lambda t: watermark(t, embed(t), field_key), second, seed=2)
+    report = verify_callable(lambda t: watermark(t, embed(t), field_key), second, seed=2)
     assert report.copied and report.p_value < 1e-6
 
 
@@ -248,7 +249,7 @@ def test_a_field_not_made_from_the_keygen_audit_gets_no_verdict(field_key):
     )  # fmt: skip
     key = field_key.replace(design=FieldDesign(shifted))
     assert key.verifiable  # q still follows from the salt and sigma...
-    report = verify(lambda t: watermark(t, embed(t), key), key, seed=1)
+    report = verify_callable(lambda t: watermark(t, embed(t), key), key, seed=1)
     assert report.status == "inconclusive" and "centre and scales" in report.reason
 
 

@@ -1,4 +1,4 @@
-"""Reference copies in the field audit (issue 44): verify(..., references=...), the numpy
+"""Reference copies in the field audit (issue 44): verify_callable(..., references=...), the numpy
 reference helpers (core/stats/references.py), their checks, their record in the
 transcript and the replay; on test_field's small synthetic embedder (seconds)."""
 
@@ -10,9 +10,10 @@ import numpy as np
 import pytest
 
 from espew_integrations.core.audit.plan import plan_audit
-from espew_integrations.core.evidence_check import check_evidence
+from espew_integrations.core.evidence_check import check_transcript
 from espew_integrations.core.ground.draw import draw_triggers
 from espew_integrations.core.ground.errors import InputError, OptionsError
+from espew_integrations.core.ground.rows import unit_rows
 from espew_integrations.core.keys.key import WatermarkKey
 from espew_integrations.core.mark.field import (
     drawn_mask,
@@ -23,14 +24,13 @@ from espew_integrations.core.mark.field import (
     unit_names,
 )
 from espew_integrations.core.mark.inject import watermark
-from espew_integrations.core.mark.probes import unit_rows
 from espew_integrations.core.stats.ranktest import rank_sum_p_value
 from espew_integrations.core.stats.references import (
     bag_of_words_reference,
     hashed_word_counts,
     ridge_reference,
 )
-from espew_integrations.core.verify import verify
+from espew_integrations.core.verify import verify_callable
 from tests.support import make_key, secret_strings
 from tests.unit.test_field import CORPUS, _bag_embedder, embed, innocent
 
@@ -66,8 +66,8 @@ def _trace_copy(reference, key, eps):
 def test_references_that_explain_a_copys_lean_convict_it(setting):
     key, _, references = setting
     copy = _trace_copy(references[0], key, 0.05)
-    alone = verify(copy, key, seed=1)
-    helped = verify(copy, key, seed=1, references=references)
+    alone = verify_callable(copy, key, seed=1)
+    helped = verify_callable(copy, key, seed=1, references=references)
     assert alone.p_value > 1e-3 and not alone.copied  # its base's own lean hides the mark
     assert helped.copied and helped.p_value < 1e-9
     assert helped.reference_names == ("ridge head on the open encoder", "bag-of-words reference")
@@ -79,7 +79,7 @@ def test_references_fitted_to_clean_answers_leave_innocents_acquitted(setting):
     key, steal, references = setting
     clean_copy = ridge_reference(BASE, steal, embed(steal), name="clean copy")
     for suspect in (innocent, embed, clean_copy):
-        report = verify(suspect, key, seed=1, references=references)
+        report = verify_callable(suspect, key, seed=1, references=references)
         assert report.status == "not_copied" and report.p_value > 1e-3
 
 
@@ -119,9 +119,9 @@ def test_bad_references_are_refused_naming_the_problem(setting):
     texts = list(key.probe_texts)
     n = len(texts)
     with pytest.raises(OptionsError, match="sequence of callables"):
-        verify(embed, key, references=references[0])
+        verify_callable(embed, key, references=references[0])
     with pytest.raises(OptionsError, match=r"references\[1\] is a str"):
-        verify(embed, key, references=[references[0], "ridge"])
+        verify_callable(embed, key, references=[references[0], "ridge"])
     cases = {
         "not the key's 64": lambda t: np.ones((len(t), 32)),
         "NaN or infinite": lambda t: np.where(np.arange(64) == 3, np.nan, embed(t)),
@@ -131,22 +131,24 @@ def test_bad_references_are_refused_naming_the_problem(setting):
     }
     for message, reference in cases.items():
         with pytest.raises(InputError, match=message):
-            verify(embed, key, references=[reference])
+            verify_callable(embed, key, references=[reference])
     asked: list[int] = []
-    report = verify(embed, make_key(), seed=1, references=[lambda t: asked.append(1)])
+    report = verify_callable(embed, make_key(), seed=1, references=[lambda t: asked.append(1)])
     assert not asked and report.reference_names == ()  # a word key does not use them
 
 
 def test_the_transcript_records_the_references_and_its_replay_holds(setting, tmp_path):
     key, _, references = setting
     copy = _trace_copy(references[0], key, 0.05)
-    report = verify(copy, key, seed=1, references=references, transcript=tmp_path / "private")
+    report = verify_callable(
+        copy, key, seed=1, references=references, transcript=tmp_path / "private"
+    )
     header = json.loads((tmp_path / "private" / "PRIVATE-transcript.jsonl").open().readline())
     assert header["settings"]["references"] == list(report.reference_names)
     assert header["references"]["sha256"] == report.references_sha256
     text = json.dumps(header["references"]) + json.dumps(header["settings"])
     assert not any(secret in text for secret in secret_strings(key))
-    checked = check_evidence(tmp_path / "private", key)
+    checked = check_transcript(tmp_path / "private", key)
     assert checked.holds and checked.replayed_p_value == report.p_value
     assert any("reference copies" in line for line in checked.not_proved)
 

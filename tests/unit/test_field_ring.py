@@ -13,9 +13,12 @@ import numpy as np
 import pytest
 
 from espew_integrations import KeyRing, WatermarkKey, trace, watermark
+from espew_integrations.core.audit.fields import FIELD_TRACE_RULE
+from espew_integrations.core.audit.tenant_layers import tenant_p_values
 from espew_integrations.core.designs.field import FieldDesign
 from espew_integrations.core.ground.defaults import DEFAULT_FIELD_MIN_COSINE
 from espew_integrations.core.ground.draw import draw_triggers
+from espew_integrations.core.ground.rows import unit_rows
 from espew_integrations.core.keys.layers import draw_layer_indices, tenant_salt, universe
 from espew_integrations.core.mark.field import (
     FieldMark,
@@ -28,9 +31,8 @@ from espew_integrations.core.mark.field import (
     whitened_rows,
 )
 from espew_integrations.core.mark.inject import mark_all_rows
-from espew_integrations.core.mark.probes import row_cosines, unit_rows
+from espew_integrations.core.mark.probes import row_cosines
 from espew_integrations.core.stats.ranktest import rank_sum_p_value
-from espew_integrations.core.trace import FIELD_TRACE_RULE, tenant_p_values
 from tests.unit.test_field import CORPUS, embed, innocent
 
 TARGET = "acme licensed vectors"

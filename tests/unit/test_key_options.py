@@ -108,21 +108,6 @@ def test_each_key_module_exports_only_what_it_defines():
     assert "DEFAULT_RING_FREQ_BAND" not in keyring.__all__
 
 
-def test_verification_and_serving_use_the_defaults_module():
-    """Verification, the CLI and the HTTP server read their defaults from the one module."""
-    from espew_integrations.cli import common
-    from espew_integrations.core.ground.defaults import DEFAULT_DEADLINE, DEFAULT_LEVEL
-
-    assert DEFAULT_LEVEL == defaults.DEFAULT_LEVEL
-    assert DEFAULT_DEADLINE == defaults.DEFAULT_DEADLINE
-    assert common.DEFAULT_KEY_VARIABLE == defaults.DEFAULT_KEY_VARIABLE
-    from espew_integrations.http import server  # the [http] extra: installed by [dev]
-
-    assert server.DEFAULT_HOST == defaults.DEFAULT_HOST
-    assert server.DEFAULT_MAX_REQUEST_CHARS == defaults.DEFAULT_MAX_REQUEST_CHARS
-    assert server.DEFAULT_BODY_TIMEOUT == defaults.DEFAULT_BODY_TIMEOUT
-
-
 def test_the_constructor_marks_with_keygens_alpha_and_selection_by_default():
     made = make_key(64)
     fields = {k: getattr(made, k) for k in ("triggers", "target", "target_text", "band", "salt")}

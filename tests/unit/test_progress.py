@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from espew_integrations import WatermarkKey, verify
-from espew_integrations.core.trace import trace
+from espew_integrations.core.trace import trace_callable
 from tests.support import make_key
 from tests.unit.test_key import toy_embed, words_corpus
 from tests.unit.test_keyring import make_ring
@@ -90,7 +90,7 @@ def test_trace_reports_like_verify():
         return np.random.default_rng(len(texts)).normal(size=(len(texts), ring.shared_key.dim))
 
     progress = Recorder()
-    trace(suspect, ring, ["alice"], batch_size=16, seed=0, progress=progress)
+    trace_callable(suspect, ring, ["alice"], batch_size=16, seed=0, progress=progress)
     _, total = progress.assert_well_formed()
     assert total == ring.shared_key.audit_queries
 

@@ -13,12 +13,11 @@ import pytest
 from espew_integrations.core.records.traffic_sample import (
     ANONYMOUS_ACCOUNT,
     TrafficSample,
-    TrafficSampleError,
     read_traffic_texts,
     stored_text,
     traffic_account_id,
 )
-from espew_integrations.core.records.traffic_store import load_or_create_salt
+from espew_integrations.core.records.traffic_store import TrafficSampleError, load_or_create_salt
 
 CAPS = {"capacity": 300, "max_text_bytes": 512, "max_account_bytes": 48_000}
 HUGE = 100_000  # characters in one abusive input

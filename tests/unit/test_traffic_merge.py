@@ -8,11 +8,8 @@ import shutil
 import numpy as np
 import pytest
 
-from espew_integrations.core.records.traffic_sample import (
-    TrafficSample,
-    TrafficSampleError,
-    merge_traffic_samples,
-)
+from espew_integrations.core.records.traffic_sample import TrafficSample, merge_traffic_samples
+from espew_integrations.core.records.traffic_store import TrafficSampleError
 
 DAY = 86_400.0
 # Small caps, so that both the count and the bytes bind, and texts of every length,

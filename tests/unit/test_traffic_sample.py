@@ -12,10 +12,10 @@ import pytest
 from espew_integrations.core.ground.errors import InputTypeError
 from espew_integrations.core.records.traffic_sample import (
     TrafficSample,
-    TrafficSampleError,
     read_traffic_texts,
     traffic_accounts,
 )
+from espew_integrations.core.records.traffic_store import TrafficSampleError
 
 DAY = 86_400.0
 

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from espew_integrations import VerificationReport, verify
-from espew_integrations.core.audit import build_probes
+from espew_integrations.core.audit.word_probes import build_probes
 from tests.support import make_key
 
 
@@ -108,7 +108,7 @@ def test_a_dimension_mismatch_with_the_key_target_is_inconclusive_and_says_why()
 
 
 def test_answers_wider_than_max_answer_dim_stop_the_audit_in_query_mode_too():
-    from espew_integrations.core.audit import MAX_ANSWER_DIM
+    from espew_integrations.core.audit.settings import MAX_ANSWER_DIM
 
     key = make_key(64, n_band=200, n_triggers=20)
     wide = WordSpace(key, dim=MAX_ANSWER_DIM + 1)
@@ -247,7 +247,7 @@ def test_bad_arguments_are_rejected():
 
 
 def test_the_core_verify_takes_callables_and_names_the_adapter_for_anything_else():
-    from espew_integrations.core.verify import verify as core_verify
+    from espew_integrations.core.verify import verify_callable as core_verify
 
     key = make_key(64, n_band=100, n_triggers=10)
 
@@ -267,7 +267,7 @@ def test_each_copy_of_a_repeated_text_takes_the_first_answer_sent_to_it():
     """Repeats in an audit: every copy of a text is scored with the first usable answer
     in the order sent; a copy that failed gives way to a later one, and a text never
     answered stays failed. Without repeats the mapping is the identity."""
-    from espew_integrations.core.audit import first_answered
+    from espew_integrations.core.audit.asking import first_answered
 
     texts = ["a", "b", "a", "c", "a"]
     order = np.array([2, 0, 1, 4, 3])  # sent: a(2), a(0), b(1), a(4), c(3)

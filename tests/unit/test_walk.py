@@ -55,7 +55,7 @@ def test_the_default_designs_walk_is_at_most_22_stays():
 
 def test_the_walk_goes_from_verify_through_the_pipeline_to_the_designs_decision():
     names = [str(f) for f, _ in walk_count.walk("map").steps]
-    assert names[:2] == ["verify.verify", "audit.pipeline.run_audit"]
+    assert names[:2] == ["verify.verify_callable", "audit.pipeline.run_audit"]
     assert {"designs.map.MapDesign.plan", "designs.map.MapDesign.decide"} <= set(names)
     assert "audit.asking.interrogate" in names
     assert "audit.subject.audit_subject" not in names  # handed neither key, design nor plan
@@ -81,7 +81,7 @@ def test_the_walk_follows_the_key_its_design_and_the_plan_only(tmp_path):
         "core/designs/__init__.py": "",
         "core/verify.py": (
             "from .audit.pipeline import run\n"
-            "def verify(suspect, key):\n    return run(suspect, key)\n"
+            "def verify_callable(suspect, key):\n    return run(suspect, key)\n"
         ),
         "core/audit/pipeline.py": (
             "from .steps import ask, log\n"
@@ -107,7 +107,7 @@ def test_the_walk_follows_the_key_its_design_and_the_plan_only(tmp_path):
         ),
     }
     assert _walker(sources, tmp_path) == [
-        "verify.verify (1)",
+        "verify.verify_callable (1)",
         "audit.pipeline.run (1)",
         "designs.toy.Toy.plan (1)",
         "audit.steps.ask (2)",

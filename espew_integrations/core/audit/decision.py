@@ -14,8 +14,8 @@ from typing import Any
 
 import numpy as np
 
+from ..ground.rows import unit_rows
 from ..keys.key import WatermarkKey
-from ..mark.probes import unit_rows
 from ..stats.ranktest import min_p_value, rank_sum_p_value
 from .fields import inconclusive
 from .paper_metrics import paper_metrics

@@ -48,9 +48,9 @@ from typing import Any
 import numpy as np
 
 from ..ground.errors import InputError
+from ..ground.rows import unit_rows
 from ..keys.key import WatermarkKey
 from ..mark.inject import mark_all_rows
-from ..mark.probes import unit_rows
 
 __all__ = ["CLEAN_FIT_RIDGE", "SHRINKAGE", "directed_scores", "mark_directions"]
 

@@ -49,7 +49,7 @@ FIELD_DECISION_RULE = (
     "p < level"
 )
 
-#: The rule of a word ring's trace (:func:`..trace.trace`).
+#: The rule of a word ring's trace (:func:`..trace.trace_callable`).
 TRACE_RULE = (
     "copied iff p < level, p = min(1, 2 * min(p_shared, smallest tenant p)), p_shared the "
     "shared layer's verify() p-value (see shared.decision_rule). Traced: for each tenant, exact "

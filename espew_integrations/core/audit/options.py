@@ -1,7 +1,7 @@
 """AuditOptions: every option of an audit, its default and its rule, written once.
 
-:func:`~espew_integrations.core.verify.verify`,
-:func:`~espew_integrations.core.trace.trace`, a transcript's replay
+:func:`~espew_integrations.core.verify.verify_callable`,
+:func:`~espew_integrations.core.trace.trace_callable`, a transcript's replay
 (:mod:`..evidence_check`) and the flags of ``espew verify`` and ``espew trace`` all
 take their options through this one frozen object, so an option added, renamed or
 given a new default here is one for all of them; the keyword arguments of ``verify``

@@ -1,7 +1,7 @@
 """One audit, start to verdict: plan -> record_start -> interrogate -> score -> decide.
 
-Why a module: :func:`~espew_integrations.core.verify.verify` and
-:func:`~espew_integrations.core.trace.trace` run the same audit of one key (trace
+Why a module: :func:`~espew_integrations.core.verify.verify_callable` and
+:func:`~espew_integrations.core.trace.trace_callable` run the same audit of one key (trace
 then tests its tenant layers on the scores). Each step is a public seam of its
 own module; this one runs them in order, for any key design, and returns what
 every step made (:class:`AuditRun`), so a front end only adds what is its own.

@@ -1,7 +1,7 @@
 """The audit's plan: what to ask the suspect and how to score the answers.
 
 A plan is a function of the key and the options alone, never of the suspect,
-so it is made once and shared by :func:`~espew_integrations.core.verify.verify`,
+so it is made once and shared by :func:`~espew_integrations.core.verify.verify_callable`,
 ``trace``'s one interrogation and the null study's scoring of fixed answers.
 The band words each audit text holds are cached across plans: a null study
 verifies the same audit under many salts (``key.replace``), whose texts and band

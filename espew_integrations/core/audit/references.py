@@ -33,7 +33,6 @@ from .settings import ReferenceFn
 
 __all__ = [
     "ReferenceAnswers",
-    "ReferenceFn",
     "ask_references",
     "recorded_references",
     "references_digest",

@@ -1,4 +1,5 @@
-"""VerificationReport: what :func:`~..verify.verify` concluded, and why, in every form it is read.
+"""VerificationReport: what :func:`~..verify.verify_callable` concluded, and why, in every
+form it is read.
 
 The report is read by the provider (``str(report)``), by programs
 (:meth:`~VerificationReport.to_dict`, :meth:`~VerificationReport.to_json`)
@@ -55,7 +56,7 @@ _GENERIC_NEXT_STEP = (
 
 @dataclasses.dataclass(frozen=True, repr=False)
 class VerificationReport:
-    """The outcome of :func:`~..verify.verify`, with what a reader needs to trust it.
+    """The outcome of :func:`~..verify.verify_callable`, with what a reader needs to trust it.
 
     ``copied`` is True only when ``status == "copied"``. What :meth:`to_dict`,
     :meth:`to_json`, ``str(report)``, ``repr(report)`` and :meth:`save`

@@ -14,8 +14,8 @@ import functools
 
 import numpy as np
 
+from ..ground.rows import unit_rows
 from ..ground.stable import least_squares_slope, snap_residual
-from ..mark.probes import unit_rows
 from ..stats.word_evidence import word_scores_from_texts
 from .directed import directed_scores
 from .plan import AuditPlan

@@ -1,6 +1,6 @@
 """Who an audit asks, and the recorder (:mod:`.recorder`) that records the asking.
 
-Why apart: :func:`~espew_integrations.core.verify.verify` and ``trace`` name
+Why apart: :func:`~espew_integrations.core.verify.verify_callable` and ``trace`` name
 the suspect and record their audit the same way, so that a transcript's replay
 (:mod:`..evidence_check`) can audit exactly as the audit did; the name shown
 is cleaned of credentials and of anything unprintable the suspect chose.

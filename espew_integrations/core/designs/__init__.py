@@ -8,6 +8,5 @@ field and the map share;
 ``espew_integrations.core`` imports it, so a key file naming either loads anywhere.
 """
 
-from . import field, map, words
-
-__all__ = ["field", "map", "words"]
+# Imported for their registration, not re-exported: each design is imported from its module.
+from . import field, map, words  # noqa: F401

@@ -4,7 +4,7 @@ All of them derive from :class:`ESpeWError`, and the input errors also from
 ``ValueError``/``TypeError`` so code that already catches those keeps working.
 So do the errors defined beside the code that raises them
 (``textfiles.TextFileError``, ``models.ModelSpecError``,
-``http.upstream.UpstreamError``, ``MissingExtraError``...): ``except ESpeWError``
+``http.upstream.UpstreamError``...): ``except ESpeWError``
 catches everything the library raises on purpose.
 No message ever contains trigger words, target values or the salt.
 """
@@ -22,6 +22,7 @@ __all__ = [
     "KeyModelMismatchError",
     "ListenError",
     "MarkingError",
+    "MissingExtraError",
     "NotADirectoryPathError",
     "OptionsError",
     "OptionsTypeError",
@@ -135,3 +136,11 @@ class ServingError(ESpeWError, RuntimeError):
     """The server, or the model it serves, cannot do what was asked of it (a model
     that answers the wrong shape, a server that did not start, metrics that are not
     counted); a ``RuntimeError`` too."""
+
+
+class MissingExtraError(ESpeWError, ModuleNotFoundError):
+    """A feature needs a package that is not installed; the message ends with the install line.
+
+    A ``ModuleNotFoundError`` still, so code that already catches ``ImportError``
+    keeps working.
+    """

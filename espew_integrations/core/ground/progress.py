@@ -3,8 +3,8 @@
 Key generation and an audit each take minutes on a CPU, and a caller of the
 Python API sees nothing meanwhile unless it is told how far along the call is.
 :meth:`..keys.key.WatermarkKey.generate`, :meth:`..keys.key.WatermarkKey.with_audit`,
-:func:`~..verify.verify` and :func:`~..trace.trace` therefore take ``progress=``: a
-callable that receives ``(done, total)`` after each step, in texts, with ``done``
+:func:`~..verify.verify_callable` and :func:`~..trace.trace_callable` therefore take
+``progress=``: a callable that receives ``(done, total)`` after each step, in texts, with ``done``
 never decreasing and ``done <= total``; the last call has ``done == total`` once the
 work is done.
 Hand it to a tqdm bar, a log line or a UI; it is never required.

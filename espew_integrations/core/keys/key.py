@@ -286,7 +286,7 @@ class WatermarkKey:
 
         :meth:`with_audit` with ``audit_round=k`` draws round ``k``, a uniform
         sample independent of every other round's, so a thief that logged an
-        earlier audit cannot recognise this one by its texts. :func:`..verify.verify`
+        earlier audit cannot recognise this one by its texts. :func:`..verify.verify_callable`
         multiplies the p-value of a round-``k`` audit by ``k``: every earlier round
         counts as a try, and running rounds until one convicts gains nothing.
         """
@@ -401,7 +401,7 @@ class WatermarkKey:
         """True iff the triggers are exactly the draw the salt dictates over the band.
 
         Only then is a verdict's false-positive guarantee checkable by a third
-        party; :func:`~..verify.verify` never says "copied" on an unverifiable key.
+        party; :func:`~..verify.verify_callable` never says "copied" on an unverifiable key.
         """
         return self._verifiable
 

@@ -282,7 +282,7 @@ def with_audit(
 
     ``audit_round=k`` (k >= 2) draws the audit with a salt of its own
     (:func:`..ground.draw.audit_salt`), independent of every other round's;
-    :func:`..verify.verify` multiplies a round-``k`` p-value by ``k``.
+    :func:`..verify.verify_callable` multiplies a round-``k`` p-value by ``k``.
     ``audit_budget`` sets this audit's size in texts (default: the key's own,
     ``info["audit_budget"]``). ``progress(done, total)`` hears of the texts
     embedded, as for :func:`generate`.

@@ -2,7 +2,7 @@
 
 A provider serving many customers gives each of them a different key, derived
 from the ring, so that a stolen copy names the account whose answers trained
-it (:func:`..trace.trace`). Every tenant key is an ordinary
+it (:func:`..trace.trace_callable`). Every tenant key is an ordinary
 :class:`~.key.WatermarkKey` (same target, band, probes, alpha and strength as
 the ring), so :func:`~..mark.inject.watermark`, the framework wrappers and
 ``espew serve`` use it unchanged. Its triggers are two layers
@@ -112,7 +112,7 @@ class KeyRing:
     @property
     def shared_key(self) -> WatermarkKey:
         """The shared layer alone, as a key: ``verify(suspect, ring.shared_key)`` convicts
-        a copy trained on any tenant's answers (it is what :func:`~..trace.trace` decides
+        a copy trained on any tenant's answers (it is what :func:`~..trace.trace_callable` decides
         *copied* on).
         """
         return self._shared
@@ -141,7 +141,7 @@ class KeyRing:
     def with_audit(self, corpus: Iterable[str], embed: EmbedFn, **options: Any) -> KeyRing:
         """This ring with its audit drawn from ``corpus`` (:meth:`WatermarkKey.with_audit`).
 
-        Why: :func:`~..trace.trace` asks a suspect the shared key's audit texts; drawn from
+        Why: :func:`~..trace.trace_callable` asks a suspect the shared key's audit texts; drawn from
         what the accounts sent (``espew serve --traffic-sample``), a copy trained
         on an account's own traffic is asked about texts it learned from. The
         master secret, the triggers and every tenant's key are unchanged: only
@@ -186,7 +186,7 @@ class KeyRing:
     def layer_indices(self, tenant_ids: Sequence[str]) -> np.ndarray:
         """For each tenant, the indices in :attr:`universe` of its layer: ``(n, m)`` int64.
 
-        What :func:`~..trace.trace` tests; vectorised over tenants (one HMAC and one
+        What :func:`~..trace.trace_callable` tests; vectorised over tenants (one HMAC and one
         SHAKE call per id in Python).
         """
         salts = [tenant_salt(self._master, t) for t in tenant_ids]

@@ -63,7 +63,6 @@ __all__ = [
     "row_cosines",
     "scan_band",
     "select_sentence_probes",
-    "unit_rows",
 ]
 
 _PROBE_DOMAIN = b"espew-draw-v1/probes"

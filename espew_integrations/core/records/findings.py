@@ -1,6 +1,6 @@
 """What one evidence check established, in words an arbiter reads.
 
-Each check of :func:`..evidence_check.check_evidence` (the chain, where the texts
+Each check of :func:`..evidence_check.check_transcript` (the chain, where the texts
 came from, the requery, the anchors) returns :class:`Findings`; they add up, and
 the first failure makes the evidence not hold.
 """

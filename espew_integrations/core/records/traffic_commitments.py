@@ -26,7 +26,7 @@ it, and the audit drawn from that pool by a rule nobody can steer:
   probe mix), which the key records but nothing yet fixes in advance.
 - **The check.** :func:`pool_tie` says whether a key's re-drawn audit is tied to
   an entry of a chain that holds, committed before the audit began
-  (:func:`..evidence_check.check_evidence` refuses a re-drawn audit it cannot tie,
+  (:func:`..evidence_check.check_transcript` refuses a re-drawn audit it cannot tie,
   unless told to take the auditor's word).
 
 What the chain alone does not prove: *when* its entries were written. The server

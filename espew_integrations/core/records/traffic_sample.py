@@ -82,15 +82,11 @@ from .traffic_store import (
 
 __all__ = [
     "ANONYMOUS_ACCOUNT",
-    "DEFAULT_SAMPLE_ACCOUNT_BYTES",
     "DEFAULT_SAMPLE_CAPACITY",
-    "DEFAULT_SAMPLE_FILE_BYTES",
     "DEFAULT_SAMPLE_FLUSH_SECONDS",
     "DEFAULT_SAMPLE_RETENTION_DAYS",
-    "DEFAULT_SAMPLE_TEXT_BYTES",
     "MergedSample",
     "TrafficSample",
-    "TrafficSampleError",
     "merge_traffic_samples",
     "read_traffic_texts",
     "stored_text",

@@ -28,7 +28,7 @@ who knows its own answers, cannot test guesses about the exact p-value against
 it.
 
 :func:`read_transcript` checks the chain and gives the records back;
-:mod:`..evidence_check` replays them through :func:`..verify.verify` itself.
+:mod:`..evidence_check` replays them through :func:`..verify.verify_callable` itself.
 Standard library and numpy only, like the rest of the core.
 """
 
@@ -241,7 +241,7 @@ class TranscriptRecorder:
 
     The :class:`~..audit.recorder.Recorder` that keeps the evidence.
 
-    :func:`~..verify.verify` and :func:`~..trace.trace` drive it: :meth:`expect`
+    :func:`~..verify.verify_callable` and :func:`~..trace.trace_callable` drive it: :meth:`expect`
     with what the audit is (before anything is asked; an existing transcript is
     refused unless ``force``), :meth:`begin` once the order of the texts is
     drawn, :meth:`batch` after each batch, :meth:`commit` once every answer is in

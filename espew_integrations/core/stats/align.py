@@ -44,7 +44,7 @@ import dataclasses
 import numpy as np
 
 from ..ground.errors import InputError
-from ..mark.probes import unit_rows
+from ..ground.rows import unit_rows
 
 __all__ = ["ALIGN_RATIO", "ALIGN_RIDGE", "Alignment", "fit_alignment"]
 

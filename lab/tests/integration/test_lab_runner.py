@@ -11,9 +11,9 @@ import pytest
 
 from espew_lab import LabConfig, LabDependencyError, load_config, load_data, run_lab
 from espew_lab import runner as lab_runner
+from espew_lab._optional import LAB_INSTALL
 from espew_lab.cli import main as lab_main
 from espew_lab.data import load_file
-from espew_lab.runner import LAB_INSTALL
 
 
 @pytest.fixture(scope="module")

@@ -11,17 +11,15 @@ from espew_integrations.core.mark.probes import reference_cosines
 from espew_integrations.offline.embedders import minilm
 from espew_lab.cache import CorpusEmbedder, cached_embed
 from espew_lab.data import load_data
-from espew_lab.tune import (
-    QUALITY_TOLERANCE,
+from espew_lab.tune import QUALITY_TOLERANCE, _choose, tune
+from espew_lab.tune_judge import (
     MarkedRows,
-    TunePoint,
-    _choose,
     fingerprint,
     judge_targets,
     key_for_target,
     strength_for_budget,
-    tune,
 )
+from espew_lab.tune_result import TunePoint
 
 TARGETS = [
     "The weather report for tomorrow morning.",

@@ -15,7 +15,8 @@ import numpy as np
 import pytest
 
 from espew_integrations import DEFAULT_LEVEL, WatermarkKey, verify, watermark
-from espew_integrations.core.audit import build_probes, score_words
+from espew_integrations.core.audit.scores import score_words
+from espew_integrations.core.audit.word_probes import build_probes
 from espew_integrations.core.ground.draw import draw_triggers
 from espew_lab.null_study import (
     NullStudy,

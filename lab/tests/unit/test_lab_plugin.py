@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from espew_integrations._optional import LAB_INSTALL as PLUGIN_LAB_INSTALL
-from espew_integrations.cli import EXIT_USAGE, UsageError, main, plugins
+from espew_integrations.cli import main, plugins
+from espew_integrations.cli.common import EXIT_USAGE, UsageError
 from espew_lab import plugin
 from espew_lab._optional import LAB_INSTALL, install_line
 
