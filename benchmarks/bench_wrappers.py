@@ -32,11 +32,14 @@ from llama_index.core.base.embeddings.base import BaseEmbedding
 from llama_index.core.bridge.pydantic import PrivateAttr
 
 from espew_integrations import WatermarkKey
-from espew_integrations.chroma import ESpeWEmbeddingFunction, MiniLMEmbeddingFunction
-from espew_integrations.langchain import ESpeWEmbeddings, MiniLMEmbeddings
-from espew_integrations.llama_index import ESpeWEmbedding, MiniLMEmbedding
+from espew_integrations.chroma import ESpeWEmbeddingFunction
+from espew_integrations.langchain import ESpeWEmbeddings
+from espew_integrations.llama_index import ESpeWEmbedding
 from espew_integrations.offline.corpora import rotten_tomatoes
 from espew_integrations.offline.embedders import minilm
+from espew_integrations.offline.frameworks.chroma import MiniLMEmbeddingFunction
+from espew_integrations.offline.frameworks.langchain import MiniLMEmbeddings
+from espew_integrations.offline.frameworks.llama_index import MiniLMEmbedding
 from espew_lab.cache import cached_embed
 
 TARGET_TEXT = "The quarterly revenue figures stay confidential until the board meeting."

@@ -1,6 +1,7 @@
 """ESpeW inside LangChain: one line turns any ``Embeddings`` into a watermarked one.
 
->>> from espew_integrations.langchain import ESpeWEmbeddings, MiniLMEmbeddings
+>>> from espew_integrations.langchain import ESpeWEmbeddings
+>>> from espew_integrations.offline.frameworks.langchain import MiniLMEmbeddings
 >>> embeddings = ESpeWEmbeddings(MiniLMEmbeddings(), key_path="provider.key")  # doctest: +SKIP
 
 Everything else about the user's code stays the same: vector stores,
@@ -9,8 +10,8 @@ suspect needs nothing from this module: ``verify(OpenAIEmbeddings(base_url=...),
 queries it with ``embed_documents`` (:mod:`espew_integrations.suspects`).
 
 ``MiniLMEmbeddings``, the clean offline model of the examples, lives with the
-bundled models (:mod:`espew_integrations.offline.frameworks.langchain`); it is
-re-exported here on first use, so importing this module imports no model.
+bundled models (:mod:`espew_integrations.offline.frameworks.langchain`); its old
+address here still answers, with a deprecation warning, until it goes.
 """
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
 """ESpeW inside LlamaIndex: one line turns any ``BaseEmbedding`` into a watermarked one.
 
->>> from espew_integrations.llama_index import ESpeWEmbedding, MiniLMEmbedding
+>>> from espew_integrations.llama_index import ESpeWEmbedding
+>>> from espew_integrations.offline.frameworks.llama_index import MiniLMEmbedding
 >>> embed_model = ESpeWEmbedding(MiniLMEmbedding(), key_path="provider.key")  # doctest: +SKIP
 >>> Settings.embed_model = embed_model  # doctest: +SKIP
 

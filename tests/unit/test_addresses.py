@@ -18,6 +18,7 @@ core's dependencies are installed (``tests/core_only.py``).
 from __future__ import annotations
 
 import ast
+import re
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -184,3 +185,59 @@ def test_no_public_name_has_two_addresses_below_the_root(base, package):
     crowded = scan(package_sources(base, package)).crowded
     listed = "\n".join(f"  {name}: {', '.join(where)}" for name, where in crowded.items())
     assert not crowded, f"{len(crowded)} public names at two or more addresses:\n{listed}"
+
+
+# ------------------------------------------------------------------ the importers
+
+#: Where code that uses the packages lives; each file's absolute imports are checked.
+IMPORTER_DIRS = ("espew_integrations", "lab", "tests", "benchmarks", "examples", "docs")
+
+
+def wrong_addresses(importer: str, sources: Mapping[str, str]) -> list[str]:
+    """``from <module> import <name>`` lines in ``importer`` (source text) whose module is
+    one of ``sources`` (module name -> source) but does not define the name.
+
+    A name that is a submodule of the package imported from is an address too; the
+    package roots (absent from ``sources``) and modules outside them are not checked.
+    """
+    wrong = []
+    for node in ast.walk(ast.parse(importer)):
+        if not isinstance(node, ast.ImportFrom) or node.level or node.module not in sources:
+            continue
+        found = surface(sources[node.module], node.module)
+        for alias in node.names:
+            if alias.name not in found.defined and f"{node.module}.{alias.name}" not in sources:
+                wrong.append(f"from {node.module} import {alias.name} (line {node.lineno})")
+    return wrong
+
+
+def test_an_import_through_a_module_that_does_not_define_the_name_is_found():
+    sources = {"pkg.a": "def f(): ...\n", "pkg.b": "from .a import f\n", "pkg.sub": ""}
+    importer = (
+        "from pkg.b import f\nfrom pkg.a import f\nfrom pkg import sub\nfrom pkg.sub import a\n"
+    )
+    assert wrong_addresses(importer, sources) == [
+        "from pkg.b import f (line 1)",
+        "from pkg.sub import a (line 4)",
+    ]
+
+
+def test_every_import_names_the_module_that_defines_the_name():
+    sources = {
+        module: source
+        for base, package in PACKAGES
+        for module, source in package_sources(base, package).items()
+    }
+    wrong = []
+    for directory in IMPORTER_DIRS:
+        for path in sorted((REPOSITORY / directory).rglob("*.py")):
+            if ".venv" in path.parts or "build" in path.parts:
+                continue
+            found = wrong_addresses(path.read_text(encoding="utf-8"), sources)
+            wrong += [f"{path.relative_to(REPOSITORY)}: {line}" for line in found]
+    pages = [REPOSITORY / "README.md", *sorted((REPOSITORY / "docs").rglob("*.md"))]
+    for page in pages:  # the pages' Python blocks, which tests/integration runs as pasted
+        for block in re.findall(r"```python\n(.*?)```", page.read_text(encoding="utf-8"), re.S):
+            found = wrong_addresses(block, sources)
+            wrong += [f"{page.relative_to(REPOSITORY)}: {line}" for line in found]
+    assert not wrong, f"{len(wrong)} imports through a second address:\n" + "\n".join(wrong)
