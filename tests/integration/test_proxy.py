@@ -55,6 +55,17 @@ def wait_for_url(proc: subprocess.Popen, log: Path, timeout: float = 60) -> str:
     raise AssertionError(f"{proc.args} did not start:\n{log.read_text()}")
 
 
+def fake_upstream_url(tmp_path_factory, name: str, dim: int, *options: str):
+    """Run ``tests/fake_upstream.py`` (``--dim dim`` and ``options``) for a fixture: yields its
+    base URL, stops it after."""
+    log = tmp_path_factory.mktemp(name) / "upstream.log"
+    proc = start(["-m", "tests.fake_upstream", "--dim", str(dim), *options], log)
+    try:
+        yield wait_for_url(proc, log)
+    finally:
+        stop(proc)
+
+
 def next_metrics_url(proc: subprocess.Popen, log: Path) -> str:
     """The operator's metrics URL, which ``espew serve`` prints right after its API URL."""
     line = proc.stdout.readline()
@@ -70,24 +81,16 @@ def key():
 
 @pytest.fixture(scope="module")
 def upstream_url(tmp_path_factory):
-    log = tmp_path_factory.mktemp("upstream") / "upstream.log"
-    args = ["-m", "tests.fake_upstream", "--dim", str(DIM), "--delay", "0.01", "--slots", "4"]
-    proc = start(args, log)
-    try:
-        yield wait_for_url(proc, log)
-    finally:
-        stop(proc)
+    yield from fake_upstream_url(
+        tmp_path_factory, "upstream", DIM, "--delay", "0.01", "--slots", "4"
+    )
 
 
 @pytest.fixture(scope="module")
 def failing_upstream_url(tmp_path_factory):
-    log = tmp_path_factory.mktemp("failing") / "upstream.log"
-    args = ["-m", "tests.fake_upstream", "--dim", str(DIM), "--delay", "0", "--fail-every", "2"]
-    proc = start(args, log)
-    try:
-        yield wait_for_url(proc, log)
-    finally:
-        stop(proc)
+    yield from fake_upstream_url(
+        tmp_path_factory, "failing", DIM, "--delay", "0", "--fail-every", "2"
+    )
 
 
 def serve_proxy(tmp_path: Path, key, upstream: str, *extra: str):

@@ -15,7 +15,7 @@ from espew_integrations import watermark
 from espew_integrations.http.client import OpenAIEndpoint
 from espew_integrations.http.upstream import AsyncUpstream, UpstreamError
 from tests.fake_upstream import MODEL, vectors
-from tests.integration.test_proxy import serve_proxy, start, texts_for, wait_for_url
+from tests.integration.test_proxy import fake_upstream_url, serve_proxy, texts_for
 from tests.support import make_key, stop
 
 DIM = 48
@@ -24,13 +24,7 @@ TEXTS = [f"text number {i} about a film" for i in range(40)]
 
 @pytest.fixture(scope="module")
 def slow_upstream_url(tmp_path_factory):
-    log = tmp_path_factory.mktemp("slow") / "upstream.log"
-    args = ["-m", "tests.fake_upstream", "--dim", str(DIM), "--delay", "0.6", "--slots", "8"]
-    proc = start(args, log)
-    try:
-        yield wait_for_url(proc, log)
-    finally:
-        stop(proc)
+    yield from fake_upstream_url(tmp_path_factory, "slow", DIM, "--delay", "0.6", "--slots", "8")
 
 
 @pytest.mark.parametrize("encoding", ["base64", "float"])
@@ -81,13 +75,9 @@ def test_a_refused_connection_is_a_connection_failure_without_the_api_key():
 
 @pytest.fixture(scope="module")
 def float_only_upstream_url(tmp_path_factory):
-    log = tmp_path_factory.mktemp("float-only") / "upstream.log"
-    args = ["-m", "tests.fake_upstream", "--dim", str(DIM), "--delay", "0", "--float-only"]
-    proc = start(args, log)
-    try:
-        yield wait_for_url(proc, log)
-    finally:
-        stop(proc)
+    yield from fake_upstream_url(
+        tmp_path_factory, "float-only", DIM, "--delay", "0", "--float-only"
+    )
 
 
 def test_the_proxy_asks_for_base64_unless_told_float(tmp_path, float_only_upstream_url):
