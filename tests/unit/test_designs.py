@@ -15,6 +15,7 @@ from espew_integrations.core.mark.design import (
     design_from_payload,
     design_names,
     register_design,
+    units_of_statistic,
 )
 from tests.support import make_key
 
@@ -70,3 +71,13 @@ def test_watermark_marks_what_the_keys_design_says():
     untouched = key.replace(design=_Untouched())
     assert untouched.marking == "untouched-test-design"
     np.testing.assert_array_equal(watermark(texts, clean, untouched), clean)
+
+
+def test_a_reports_statistic_names_what_its_designs_test_ranked():
+    """The report's "over the N ..." line asks the designs, not a list of names."""
+    assert units_of_statistic("map") == "map units"
+    assert units_of_statistic("field") == "field units"
+    for statistic in ("combined", "raw", "adjusted", "corrected", "directed"):
+        assert units_of_statistic(statistic) == "band words"
+    # a report from before statistics named their design, or a damaged one: the legacy design
+    assert units_of_statistic(None) == units_of_statistic("nonsense") == "band words"

@@ -28,6 +28,7 @@ from typing import Any, Literal, Protocol
 
 from ..ground.errors import StateError
 from ..ground.untrusted import printable, tally
+from ..mark.design import units_of_statistic
 from .evidence_files import (
     PRIVATE_REPORT_KEYS,
     PUBLIC_P_DIGITS,
@@ -262,9 +263,7 @@ def _cause_lines(report: VerificationReport) -> list[str]:
 
 def _test_lines(data: dict[str, Any]) -> list[str]:
     """The test's lines from the public dict: published p-values, no count of scored words."""
-    # What the key in hand audits: a map or field key has units, no band.
-    statistic = data.get("statistic")
-    units = f"{statistic} units" if statistic in ("field", "map") else "band words"
+    units = units_of_statistic(data.get("statistic"))  # what the design's test ranked
     if math.isnan(data["p_value"]):  # no test was run: a NaN p-value would only confuse
         return [f"  test           : not run ({data['n_words']} {units} probed)"]
 

@@ -50,6 +50,12 @@ class WordDesign(MarkingDesign):
     layers = "trigger words"
     summary = "texts holding a trigger word are marked"
     decision_rule = DECISION_RULE
+    #: The statistics a word key's report may name (``AuditOptions.statistic``).
+    statistics = ("combined", "raw", "adjusted", "corrected", "directed")
+
+    @classmethod
+    def reports_statistic(cls, statistic: str) -> bool:
+        return statistic in cls.statistics
 
     def marks(self, key: WatermarkKey, texts: Sequence[str], view: TextView | None) -> np.ndarray:
         """Through the key's :meth:`~..keys.key.WatermarkKey.contains_trigger` (what a

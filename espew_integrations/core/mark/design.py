@@ -35,6 +35,7 @@ __all__ = [
     "design_from_payload",
     "design_names",
     "register_design",
+    "units_of_statistic",
 ]
 
 #: The design of a key file that names none (every key made before designs existed
@@ -65,6 +66,12 @@ class MarkingDesign(abc.ABC):
     summary: ClassVar[str]
     #: The report's ``decision_rule``.
     decision_rule: ClassVar[str]
+
+    @classmethod
+    def reports_statistic(cls, statistic: str) -> bool:
+        """Whether a report naming ``statistic`` came from this design's test (a design
+        with one statistic names it after itself)."""
+        return statistic == cls.name
 
     # ------------------------------------------------------------------ marking
     @abc.abstractmethod
@@ -235,6 +242,16 @@ def design_class(name: str) -> type[MarkingDesign]:
     except (KeyError, TypeError):
         known = ", ".join(repr(n) for n in _DESIGNS)
         raise KeyGenerationError(f"no marking design named {name!r}; known: {known}") from None
+
+
+def units_of_statistic(statistic: Any) -> str:
+    """What the test behind a report's ``statistic`` ranked ("map units", "band words"):
+    the :attr:`MarkingDesign.units` of the design that reports it, else the legacy
+    design's (reports written before statistics named their design)."""
+    for design in _DESIGNS.values():
+        if isinstance(statistic, str) and design.reports_statistic(statistic):
+            return design.units
+    return design_class(LEGACY_DESIGN).units
 
 
 def design_from_payload(payload: Mapping[str, Any], dim: int) -> MarkingDesign:
