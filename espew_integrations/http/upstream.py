@@ -26,6 +26,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import ssl
 from collections.abc import Sequence
 from typing import Any
 
@@ -37,7 +39,7 @@ from .client import OpenAIEndpoint
 from .protocol import MalformedAnswer, decode_embeddings, error_message
 from .settings import check_endpoint, check_positive_int, check_seconds
 
-__all__ = ["AsyncUpstream", "UpstreamError"]
+__all__ = ["AsyncUpstream", "UpstreamError", "tls_context"]
 
 #: Statuses that a retry may cure: the upstream restarting or overloaded.
 _RETRY_STATUSES = frozenset({502, 503, 504})
@@ -172,7 +174,7 @@ class AsyncUpstream:
             client = aiohttp.ClientSession(
                 headers=headers,
                 timeout=aiohttp.ClientTimeout(total=self.timeout, connect=min(self.timeout, 10.0)),
-                connector=aiohttp.TCPConnector(limit=self.max_connections),
+                connector=aiohttp.TCPConnector(limit=self.max_connections, ssl=tls_context()),
                 trust_env=True,  # HTTP(S)_PROXY and NO_PROXY, as httpx's clients read them
             )
             self._clients[loop] = client
@@ -237,3 +239,19 @@ class AsyncUpstream:
         except Exception as exc:  # a broken body must never escape as anything else
             problem = f"not an OpenAI embeddings answer ({type(exc).__name__})"
         raise UpstreamError(self._clean(f"{self.url} returned {problem}"))
+
+
+def tls_context() -> ssl.SSLContext:
+    """The certificates an HTTPS upstream is checked against: ``SSL_CERT_FILE`` /
+    ``SSL_CERT_DIR`` where set, else certifi's bundle.
+
+    The same trust as httpx's clients (the auditor's, and the proxy's before aiohttp),
+    so moving the proxy to aiohttp neither drops a CA an operator named nor depends on
+    the machine's own store (absent from slim containers)."""
+    import certifi
+
+    cafile = os.environ.get("SSL_CERT_FILE") or None
+    capath = os.environ.get("SSL_CERT_DIR") or None
+    if cafile is None and capath is None:
+        cafile = certifi.where()
+    return ssl.create_default_context(cafile=cafile, capath=capath)

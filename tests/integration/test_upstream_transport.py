@@ -7,6 +7,7 @@ its upstream for base64 unless ``--encoding-format float`` says otherwise."""
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -112,3 +113,32 @@ def test_the_codec_in_use_is_pybase64_which_the_http_extra_installs():
     from espew_integrations.http import protocol
 
     assert protocol.base64_codec() == (pybase64.b64encode, pybase64.b64decode)
+
+
+def first_certificate(bundle: str) -> str:
+    text = Path(bundle).read_text(encoding="ascii")
+    end = "-----END CERTIFICATE-----"
+    start = text.index("-----BEGIN CERTIFICATE-----")
+    return text[start : text.index(end, start) + len(end)] + "\n"
+
+
+def test_an_https_upstream_is_checked_against_certifi_or_the_operators_bundle(
+    tmp_path, monkeypatch
+):
+    """The proxy's aiohttp client trusts what httpx's did: certifi's CAs, or the bundle
+    SSL_CERT_FILE names (never nothing, never silently the machine's own store)."""
+    import ssl
+
+    import certifi
+
+    from espew_integrations.http.upstream import tls_context
+
+    monkeypatch.delenv("SSL_CERT_FILE", raising=False)
+    monkeypatch.delenv("SSL_CERT_DIR", raising=False)
+    default = tls_context()
+    assert default.verify_mode == ssl.CERT_REQUIRED and default.check_hostname
+    assert default.cert_store_stats()["x509_ca"] > 50  # certifi's bundle, well over 50 CAs
+    one = tmp_path / "operator-ca.pem"
+    one.write_text(first_certificate(certifi.where()), encoding="ascii")
+    monkeypatch.setenv("SSL_CERT_FILE", str(one))
+    assert tls_context().cert_store_stats()["x509_ca"] == 1
