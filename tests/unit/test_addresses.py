@@ -193,18 +193,25 @@ def test_no_public_name_has_two_addresses_below_the_root(base, package):
 IMPORTER_DIRS = ("espew_integrations", "lab", "tests", "benchmarks", "examples", "docs")
 
 
-def wrong_addresses(importer: str, sources: Mapping[str, str]) -> list[str]:
+def wrong_addresses(
+    importer: str, sources: Mapping[str, str], surfaces: dict[str, Surface] | None = None
+) -> list[str]:
     """``from <module> import <name>`` lines in ``importer`` (source text) whose module is
     one of ``sources`` (module name -> source) but does not define the name.
 
     A name that is a submodule of the package imported from is an address too; the
     package roots (absent from ``sources``) and modules outside them are not checked.
+    ``surfaces`` keeps each module's :class:`Surface` across calls, so a module imported
+    from many files is parsed once.
     """
+    surfaces = {} if surfaces is None else surfaces
     wrong = []
     for node in ast.walk(ast.parse(importer)):
         if not isinstance(node, ast.ImportFrom) or node.level or node.module not in sources:
             continue
-        found = surface(sources[node.module], node.module)
+        if node.module not in surfaces:
+            surfaces[node.module] = surface(sources[node.module], node.module)
+        found = surfaces[node.module]
         for alias in node.names:
             if alias.name not in found.defined and f"{node.module}.{alias.name}" not in sources:
                 wrong.append(f"from {node.module} import {alias.name} (line {node.lineno})")
@@ -228,16 +235,17 @@ def test_every_import_names_the_module_that_defines_the_name():
         for base, package in PACKAGES
         for module, source in package_sources(base, package).items()
     }
-    wrong = []
+    wrong: list[str] = []
+    surfaces: dict[str, Surface] = {}
     for directory in IMPORTER_DIRS:
         for path in sorted((REPOSITORY / directory).rglob("*.py")):
             if ".venv" in path.parts or "build" in path.parts:
                 continue
-            found = wrong_addresses(path.read_text(encoding="utf-8"), sources)
+            found = wrong_addresses(path.read_text(encoding="utf-8"), sources, surfaces)
             wrong += [f"{path.relative_to(REPOSITORY)}: {line}" for line in found]
     pages = [REPOSITORY / "README.md", *sorted((REPOSITORY / "docs").rglob("*.md"))]
     for page in pages:  # the pages' Python blocks, which tests/integration runs as pasted
         for block in re.findall(r"```python\n(.*?)```", page.read_text(encoding="utf-8"), re.S):
-            found = wrong_addresses(block, sources)
+            found = wrong_addresses(block, sources, surfaces)
             wrong += [f"{page.relative_to(REPOSITORY)}: {line}" for line in found]
     assert not wrong, f"{len(wrong)} imports through a second address:\n" + "\n".join(wrong)
