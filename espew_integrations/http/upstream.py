@@ -216,14 +216,16 @@ class AsyncUpstream:
             return response.status, response.reason or "", await self._read(response)
 
     async def _read(self, response: Any) -> bytes:
+        """The body, refused as soon as its announced or received size passes the limit."""
+        too_large = UpstreamError(f"{self.url} sent more than {self.max_response_bytes} bytes")
         length = response.content_length
         if length is not None and length > self.max_response_bytes:
-            raise UpstreamError(f"{self.url} sent more than {self.max_response_bytes} bytes")
+            raise too_large
         chunks, size = [], 0
         async for chunk in response.content.iter_any():
             size += len(chunk)
             if size > self.max_response_bytes:
-                raise UpstreamError(f"{self.url} sent more than {self.max_response_bytes} bytes")
+                raise too_large
             chunks.append(chunk)
         return b"".join(chunks)
 
